@@ -1,0 +1,108 @@
+// The gradscope command: parses arguments and hands over to the libraries.
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "gradscope/cli/report.h"
+#include "gradscope/common/error.h"
+#include "gradscope/common/version.h"
+#include "gradscope/storage/export.h"
+#include "gradscope/storage/merge.h"
+#include "gradscope/storage/reader.h"
+
+namespace {
+
+// Exit codes: 0 success; 1 reserved for `gradscope check` finding a regression; 2 any error.
+constexpr int kExitError = 2;
+
+std::string defaultExportPath(const std::string& input, const std::string& extension) {
+  std::filesystem::path path(input);
+  path.replace_extension(extension);
+  return path.string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gradscope;
+  CLI::App app{"gradscope: observe, measure and tune gradient aggregation in distributed training"};
+  app.set_version_flag("--version", std::string("gradscope ") + kVersion);
+  app.require_subcommand(1);
+  app.footer(
+      "Exit status: 0 on success, 2 on an error (one line on stderr says what and how to fix it).\n"
+      "Not built yet (later releases): run, bench, recommend, check, and the gradscope-gui viewer.");
+
+  // report
+  std::string report_file;
+  cli::ReportOptions report_options;
+  auto* report = app.add_subcommand("report", "What happened: time in collectives per API and size, slowest calls, "
+                                              "per-rank spread, dropped events");
+  report->add_option("FILE", report_file, "Trace file (.db)")->required();
+  report->add_option("--top", report_options.top_calls, "Slowest calls to list")->capture_default_str();
+
+  // merge
+  std::vector<std::string> merge_inputs;
+  std::string merge_output;
+  storage::MergeOptions merge_options;
+  auto* merge = app.add_subcommand("merge", "Merge the per-rank trace files of a run into one file");
+  merge->add_option("INPUTS", merge_inputs, "Trace files, or directories of them")->required();
+  merge->add_option("-o,--output", merge_output, "Merged trace to create")->required();
+  merge->add_flag("--allow-different-runs", merge_options.allow_different_runs,
+                  "Merge files of different runs (each keeps its own run)");
+  merge->add_flag("-f,--force", merge_options.overwrite, "Replace the output if it exists");
+
+  // export
+  std::string export_file, export_format, export_table = "calls", export_output;
+  bool export_force = false;
+  auto* exporter = app.add_subcommand("export", "Export a trace for other tools: Chrome trace JSON (Perfetto) or CSV");
+  exporter->add_option("FILE", export_file, "Trace file (.db)")->required();
+  exporter->add_option("--format", export_format, "chrome-trace or csv")
+      ->required()
+      ->check(CLI::IsMember({"chrome-trace", "csv"}));
+  exporter->add_option("--table", export_table, "CSV only: calls or measurements")
+      ->check(CLI::IsMember({"calls", "measurements"}))
+      ->capture_default_str();
+  exporter->add_option("-o,--output", export_output, "Output file ('-' for standard output); default: FILE with "
+                                                     ".json or .csv");
+  exporter->add_flag("-f,--force", export_force, "Replace the output if it exists");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? 0 : kExitError;
+  }
+
+  try {
+    if (*report) {
+      const auto reader = storage::TraceReader::open(report_file);
+      cli::writeReport(reader, std::cout, report_options);
+      std::cout.flush();
+      if (!std::cout) fail("cannot write the report to standard output");
+    } else if (*merge) {
+      const auto inputs = storage::expandTraceInputs(merge_inputs, merge_output);
+      const auto summary = storage::mergeTraces(inputs, merge_output, merge_options);
+      fmt::print("merged {} file{} ({} run{}, {} rank{}, {} calls, {} measurements) into {}\n", summary.files,
+                 summary.files == 1 ? "" : "s", summary.runs, summary.runs == 1 ? "" : "s", summary.ranks,
+                 summary.ranks == 1 ? "" : "s", summary.calls, summary.measurements, merge_output);
+    } else if (*exporter) {
+      const bool chrome = export_format == "chrome-trace";
+      if (export_output.empty())
+        export_output = defaultExportPath(export_file, chrome ? ".json" : (export_table == "calls" ? ".csv" : ".measurements.csv"));
+      const auto reader = storage::TraceReader::open(export_file);
+      storage::exportTrace(reader, chrome ? storage::ExportFormat::ChromeTrace : storage::ExportFormat::Csv,
+                           export_table, export_output, export_force);
+      if (export_output != "-") fmt::print(stderr, "wrote {}\n", export_output);
+    }
+  } catch (const Error& error) {
+    fmt::print(stderr, "gradscope: {}\n", error.what());
+    return kExitError;
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "gradscope: internal error: {}\n", error.what());
+    return kExitError;
+  }
+  return 0;
+}

@@ -1,0 +1,57 @@
+# Install helpers each part's CMakeLists.txt calls on the targets it owns. Included near the top of the
+# top-level CMakeLists.txt (before any add_subdirectory) so that the functions exist when parts call them;
+# GradscopeInstall.cmake, included at the end, writes the export set, the package config and its version.
+#
+#   gradscope_install_library(gradscope_storage)   # also joins the export set: gradscope::storage
+#   gradscope_install_executable(gradscope_cli)    # bin/, not exported
+#   gradscope_install_dependency(MPI COMPONENTS C) # only if an exported target's interface needs it
+#
+# Every library in the export set that links another of our targets must have that target in the set too
+# (CMake refuses the export otherwise), so install internal static helpers with gradscope_install_library
+# or link them as $<BUILD_INTERFACE:...>.
+include_guard(GLOBAL)
+include(GNUInstallDirs)
+
+# Installed binaries find our shared libraries next to themselves, and libraries outside the system
+# directories that they were linked against (CUDA in /usr/local/cuda, for example) where they were found.
+if(NOT DEFINED CMAKE_INSTALL_RPATH_USE_LINK_PATH)
+  set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
+endif()
+
+# Adds a library (STATIC, SHARED, MODULE or INTERFACE) to the gradscopeTargets export set and installs it.
+# Its public headers are the part's own business (install(DIRECTORY include/gradscope ...)).
+function(gradscope_install_library target)
+  if(NOT TARGET ${target})
+    message(FATAL_ERROR "gradscope_install_library: no target named '${target}'")
+  endif()
+  get_target_property(rpath ${target} INSTALL_RPATH)
+  if(NOT rpath)
+    set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN")
+  endif()
+  install(TARGETS ${target} EXPORT gradscopeTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  set_property(GLOBAL APPEND PROPERTY GRADSCOPE_EXPORTED_TARGETS ${target})
+endfunction()
+
+# Installs an executable into bin/ with an RPATH that finds our shared libraries in lib/.
+function(gradscope_install_executable target)
+  if(NOT TARGET ${target})
+    message(FATAL_ERROR "gradscope_install_executable: no target named '${target}'")
+  endif()
+  get_target_property(rpath ${target} INSTALL_RPATH)
+  if(NOT rpath)
+    file(RELATIVE_PATH to_libdir "/${CMAKE_INSTALL_BINDIR}" "/${CMAKE_INSTALL_LIBDIR}")
+    set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN/${to_libdir}")
+  endif()
+  install(TARGETS ${target} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endfunction()
+
+# Records one extra find_dependency() line for gradscopeConfig.cmake, beyond the fixed ones (fmt, SQLite3,
+# nlohmann_json, Threads): pass the find_dependency arguments, e.g. gradscope_install_dependency(MPI COMPONENTS C).
+function(gradscope_install_dependency)
+  list(JOIN ARGN " " line)
+  set_property(GLOBAL APPEND PROPERTY GRADSCOPE_EXTRA_DEPENDENCIES "find_dependency(${line})")
+endfunction()

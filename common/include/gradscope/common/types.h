@@ -1,0 +1,92 @@
+#pragma once
+
+// Vocabulary shared by every part: which collective API was called, on what element type, with which
+// reduction. The numeric codes are stored in trace files, so they are part of the file format: never
+// renumber or reuse one; add new values with new codes.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace gradscope {
+
+enum class Backend : std::uint8_t { Unknown = 0, Mpi = 1, Nccl = 2, Local = 3 };
+
+// An intercepted API entry point.
+enum class Api : std::uint8_t {
+  Unknown = 0,
+  MpiAllreduce = 1,
+  MpiIallreduce = 2,
+  MpiReduce = 3,
+  MpiReduceScatter = 4,
+  MpiReduceScatterBlock = 5,
+  MpiAllgather = 6,
+  MpiBcast = 7,
+  NcclAllReduce = 16,
+  NcclReduceScatter = 17,
+  NcclAllGather = 18,
+  NcclReduce = 19,
+  NcclBroadcast = 20,
+  NcclGroup = 21,  // a ncclGroupStart/End block timed as one unit
+};
+
+// What an API does, independent of the library: decides the bus-bandwidth factor.
+enum class Collective : std::uint8_t { Unknown, AllReduce, ReduceScatter, AllGather, Reduce, Broadcast, Group };
+
+// Codes 0..11 are NCCL's ncclDataType_t values (nccl.h); MPI types map onto them where they match.
+enum class DType : std::uint8_t {
+  Int8 = 0,
+  Uint8 = 1,
+  Int32 = 2,
+  Uint32 = 3,
+  Int64 = 4,
+  Uint64 = 5,
+  Fp16 = 6,
+  Fp32 = 7,
+  Fp64 = 8,
+  Bf16 = 9,
+  Fp8E4M3 = 10,
+  Fp8E5M2 = 11,
+  Other = 254,  // an MPI derived or otherwise unknown type: its size is only known per call
+};
+
+// Codes 0..4 are NCCL's ncclRedOp_t values.
+enum class ReduceOp : std::uint8_t {
+  Sum = 0,
+  Prod = 1,
+  Max = 2,
+  Min = 3,
+  Avg = 4,
+  PreMulSum = 5,  // ncclRedOpCreatePreMulSum
+  Other = 254,    // user-defined (MPI_Op_create, other dynamic NCCL ops)
+  None = 255,     // the API has no reduction (all-gather, broadcast): stored as NULL
+};
+
+std::string_view name(Backend backend);
+std::string_view name(Api api);
+std::string_view name(Collective collective);
+std::string_view name(DType dtype);
+std::string_view name(ReduceOp op);
+
+Backend backendOf(Api api);
+Collective collectiveOf(Api api);
+// Size of one element in bytes; 0 for DType::Other.
+std::size_t sizeOf(DType dtype);
+
+// Reverse look-ups for names given by users (case-insensitive); nullopt when unknown.
+std::optional<Api> parseApi(std::string_view text);
+std::optional<DType> parseDType(std::string_view text);
+std::optional<ReduceOp> parseReduceOp(std::string_view text);
+
+// Every value with a name, in code order: used to fill the trace file's names table and to validate.
+std::span<const Api> allApis();
+std::span<const DType> allDTypes();
+std::span<const ReduceOp> allReduceOps();
+std::span<const Backend> allBackends();
+
+// nccl-tests' bus-bandwidth factor for a collective over `ranks` ranks: 2(n-1)/n for all-reduce,
+// (n-1)/n for reduce-scatter and all-gather, 1 for broadcast and reduce.
+double busBandwidthFactor(Collective collective, int ranks);
+
+}  // namespace gradscope

@@ -1,0 +1,184 @@
+#include "gradscope/common/types.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace gradscope {
+namespace {
+
+constexpr std::array kApis = {Api::MpiAllreduce,   Api::MpiIallreduce,     Api::MpiReduce,
+                              Api::MpiReduceScatter, Api::MpiReduceScatterBlock, Api::MpiAllgather,
+                              Api::MpiBcast,       Api::NcclAllReduce,     Api::NcclReduceScatter,
+                              Api::NcclAllGather,  Api::NcclReduce,        Api::NcclBroadcast,
+                              Api::NcclGroup};
+constexpr std::array kDTypes = {DType::Int8, DType::Uint8, DType::Int32,   DType::Uint32,
+                                DType::Int64, DType::Uint64, DType::Fp16,  DType::Fp32,
+                                DType::Fp64, DType::Bf16,  DType::Fp8E4M3, DType::Fp8E5M2,
+                                DType::Other};
+constexpr std::array kOps = {ReduceOp::Sum, ReduceOp::Prod,      ReduceOp::Max,  ReduceOp::Min,
+                             ReduceOp::Avg, ReduceOp::PreMulSum, ReduceOp::Other};
+constexpr std::array kBackends = {Backend::Mpi, Backend::Nccl, Backend::Local};
+
+bool equalsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+template <typename T, std::size_t N>
+std::optional<T> parseByName(const std::array<T, N>& values, std::string_view text) {
+  for (T value : values)
+    if (equalsIgnoreCase(name(value), text)) return value;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view name(Backend backend) {
+  switch (backend) {
+    case Backend::Mpi: return "mpi";
+    case Backend::Nccl: return "nccl";
+    case Backend::Local: return "local";
+    case Backend::Unknown: break;
+  }
+  return "unknown";
+}
+
+std::string_view name(Api api) {
+  switch (api) {
+    case Api::MpiAllreduce: return "MPI_Allreduce";
+    case Api::MpiIallreduce: return "MPI_Iallreduce";
+    case Api::MpiReduce: return "MPI_Reduce";
+    case Api::MpiReduceScatter: return "MPI_Reduce_scatter";
+    case Api::MpiReduceScatterBlock: return "MPI_Reduce_scatter_block";
+    case Api::MpiAllgather: return "MPI_Allgather";
+    case Api::MpiBcast: return "MPI_Bcast";
+    case Api::NcclAllReduce: return "ncclAllReduce";
+    case Api::NcclReduceScatter: return "ncclReduceScatter";
+    case Api::NcclAllGather: return "ncclAllGather";
+    case Api::NcclReduce: return "ncclReduce";
+    case Api::NcclBroadcast: return "ncclBroadcast";
+    case Api::NcclGroup: return "ncclGroup";
+    case Api::Unknown: break;
+  }
+  return "unknown";
+}
+
+std::string_view name(Collective collective) {
+  switch (collective) {
+    case Collective::AllReduce: return "all_reduce";
+    case Collective::ReduceScatter: return "reduce_scatter";
+    case Collective::AllGather: return "all_gather";
+    case Collective::Reduce: return "reduce";
+    case Collective::Broadcast: return "broadcast";
+    case Collective::Group: return "group";
+    case Collective::Unknown: break;
+  }
+  return "unknown";
+}
+
+std::string_view name(DType dtype) {
+  switch (dtype) {
+    case DType::Int8: return "int8";
+    case DType::Uint8: return "uint8";
+    case DType::Int32: return "int32";
+    case DType::Uint32: return "uint32";
+    case DType::Int64: return "int64";
+    case DType::Uint64: return "uint64";
+    case DType::Fp16: return "fp16";
+    case DType::Fp32: return "fp32";
+    case DType::Fp64: return "fp64";
+    case DType::Bf16: return "bf16";
+    case DType::Fp8E4M3: return "fp8e4m3";
+    case DType::Fp8E5M2: return "fp8e5m2";
+    case DType::Other: break;
+  }
+  return "other";
+}
+
+std::string_view name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Prod: return "prod";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::PreMulSum: return "premulsum";
+    case ReduceOp::None: return "none";
+    case ReduceOp::Other: break;
+  }
+  return "other";
+}
+
+Backend backendOf(Api api) {
+  const auto code = static_cast<unsigned>(api);
+  if (code >= 1 && code < 16) return Backend::Mpi;
+  if (code >= 16 && code < 32) return Backend::Nccl;
+  return Backend::Unknown;
+}
+
+Collective collectiveOf(Api api) {
+  switch (api) {
+    case Api::MpiAllreduce:
+    case Api::MpiIallreduce:
+    case Api::NcclAllReduce: return Collective::AllReduce;
+    case Api::MpiReduceScatter:
+    case Api::MpiReduceScatterBlock:
+    case Api::NcclReduceScatter: return Collective::ReduceScatter;
+    case Api::MpiAllgather:
+    case Api::NcclAllGather: return Collective::AllGather;
+    case Api::MpiReduce:
+    case Api::NcclReduce: return Collective::Reduce;
+    case Api::MpiBcast:
+    case Api::NcclBroadcast: return Collective::Broadcast;
+    case Api::NcclGroup: return Collective::Group;
+    case Api::Unknown: break;
+  }
+  return Collective::Unknown;
+}
+
+std::size_t sizeOf(DType dtype) {
+  switch (dtype) {
+    case DType::Int8:
+    case DType::Uint8:
+    case DType::Fp8E4M3:
+    case DType::Fp8E5M2: return 1;
+    case DType::Fp16:
+    case DType::Bf16: return 2;
+    case DType::Int32:
+    case DType::Uint32:
+    case DType::Fp32: return 4;
+    case DType::Int64:
+    case DType::Uint64:
+    case DType::Fp64: return 8;
+    case DType::Other: break;
+  }
+  return 0;
+}
+
+std::optional<Api> parseApi(std::string_view text) { return parseByName(kApis, text); }
+std::optional<DType> parseDType(std::string_view text) { return parseByName(kDTypes, text); }
+std::optional<ReduceOp> parseReduceOp(std::string_view text) { return parseByName(kOps, text); }
+
+std::span<const Api> allApis() { return kApis; }
+std::span<const DType> allDTypes() { return kDTypes; }
+std::span<const ReduceOp> allReduceOps() { return kOps; }
+std::span<const Backend> allBackends() { return kBackends; }
+
+double busBandwidthFactor(Collective collective, int ranks) {
+  if (ranks <= 0) return 0.0;
+  const double n = ranks;
+  switch (collective) {
+    case Collective::AllReduce: return 2.0 * (n - 1.0) / n;
+    case Collective::ReduceScatter:
+    case Collective::AllGather: return (n - 1.0) / n;
+    case Collective::Reduce:
+    case Collective::Broadcast: return 1.0;
+    case Collective::Group:
+    case Collective::Unknown: break;
+  }
+  return 0.0;
+}
+
+}  // namespace gradscope

@@ -1,0 +1,126 @@
+#pragma once
+
+// TraceReader: typed, read-only queries over a trace file, for the report, the tuner and the GUI.
+//
+// Contract:
+// - open() validates before anything is read: the file exists, is SQLite, carries gradscope's
+//   application_id, is not truncated, and has a schema this build knows. A file of an older schema is
+//   upgraded in place (one transaction: all or nothing) when writable; one of a newer schema is refused.
+//   Each refusal is a gradscope::Error with one line naming the problem and the fix.
+// - Reading never blocks the writer: a trace can be read while the agent writes it (WAL); a reader
+//   sees the state of the last commit at the start of each query.
+// - A reader is not thread-safe; open one per thread.
+// - Corruption found later, while a query runs, throws gradscope::Error as well.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gradscope/storage/records.h"
+
+namespace gradscope::storage {
+
+// One pixel column (or bucket) of the zoomed-out timeline of one rank.
+struct TimelineBucket {
+  std::int64_t calls = 0;
+  std::int64_t busy_ns = 0;   // summed durations of the calls starting in the bucket
+  std::int64_t bytes = 0;
+  std::int64_t max_ns = 0;    // longest call
+  Api dominant_api = Api::Unknown;  // API with the most busy time in the bucket
+};
+
+struct TimelineSummary {
+  std::int64_t t0_ns = 0, t1_ns = 0;  // the window; bucket i covers [t0 + i·w, t0 + (i+1)·w)
+  int columns = 0;
+  int level = -1;  // tile level used, -1 when computed from the calls themselves
+  std::vector<std::int64_t> rank_ids;
+  std::vector<std::vector<TimelineBucket>> buckets;  // [rank index][column]
+};
+
+struct SizeBucket {
+  Api api = Api::Unknown;
+  int log2_bytes = -1;  // bucket [2^k, 2^(k+1)) bytes; -1 for zero-byte calls
+  std::int64_t calls = 0;
+  std::int64_t total_ns = 0;
+  std::int64_t min_ns = 0, max_ns = 0;
+  std::int64_t bytes = 0;
+};
+
+struct RankSummary {
+  std::int64_t rank_id = 0;
+  int rank = 0;
+  std::string host;
+  std::int64_t calls = 0;
+  std::int64_t total_ns = 0;
+  std::int64_t first_ns = 0, last_ns = 0;  // first call start, last call end
+};
+
+struct TimeExtent {
+  std::int64_t begin_ns = 0, end_ns = 0;
+  bool empty() const { return end_ns <= begin_ns; }
+};
+
+class TraceReader {
+ public:
+  static TraceReader open(const std::string& path);
+
+  TraceReader(TraceReader&&) noexcept;
+  TraceReader& operator=(TraceReader&&) noexcept;
+  ~TraceReader();
+
+  const std::string& path() const;
+  int schemaVersion() const;
+
+  // Metadata.
+  std::vector<RunInfo> runs() const;
+  std::vector<RankInfo> ranks() const;
+  std::vector<CommInfo> comms() const;
+  std::int64_t callCount() const;
+
+  // Calls of one rank that overlap [t0, t1) (start < t1 and end > t0), ordered by start, at most
+  // `limit` (0 = no limit). Uses call_tiles as the time index.
+  std::vector<CallRecord> callsInWindow(std::int64_t rank_id, std::int64_t t0_ns, std::int64_t t1_ns,
+                                        std::size_t limit = 0) const;
+  // The zoomed-out form: per rank, `columns` buckets over [t0, t1). Uses the coarsest tile level that
+  // still resolves one column, or the calls themselves when the window holds few of them.
+  TimelineSummary timeline(std::int64_t t0_ns, std::int64_t t1_ns, int columns) const;
+  // Earliest start and latest end over all calls (from the tiles: no scan of calls).
+  TimeExtent timeExtent() const;
+
+  // Aggregates over all calls, computed in one scan: the size histogram per API, per-rank totals and
+  // the `top` longest calls (longest first).
+  struct CallStatistics {
+    std::vector<SizeBucket> sizes;  // ordered by api, then size
+    std::vector<RankSummary> ranks;  // ordered by rank id
+    std::vector<CallRecord> longest;
+  };
+  CallStatistics callStatistics(std::size_t top) const;
+  // Start-time spread of each collective across ranks, matched by (communicator key, seq): for each
+  // rank, the mean and max of (its start − the earliest start of the same collective). Two scans.
+  struct Lateness {
+    std::int64_t rank_id = 0;
+    std::int64_t matched = 0;  // calls matched with at least one other rank
+    double mean_ns = 0;
+    std::int64_t max_ns = 0;
+  };
+  std::vector<Lateness> lateness() const;
+
+  // Other tables. `strategy` empty = all.
+  std::vector<Measurement> measurements(const std::string& strategy = {}) const;
+  std::vector<ConsensusRecord> consensus() const;
+  std::vector<RecommendationRecord> recommendations() const;
+  std::vector<DropRecord> drops() const;
+
+  // Streams every call in id order, GPU facts included. Return false from `visit` to stop.
+  void forEachCall(const std::function<bool(const CallRecord&)>& visit) const;
+
+ private:
+  struct Impl;
+  explicit TraceReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradscope::storage

@@ -1,0 +1,113 @@
+#pragma once
+
+// Row types of the trace store, one per table (see schema.cc for the column-by-column contract).
+// Times (*_ns) are nanoseconds relative to the file's time origin, RunInfo::epoch_ns, itself
+// nanoseconds since the Unix epoch: relative times fit SQLite's 6-byte integers, which keeps call
+// rows small. Ids are assigned by the writer and are only meaningful within one file.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "gradscope/common/types.h"
+
+namespace gradscope::storage {
+
+struct RunInfo {
+  std::int64_t id = 0;
+  std::string uuid;          // identifies the run across the per-rank files of one job
+  std::string command;       // the profiled command line, or the benchmark's
+  std::string mode;          // observe | explore | apply | bench | synthetic
+  Backend backend = Backend::Unknown;
+  int world_size = 0;
+  std::string host;          // host of the process that created the file
+  std::string config_json = "{}";
+  std::string tool_version;  // gradscope version that wrote the file
+  std::int64_t epoch_ns = 0;  // time origin of the file: Unix-epoch ns
+  std::int64_t start_ns = 0;
+  std::optional<std::int64_t> end_ns;  // unset while the run is still being written (or crashed)
+};
+
+struct RankInfo {
+  std::int64_t id = 0;  // file-local id; equals `rank` in single-run files
+  std::int64_t run_id = 0;
+  int rank = 0;
+  std::string host;
+  std::int64_t pid = 0;
+  std::string device;              // e.g. "cpu", "cuda:0 NVIDIA H100 80GB HBM3"
+  std::int64_t clock_offset_ns = 0;  // add to this rank's times to align them with rank 0
+};
+
+struct CommInfo {
+  std::int64_t id = 0;
+  std::int64_t rank_id = 0;
+  std::string key;  // same on every rank of the communicator, e.g. "world" or NCCL's unique id hash
+  Backend backend = Backend::Unknown;
+  int size = 0;
+  int comm_rank = 0;  // this rank's index in the communicator
+};
+
+struct CallRecord {
+  std::int64_t id = 0;  // 0: let the writer assign the next id
+  std::int64_t rank_id = 0;
+  std::int64_t comm_id = 0;
+  std::int64_t seq = 0;   // per-communicator sequence number: equal on every rank for one collective
+  std::int64_t step = -1;  // training step, -1 when unknown
+  Api api = Api::Unknown;
+  DType dtype = DType::Other;
+  ReduceOp op = ReduceOp::None;
+  std::int64_t count = 0;  // elements, as passed to the API
+  std::int64_t bytes = 0;  // bytes of the send buffer (count × element size)
+  std::int64_t enqueue_ns = 0;  // host time the API was called
+  std::int64_t start_ns = 0;    // start of the operation (GPU time for NCCL when known)
+  std::int64_t end_ns = 0;
+  // GPU-side facts, stored in gpu_calls only when any is known.
+  std::int64_t stream = 0;  // 0 = no stream (host API); else a per-rank stream index
+  int nccl_algo = -1;       // NCCL algorithm enum (REFERENCE.md), -1 unknown
+  int nccl_proto = -1;      // NCCL protocol enum, -1 unknown
+  int nccl_channels = 0;    // 0 unknown
+
+  bool hasGpuInfo() const { return stream != 0 || nccl_algo >= 0 || nccl_proto >= 0 || nccl_channels > 0; }
+};
+
+struct Measurement {
+  std::int64_t id = 0;
+  std::int64_t run_id = 0;
+  std::optional<std::int64_t> rank_id;  // unset: aggregated over ranks
+  std::optional<std::int64_t> call_id;  // the intercepted call it was timed on (explore), unset for bench
+  std::string strategy;                 // e.g. "sum/rs_ag/bf16"
+  Api api = Api::Unknown;               // collective measured
+  DType dtype = DType::Fp32;
+  std::int64_t bytes = 0;
+  int world = 1;
+  int reps = 0;
+  double min_ns = 0, median_ns = 0, p90_ns = 0, max_ns = 0;
+  double algbw_gbs = 0, busbw_gbs = 0;  // decimal GB/s, nccl-tests formulas
+  std::optional<double> rel_l2_error, max_abs_error, cosine;
+  std::int64_t overflow_count = 0;
+};
+
+struct ConsensusRecord {
+  std::int64_t id = 0;
+  std::int64_t rank_id = 0;
+  std::int64_t step = 0;
+  double alpha = 0;           // AdaCons alpha of this rank
+  double cosine_to_mean = 0;  // cosine of this rank's gradient to the mean gradient
+  double grad_norm = 0;
+  double diversity = 0;  // gradient diversity of the step (same on every rank)
+};
+
+struct RecommendationRecord {
+  std::int64_t id = 0;
+  std::int64_t run_id = 0;
+  std::int64_t created_ns = 0;  // Unix-epoch ns
+  std::string json;
+};
+
+struct DropRecord {
+  std::int64_t rank_id = 0;
+  std::string kind;  // e.g. "call", "cupti_record"
+  std::int64_t count = 0;
+};
+
+}  // namespace gradscope::storage

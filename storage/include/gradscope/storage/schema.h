@@ -1,0 +1,26 @@
+#pragma once
+
+// The trace-store file format: an SQLite database whose PRAGMA application_id marks it as gradscope's
+// and whose PRAGMA user_version is the schema version below. The DDL with a comment on every column
+// lives in schema.cc and is stored in the file itself (`sqlite3 FILE .schema` shows it).
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace gradscope::storage {
+
+// "GSCP" in ASCII.
+inline constexpr std::int32_t kApplicationId = 0x47534350;
+// History: v1 = DESIGN.md's starting layout (GPU columns inline in calls, a (rank, start) index);
+// v2 = GPU facts moved to gpu_calls and the index replaced by call_tiles (see docs/schema.md).
+inline constexpr int kSchemaVersion = 2;
+inline constexpr int kOldestMigratableVersion = 1;
+
+// Tile levels of call_tiles: a level-L tile spans 2^L ns (1 ms up to 18 minutes, a factor 16 apart).
+inline constexpr int kTileLevels[] = {20, 24, 28, 32, 36, 40};
+
+// Tables of the current schema, in creation order.
+std::span<const std::string_view> tableNames();
+
+}  // namespace gradscope::storage

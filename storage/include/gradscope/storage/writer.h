@@ -1,0 +1,78 @@
+#pragma once
+
+// TraceWriter: the one writer of a trace file.
+//
+// Contract:
+// - create() makes a new file (mode 0600, never overwriting an existing one) with the current schema,
+//   in WAL mode so readers (the GUI's live view, `gradscope report`) can read while it is written.
+// - Rows are written in batched transactions with prepared statements: append*() adds to the open
+//   transaction; commit() makes everything so far visible to readers and durable against a crash of the
+//   process; a transaction is also committed automatically every Options::commit_rows call rows.
+// - Not thread-safe: use it from one thread at a time. It holds no thread-affine state, so it may be
+//   created on one thread and handed to a background thread that does all the writing.
+// - finish() records the end of the run, commits, prunes useless tile levels and checkpoints the WAL
+//   into the main file. A writer destroyed without finish() commits what it has (the file stays valid;
+//   runs.end_ns stays NULL, which readers report as "incomplete").
+// - Every failure throws gradscope::Error with a one-line message naming the file.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "gradscope/storage/records.h"
+
+namespace gradscope::storage {
+
+class TraceWriter {
+ public:
+  struct Options {
+    std::int64_t commit_rows = 1 << 18;  // auto-commit after this many call rows (bounds the WAL)
+  };
+
+  // Creates `path`; fails if it exists, if its directory does not, or if it cannot be written.
+  static TraceWriter create(const std::string& path, Options options);
+  static TraceWriter create(const std::string& path) { return create(path, Options{}); }
+
+  TraceWriter(TraceWriter&&) noexcept;
+  TraceWriter& operator=(TraceWriter&&) noexcept;
+  ~TraceWriter();
+
+  // Metadata. add*() return the new row's file-local id.
+  std::int64_t addRun(const RunInfo& run);
+  void setRunEnd(std::int64_t run_id, std::int64_t end_ns);
+  // Uses rank.id when non-zero, else `rank.rank` when that id is free, else the next free id.
+  std::int64_t addRank(const RankInfo& rank);
+  void setClockOffset(std::int64_t rank_id, std::int64_t offset_ns);
+  std::int64_t addComm(const CommInfo& comm);
+
+  // Appends calls. Calls with id 0 get consecutive ids; explicit ids must increase. Returns the id of the
+  // first call (0 for an empty span).
+  std::int64_t appendCalls(std::span<const CallRecord> calls);
+  // Fills the NCCL facts of a call already written (from the profiler plugin, which reports later).
+  void setNcclInfo(std::int64_t call_id, int algo, int proto, int channels);
+
+  std::int64_t addMeasurement(const Measurement& measurement);
+  void appendConsensus(std::span<const ConsensusRecord> rows);
+  std::int64_t addRecommendation(const RecommendationRecord& recommendation);
+  // Adds `count` to the drops of this kind on this rank.
+  void addDrops(std::int64_t rank_id, const std::string& kind, std::int64_t count);
+
+  void commit();
+  // Commits and closes the file; `end_ns` is stored as the end of every run still open in this file.
+  void finish(std::int64_t end_ns);
+  void finish();  // keeps end_ns NULL unless setRunEnd() was called
+
+  const std::string& path() const;
+  std::int64_t callCount() const;
+
+ private:
+  struct Impl;
+  explicit TraceWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Unix-epoch time in ns from the system clock.
+std::int64_t unixTimeNs();
+
+}  // namespace gradscope::storage

@@ -1,0 +1,590 @@
+#include "gradscope/storage/reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <queue>
+#include <unordered_map>
+
+#include "gradscope/common/error.h"
+#include "gradscope/storage/schema.h"
+#include "schema_sql.h"
+#include "sqlite.h"
+
+namespace gradscope::storage {
+namespace {
+
+constexpr std::string_view kCallColumns =
+    "c.id, c.rank_id, c.comm_id, c.seq, coalesce(c.step, -1), c.api, c.dtype, coalesce(c.op, 255), c.count, c.bytes, "
+    "c.enqueue_ns, c.start_ns, c.end_ns, coalesce(g.stream, 0), coalesce(g.algo, -1), coalesce(g.proto, -1), "
+    "coalesce(g.channels, 0)";
+
+CallRecord readCall(const sql::Statement& row) {
+  CallRecord call;
+  call.id = row.int64(0);
+  call.rank_id = row.int64(1);
+  call.comm_id = row.int64(2);
+  call.seq = row.int64(3);
+  call.step = row.int64(4);
+  call.api = static_cast<Api>(row.int32(5));
+  call.dtype = static_cast<DType>(row.int32(6));
+  call.op = static_cast<ReduceOp>(row.int32(7));
+  call.count = row.int64(8);
+  call.bytes = row.int64(9);
+  call.enqueue_ns = row.int64(10);
+  call.start_ns = row.int64(11);
+  call.end_ns = row.int64(12);
+  call.stream = row.int64(13);
+  call.nccl_algo = row.int32(14);
+  call.nccl_proto = row.int32(15);
+  call.nccl_channels = row.int32(16);
+  return call;
+}
+
+std::uint32_t bigEndian32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+}
+
+// Checks what can be checked before SQLite sees the file, so that the common mistakes get precise
+// messages: missing, a directory, empty, not SQLite, shorter than its header says (truncated copy).
+void checkFile(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT) fail("{}: no such file", path);
+    fail("{}: cannot read: {}", path, errnoMessage(errno));
+  }
+  if (S_ISDIR(info.st_mode)) fail("{}: is a directory; name a trace file (.db)", path);
+  if (info.st_size == 0) fail("{}: empty file, not a gradscope trace", path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot read: {}", path, errnoMessage(errno));
+  unsigned char header[100] = {};
+  const ssize_t got = ::read(fd, header, sizeof header);
+  ::close(fd);
+  if (got < 16 || std::memcmp(header, "SQLite format 3", 16) != 0)
+    fail("{}: not a gradscope trace (not an SQLite database)", path);
+  if (got < 100) fail("{}: truncated trace ({} bytes, shorter than an SQLite header)", path, got);
+  std::uint32_t page_size = (std::uint32_t{header[16]} << 8) | header[17];
+  if (page_size == 1) page_size = 65536;
+  const std::uint32_t pages = bigEndian32(header + 28);
+  const bool header_size_valid = bigEndian32(header + 24) == bigEndian32(header + 92);
+  struct stat wal {};
+  const bool has_wal = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+  const auto expected = static_cast<std::int64_t>(pages) * page_size;
+  if (header_size_valid && !has_wal && pages > 0 && info.st_size < expected)
+    fail("{}: truncated trace: the header describes {} bytes but the file has {}; copy it again", path, expected,
+         static_cast<std::int64_t>(info.st_size));
+}
+
+}  // namespace
+
+struct TraceReader::Impl {
+  mutable sql::Database db;
+  int version = 0;
+
+  // Finest tile level present for a rank, or -1.
+  int finestLevel(std::int64_t rank_id) const {
+    sql::Statement probe(db, "SELECT 1 FROM call_tiles WHERE level = ? AND rank_id = ? LIMIT 1");
+    for (int level : kTileLevels) {
+      probe.bind(1, level);
+      probe.bind(2, rank_id);
+      const bool found = probe.step();
+      probe.reset();
+      if (found) return level;
+    }
+    return -1;
+  }
+
+  bool hasLevel(int level, std::int64_t rank_id) const {
+    sql::Statement probe(db, "SELECT 1 FROM call_tiles WHERE level = ? AND rank_id = ? LIMIT 1");
+    probe.bind(1, level);
+    probe.bind(2, rank_id);
+    return probe.step();
+  }
+
+  // Longest call of a rank, from the coarsest level (fewest rows).
+  std::int64_t maxDuration(std::int64_t rank_id) const {
+    sql::Statement query(db,
+                         "SELECT coalesce(max(max_ns), 0) FROM call_tiles WHERE rank_id = ?1 AND level = "
+                         "(SELECT max(level) FROM call_tiles WHERE rank_id = ?1)");
+    query.bind(1, rank_id);
+    return query.step() ? query.int64(0) : 0;
+  }
+
+  struct IdRange {
+    std::int64_t first = 0, last = -1;
+    bool empty() const { return last < first; }
+  };
+
+  IdRange idRange(int level, std::int64_t rank_id, std::int64_t from_ns, std::int64_t to_ns) const {
+    sql::Statement query(db,
+                         "SELECT min(first_id), max(last_id) FROM call_tiles WHERE level = ? AND rank_id = ? AND "
+                         "tile BETWEEN ? AND ?");
+    query.bind(1, level);
+    query.bind(2, rank_id);
+    query.bind(3, from_ns >> level);
+    query.bind(4, to_ns >> level);
+    if (!query.step() || query.isNull(0)) return {};
+    return {query.int64(0), query.int64(1)};
+  }
+
+  std::vector<std::int64_t> rankIds() const {
+    std::vector<std::int64_t> ids;
+    sql::Statement query(db, "SELECT DISTINCT rank_id FROM call_tiles WHERE level = (SELECT max(level) FROM "
+                             "call_tiles) UNION SELECT id FROM ranks ORDER BY 1");
+    while (query.step()) ids.push_back(query.int64(0));
+    return ids;
+  }
+};
+
+TraceReader::TraceReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TraceReader::TraceReader(TraceReader&&) noexcept = default;
+TraceReader& TraceReader::operator=(TraceReader&&) noexcept = default;
+TraceReader::~TraceReader() = default;
+
+TraceReader TraceReader::open(const std::string& path) {
+  checkFile(path);
+  auto impl = std::make_unique<Impl>();
+  impl->db = sql::Database(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+  sqlite3_busy_timeout(impl->db.handle(), 5000);
+  const auto application_id = static_cast<std::int32_t>(impl->db.queryInt("PRAGMA application_id"));
+  if (application_id != kApplicationId) {
+    fail("{}: not a gradscope trace (an SQLite database of another application)", path);
+  }
+  int version = static_cast<int>(impl->db.queryInt("PRAGMA user_version"));
+  if (version > kSchemaVersion)
+    fail("{}: written by a newer gradscope (schema v{}; this build reads up to v{}); upgrade gradscope", path,
+         version, kSchemaVersion);
+  if (version < kOldestMigratableVersion)
+    fail("{}: incomplete gradscope trace (schema version {}); it was not fully created", path, version);
+  if (version < kSchemaVersion) {
+    impl->db.close();
+    if (::access(path.c_str(), W_OK) != 0)
+      fail("{}: uses schema v{} of an older gradscope and upgrading it needs write access; copy it somewhere "
+           "writable",
+           path, version);
+    sql::Database writable(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+    sqlite3_busy_timeout(writable.handle(), 5000);
+    sql::Transaction transaction(writable);
+    const int current = static_cast<int>(writable.queryInt("PRAGMA user_version"));
+    if (current < kSchemaVersion) detail::migrate(writable, current);
+    transaction.commit();
+    writable.close();
+    impl->db = sql::Database(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+    sqlite3_busy_timeout(impl->db.handle(), 5000);
+    version = kSchemaVersion;
+  }
+  impl->version = version;
+  // Touch every table once so a damaged schema page fails here, not in the middle of a report.
+  for (std::string_view table : tableNames()) impl->db.queryInt(fmt::format("SELECT 1 FROM {} LIMIT 1", table));
+  return TraceReader(std::move(impl));
+}
+
+const std::string& TraceReader::path() const { return impl_->db.path(); }
+int TraceReader::schemaVersion() const { return impl_->version; }
+
+std::vector<RunInfo> TraceReader::runs() const {
+  std::vector<RunInfo> runs;
+  sql::Statement query(impl_->db,
+                       "SELECT id, uuid, command, mode, backend, world_size, host, config_json, tool_version, "
+                       "epoch_ns, start_ns, end_ns FROM runs ORDER BY id");
+  while (query.step()) {
+    RunInfo run;
+    run.id = query.int64(0);
+    run.uuid = query.text(1);
+    run.command = query.text(2);
+    run.mode = query.text(3);
+    run.backend = static_cast<Backend>(query.int32(4));
+    run.world_size = query.int32(5);
+    run.host = query.text(6);
+    run.config_json = query.text(7);
+    run.tool_version = query.text(8);
+    run.epoch_ns = query.int64(9);
+    run.start_ns = query.int64(10);
+    run.end_ns = query.optionalInt64(11);
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+std::vector<RankInfo> TraceReader::ranks() const {
+  std::vector<RankInfo> ranks;
+  sql::Statement query(impl_->db,
+                       "SELECT id, run_id, rank, host, pid, device, clock_offset_ns FROM ranks ORDER BY id");
+  while (query.step()) {
+    RankInfo rank;
+    rank.id = query.int64(0);
+    rank.run_id = query.int64(1);
+    rank.rank = query.int32(2);
+    rank.host = query.text(3);
+    rank.pid = query.int64(4);
+    rank.device = query.text(5);
+    rank.clock_offset_ns = query.int64(6);
+    ranks.push_back(std::move(rank));
+  }
+  return ranks;
+}
+
+std::vector<CommInfo> TraceReader::comms() const {
+  std::vector<CommInfo> comms;
+  sql::Statement query(impl_->db, "SELECT id, rank_id, key, backend, size, comm_rank FROM comms ORDER BY id");
+  while (query.step()) {
+    CommInfo comm;
+    comm.id = query.int64(0);
+    comm.rank_id = query.int64(1);
+    comm.key = query.text(2);
+    comm.backend = static_cast<Backend>(query.int32(3));
+    comm.size = query.int32(4);
+    comm.comm_rank = query.int32(5);
+    comms.push_back(std::move(comm));
+  }
+  return comms;
+}
+
+std::int64_t TraceReader::callCount() const { return impl_->db.queryInt("SELECT count(*) FROM calls"); }
+
+std::vector<CallRecord> TraceReader::callsInWindow(std::int64_t rank_id, std::int64_t t0_ns, std::int64_t t1_ns,
+                                                   std::size_t limit) const {
+  std::vector<CallRecord> calls;
+  if (t1_ns <= t0_ns) return calls;
+  const int level = impl_->finestLevel(rank_id);
+  if (level < 0) return calls;
+  // A call that overlaps the window may have started up to one longest-call duration before it.
+  const std::int64_t from = t0_ns - impl_->maxDuration(rank_id);
+  const Impl::IdRange range = impl_->idRange(level, rank_id, from, t1_ns - 1);
+  if (range.empty()) return calls;
+  sql::Statement query(impl_->db, fmt::format("SELECT {} FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id "
+                                              "WHERE c.id BETWEEN ? AND ? AND c.rank_id = ? AND c.start_ns < ? AND "
+                                              "c.end_ns >= ? ORDER BY c.start_ns, c.id LIMIT ?",
+                                              kCallColumns));
+  query.bind(1, range.first);
+  query.bind(2, range.last);
+  query.bind(3, rank_id);
+  query.bind(4, t1_ns);
+  query.bind(5, t0_ns);
+  query.bind(6, limit == 0 ? std::int64_t{-1} : static_cast<std::int64_t>(limit));
+  while (query.step()) calls.push_back(readCall(query));
+  return calls;
+}
+
+TimelineSummary TraceReader::timeline(std::int64_t t0_ns, std::int64_t t1_ns, int columns) const {
+  TimelineSummary summary;
+  summary.t0_ns = t0_ns;
+  summary.t1_ns = t1_ns;
+  summary.columns = columns;
+  if (columns <= 0 || t1_ns <= t0_ns) return summary;
+  const double width = static_cast<double>(t1_ns - t0_ns) / columns;
+  summary.rank_ids = impl_->rankIds();
+  summary.buckets.assign(summary.rank_ids.size(), std::vector<TimelineBucket>(static_cast<std::size_t>(columns)));
+
+  // Coarsest level whose tile still fits in one column.
+  int wanted = -1;
+  for (int level : kTileLevels)
+    if (std::ldexp(1.0, level) <= width) wanted = level;
+
+  constexpr int kApiSlots = 32;
+  std::vector<std::array<std::int64_t, kApiSlots>> api_busy(static_cast<std::size_t>(columns));
+
+  // Adds `busy` starting at time `at`, spread forward over the columns it covers, so a long call
+  // shows as long; counts the call(s) in the column where they start.
+  const auto add = [&](std::vector<TimelineBucket>& row, std::int64_t at, std::int64_t calls, std::int64_t busy,
+                       std::int64_t bytes, std::int64_t max_ns, int api) {
+    double position = (static_cast<double>(at - t0_ns)) / width;
+    if (position >= columns) return;
+    double remaining = static_cast<double>(busy);
+    if (position < 0) {
+      remaining += position * width;  // the part before the window is not shown
+      position = 0;
+      if (remaining <= 0 && at + max_ns < t0_ns) return;
+    }
+    auto column = static_cast<std::size_t>(position);
+    TimelineBucket& first = row[column];
+    first.calls += calls;
+    first.bytes += bytes;
+    first.max_ns = std::max(first.max_ns, max_ns);
+    double offset = (position - static_cast<double>(column)) * width;
+    while (column < row.size()) {
+      const double room = width - offset;
+      const double part = std::max(0.0, std::min(room, remaining));
+      row[column].busy_ns += static_cast<std::int64_t>(part);
+      if (api >= 0 && api < kApiSlots) api_busy[column][static_cast<std::size_t>(api)] += static_cast<std::int64_t>(part) + 1;
+      remaining -= part;
+      if (remaining <= 0) break;
+      ++column;
+      offset = 0;
+    }
+  };
+
+  sql::Statement tiles(impl_->db,
+                       "SELECT tile, api, calls, busy_ns, bytes, max_ns FROM call_tiles WHERE level = ? AND "
+                       "rank_id = ? AND tile BETWEEN ? AND ?");
+  for (std::size_t r = 0; r < summary.rank_ids.size(); ++r) {
+    const std::int64_t rank_id = summary.rank_ids[r];
+    std::vector<TimelineBucket>& row = summary.buckets[r];
+    for (auto& slots : api_busy) slots.fill(0);
+    int level = -1;
+    for (int candidate : kTileLevels)
+      if (candidate <= wanted && impl_->hasLevel(candidate, rank_id)) level = candidate;
+    bool use_tiles = level >= 0;
+    if (use_tiles) {
+      // Few calls in the window: the calls themselves are exact and cheap.
+      const Impl::IdRange range = impl_->idRange(level, rank_id, t0_ns, t1_ns - 1);
+      use_tiles = !range.empty() && range.last - range.first > 16 * static_cast<std::int64_t>(columns);
+    }
+    if (use_tiles) {
+      summary.level = level;
+      const std::int64_t from = t0_ns - impl_->maxDuration(rank_id);
+      tiles.bind(1, level);
+      tiles.bind(2, rank_id);
+      tiles.bind(3, from >> level);
+      tiles.bind(4, (t1_ns - 1) >> level);
+      while (tiles.step()) {
+        const std::int64_t tile_start = tiles.int64(0) << level;
+        add(row, std::max(tile_start, from), tiles.int64(2), tiles.int64(3), tiles.int64(4), tiles.int64(5),
+            tiles.int32(1));
+      }
+      tiles.reset();
+    } else {
+      for (const CallRecord& call : callsInWindow(rank_id, t0_ns, t1_ns)) {
+        add(row, call.start_ns, 1, call.end_ns - call.start_ns, call.bytes, call.end_ns - call.start_ns,
+            static_cast<int>(call.api));
+      }
+    }
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      const auto& slots = api_busy[c];
+      const auto best = std::max_element(slots.begin(), slots.end());
+      if (*best > 0) row[c].dominant_api = static_cast<Api>(best - slots.begin());
+    }
+  }
+  return summary;
+}
+
+TimeExtent TraceReader::timeExtent() const {
+  TimeExtent extent;
+  bool any = false;
+  for (std::int64_t rank_id : impl_->rankIds()) {
+    const int level = impl_->finestLevel(rank_id);
+    if (level < 0) continue;
+    sql::Statement bounds(impl_->db, "SELECT min(tile), max(tile) FROM call_tiles WHERE level = ? AND rank_id = ?");
+    bounds.bind(1, level);
+    bounds.bind(2, rank_id);
+    if (!bounds.step() || bounds.isNull(0)) continue;
+    const std::int64_t first_tile = bounds.int64(0), last_tile = bounds.int64(1);
+    sql::Statement first(impl_->db, "SELECT min(start_ns) FROM calls WHERE id BETWEEN ? AND ? AND rank_id = ?");
+    const Impl::IdRange head = impl_->idRange(level, rank_id, first_tile << level, first_tile << level);
+    first.bind(1, head.first);
+    first.bind(2, head.last);
+    first.bind(3, rank_id);
+    first.step();
+    const std::int64_t begin = first.int64(0);
+    const std::int64_t from = (last_tile << level) - impl_->maxDuration(rank_id);
+    const Impl::IdRange tail = impl_->idRange(level, rank_id, from, last_tile << level);
+    sql::Statement last(impl_->db, "SELECT max(end_ns) FROM calls WHERE id BETWEEN ? AND ? AND rank_id = ?");
+    last.bind(1, tail.first);
+    last.bind(2, tail.last);
+    last.bind(3, rank_id);
+    last.step();
+    const std::int64_t end = last.int64(0);
+    extent.begin_ns = any ? std::min(extent.begin_ns, begin) : begin;
+    extent.end_ns = any ? std::max(extent.end_ns, end) : end;
+    any = true;
+  }
+  return extent;
+}
+
+TraceReader::CallStatistics TraceReader::callStatistics(std::size_t top) const {
+  CallStatistics stats;
+  std::map<std::pair<int, int>, SizeBucket> sizes;
+  std::map<std::int64_t, RankSummary> ranks;
+  // Longest first; among equal durations, the earlier call first (deterministic output).
+  const auto longer = [](const CallRecord& a, const CallRecord& b) {
+    const std::int64_t da = a.end_ns - a.start_ns, db = b.end_ns - b.start_ns;
+    return da != db ? da > db : a.id < b.id;
+  };
+  // Min-heap on duration holding the `top` longest calls seen so far.
+  std::priority_queue<CallRecord, std::vector<CallRecord>, decltype(longer)> longest(longer);
+  forEachCall([&](const CallRecord& call) {
+    const std::int64_t duration = call.end_ns - call.start_ns;
+    const int bucket = call.bytes > 0 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(call.bytes))) - 1 : -1;
+    SizeBucket& size = sizes[{static_cast<int>(call.api), bucket}];
+    if (size.calls == 0) {
+      size.api = call.api;
+      size.log2_bytes = bucket;
+      size.min_ns = duration;
+    }
+    ++size.calls;
+    size.total_ns += duration;
+    size.bytes += call.bytes;
+    size.min_ns = std::min(size.min_ns, duration);
+    size.max_ns = std::max(size.max_ns, duration);
+    RankSummary& rank = ranks[call.rank_id];
+    if (rank.calls == 0) {
+      rank.rank_id = call.rank_id;
+      rank.first_ns = call.start_ns;
+      rank.last_ns = call.end_ns;
+    }
+    ++rank.calls;
+    rank.total_ns += duration;
+    rank.first_ns = std::min(rank.first_ns, call.start_ns);
+    rank.last_ns = std::max(rank.last_ns, call.end_ns);
+    if (top > 0) {
+      if (longest.size() < top) longest.push(call);
+      else if (longer(call, longest.top())) {
+        longest.pop();
+        longest.push(call);
+      }
+    }
+    return true;
+  });
+  for (auto& [key, size] : sizes) stats.sizes.push_back(size);
+  for (const RankInfo& info : this->ranks()) {
+    RankSummary& rank = ranks[info.id];
+    rank.rank_id = info.id;
+    rank.rank = info.rank;
+    rank.host = info.host;
+  }
+  for (auto& [id, rank] : ranks) stats.ranks.push_back(rank);
+  while (!longest.empty()) {
+    stats.longest.push_back(longest.top());
+    longest.pop();
+  }
+  std::reverse(stats.longest.begin(), stats.longest.end());
+  return stats;
+}
+
+std::vector<TraceReader::Lateness> TraceReader::lateness() const {
+  // Communicators are matched across ranks by key (and run): map each comm id to a dense key index.
+  std::unordered_map<std::int64_t, std::int64_t> comm_key;
+  {
+    std::map<std::pair<std::int64_t, std::string>, std::int64_t> keys;
+    sql::Statement query(impl_->db, "SELECT c.id, r.run_id, c.key FROM comms c JOIN ranks r ON r.id = c.rank_id");
+    while (query.step()) {
+      const auto [it, inserted] =
+          keys.try_emplace({query.int64(1), query.text(2)}, static_cast<std::int64_t>(keys.size()));
+      comm_key[query.int64(0)] = it->second;
+    }
+  }
+  struct Earliest {
+    std::int64_t start;
+    std::int32_t ranks;
+  };
+  std::unordered_map<std::uint64_t, Earliest> earliest;
+  const auto keyOf = [&](const CallRecord& call) -> std::optional<std::uint64_t> {
+    const auto it = comm_key.find(call.comm_id);
+    if (it == comm_key.end()) return std::nullopt;
+    return (static_cast<std::uint64_t>(it->second) << 40) ^ static_cast<std::uint64_t>(call.seq);
+  };
+  forEachCall([&](const CallRecord& call) {
+    if (const auto key = keyOf(call)) {
+      auto [it, inserted] = earliest.try_emplace(*key, Earliest{call.start_ns, 0});
+      it->second.start = std::min(it->second.start, call.start_ns);
+      ++it->second.ranks;
+    }
+    return true;
+  });
+  std::map<std::int64_t, Lateness> per_rank;
+  forEachCall([&](const CallRecord& call) {
+    const auto key = keyOf(call);
+    if (!key) return true;
+    const Earliest& first = earliest.at(*key);
+    if (first.ranks < 2) return true;
+    Lateness& late = per_rank[call.rank_id];
+    late.rank_id = call.rank_id;
+    const std::int64_t behind = call.start_ns - first.start;
+    late.mean_ns += static_cast<double>(behind);
+    late.max_ns = std::max(late.max_ns, behind);
+    ++late.matched;
+    return true;
+  });
+  std::vector<Lateness> out;
+  for (auto& [id, late] : per_rank) {
+    if (late.matched > 0) late.mean_ns /= static_cast<double>(late.matched);
+    out.push_back(late);
+  }
+  return out;
+}
+
+std::vector<Measurement> TraceReader::measurements(const std::string& strategy) const {
+  std::vector<Measurement> out;
+  sql::Statement query(impl_->db,
+                       "SELECT id, run_id, rank_id, call_id, strategy, api, dtype, bytes, world, reps, min_ns, "
+                       "median_ns, p90_ns, max_ns, algbw_gbs, busbw_gbs, rel_l2_error, max_abs_error, cosine, "
+                       "overflow_count FROM measurements WHERE ?1 = '' OR strategy = ?1 "
+                       "ORDER BY strategy, dtype, bytes, id");
+  query.bind(1, strategy);
+  while (query.step()) {
+    Measurement m;
+    m.id = query.int64(0);
+    m.run_id = query.int64(1);
+    m.rank_id = query.optionalInt64(2);
+    m.call_id = query.optionalInt64(3);
+    m.strategy = query.text(4);
+    m.api = static_cast<Api>(query.int32(5));
+    m.dtype = static_cast<DType>(query.int32(6));
+    m.bytes = query.int64(7);
+    m.world = query.int32(8);
+    m.reps = query.int32(9);
+    m.min_ns = query.real(10);
+    m.median_ns = query.real(11);
+    m.p90_ns = query.real(12);
+    m.max_ns = query.real(13);
+    m.algbw_gbs = query.real(14);
+    m.busbw_gbs = query.real(15);
+    m.rel_l2_error = query.optionalReal(16);
+    m.max_abs_error = query.optionalReal(17);
+    m.cosine = query.optionalReal(18);
+    m.overflow_count = query.int64(19);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<ConsensusRecord> TraceReader::consensus() const {
+  std::vector<ConsensusRecord> out;
+  sql::Statement query(impl_->db,
+                       "SELECT id, rank_id, step, alpha, cosine_to_mean, grad_norm, diversity FROM consensus "
+                       "ORDER BY step, rank_id, id");
+  while (query.step()) {
+    ConsensusRecord row;
+    row.id = query.int64(0);
+    row.rank_id = query.int64(1);
+    row.step = query.int64(2);
+    row.alpha = query.real(3);
+    row.cosine_to_mean = query.real(4);
+    row.grad_norm = query.real(5);
+    row.diversity = query.real(6);
+    out.push_back(row);
+  }
+  return out;
+}
+
+std::vector<RecommendationRecord> TraceReader::recommendations() const {
+  std::vector<RecommendationRecord> out;
+  sql::Statement query(impl_->db,
+                       "SELECT id, coalesce(run_id, 0), created_ns, json FROM recommendations ORDER BY id");
+  while (query.step()) out.push_back({query.int64(0), query.int64(1), query.int64(2), query.text(3)});
+  return out;
+}
+
+std::vector<DropRecord> TraceReader::drops() const {
+  std::vector<DropRecord> out;
+  sql::Statement query(impl_->db, "SELECT rank_id, kind, count FROM drops ORDER BY rank_id, kind");
+  while (query.step()) out.push_back({query.int64(0), query.text(1), query.int64(2)});
+  return out;
+}
+
+void TraceReader::forEachCall(const std::function<bool(const CallRecord&)>& visit) const {
+  sql::Statement query(impl_->db,
+                       fmt::format("SELECT {} FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id ORDER BY c.id",
+                                   kCallColumns));
+  while (query.step())
+    if (!visit(readCall(query))) break;
+}
+
+}  // namespace gradscope::storage

@@ -1,0 +1,112 @@
+#pragma once
+
+// call_tiles maintenance: per (level, rank, tile, api) aggregates of the calls that start in the tile.
+// They serve two readers: the zoomed-out timeline (one tile row instead of thousands of calls) and the
+// time index of calls (first_id..last_id of a tile bound the calls to scan for a time window).
+//
+// The accumulator keeps one open tile per (rank, api, level). Calls arrive nearly in time order, so a
+// call almost always lands in the open tile: a shift, a compare and a few adds per level. When a call
+// falls outside, the open tile is moved to the pending list; pending rows are upserted at commit, which
+// also makes out-of-order arrivals correct (the upsert adds to the row already stored).
+
+#include <cstdint>
+#include <vector>
+
+#include "gradscope/storage/records.h"
+#include "gradscope/storage/schema.h"
+#include "sqlite.h"
+
+namespace gradscope::storage::detail {
+
+inline constexpr int kTileLevelCount = static_cast<int>(std::size(kTileLevels));
+
+struct TileRow {
+  int level = 0;
+  std::int64_t rank_id = 0;
+  std::int64_t tile = 0;
+  int api = 0;
+  std::int64_t calls = 0;
+  std::int64_t busy_ns = 0;
+  std::int64_t bytes = 0;
+  std::int64_t max_ns = 0;
+  std::int64_t first_id = 0;
+  std::int64_t last_id = 0;
+};
+
+class TileAccumulator {
+ public:
+  // `call.id` must be set.
+  void add(const CallRecord& call) {
+    OpenTiles& open = find(call.rank_id, static_cast<int>(call.api));
+    const std::int64_t duration = call.end_ns > call.start_ns ? call.end_ns - call.start_ns : 0;
+    for (int l = 0; l < kTileLevelCount; ++l) {
+      const std::int64_t tile = call.start_ns >> kTileLevels[l];
+      TileRow& row = open.level[l];
+      if (row.calls != 0 && row.tile != tile) {
+        pending_.push_back(row);
+        row.calls = 0;
+      }
+      if (row.calls == 0) {
+        row = TileRow{kTileLevels[l], call.rank_id, tile, static_cast<int>(call.api), 0, 0, 0, 0, call.id, call.id};
+      }
+      ++row.calls;
+      row.busy_ns += duration;
+      row.bytes += call.bytes;
+      if (duration > row.max_ns) row.max_ns = duration;
+      if (call.id < row.first_id) row.first_id = call.id;
+      if (call.id > row.last_id) row.last_id = call.id;
+    }
+  }
+
+  // Moves every pending and open tile out (the open ones restart empty).
+  std::vector<TileRow> drain() {
+    for (OpenTiles& open : open_)
+      for (TileRow& row : open.level)
+        if (row.calls != 0) {
+          pending_.push_back(row);
+          row.calls = 0;
+        }
+    std::vector<TileRow> out;
+    out.swap(pending_);
+    return out;
+  }
+
+ private:
+  struct OpenTiles {
+    std::int64_t rank_id;
+    int api;
+    TileRow level[kTileLevelCount];
+  };
+
+  OpenTiles& find(std::int64_t rank_id, int api) {
+    if (last_ < open_.size() && open_[last_].rank_id == rank_id && open_[last_].api == api) return open_[last_];
+    for (std::size_t i = 0; i < open_.size(); ++i)
+      if (open_[i].rank_id == rank_id && open_[i].api == api) return open_[last_ = i];
+    open_.push_back(OpenTiles{rank_id, api, {}});
+    last_ = open_.size() - 1;
+    return open_.back();
+  }
+
+  std::vector<OpenTiles> open_;
+  std::size_t last_ = 0;
+  std::vector<TileRow> pending_;
+};
+
+// Adds rows to call_tiles (summing into rows already there).
+class TileUpserter {
+ public:
+  explicit TileUpserter(sql::Database& db);
+  void upsert(const std::vector<TileRow>& rows);
+
+ private:
+  sql::Statement statement_;
+};
+
+// Removes levels that index nothing the raw calls don't: a level with more than a quarter as many rows
+// as there are calls. The coarsest level is always kept (it is the time index of last resort).
+void pruneTileLevels(sql::Database& db);
+
+// Rebuilds call_tiles from the calls table (used after migration).
+void rebuildTiles(sql::Database& db);
+
+}  // namespace gradscope::storage::detail

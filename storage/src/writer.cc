@@ -1,0 +1,371 @@
+#include "gradscope/storage/writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <vector>
+
+#include "file_util.h"
+#include "gradscope/common/error.h"
+#include "gradscope/common/version.h"
+#include "schema_sql.h"
+#include "sqlite.h"
+#include "tiles.h"
+
+namespace gradscope::storage {
+namespace {
+
+// Calls are inserted with one statement carrying this many rows: it amortises the statement's
+// per-execution overhead, which otherwise costs about a third of the insert time (bench/storage_bench).
+constexpr int kCallsPerStatement = 32;
+constexpr int kCallColumns = 13;
+
+std::string callInsertSql(int rows) {
+  std::string sql =
+      "INSERT INTO calls (id, rank_id, comm_id, seq, step, api, dtype, op, count, bytes, enqueue_ns, start_ns, "
+      "end_ns) VALUES ";
+  for (int r = 0; r < rows; ++r) sql += r == 0 ? "(?,?,?,?,?,?,?,?,?,?,?,?,?)" : ",(?,?,?,?,?,?,?,?,?,?,?,?,?)";
+  return sql;
+}
+
+}  // namespace
+
+std::int64_t unixTimeNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct TraceWriter::Impl {
+  sql::Database db;
+  Options options;
+  bool in_transaction = false;
+  bool finished = false;
+  std::int64_t next_call_id = 1;
+  std::int64_t calls_written = 0;
+  std::int64_t rows_in_transaction = 0;
+  detail::TileAccumulator tiles;
+
+  sql::Statement insert_calls_bulk;
+  sql::Statement insert_call;
+  sql::Statement insert_gpu;
+  sql::Statement upsert_drop;
+  std::unique_ptr<detail::TileUpserter> tile_upserter;
+
+  void begin() {
+    if (!in_transaction) {
+      db.exec("BEGIN IMMEDIATE");
+      in_transaction = true;
+    }
+  }
+
+  void commit() {
+    if (!in_transaction) return;
+    tile_upserter->upsert(tiles.drain());
+    db.exec("COMMIT");
+    in_transaction = false;
+    rows_in_transaction = 0;
+  }
+
+  static void bindCall(sql::Statement& statement, int base, const CallRecord& call) {
+    statement.bindFast(base + 1, call.id);
+    statement.bindFast(base + 2, call.rank_id);
+    statement.bindFast(base + 3, call.comm_id);
+    statement.bindFast(base + 4, call.seq);
+    if (call.step >= 0) statement.bindFast(base + 5, call.step);
+    else sqlite3_bind_null(statement.handle(), base + 5);
+    statement.bindFast(base + 6, static_cast<std::int64_t>(call.api));
+    statement.bindFast(base + 7, static_cast<std::int64_t>(call.dtype));
+    if (call.op != ReduceOp::None) statement.bindFast(base + 8, static_cast<std::int64_t>(call.op));
+    else sqlite3_bind_null(statement.handle(), base + 8);
+    statement.bindFast(base + 9, call.count);
+    statement.bindFast(base + 10, call.bytes);
+    statement.bindFast(base + 11, call.enqueue_ns);
+    statement.bindFast(base + 12, call.start_ns);
+    statement.bindFast(base + 13, call.end_ns);
+  }
+
+  void writeGpuInfo(const CallRecord& call) {
+    insert_gpu.bind(1, call.id);
+    insert_gpu.bind(2, call.stream);
+    if (call.nccl_algo >= 0) insert_gpu.bind(3, call.nccl_algo);
+    if (call.nccl_proto >= 0) insert_gpu.bind(4, call.nccl_proto);
+    if (call.nccl_channels > 0) insert_gpu.bind(5, call.nccl_channels);
+    insert_gpu.run();
+  }
+};
+
+TraceWriter::TraceWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TraceWriter::TraceWriter(TraceWriter&&) noexcept = default;
+TraceWriter& TraceWriter::operator=(TraceWriter&&) noexcept = default;
+
+TraceWriter::~TraceWriter() {
+  if (!impl_ || impl_->finished) return;
+  try {
+    impl_->commit();
+  } catch (const Error&) {
+    // Destructors must not throw; what was committed before stays valid.
+  }
+}
+
+TraceWriter TraceWriter::create(const std::string& path, Options options) {
+  detail::createPrivateFile(path);  // 0600, O_EXCL: never clobbers, never world-readable
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  try {
+    impl->db = sql::Database(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+    sql::Database& db = impl->db;
+    db.exec("PRAGMA page_size = 4096");
+    db.exec("PRAGMA journal_mode = WAL");
+    // NORMAL in WAL mode: a crash of the job never corrupts the file and loses at most the open
+    // transaction; only an OS crash can lose the last commits. FULL would fsync every commit.
+    db.exec("PRAGMA synchronous = NORMAL");
+    db.exec("PRAGMA cache_size = -65536");
+    {
+      sql::Transaction transaction(db);
+      detail::createSchema(db);
+      transaction.commit();
+    }
+    impl->insert_calls_bulk = sql::Statement(db, callInsertSql(kCallsPerStatement), true);
+    impl->insert_call = sql::Statement(db, callInsertSql(1), true);
+    impl->insert_gpu = sql::Statement(
+        db, "INSERT OR REPLACE INTO gpu_calls (call_id, stream, algo, proto, channels) VALUES (?, ?, ?, ?, ?)", true);
+    impl->upsert_drop = sql::Statement(
+        db,
+        "INSERT INTO drops (rank_id, kind, count) VALUES (?, ?, ?) "
+        "ON CONFLICT (rank_id, kind) DO UPDATE SET count = count + excluded.count",
+        true);
+    impl->tile_upserter = std::make_unique<detail::TileUpserter>(db);
+  } catch (...) {
+    impl->db.close();
+    detail::removeDatabaseFiles(path);
+    throw;
+  }
+  return TraceWriter(std::move(impl));
+}
+
+std::int64_t TraceWriter::addRun(const RunInfo& run) {
+  impl_->begin();
+  sql::Statement insert(impl_->db,
+                        "INSERT INTO runs (uuid, command, mode, backend, world_size, host, config_json, tool_version, "
+                        "epoch_ns, start_ns, end_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  insert.bind(1, run.uuid);
+  insert.bind(2, run.command);
+  insert.bind(3, run.mode);
+  insert.bind(4, static_cast<int>(run.backend));
+  insert.bind(5, run.world_size);
+  insert.bind(6, run.host);
+  insert.bind(7, run.config_json.empty() ? std::string("{}") : run.config_json);
+  insert.bind(8, run.tool_version.empty() ? std::string(kVersion) : run.tool_version);
+  insert.bind(9, run.epoch_ns);
+  insert.bind(10, run.start_ns);
+  insert.bind(11, run.end_ns);
+  insert.run();
+  return sqlite3_last_insert_rowid(impl_->db.handle());
+}
+
+void TraceWriter::setRunEnd(std::int64_t run_id, std::int64_t end_ns) {
+  impl_->begin();
+  sql::Statement update(impl_->db, "UPDATE runs SET end_ns = ? WHERE id = ?");
+  update.bind(1, end_ns);
+  update.bind(2, run_id);
+  update.run();
+}
+
+std::int64_t TraceWriter::addRank(const RankInfo& rank) {
+  impl_->begin();
+  sql::Database& db = impl_->db;
+  std::int64_t id = rank.id;
+  if (id == 0) {
+    sql::Statement taken(db, "SELECT 1 FROM ranks WHERE id = ?");
+    taken.bind(1, static_cast<std::int64_t>(rank.rank));
+    id = taken.step() ? db.queryInt("SELECT coalesce(max(id), -1) + 1 FROM ranks") : rank.rank;
+  }
+  sql::Statement insert(
+      db, "INSERT INTO ranks (id, run_id, rank, host, pid, device, clock_offset_ns) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  insert.bind(1, id);
+  insert.bind(2, rank.run_id);
+  insert.bind(3, rank.rank);
+  insert.bind(4, rank.host);
+  insert.bind(5, rank.pid);
+  insert.bind(6, rank.device);
+  insert.bind(7, rank.clock_offset_ns);
+  insert.run();
+  return id;
+}
+
+void TraceWriter::setClockOffset(std::int64_t rank_id, std::int64_t offset_ns) {
+  impl_->begin();
+  sql::Statement update(impl_->db, "UPDATE ranks SET clock_offset_ns = ? WHERE id = ?");
+  update.bind(1, offset_ns);
+  update.bind(2, rank_id);
+  update.run();
+}
+
+std::int64_t TraceWriter::addComm(const CommInfo& comm) {
+  impl_->begin();
+  sql::Statement insert(impl_->db,
+                        "INSERT INTO comms (rank_id, key, backend, size, comm_rank) VALUES (?, ?, ?, ?, ?)");
+  insert.bind(1, comm.rank_id);
+  insert.bind(2, comm.key);
+  insert.bind(3, static_cast<int>(comm.backend));
+  insert.bind(4, comm.size);
+  insert.bind(5, comm.comm_rank);
+  insert.run();
+  return sqlite3_last_insert_rowid(impl_->db.handle());
+}
+
+std::int64_t TraceWriter::appendCalls(std::span<const CallRecord> calls) {
+  if (calls.empty()) return 0;
+  Impl& w = *impl_;
+  w.begin();
+  // Ids first, so a bad explicit id fails before anything is written.
+  std::vector<CallRecord> batch(calls.begin(), calls.end());
+  std::int64_t next = w.next_call_id;
+  for (CallRecord& call : batch) {
+    if (call.id == 0) call.id = next;
+    else if (call.id < next)
+      fail("{}: call id {} is not above the last id written ({}); ids must increase", w.db.path(), call.id,
+           next - 1);
+    next = call.id + 1;
+  }
+  std::size_t i = 0;
+  for (; i + kCallsPerStatement <= batch.size(); i += kCallsPerStatement) {
+    for (int r = 0; r < kCallsPerStatement; ++r) Impl::bindCall(w.insert_calls_bulk, r * kCallColumns, batch[i + static_cast<std::size_t>(r)]);
+    w.insert_calls_bulk.step();
+    sqlite3_reset(w.insert_calls_bulk.handle());
+  }
+  for (; i < batch.size(); ++i) {
+    Impl::bindCall(w.insert_call, 0, batch[i]);
+    w.insert_call.step();
+    sqlite3_reset(w.insert_call.handle());
+  }
+  for (const CallRecord& call : batch) {
+    w.tiles.add(call);
+    if (call.hasGpuInfo()) w.writeGpuInfo(call);
+  }
+  w.next_call_id = next;
+  w.calls_written += static_cast<std::int64_t>(batch.size());
+  w.rows_in_transaction += static_cast<std::int64_t>(batch.size());
+  if (w.rows_in_transaction >= w.options.commit_rows) w.commit();
+  return batch.front().id;
+}
+
+void TraceWriter::setNcclInfo(std::int64_t call_id, int algo, int proto, int channels) {
+  impl_->begin();
+  sql::Statement upsert(impl_->db,
+                        "INSERT INTO gpu_calls (call_id, stream, algo, proto, channels) VALUES (?, 0, ?, ?, ?) "
+                        "ON CONFLICT (call_id) DO UPDATE SET algo = excluded.algo, proto = excluded.proto, "
+                        "channels = excluded.channels");
+  upsert.bind(1, call_id);
+  if (algo >= 0) upsert.bind(2, algo);
+  if (proto >= 0) upsert.bind(3, proto);
+  if (channels > 0) upsert.bind(4, channels);
+  upsert.run();
+}
+
+std::int64_t TraceWriter::addMeasurement(const Measurement& m) {
+  impl_->begin();
+  sql::Statement insert(impl_->db,
+                        "INSERT INTO measurements (run_id, rank_id, call_id, strategy, api, dtype, bytes, world, reps, "
+                        "min_ns, median_ns, p90_ns, max_ns, algbw_gbs, busbw_gbs, rel_l2_error, max_abs_error, cosine, "
+                        "overflow_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  insert.bind(1, m.run_id);
+  insert.bind(2, m.rank_id);
+  insert.bind(3, m.call_id);
+  insert.bind(4, m.strategy);
+  insert.bind(5, static_cast<int>(m.api));
+  insert.bind(6, static_cast<int>(m.dtype));
+  insert.bind(7, m.bytes);
+  insert.bind(8, m.world);
+  insert.bind(9, m.reps);
+  insert.bind(10, m.min_ns);
+  insert.bind(11, m.median_ns);
+  insert.bind(12, m.p90_ns);
+  insert.bind(13, m.max_ns);
+  insert.bind(14, m.algbw_gbs);
+  insert.bind(15, m.busbw_gbs);
+  insert.bind(16, m.rel_l2_error);
+  insert.bind(17, m.max_abs_error);
+  insert.bind(18, m.cosine);
+  insert.bind(19, m.overflow_count);
+  insert.run();
+  return sqlite3_last_insert_rowid(impl_->db.handle());
+}
+
+void TraceWriter::appendConsensus(std::span<const ConsensusRecord> rows) {
+  if (rows.empty()) return;
+  impl_->begin();
+  sql::Statement insert(impl_->db,
+                        "INSERT INTO consensus (rank_id, step, alpha, cosine_to_mean, grad_norm, diversity) "
+                        "VALUES (?, ?, ?, ?, ?, ?)");
+  for (const ConsensusRecord& row : rows) {
+    insert.bind(1, row.rank_id);
+    insert.bind(2, row.step);
+    insert.bind(3, row.alpha);
+    insert.bind(4, row.cosine_to_mean);
+    insert.bind(5, row.grad_norm);
+    insert.bind(6, row.diversity);
+    insert.run();
+  }
+}
+
+std::int64_t TraceWriter::addRecommendation(const RecommendationRecord& recommendation) {
+  impl_->begin();
+  sql::Statement insert(impl_->db, "INSERT INTO recommendations (run_id, created_ns, json) VALUES (?, ?, ?)");
+  if (recommendation.run_id != 0) insert.bind(1, recommendation.run_id);
+  insert.bind(2, recommendation.created_ns != 0 ? recommendation.created_ns : unixTimeNs());
+  insert.bind(3, recommendation.json);
+  insert.run();
+  return sqlite3_last_insert_rowid(impl_->db.handle());
+}
+
+void TraceWriter::addDrops(std::int64_t rank_id, const std::string& kind, std::int64_t count) {
+  if (count == 0) return;
+  impl_->begin();
+  impl_->upsert_drop.bind(1, rank_id);
+  impl_->upsert_drop.bind(2, kind);
+  impl_->upsert_drop.bind(3, count);
+  impl_->upsert_drop.run();
+}
+
+void TraceWriter::commit() { impl_->commit(); }
+
+void TraceWriter::finish(std::int64_t end_ns) {
+  impl_->begin();
+  sql::Statement update(impl_->db, "UPDATE runs SET end_ns = ? WHERE end_ns IS NULL");
+  update.bind(1, end_ns);
+  update.run();
+  finish();
+}
+
+void TraceWriter::finish() {
+  Impl& w = *impl_;
+  if (w.finished) return;
+  w.commit();
+  {
+    sql::Transaction transaction(w.db);
+    detail::pruneTileLevels(w.db);
+    transaction.commit();
+  }
+  w.db.exec("PRAGMA optimize");
+  // Fold the WAL into the main file so a finished trace is one self-contained file. A reader that
+  // still has it open (live view) keeps WAL mode in place; the checkpoint still happens.
+  w.insert_calls_bulk = {};
+  w.insert_call = {};
+  w.insert_gpu = {};
+  w.upsert_drop = {};
+  w.tile_upserter.reset();
+  if (sqlite3_exec(w.db.handle(), "PRAGMA journal_mode = DELETE", nullptr, nullptr, nullptr) != SQLITE_OK)
+    sqlite3_exec(w.db.handle(), "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
+  w.db.close();
+  w.finished = true;
+}
+
+const std::string& TraceWriter::path() const { return impl_->db.path(); }
+std::int64_t TraceWriter::callCount() const { return impl_->calls_written; }
+
+}  // namespace gradscope::storage

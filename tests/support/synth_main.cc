@@ -1,0 +1,45 @@
+// gradscope-synth: writes the per-rank trace files of a synthetic data-parallel job.
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "gradscope/common/error.h"
+#include "synthetic_trace.h"
+
+int main(int argc, char** argv) {
+  gradscope::testing::SyntheticJob job;
+  std::string directory;
+  std::int64_t large_calls = 0;
+  std::string large_path;
+  CLI::App app{"gradscope-synth: synthetic traces of a data-parallel job (one file per rank)"};
+  app.add_option("-o,--output-dir", directory, "Directory for rank-N.db files (created if missing)");
+  app.add_option("--ranks", job.ranks, "Ranks")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--steps", job.steps, "Training steps")->check(CLI::Range(0, 1'000'000))->capture_default_str();
+  app.add_option("--seed", job.seed, "Random seed")->capture_default_str();
+  app.add_option("--straggler", job.straggler, "Rank that arrives late (-1: none)")->capture_default_str();
+  app.add_flag("--gpu", job.gpu, "NCCL calls on GPUs instead of MPI calls");
+  app.add_option("--large", large_calls, "Instead: write one file with this many calls (benchmarks)");
+  app.add_option("--large-file", large_path, "File for --large");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (large_calls > 0) {
+      if (large_path.empty()) gradscope::fail("--large needs --large-file");
+      gradscope::testing::writeLargeTrace(large_path, large_calls, job.ranks, job.seed);
+      fmt::print("wrote {} ({} calls over {} ranks)\n", large_path, large_calls, job.ranks);
+      return 0;
+    }
+    if (directory.empty()) gradscope::fail("name an output directory with -o");
+    std::filesystem::create_directories(directory);
+    for (int rank = 0; rank < job.ranks; ++rank) {
+      const std::string path = (std::filesystem::path(directory) / fmt::format("rank-{}.db", rank)).string();
+      gradscope::testing::writeSyntheticRank(path, job, rank);
+    }
+    fmt::print("wrote {} rank files of a {}-step job into {}\n", job.ranks, job.steps, directory);
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "gradscope-synth: {}\n", error.what());
+    return 2;
+  }
+  return 0;
+}

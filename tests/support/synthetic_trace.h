@@ -1,0 +1,44 @@
+#pragma once
+
+// Deterministic synthetic traces that look like a data-parallel training job: per step, DDP-style
+// gradient buckets (a 1 MiB first bucket, 25 MiB buckets, a remainder), a scalar loss all-reduce and a
+// metrics all-gather, with an alpha-beta cost per call, per-rank jitter and one straggler rank. Used by
+// the tests, the benchmarks and the Quick start demo until real jobs can be profiled.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gradscope/storage/records.h"
+
+namespace gradscope::testing {
+
+struct SyntheticJob {
+  int ranks = 4;
+  int steps = 20;
+  std::uint64_t seed = 1;
+  std::int64_t epoch_ns = 1'795'000'000'000'000'000;  // 2026-11-18: fixed so outputs are reproducible
+  std::string uuid = "00000000-0000-4000-8000-000000000001";
+  std::string host_prefix = "node";
+  int ranks_per_host = 2;
+  int straggler = 1;  // rank that starts its collectives late (-1: none)
+  std::int64_t model_bytes = 100ll << 20;  // gradient bytes per step
+  bool gpu = false;  // NCCL calls with stream/algorithm facts instead of MPI calls
+};
+
+// Writes the file one rank of `job` would write (what the agent writes per rank).
+void writeSyntheticRank(const std::string& path, const SyntheticJob& job, int rank);
+
+// The calls of one rank, ids unset (0), for rank id `rank_id` and communicator id `comm_id`.
+std::vector<storage::CallRecord> syntheticRankCalls(const SyntheticJob& job, int rank, std::int64_t rank_id,
+                                                    std::int64_t comm_id);
+
+// `count` call rows with realistic, varied values (sizes, gaps, durations), fast to generate: the
+// input of the ingest benchmark and of large-file tests. Times increase; ids unset.
+std::vector<storage::CallRecord> manyCalls(std::size_t count, std::int64_t rank_id, std::int64_t comm_id,
+                                           std::uint64_t seed);
+
+// A single-file trace with `calls` calls spread over `ranks` ranks (rank ids 0..ranks-1).
+void writeLargeTrace(const std::string& path, std::int64_t calls, int ranks, std::uint64_t seed);
+
+}  // namespace gradscope::testing
