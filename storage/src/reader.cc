@@ -328,14 +328,17 @@ TimelineSummary TraceReader::timeline(std::int64_t t0_ns, std::int64_t t1_ns, in
     const std::int64_t rank_id = summary.rank_ids[r];
     std::vector<TimelineBucket>& row = summary.buckets[r];
     for (auto& slots : api_busy) slots.fill(0);
+    // Raw calls when the window holds few of them (exact, and cheap); otherwise the coarsest level whose
+    // tile fits in a column, or the finest level there is when even that is wider than a column.
+    const int finest = impl_->finestLevel(rank_id);
+    bool use_tiles = false;
     int level = -1;
-    for (int candidate : kTileLevels)
-      if (candidate <= wanted && impl_->hasLevel(candidate, rank_id)) level = candidate;
-    bool use_tiles = level >= 0;
-    if (use_tiles) {
-      // Few calls in the window: the calls themselves are exact and cheap.
-      const Impl::IdRange range = impl_->idRange(level, rank_id, t0_ns, t1_ns - 1);
+    if (finest >= 0) {
+      const Impl::IdRange range = impl_->idRange(finest, rank_id, t0_ns, t1_ns - 1);
       use_tiles = !range.empty() && range.last - range.first > 16 * static_cast<std::int64_t>(columns);
+      level = finest;
+      for (int candidate : kTileLevels)
+        if (candidate > finest && candidate <= wanted && impl_->hasLevel(candidate, rank_id)) level = candidate;
     }
     if (use_tiles) {
       summary.level = level;

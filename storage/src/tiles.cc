@@ -56,7 +56,7 @@ void rebuildTiles(sql::Database& db) {
     call.bytes = calls.int64(3);
     call.start_ns = calls.int64(4);
     call.end_ns = calls.int64(5);
-    tiles.add(call);
+    tiles.add(call, call.id);
     if (++since_flush == (1 << 16)) {
       upserter.upsert(tiles.drain());
       since_flush = 0;

@@ -35,8 +35,8 @@ struct TileRow {
 
 class TileAccumulator {
  public:
-  // `call.id` must be set.
-  void add(const CallRecord& call) {
+  // `id` is the call's id in the file.
+  void add(const CallRecord& call, std::int64_t id) {
     OpenTiles& open = find(call.rank_id, static_cast<int>(call.api));
     const std::int64_t duration = call.end_ns > call.start_ns ? call.end_ns - call.start_ns : 0;
     for (int l = 0; l < kTileLevelCount; ++l) {
@@ -47,14 +47,14 @@ class TileAccumulator {
         row.calls = 0;
       }
       if (row.calls == 0) {
-        row = TileRow{kTileLevels[l], call.rank_id, tile, static_cast<int>(call.api), 0, 0, 0, 0, call.id, call.id};
+        row = TileRow{kTileLevels[l], call.rank_id, tile, static_cast<int>(call.api), 0, 0, 0, 0, id, id};
       }
       ++row.calls;
       row.busy_ns += duration;
       row.bytes += call.bytes;
       if (duration > row.max_ns) row.max_ns = duration;
-      if (call.id < row.first_id) row.first_id = call.id;
-      if (call.id > row.last_id) row.last_id = call.id;
+      if (id < row.first_id) row.first_id = id;
+      if (id > row.last_id) row.last_id = id;
     }
   }
 
