@@ -11,14 +11,13 @@ repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 preset=${1:-default}
 cd "$repo_root"
 
+echo "==> checking dependencies (scripts/bootstrap.sh)"
+scripts/bootstrap.sh
 if ! cmake --list-presets=configure 2>/dev/null | grep -q "^  \"$preset\""; then
   echo "build.sh: no configure preset '$preset'; choose one of:" >&2
   cmake --list-presets=configure >&2 || true
   exit 2
 fi
-
-echo "==> checking dependencies (scripts/bootstrap.sh)"
-scripts/bootstrap.sh
 echo "==> configuring preset '$preset'"
 cmake --preset "$preset"
 echo "==> building preset '$preset'"

@@ -26,6 +26,7 @@ std::vector<storage::CallRecord> syntheticRankCalls(const SyntheticJob& job, int
   std::mt19937_64 local(job.seed * 1'000'003 + static_cast<std::uint64_t>(rank));
   std::uniform_int_distribution<std::int64_t> compute_jitter(0, 2'000'000);
   std::uniform_int_distribution<std::int64_t> jitter(0, 40'000);
+  std::uniform_real_distribution<double> bandwidth_noise(0.0, 0.15);
 
   std::vector<std::int64_t> buckets;
   std::int64_t remaining = job.model_bytes;
@@ -63,7 +64,10 @@ std::vector<storage::CallRecord> syntheticRankCalls(const SyntheticJob& job, int
       call.nccl_channels = bytes >= (1 << 20) ? 16 : 2;
     }
     // A collective completes for everyone once the last rank has arrived.
-    call.end_ns = now + (job.straggler >= 0 ? 340'000 : 40'000) + costNs(bytes, job.ranks);
+    // Same draw on every rank (shared generator): the network is shared, so is its noise.
+    const double noise = 1.0 + bandwidth_noise(shared);
+    call.end_ns = now + (job.straggler >= 0 ? 340'000 : 40'000) +
+                  static_cast<std::int64_t>(static_cast<double>(costNs(bytes, job.ranks)) * noise);
     now = call.end_ns + 5'000;
     calls.push_back(call);
   };
