@@ -1,13 +1,14 @@
 // Benchmarks behind the storage figures of docs/benchmarks.md: ingest rate and bytes per call row,
 // window and zoomed-out queries on a 10,000,000-call file.
 
-#include <benchmark/benchmark.h>
 #include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+
+#include <benchmark/benchmark.h>
 
 #include "gradscope/storage/reader.h"
 #include "gradscope/storage/writer.h"

@@ -1,10 +1,10 @@
 // The gradscope command: parses arguments and hands over to the libraries.
 
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-
 #include <filesystem>
 #include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "gradscope/cli/report.h"
 #include "gradscope/common/error.h"
@@ -38,8 +38,9 @@ int main(int argc, char** argv) {
   // report
   std::string report_file;
   cli::ReportOptions report_options;
-  auto* report = app.add_subcommand("report", "What happened: time in collectives per API and size, slowest calls, "
-                                              "per-rank spread, dropped events");
+  auto* report = app.add_subcommand("report",
+                                    "What happened: time in collectives per API and size, slowest calls, "
+                                    "per-rank spread, dropped events");
   report->add_option("FILE", report_file, "Trace file (.db)")->required();
   report->add_option("--top", report_options.top_calls, "Slowest calls to list")->capture_default_str();
 
@@ -57,7 +58,8 @@ int main(int argc, char** argv) {
   // export
   std::string export_file, export_format, export_table = "calls", export_output;
   bool export_force = false;
-  auto* exporter = app.add_subcommand("export", "Export a trace for other tools: Chrome trace JSON (Perfetto) or CSV");
+  auto* exporter =
+      app.add_subcommand("export", "Export a trace for other tools: Chrome trace JSON (Perfetto) or CSV");
   exporter->add_option("FILE", export_file, "Trace file (.db)")->required();
   exporter->add_option("--format", export_format, "chrome-trace or csv")
       ->required()
@@ -65,8 +67,9 @@ int main(int argc, char** argv) {
   exporter->add_option("--table", export_table, "CSV only: calls or measurements")
       ->check(CLI::IsMember({"calls", "measurements"}))
       ->capture_default_str();
-  exporter->add_option("-o,--output", export_output, "Output file ('-' for standard output); default: FILE with "
-                                                     ".json or .csv");
+  exporter->add_option("-o,--output", export_output,
+                       "Output file ('-' for standard output); default: FILE with "
+                       ".json or .csv");
   exporter->add_flag("-f,--force", export_force, "Replace the output if it exists");
 
   try {
@@ -91,7 +94,8 @@ int main(int argc, char** argv) {
     } else if (*exporter) {
       const bool chrome = export_format == "chrome-trace";
       if (export_output.empty())
-        export_output = defaultExportPath(export_file, chrome ? ".json" : (export_table == "calls" ? ".csv" : ".measurements.csv"));
+        export_output = defaultExportPath(
+            export_file, chrome ? ".json" : (export_table == "calls" ? ".csv" : ".measurements.csv"));
       const auto reader = storage::TraceReader::open(export_file);
       storage::exportTrace(reader, chrome ? storage::ExportFormat::ChromeTrace : storage::ExportFormat::Csv,
                            export_table, export_output, export_force);

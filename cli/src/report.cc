@@ -1,11 +1,11 @@
 #include "gradscope/cli/report.h"
 
-#include <fmt/chrono.h>
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <chrono>
 #include <map>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
 
 #include "gradscope/common/units.h"
 
@@ -43,8 +43,8 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
 
   out << fmt::format("gradscope report: {}\n\n", reader.path());
   for (const auto& run : runs) {
-    out << fmt::format("Run       {} ({}, backend {}, {} rank{}, host {})\n", run.uuid, run.mode, name(run.backend),
-                       run.world_size, run.world_size == 1 ? "" : "s", run.host);
+    out << fmt::format("Run       {} ({}, backend {}, {} rank{}, host {})\n", run.uuid, run.mode,
+                       name(run.backend), run.world_size, run.world_size == 1 ? "" : "s", run.host);
     out << fmt::format("Command   {}\n", run.command.empty() ? "-" : run.command);
     if (run.end_ns)
       out << fmt::format("Time      {}, lasted {}\n", utcTime(run.epoch_ns + run.start_ns),
@@ -62,16 +62,17 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     total_ns += rank.total_ns;
     rank_time_ns += rank.calls > 0 ? rank.last_ns - rank.first_ns : 0;
   }
-  out << fmt::format("Calls     {} collective calls on {} rank{}, {} in collectives ({} of the ranks' active time)\n",
-                     formatCount(static_cast<std::uint64_t>(total_calls)), stats.ranks.size(),
-                     stats.ranks.size() == 1 ? "" : "s", formatDuration(static_cast<double>(total_ns)),
-                     percent(static_cast<double>(total_ns), static_cast<double>(rank_time_ns)));
+  out << fmt::format(
+      "Calls     {} collective calls on {} rank{}, {} in collectives ({} of the ranks' active time)\n",
+      formatCount(static_cast<std::uint64_t>(total_calls)), stats.ranks.size(),
+      stats.ranks.size() == 1 ? "" : "s", formatDuration(static_cast<double>(total_ns)),
+      percent(static_cast<double>(total_ns), static_cast<double>(rank_time_ns)));
   if (total_calls == 0) {
     out << "\nNo collective calls were recorded.\n";
   } else {
     out << "\nTime in collectives by API and size (summed over ranks)\n";
-    out << fmt::format("  {:<26} {:>19} {:>11} {:>10} {:>10} {:>10} {:>10} {:>7}\n", "api", "size", "calls", "total",
-                       "mean", "min", "max", "share");
+    out << fmt::format("  {:<26} {:>19} {:>11} {:>10} {:>10} {:>10} {:>10} {:>7}\n", "api", "size", "calls",
+                       "total", "mean", "min", "max", "share");
     for (const auto& size : stats.sizes) {
       out << fmt::format("  {:<26} {:>19} {:>11} {:>10} {:>10} {:>10} {:>10} {:>7}\n", name(size.api),
                          sizeRange(size.log2_bytes), formatCount(static_cast<std::uint64_t>(size.calls)),
@@ -83,11 +84,12 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     }
 
     out << fmt::format("\nSlowest calls\n");
-    out << fmt::format("  {:>5} {:<26} {:>10} {:>10} {:>12} {:>7} {:>9}  {}\n", "rank", "api", "bytes", "duration",
-                       "start", "step", "seq", "comm");
+    out << fmt::format("  {:>5} {:<26} {:>10} {:>10} {:>12} {:>7} {:>9}  {}\n", "rank", "api", "bytes",
+                       "duration", "start", "step", "seq", "comm");
     for (const auto& call : stats.longest) {
       out << fmt::format("  {:>5} {:<26} {:>10} {:>10} {:>12} {:>7} {:>9}  {}\n", rankLabel(call.rank_id),
-                         name(call.api), formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(call.bytes, 0))),
+                         name(call.api),
+                         formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(call.bytes, 0))),
                          formatDuration(static_cast<double>(call.end_ns - call.start_ns)),
                          formatDuration(static_cast<double>(call.start_ns)),
                          call.step >= 0 ? std::to_string(call.step) : "-", call.seq, comm_key[call.comm_id]);
@@ -96,21 +98,22 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     std::map<std::int64_t, storage::TraceReader::Lateness> late;
     for (const auto& row : reader.lateness()) late[row.rank_id] = row;
     out << "\nPer rank (lateness: how long after the first rank this rank started the same collective)\n";
-    out << fmt::format("  {:>5} {:<16} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}\n", "rank", "host", "pid", "calls",
-                       "in coll.", "share", "mean late", "max late");
+    out << fmt::format("  {:>5} {:<16} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}\n", "rank", "host", "pid",
+                       "calls", "in coll.", "share", "mean late", "max late");
     std::int64_t slowest = -1, fastest = -1;
     for (const auto& rank : stats.ranks) {
       const auto info = rank_by_id.find(rank.rank_id);
       const auto lateness = late.find(rank.rank_id);
       const bool has_late = lateness != late.end() && lateness->second.matched > 0;
-      out << fmt::format("  {:>5} {:<16} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}\n", rankLabel(rank.rank_id),
-                         info == rank_by_id.end() ? "-" : info->second->host,
-                         info == rank_by_id.end() ? 0 : info->second->pid,
-                         formatCount(static_cast<std::uint64_t>(rank.calls)),
-                         formatDuration(static_cast<double>(rank.total_ns)),
-                         percent(static_cast<double>(rank.total_ns), static_cast<double>(rank.last_ns - rank.first_ns)),
-                         has_late ? formatDuration(lateness->second.mean_ns) : "-",
-                         has_late ? formatDuration(static_cast<double>(lateness->second.max_ns)) : "-");
+      out << fmt::format(
+          "  {:>5} {:<16} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}\n", rankLabel(rank.rank_id),
+          info == rank_by_id.end() ? "-" : info->second->host,
+          info == rank_by_id.end() ? 0 : info->second->pid,
+          formatCount(static_cast<std::uint64_t>(rank.calls)),
+          formatDuration(static_cast<double>(rank.total_ns)),
+          percent(static_cast<double>(rank.total_ns), static_cast<double>(rank.last_ns - rank.first_ns)),
+          has_late ? formatDuration(lateness->second.mean_ns) : "-",
+          has_late ? formatDuration(static_cast<double>(lateness->second.max_ns)) : "-");
       if (rank.calls > 0) {
         if (slowest < 0 || rank.total_ns > stats.ranks[static_cast<std::size_t>(slowest)].total_ns)
           slowest = &rank - stats.ranks.data();
@@ -121,9 +124,9 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     if (stats.ranks.size() > 1 && slowest >= 0) {
       const auto& most = stats.ranks[static_cast<std::size_t>(slowest)];
       const auto& least = stats.ranks[static_cast<std::size_t>(fastest)];
-      out << fmt::format("  spread: rank {} spent {} in collectives, rank {} {} ({} more)\n", rankLabel(most.rank_id),
-                         formatDuration(static_cast<double>(most.total_ns)), rankLabel(least.rank_id),
-                         formatDuration(static_cast<double>(least.total_ns)),
+      out << fmt::format("  spread: rank {} spent {} in collectives, rank {} {} ({} more)\n",
+                         rankLabel(most.rank_id), formatDuration(static_cast<double>(most.total_ns)),
+                         rankLabel(least.rank_id), formatDuration(static_cast<double>(least.total_ns)),
                          formatDuration(static_cast<double>(most.total_ns - least.total_ns)));
       // The rank everyone waits for spends the least time inside collectives and arrives last.
       const auto latest = std::max_element(late.begin(), late.end(), [](const auto& a, const auto& b) {
@@ -146,8 +149,9 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
                          formatCount(static_cast<std::uint64_t>(drop.count)));
       dropped += drop.count;
     }
-    out << fmt::format("  {} events dropped in total: the agent's buffers were full; the totals above miss them\n",
-                       formatCount(static_cast<std::uint64_t>(dropped)));
+    out << fmt::format(
+        "  {} events dropped in total: the agent's buffers were full; the totals above miss them\n",
+        formatCount(static_cast<std::uint64_t>(dropped)));
   }
 }
 

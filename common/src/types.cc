@@ -7,15 +7,22 @@
 namespace gradscope {
 namespace {
 
-constexpr std::array kApis = {Api::MpiAllreduce,   Api::MpiIallreduce,     Api::MpiReduce,
-                              Api::MpiReduceScatter, Api::MpiReduceScatterBlock, Api::MpiAllgather,
-                              Api::MpiBcast,       Api::NcclAllReduce,     Api::NcclReduceScatter,
-                              Api::NcclAllGather,  Api::NcclReduce,        Api::NcclBroadcast,
+constexpr std::array kApis = {Api::MpiAllreduce,
+                              Api::MpiIallreduce,
+                              Api::MpiReduce,
+                              Api::MpiReduceScatter,
+                              Api::MpiReduceScatterBlock,
+                              Api::MpiAllgather,
+                              Api::MpiBcast,
+                              Api::NcclAllReduce,
+                              Api::NcclReduceScatter,
+                              Api::NcclAllGather,
+                              Api::NcclReduce,
+                              Api::NcclBroadcast,
                               Api::NcclGroup};
-constexpr std::array kDTypes = {DType::Int8, DType::Uint8, DType::Int32,   DType::Uint32,
-                                DType::Int64, DType::Uint64, DType::Fp16,  DType::Fp32,
-                                DType::Fp64, DType::Bf16,  DType::Fp8E4M3, DType::Fp8E5M2,
-                                DType::Other};
+constexpr std::array kDTypes = {DType::Int8,    DType::Uint8,   DType::Int32, DType::Uint32, DType::Int64,
+                                DType::Uint64,  DType::Fp16,    DType::Fp32,  DType::Fp64,   DType::Bf16,
+                                DType::Fp8E4M3, DType::Fp8E5M2, DType::Other};
 constexpr std::array kOps = {ReduceOp::Sum, ReduceOp::Prod,      ReduceOp::Max,  ReduceOp::Min,
                              ReduceOp::Avg, ReduceOp::PreMulSum, ReduceOp::Other};
 constexpr std::array kBackends = {Backend::Mpi, Backend::Nccl, Backend::Local};
@@ -157,14 +164,28 @@ std::size_t sizeOf(DType dtype) {
   return 0;
 }
 
-std::optional<Api> parseApi(std::string_view text) { return parseByName(kApis, text); }
-std::optional<DType> parseDType(std::string_view text) { return parseByName(kDTypes, text); }
-std::optional<ReduceOp> parseReduceOp(std::string_view text) { return parseByName(kOps, text); }
+std::optional<Api> parseApi(std::string_view text) {
+  return parseByName(kApis, text);
+}
+std::optional<DType> parseDType(std::string_view text) {
+  return parseByName(kDTypes, text);
+}
+std::optional<ReduceOp> parseReduceOp(std::string_view text) {
+  return parseByName(kOps, text);
+}
 
-std::span<const Api> allApis() { return kApis; }
-std::span<const DType> allDTypes() { return kDTypes; }
-std::span<const ReduceOp> allReduceOps() { return kOps; }
-std::span<const Backend> allBackends() { return kBackends; }
+std::span<const Api> allApis() {
+  return kApis;
+}
+std::span<const DType> allDTypes() {
+  return kDTypes;
+}
+std::span<const ReduceOp> allReduceOps() {
+  return kOps;
+}
+std::span<const Backend> allBackends() {
+  return kBackends;
+}
 
 double busBandwidthFactor(Collective collective, int ranks) {
   if (ranks <= 0) return 0.0;

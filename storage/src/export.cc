@@ -1,10 +1,10 @@
 #include "gradscope/storage/export.h"
 
-#include <fmt/format.h>
-
 #include <fstream>
 #include <iostream>
 #include <map>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "file_util.h"
@@ -15,12 +15,15 @@ namespace gradscope::storage {
 namespace {
 
 // JSON string literal with escaping, for the few free-form strings (hosts, command, keys).
-std::string jsonString(std::string_view text) { return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+std::string jsonString(std::string_view text) {
+  return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 // Microseconds with nanosecond precision, as Chrome's trace format wants.
 std::string micros(std::int64_t ns) {
   const bool negative = ns < 0;
-  const std::uint64_t magnitude = negative ? static_cast<std::uint64_t>(-(ns + 1)) + 1 : static_cast<std::uint64_t>(ns);
+  const std::uint64_t magnitude =
+      negative ? static_cast<std::uint64_t>(-(ns + 1)) + 1 : static_cast<std::uint64_t>(ns);
   return fmt::format("{}{}.{:03}", negative ? "-" : "", magnitude / 1000, magnitude % 1000);
 }
 
@@ -34,14 +37,16 @@ std::string csvField(std::string_view text) {
   return out + "\"";
 }
 
-constexpr std::string_view kNcclAlgos[] = {"Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"};
+constexpr std::string_view kNcclAlgos[] = {"Tree",     "Ring", "CollnetDirect", "CollnetChain", "NVLS",
+                                           "NVLSTree", "PAT"};
 constexpr std::string_view kNcclProtos[] = {"LL", "LL128", "Simple"};
 
 std::string_view algoName(int algo) {
   return algo >= 0 && algo < static_cast<int>(std::size(kNcclAlgos)) ? kNcclAlgos[algo] : std::string_view();
 }
 std::string_view protoName(int proto) {
-  return proto >= 0 && proto < static_cast<int>(std::size(kNcclProtos)) ? kNcclProtos[proto] : std::string_view();
+  return proto >= 0 && proto < static_cast<int>(std::size(kNcclProtos)) ? kNcclProtos[proto]
+                                                                        : std::string_view();
 }
 
 std::string optionalNumber(const std::optional<double>& value) {
@@ -69,34 +74,40 @@ void writeChromeTrace(const TraceReader& reader, std::ostream& out) {
     first = false;
   };
   for (const RankInfo& rank : ranks) {
-    const std::string label = runs.size() > 1 ? fmt::format("run {} rank {} ({})", rank.run_id, rank.rank, rank.host)
-                                              : fmt::format("rank {} ({})", rank.rank, rank.host);
+    const std::string label = runs.size() > 1
+                                  ? fmt::format("run {} rank {} ({})", rank.run_id, rank.rank, rank.host)
+                                  : fmt::format("rank {} ({})", rank.rank, rank.host);
     event(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":{}}}}})", rank.id,
                       jsonString(label)));
-    event(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"tid":0,"args":{{"sort_index":{}}}}})",
-                      rank.id, rank.id));
+    event(
+        fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"tid":0,"args":{{"sort_index":{}}}}})",
+                    rank.id, rank.id));
   }
   for (const auto& [id, comm] : comm_by_id)
-    event(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{}}}}})", comm.rank_id,
-                      id, jsonString(fmt::format("comm {} (size {})", comm.key, comm.size))));
+    event(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{}}}}})",
+                      comm.rank_id, id, jsonString(fmt::format("comm {} (size {})", comm.key, comm.size))));
 
   reader.forEachCall([&](const CallRecord& call) {
     const auto rank = rank_by_id.find(call.rank_id);
     const std::int64_t offset = rank == rank_by_id.end() ? 0 : rank->second->clock_offset_ns;
     const auto comm = comm_by_id.find(call.comm_id);
-    std::string args = fmt::format(R"("id":{},"seq":{},"comm":{},"dtype":"{}","count":{},"bytes":{})", call.id,
-                                   call.seq, comm == comm_by_id.end() ? "null" : jsonString(comm->second.key),
-                                   name(call.dtype), call.count, call.bytes);
+    std::string args =
+        fmt::format(R"("id":{},"seq":{},"comm":{},"dtype":"{}","count":{},"bytes":{})", call.id, call.seq,
+                    comm == comm_by_id.end() ? "null" : jsonString(comm->second.key), name(call.dtype),
+                    call.count, call.bytes);
     if (call.op != ReduceOp::None) args += fmt::format(R"(,"op":"{}")", name(call.op));
     if (call.step >= 0) args += fmt::format(R"(,"step":{})", call.step);
-    if (call.enqueue_ns != call.start_ns) args += fmt::format(R"(,"queued_ns":{})", call.start_ns - call.enqueue_ns);
+    if (call.enqueue_ns != call.start_ns)
+      args += fmt::format(R"(,"queued_ns":{})", call.start_ns - call.enqueue_ns);
     if (call.stream != 0) args += fmt::format(R"(,"stream":{})", call.stream);
     if (!algoName(call.nccl_algo).empty()) args += fmt::format(R"(,"algo":"{}")", algoName(call.nccl_algo));
-    if (!protoName(call.nccl_proto).empty()) args += fmt::format(R"(,"proto":"{}")", protoName(call.nccl_proto));
+    if (!protoName(call.nccl_proto).empty())
+      args += fmt::format(R"(,"proto":"{}")", protoName(call.nccl_proto));
     if (call.nccl_channels > 0) args += fmt::format(R"(,"channels":{})", call.nccl_channels);
-    event(fmt::format(R"({{"ph":"X","name":"{}","cat":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
-                      name(call.api), name(backendOf(call.api)), call.rank_id, call.comm_id,
-                      micros(call.start_ns + offset), micros(call.end_ns - call.start_ns), args));
+    event(
+        fmt::format(R"({{"ph":"X","name":"{}","cat":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
+                    name(call.api), name(backendOf(call.api)), call.rank_id, call.comm_id,
+                    micros(call.start_ns + offset), micros(call.end_ns - call.start_ns), args));
     return true;
   });
   out << "\n]}\n";
@@ -115,30 +126,33 @@ void writeCsv(const TraceReader& reader, std::string_view table, std::ostream& o
       const auto rank = rank_by_id.find(c.rank_id);
       out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", c.id,
                          rank == rank_by_id.end() ? 0 : rank->second->run_id,
-                         rank == rank_by_id.end() ? c.rank_id : rank->second->rank, csvField(comm_key[c.comm_id]),
-                         c.seq, c.step >= 0 ? std::to_string(c.step) : std::string(), name(c.api), name(c.dtype),
-                         c.op == ReduceOp::None ? std::string_view() : name(c.op), c.count, c.bytes, c.enqueue_ns,
-                         c.start_ns, c.end_ns, c.end_ns - c.start_ns, c.stream != 0 ? std::to_string(c.stream) : "",
-                         algoName(c.nccl_algo), protoName(c.nccl_proto),
-                         c.nccl_channels > 0 ? std::to_string(c.nccl_channels) : "");
+                         rank == rank_by_id.end() ? c.rank_id : rank->second->rank,
+                         csvField(comm_key[c.comm_id]), c.seq,
+                         c.step >= 0 ? std::to_string(c.step) : std::string(), name(c.api), name(c.dtype),
+                         c.op == ReduceOp::None ? std::string_view() : name(c.op), c.count, c.bytes,
+                         c.enqueue_ns, c.start_ns, c.end_ns, c.end_ns - c.start_ns,
+                         c.stream != 0 ? std::to_string(c.stream) : "", algoName(c.nccl_algo),
+                         protoName(c.nccl_proto), c.nccl_channels > 0 ? std::to_string(c.nccl_channels) : "");
       return true;
     });
   } else if (table == "measurements") {
-    out << "id,run_id,rank_id,call_id,strategy,api,dtype,bytes,world,reps,min_ns,median_ns,p90_ns,max_ns,algbw_gbs,"
+    out << "id,run_id,rank_id,call_id,strategy,api,dtype,bytes,world,reps,min_ns,median_ns,p90_ns,max_ns,"
+           "algbw_gbs,"
            "busbw_gbs,rel_l2_error,max_abs_error,cosine,overflow_count\n";
     for (const Measurement& m : reader.measurements())
       out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", m.id, m.run_id,
-                         m.rank_id ? std::to_string(*m.rank_id) : "", m.call_id ? std::to_string(*m.call_id) : "",
-                         csvField(m.strategy), name(m.api), name(m.dtype), m.bytes, m.world, m.reps, m.min_ns,
-                         m.median_ns, m.p90_ns, m.max_ns, m.algbw_gbs, m.busbw_gbs, optionalNumber(m.rel_l2_error),
+                         m.rank_id ? std::to_string(*m.rank_id) : "",
+                         m.call_id ? std::to_string(*m.call_id) : "", csvField(m.strategy), name(m.api),
+                         name(m.dtype), m.bytes, m.world, m.reps, m.min_ns, m.median_ns, m.p90_ns, m.max_ns,
+                         m.algbw_gbs, m.busbw_gbs, optionalNumber(m.rel_l2_error),
                          optionalNumber(m.max_abs_error), optionalNumber(m.cosine), m.overflow_count);
   } else {
     fail("unknown table '{}' for CSV export: use calls or measurements", table);
   }
 }
 
-void exportTrace(const TraceReader& reader, ExportFormat format, std::string_view table, const std::string& path,
-                 bool overwrite) {
+void exportTrace(const TraceReader& reader, ExportFormat format, std::string_view table,
+                 const std::string& path, bool overwrite) {
   const auto write = [&](std::ostream& out) {
     if (format == ExportFormat::ChromeTrace) writeChromeTrace(reader, out);
     else writeCsv(reader, table, out);

@@ -22,7 +22,8 @@ struct Source {
 
 }  // namespace
 
-std::vector<std::string> expandTraceInputs(const std::vector<std::string>& inputs, const std::string& exclude) {
+std::vector<std::string> expandTraceInputs(const std::vector<std::string>& inputs,
+                                           const std::string& exclude) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   std::error_code ec;
@@ -100,8 +101,10 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
   }
   if (runs.size() > 1 && !options.allow_different_runs) {
     auto it = runs.begin();
-    fail("the inputs belong to {} different runs ({}, {}, ...); pass --allow-different-runs to merge them anyway",
-         runs.size(), it->first, std::next(it)->first);
+    fail(
+        "the inputs belong to {} different runs ({}, {}, ...); pass --allow-different-runs to merge them "
+        "anyway",
+        runs.size(), it->first, std::next(it)->first);
   }
 
   detail::AtomicOutput out(output, options.overwrite, /*create_empty=*/false);
@@ -112,8 +115,9 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
       RunInfo info = merged.info;
       info.epoch_ns = merged.epoch_ns;
       info.start_ns = merged.info.start_ns - merged.epoch_ns;
-      info.end_ns = merged.any_open || !merged.info.end_ns ? std::nullopt
-                                                           : std::optional(*merged.info.end_ns - merged.epoch_ns);
+      info.end_ns = merged.any_open || !merged.info.end_ns
+                        ? std::nullopt
+                        : std::optional(*merged.info.end_ns - merged.epoch_ns);
       merged.new_id = writer.addRun(info);
     }
     std::int64_t last_call_id = 0;
@@ -135,13 +139,15 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
       for (CommInfo comm : source.reader.comms()) {
         const std::int64_t old_id = comm.id;
         const auto rank = rank_ids.find(comm.rank_id);
-        if (rank == rank_ids.end()) fail("{}: communicator {} refers to a missing rank", source.path, comm.key);
+        if (rank == rank_ids.end())
+          fail("{}: communicator {} refers to a missing rank", source.path, comm.key);
         comm.rank_id = rank->second;
         comm_ids[old_id] = writer.addComm(comm);
       }
       const auto remapRank = [&](std::int64_t old_id) {
         const auto it = rank_ids.find(old_id);
-        if (it == rank_ids.end()) fail("{}: a row refers to rank id {}, which is not in the ranks table", source.path, old_id);
+        if (it == rank_ids.end())
+          fail("{}: a row refers to rank id {}, which is not in the ranks table", source.path, old_id);
         return it->second;
       };
 

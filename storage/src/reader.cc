@@ -10,8 +10,9 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <queue>
 #include <unordered_map>
+
+#include <queue>
 
 #include "gradscope/common/error.h"
 #include "gradscope/storage/schema.h"
@@ -22,7 +23,8 @@ namespace gradscope::storage {
 namespace {
 
 constexpr std::string_view kCallColumns =
-    "c.id, c.rank_id, c.comm_id, c.seq, coalesce(c.step, -1), c.api, c.dtype, coalesce(c.op, 255), c.count, c.bytes, "
+    "c.id, c.rank_id, c.comm_id, c.seq, coalesce(c.step, -1), c.api, c.dtype, coalesce(c.op, 255), c.count, "
+    "c.bytes, "
     "c.enqueue_ns, c.start_ns, c.end_ns, coalesce(g.stream, 0), coalesce(g.algo, -1), coalesce(g.proto, -1), "
     "coalesce(g.channels, 0)";
 
@@ -78,8 +80,8 @@ void checkFile(const std::string& path) {
   const bool has_wal = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
   const auto expected = static_cast<std::int64_t>(pages) * page_size;
   if (header_size_valid && !has_wal && pages > 0 && info.st_size < expected)
-    fail("{}: truncated trace: the header describes {} bytes but the file has {}; copy it again", path, expected,
-         static_cast<std::int64_t>(info.st_size));
+    fail("{}: truncated trace: the header describes {} bytes but the file has {}; copy it again", path,
+         expected, static_cast<std::int64_t>(info.st_size));
 }
 
 }  // namespace
@@ -123,9 +125,10 @@ struct TraceReader::Impl {
   };
 
   IdRange idRange(int level, std::int64_t rank_id, std::int64_t from_ns, std::int64_t to_ns) const {
-    sql::Statement query(db,
-                         "SELECT min(first_id), max(last_id) FROM call_tiles WHERE level = ? AND rank_id = ? AND "
-                         "tile BETWEEN ? AND ?");
+    sql::Statement query(
+        db,
+        "SELECT min(first_id), max(last_id) FROM call_tiles WHERE level = ? AND rank_id = ? AND "
+        "tile BETWEEN ? AND ?");
     query.bind(1, level);
     query.bind(2, rank_id);
     query.bind(3, from_ns >> level);
@@ -136,8 +139,9 @@ struct TraceReader::Impl {
 
   std::vector<std::int64_t> rankIds() const {
     std::vector<std::int64_t> ids;
-    sql::Statement query(db, "SELECT DISTINCT rank_id FROM call_tiles WHERE level = (SELECT max(level) FROM "
-                             "call_tiles) UNION SELECT id FROM ranks ORDER BY 1");
+    sql::Statement query(db,
+                         "SELECT DISTINCT rank_id FROM call_tiles WHERE level = (SELECT max(level) FROM "
+                         "call_tiles) UNION SELECT id FROM ranks ORDER BY 1");
     while (query.step()) ids.push_back(query.int64(0));
     return ids;
   }
@@ -166,9 +170,10 @@ TraceReader TraceReader::open(const std::string& path) {
   if (version < kSchemaVersion) {
     impl->db.close();
     if (::access(path.c_str(), W_OK) != 0)
-      fail("{}: uses schema v{} of an older gradscope and upgrading it needs write access; copy it somewhere "
-           "writable",
-           path, version);
+      fail(
+          "{}: uses schema v{} of an older gradscope and upgrading it needs write access; copy it somewhere "
+          "writable",
+          path, version);
     sql::Database writable(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
     sqlite3_busy_timeout(writable.handle(), 5000);
     sql::Transaction transaction(writable);
@@ -182,18 +187,24 @@ TraceReader TraceReader::open(const std::string& path) {
   }
   impl->version = version;
   // Touch every table once so a damaged schema page fails here, not in the middle of a report.
-  for (std::string_view table : tableNames()) impl->db.queryInt(fmt::format("SELECT 1 FROM {} LIMIT 1", table));
+  for (std::string_view table : tableNames())
+    impl->db.queryInt(fmt::format("SELECT 1 FROM {} LIMIT 1", table));
   return TraceReader(std::move(impl));
 }
 
-const std::string& TraceReader::path() const { return impl_->db.path(); }
-int TraceReader::schemaVersion() const { return impl_->version; }
+const std::string& TraceReader::path() const {
+  return impl_->db.path();
+}
+int TraceReader::schemaVersion() const {
+  return impl_->version;
+}
 
 std::vector<RunInfo> TraceReader::runs() const {
   std::vector<RunInfo> runs;
-  sql::Statement query(impl_->db,
-                       "SELECT id, uuid, command, mode, backend, world_size, host, config_json, tool_version, "
-                       "epoch_ns, start_ns, end_ns FROM runs ORDER BY id");
+  sql::Statement query(
+      impl_->db,
+      "SELECT id, uuid, command, mode, backend, world_size, host, config_json, tool_version, "
+      "epoch_ns, start_ns, end_ns FROM runs ORDER BY id");
   while (query.step()) {
     RunInfo run;
     run.id = query.int64(0);
@@ -247,10 +258,12 @@ std::vector<CommInfo> TraceReader::comms() const {
   return comms;
 }
 
-std::int64_t TraceReader::callCount() const { return impl_->db.queryInt("SELECT count(*) FROM calls"); }
+std::int64_t TraceReader::callCount() const {
+  return impl_->db.queryInt("SELECT count(*) FROM calls");
+}
 
-std::vector<CallRecord> TraceReader::callsInWindow(std::int64_t rank_id, std::int64_t t0_ns, std::int64_t t1_ns,
-                                                   std::size_t limit) const {
+std::vector<CallRecord> TraceReader::callsInWindow(std::int64_t rank_id, std::int64_t t0_ns,
+                                                   std::int64_t t1_ns, std::size_t limit) const {
   std::vector<CallRecord> calls;
   if (t1_ns <= t0_ns) return calls;
   const int level = impl_->finestLevel(rank_id);
@@ -259,10 +272,11 @@ std::vector<CallRecord> TraceReader::callsInWindow(std::int64_t rank_id, std::in
   const std::int64_t from = t0_ns - impl_->maxDuration(rank_id);
   const Impl::IdRange range = impl_->idRange(level, rank_id, from, t1_ns - 1);
   if (range.empty()) return calls;
-  sql::Statement query(impl_->db, fmt::format("SELECT {} FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id "
-                                              "WHERE c.id BETWEEN ? AND ? AND c.rank_id = ? AND c.start_ns < ? AND "
-                                              "c.end_ns >= ? ORDER BY c.start_ns, c.id LIMIT ?",
-                                              kCallColumns));
+  sql::Statement query(impl_->db,
+                       fmt::format("SELECT {} FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id "
+                                   "WHERE c.id BETWEEN ? AND ? AND c.rank_id = ? AND c.start_ns < ? AND "
+                                   "c.end_ns >= ? ORDER BY c.start_ns, c.id LIMIT ?",
+                                   kCallColumns));
   query.bind(1, range.first);
   query.bind(2, range.last);
   query.bind(3, rank_id);
@@ -281,7 +295,8 @@ TimelineSummary TraceReader::timeline(std::int64_t t0_ns, std::int64_t t1_ns, in
   if (columns <= 0 || t1_ns <= t0_ns) return summary;
   const double width = static_cast<double>(t1_ns - t0_ns) / columns;
   summary.rank_ids = impl_->rankIds();
-  summary.buckets.assign(summary.rank_ids.size(), std::vector<TimelineBucket>(static_cast<std::size_t>(columns)));
+  summary.buckets.assign(summary.rank_ids.size(),
+                         std::vector<TimelineBucket>(static_cast<std::size_t>(columns)));
 
   // Coarsest level whose tile still fits in one column.
   int wanted = -1;
@@ -293,8 +308,8 @@ TimelineSummary TraceReader::timeline(std::int64_t t0_ns, std::int64_t t1_ns, in
 
   // Adds `busy` starting at time `at`, spread forward over the columns it covers, so a long call
   // shows as long; counts the call(s) in the column where they start.
-  const auto add = [&](std::vector<TimelineBucket>& row, std::int64_t at, std::int64_t calls, std::int64_t busy,
-                       std::int64_t bytes, std::int64_t max_ns, int api) {
+  const auto add = [&](std::vector<TimelineBucket>& row, std::int64_t at, std::int64_t calls,
+                       std::int64_t busy, std::int64_t bytes, std::int64_t max_ns, int api) {
     double position = (static_cast<double>(at - t0_ns)) / width;
     if (position >= columns) return;
     double remaining = static_cast<double>(busy);
@@ -313,7 +328,8 @@ TimelineSummary TraceReader::timeline(std::int64_t t0_ns, std::int64_t t1_ns, in
       const double room = width - offset;
       const double part = std::max(0.0, std::min(room, remaining));
       row[column].busy_ns += static_cast<std::int64_t>(part);
-      if (api >= 0 && api < kApiSlots) api_busy[column][static_cast<std::size_t>(api)] += static_cast<std::int64_t>(part) + 1;
+      if (api >= 0 && api < kApiSlots)
+        api_busy[column][static_cast<std::size_t>(api)] += static_cast<std::int64_t>(part) + 1;
       remaining -= part;
       if (remaining <= 0) break;
       ++column;
@@ -338,7 +354,8 @@ TimelineSummary TraceReader::timeline(std::int64_t t0_ns, std::int64_t t1_ns, in
       use_tiles = !range.empty() && range.last - range.first > 16 * static_cast<std::int64_t>(columns);
       level = finest;
       for (int candidate : kTileLevels)
-        if (candidate > finest && candidate <= wanted && impl_->hasLevel(candidate, rank_id)) level = candidate;
+        if (candidate > finest && candidate <= wanted && impl_->hasLevel(candidate, rank_id))
+          level = candidate;
     }
     if (use_tiles) {
       summary.level = level;
@@ -374,12 +391,14 @@ TimeExtent TraceReader::timeExtent() const {
   for (std::int64_t rank_id : impl_->rankIds()) {
     const int level = impl_->finestLevel(rank_id);
     if (level < 0) continue;
-    sql::Statement bounds(impl_->db, "SELECT min(tile), max(tile) FROM call_tiles WHERE level = ? AND rank_id = ?");
+    sql::Statement bounds(impl_->db,
+                          "SELECT min(tile), max(tile) FROM call_tiles WHERE level = ? AND rank_id = ?");
     bounds.bind(1, level);
     bounds.bind(2, rank_id);
     if (!bounds.step() || bounds.isNull(0)) continue;
     const std::int64_t first_tile = bounds.int64(0), last_tile = bounds.int64(1);
-    sql::Statement first(impl_->db, "SELECT min(start_ns) FROM calls WHERE id BETWEEN ? AND ? AND rank_id = ?");
+    sql::Statement first(impl_->db,
+                         "SELECT min(start_ns) FROM calls WHERE id BETWEEN ? AND ? AND rank_id = ?");
     const Impl::IdRange head = impl_->idRange(level, rank_id, first_tile << level, first_tile << level);
     first.bind(1, head.first);
     first.bind(2, head.last);
@@ -414,7 +433,8 @@ TraceReader::CallStatistics TraceReader::callStatistics(std::size_t top) const {
   std::priority_queue<CallRecord, std::vector<CallRecord>, decltype(longer)> longest(longer);
   forEachCall([&](const CallRecord& call) {
     const std::int64_t duration = call.end_ns - call.start_ns;
-    const int bucket = call.bytes > 0 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(call.bytes))) - 1 : -1;
+    const int bucket =
+        call.bytes > 0 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(call.bytes))) - 1 : -1;
     SizeBucket& size = sizes[{static_cast<int>(call.api), bucket}];
     if (size.calls == 0) {
       size.api = call.api;
@@ -466,7 +486,8 @@ std::vector<TraceReader::Lateness> TraceReader::lateness() const {
   std::unordered_map<std::int64_t, std::int64_t> comm_key;
   {
     std::map<std::pair<std::int64_t, std::string>, std::int64_t> keys;
-    sql::Statement query(impl_->db, "SELECT c.id, r.run_id, c.key FROM comms c JOIN ranks r ON r.id = c.rank_id");
+    sql::Statement query(impl_->db,
+                         "SELECT c.id, r.run_id, c.key FROM comms c JOIN ranks r ON r.id = c.rank_id");
     while (query.step()) {
       const auto [it, inserted] =
           keys.try_emplace({query.int64(1), query.text(2)}, static_cast<std::int64_t>(keys.size()));
@@ -515,11 +536,12 @@ std::vector<TraceReader::Lateness> TraceReader::lateness() const {
 
 std::vector<Measurement> TraceReader::measurements(const std::string& strategy) const {
   std::vector<Measurement> out;
-  sql::Statement query(impl_->db,
-                       "SELECT id, run_id, rank_id, call_id, strategy, api, dtype, bytes, world, reps, min_ns, "
-                       "median_ns, p90_ns, max_ns, algbw_gbs, busbw_gbs, rel_l2_error, max_abs_error, cosine, "
-                       "overflow_count FROM measurements WHERE ?1 = '' OR strategy = ?1 "
-                       "ORDER BY strategy, dtype, bytes, id");
+  sql::Statement query(
+      impl_->db,
+      "SELECT id, run_id, rank_id, call_id, strategy, api, dtype, bytes, world, reps, min_ns, "
+      "median_ns, p90_ns, max_ns, algbw_gbs, busbw_gbs, rel_l2_error, max_abs_error, cosine, "
+      "overflow_count FROM measurements WHERE ?1 = '' OR strategy = ?1 "
+      "ORDER BY strategy, dtype, bytes, id");
   query.bind(1, strategy);
   while (query.step()) {
     Measurement m;
@@ -583,9 +605,9 @@ std::vector<DropRecord> TraceReader::drops() const {
 }
 
 void TraceReader::forEachCall(const std::function<bool(const CallRecord&)>& visit) const {
-  sql::Statement query(impl_->db,
-                       fmt::format("SELECT {} FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id ORDER BY c.id",
-                                   kCallColumns));
+  sql::Statement query(
+      impl_->db, fmt::format("SELECT {} FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id ORDER BY c.id",
+                             kCallColumns));
   while (query.step())
     if (!visit(readCall(query))) break;
 }

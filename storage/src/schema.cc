@@ -1,7 +1,8 @@
+#include "gradscope/storage/schema.h"
+
 #include <array>
 
 #include "gradscope/common/types.h"
-#include "gradscope/storage/schema.h"
 #include "schema_sql.h"
 #include "sqlite.h"
 #include "tiles.h"
@@ -9,9 +10,9 @@
 namespace gradscope::storage {
 namespace {
 
-constexpr std::array<std::string_view, 11> kTables = {"names",     "runs",         "ranks",     "comms",
-                                                      "calls",     "gpu_calls",    "call_tiles", "measurements",
-                                                      "consensus", "recommendations", "drops"};
+constexpr std::array<std::string_view, 11> kTables = {
+    "names",      "runs",         "ranks",     "comms",           "calls", "gpu_calls",
+    "call_tiles", "measurements", "consensus", "recommendations", "drops"};
 
 // Tables whose layout is the same in every schema version so far.
 constexpr std::string_view kCommonTables = R"sql(
@@ -204,7 +205,8 @@ CREATE TABLE calls (
 CREATE INDEX calls_by_rank_time ON calls (rank_id, start_ns);
 )sql";
 
-constexpr std::string_view kNcclAlgos[] = {"Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"};
+constexpr std::string_view kNcclAlgos[] = {"Tree",     "Ring", "CollnetDirect", "CollnetChain", "NVLS",
+                                           "NVLSTree", "PAT"};
 constexpr std::string_view kNcclProtos[] = {"LL", "LL128", "Simple"};
 
 void fillNames(sql::Database& db) {
@@ -248,7 +250,9 @@ void migrateV1ToV2(sql::Database& db) {
 
 }  // namespace
 
-std::span<const std::string_view> tableNames() { return kTables; }
+std::span<const std::string_view> tableNames() {
+  return kTables;
+}
 
 namespace detail {
 

@@ -51,24 +51,19 @@ void Database::raise(int rc, std::string_view what) const {
   const int primary = rc & 0xff;
   const std::string detail = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
   switch (primary) {
-    case SQLITE_NOTADB:
-      fail("{}: not a gradscope trace (not an SQLite database)", path_);
+    case SQLITE_NOTADB: fail("{}: not a gradscope trace (not an SQLite database)", path_);
     case SQLITE_CORRUPT:
-      fail("{}: the database is corrupted ({}); re-create it or recover it with 'sqlite3 FILE .recover'", path_,
-           detail);
-    case SQLITE_FULL:
-      fail("{}: disk full while writing; free space and run again", path_);
-    case SQLITE_READONLY:
-      fail("{}: cannot write: the file or its directory is read-only", path_);
-    case SQLITE_CANTOPEN:
-      fail("{}: cannot open ({})", path_, detail);
+      fail("{}: the database is corrupted ({}); re-create it or recover it with 'sqlite3 FILE .recover'",
+           path_, detail);
+    case SQLITE_FULL: fail("{}: disk full while writing; free space and run again", path_);
+    case SQLITE_READONLY: fail("{}: cannot write: the file or its directory is read-only", path_);
+    case SQLITE_CANTOPEN: fail("{}: cannot open ({})", path_, detail);
     case SQLITE_IOERR:
       fail("{}: I/O error ({}); the file may be truncated or the disk failing", path_, detail);
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
       fail("{}: the database is locked by another writer; gradscope allows one writer per file", path_);
-    default:
-      fail("{}: SQLite {} failed: {}", path_, what, detail);
+    default: fail("{}: SQLite {} failed: {}", path_, what, detail);
   }
 }
 

@@ -3,13 +3,13 @@
 // Thin RAII over the SQLite C API: every handle and statement is owned by exactly one object, and every
 // failure becomes a gradscope::Error whose message names the file. Internal to storage/.
 
-#include <sqlite3.h>
-
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include <sqlite3.h>
 
 #include "gradscope/common/error.h"
 
@@ -96,7 +96,8 @@ class Database {
   // Opens `path` with SQLite flags; throws with a message naming the file.
   Database(const std::string& path, int flags);
   ~Database() { close(); }
-  Database(Database&& other) noexcept : db_(std::exchange(other.db_, nullptr)), path_(std::move(other.path_)) {}
+  Database(Database&& other) noexcept
+      : db_(std::exchange(other.db_, nullptr)), path_(std::move(other.path_)) {}
   Database& operator=(Database&& other) noexcept {
     if (this != &other) {
       close();

@@ -3,13 +3,15 @@
 namespace gradscope::storage::detail {
 
 TileUpserter::TileUpserter(sql::Database& db)
-    : statement_(db,
-                 "INSERT INTO call_tiles (level, rank_id, tile, api, calls, busy_ns, bytes, max_ns, first_id, last_id) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (level, rank_id, tile, api) DO UPDATE SET "
-                 "calls = calls + excluded.calls, busy_ns = busy_ns + excluded.busy_ns, "
-                 "bytes = bytes + excluded.bytes, max_ns = max(max_ns, excluded.max_ns), "
-                 "first_id = min(first_id, excluded.first_id), last_id = max(last_id, excluded.last_id)",
-                 true) {}
+    : statement_(
+          db,
+          "INSERT INTO call_tiles (level, rank_id, tile, api, calls, busy_ns, bytes, max_ns, first_id, "
+          "last_id) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (level, rank_id, tile, api) DO UPDATE SET "
+          "calls = calls + excluded.calls, busy_ns = busy_ns + excluded.busy_ns, "
+          "bytes = bytes + excluded.bytes, max_ns = max(max_ns, excluded.max_ns), "
+          "first_id = min(first_id, excluded.first_id), last_id = max(last_id, excluded.last_id)",
+          true) {}
 
 void TileUpserter::upsert(const std::vector<TileRow>& rows) {
   for (const TileRow& row : rows) {

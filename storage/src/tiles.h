@@ -79,7 +79,8 @@ class TileAccumulator {
   };
 
   OpenTiles& find(std::int64_t rank_id, int api) {
-    if (last_ < open_.size() && open_[last_].rank_id == rank_id && open_[last_].api == api) return open_[last_];
+    if (last_ < open_.size() && open_[last_].rank_id == rank_id && open_[last_].api == api)
+      return open_[last_];
     for (std::size_t i = 0; i < open_.size(); ++i)
       if (open_[i].rank_id == rank_id && open_[i].api == api) return open_[last_ = i];
     open_.push_back(OpenTiles{rank_id, api, {}});

@@ -26,16 +26,19 @@ constexpr int kCallColumns = 13;
 
 std::string callInsertSql(int rows) {
   std::string sql =
-      "INSERT INTO calls (id, rank_id, comm_id, seq, step, api, dtype, op, count, bytes, enqueue_ns, start_ns, "
+      "INSERT INTO calls (id, rank_id, comm_id, seq, step, api, dtype, op, count, bytes, enqueue_ns, "
+      "start_ns, "
       "end_ns) VALUES ";
-  for (int r = 0; r < rows; ++r) sql += r == 0 ? "(?,?,?,?,?,?,?,?,?,?,?,?,?)" : ",(?,?,?,?,?,?,?,?,?,?,?,?,?)";
+  for (int r = 0; r < rows; ++r)
+    sql += r == 0 ? "(?,?,?,?,?,?,?,?,?,?,?,?,?)" : ",(?,?,?,?,?,?,?,?,?,?,?,?,?)";
   return sql;
 }
 
 }  // namespace
 
 std::int64_t unixTimeNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -138,12 +141,14 @@ TraceWriter TraceWriter::create(const std::string& path, Options options) {
     impl->insert_calls_bulk = sql::Statement(db, callInsertSql(kCallsPerStatement), true);
     impl->insert_call = sql::Statement(db, callInsertSql(1), true);
     impl->insert_gpu = sql::Statement(
-        db, "INSERT OR REPLACE INTO gpu_calls (call_id, stream, algo, proto, channels) VALUES (?, ?, ?, ?, ?)", true);
-    impl->upsert_drop = sql::Statement(
         db,
-        "INSERT INTO drops (rank_id, kind, count) VALUES (?, ?, ?) "
-        "ON CONFLICT (rank_id, kind) DO UPDATE SET count = count + excluded.count",
+        "INSERT OR REPLACE INTO gpu_calls (call_id, stream, algo, proto, channels) VALUES (?, ?, ?, ?, ?)",
         true);
+    impl->upsert_drop =
+        sql::Statement(db,
+                       "INSERT INTO drops (rank_id, kind, count) VALUES (?, ?, ?) "
+                       "ON CONFLICT (rank_id, kind) DO UPDATE SET count = count + excluded.count",
+                       true);
     impl->tile_upserter = std::make_unique<detail::TileUpserter>(db);
   } catch (...) {
     impl->db.close();
@@ -155,9 +160,10 @@ TraceWriter TraceWriter::create(const std::string& path, Options options) {
 
 std::int64_t TraceWriter::addRun(const RunInfo& run) {
   impl_->begin();
-  sql::Statement insert(impl_->db,
-                        "INSERT INTO runs (uuid, command, mode, backend, world_size, host, config_json, tool_version, "
-                        "epoch_ns, start_ns, end_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  sql::Statement insert(
+      impl_->db,
+      "INSERT INTO runs (uuid, command, mode, backend, world_size, host, config_json, tool_version, "
+      "epoch_ns, start_ns, end_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   insert.bind(1, run.uuid);
   insert.bind(2, run.command);
   insert.bind(3, run.mode);
@@ -190,8 +196,9 @@ std::int64_t TraceWriter::addRank(const RankInfo& rank) {
     taken.bind(1, static_cast<std::int64_t>(rank.rank));
     id = taken.step() ? db.queryInt("SELECT coalesce(max(id), -1) + 1 FROM ranks") : rank.rank;
   }
-  sql::Statement insert(
-      db, "INSERT INTO ranks (id, run_id, rank, host, pid, device, clock_offset_ns) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  sql::Statement insert(db,
+                        "INSERT INTO ranks (id, run_id, rank, host, pid, device, clock_offset_ns) VALUES (?, "
+                        "?, ?, ?, ?, ?, ?)");
   insert.bind(1, id);
   insert.bind(2, rank.run_id);
   insert.bind(3, rank.rank);
@@ -278,10 +285,11 @@ std::int64_t TraceWriter::appendCalls(std::span<const CallRecord> calls) {
 
 void TraceWriter::setNcclInfo(std::int64_t call_id, int algo, int proto, int channels) {
   impl_->begin();
-  sql::Statement upsert(impl_->db,
-                        "INSERT INTO gpu_calls (call_id, stream, algo, proto, channels) VALUES (?, 0, ?, ?, ?) "
-                        "ON CONFLICT (call_id) DO UPDATE SET algo = excluded.algo, proto = excluded.proto, "
-                        "channels = excluded.channels");
+  sql::Statement upsert(
+      impl_->db,
+      "INSERT INTO gpu_calls (call_id, stream, algo, proto, channels) VALUES (?, 0, ?, ?, ?) "
+      "ON CONFLICT (call_id) DO UPDATE SET algo = excluded.algo, proto = excluded.proto, "
+      "channels = excluded.channels");
   upsert.bind(1, call_id);
   if (algo >= 0) upsert.bind(2, algo);
   if (proto >= 0) upsert.bind(3, proto);
@@ -291,10 +299,11 @@ void TraceWriter::setNcclInfo(std::int64_t call_id, int algo, int proto, int cha
 
 std::int64_t TraceWriter::addMeasurement(const Measurement& m) {
   impl_->begin();
-  sql::Statement insert(impl_->db,
-                        "INSERT INTO measurements (run_id, rank_id, call_id, strategy, api, dtype, bytes, world, reps, "
-                        "min_ns, median_ns, p90_ns, max_ns, algbw_gbs, busbw_gbs, rel_l2_error, max_abs_error, cosine, "
-                        "overflow_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  sql::Statement insert(
+      impl_->db,
+      "INSERT INTO measurements (run_id, rank_id, call_id, strategy, api, dtype, bytes, world, reps, "
+      "min_ns, median_ns, p90_ns, max_ns, algbw_gbs, busbw_gbs, rel_l2_error, max_abs_error, cosine, "
+      "overflow_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   insert.bind(1, m.run_id);
   insert.bind(2, m.rank_id);
   insert.bind(3, m.call_id);
@@ -354,7 +363,9 @@ void TraceWriter::addDrops(std::int64_t rank_id, const std::string& kind, std::i
   impl_->upsert_drop.run();
 }
 
-void TraceWriter::commit() { impl_->commit(); }
+void TraceWriter::commit() {
+  impl_->commit();
+}
 
 void TraceWriter::finish(std::int64_t end_ns) {
   impl_->begin();
@@ -388,7 +399,11 @@ void TraceWriter::finish() {
   w.finished = true;
 }
 
-const std::string& TraceWriter::path() const { return impl_->db.path(); }
-std::int64_t TraceWriter::callCount() const { return impl_->calls_written; }
+const std::string& TraceWriter::path() const {
+  return impl_->db.path();
+}
+std::int64_t TraceWriter::callCount() const {
+  return impl_->calls_written;
+}
 
 }  // namespace gradscope::storage

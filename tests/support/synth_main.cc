@@ -1,9 +1,9 @@
 // gradscope-synth: writes the per-rank trace files of a synthetic data-parallel job.
 
+#include <filesystem>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-
-#include <filesystem>
 
 #include "gradscope/common/error.h"
 #include "synthetic_trace.h"
@@ -16,7 +16,9 @@ int main(int argc, char** argv) {
   CLI::App app{"gradscope-synth: synthetic traces of a data-parallel job (one file per rank)"};
   app.add_option("-o,--output-dir", directory, "Directory for rank-N.db files (created if missing)");
   app.add_option("--ranks", job.ranks, "Ranks")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--steps", job.steps, "Training steps")->check(CLI::Range(0, 1'000'000))->capture_default_str();
+  app.add_option("--steps", job.steps, "Training steps")
+      ->check(CLI::Range(0, 1'000'000))
+      ->capture_default_str();
   app.add_option("--seed", job.seed, "Random seed")->capture_default_str();
   app.add_option("--straggler", job.straggler, "Rank that arrives late (-1: none)")->capture_default_str();
   app.add_flag("--gpu", job.gpu, "NCCL calls on GPUs instead of MPI calls");

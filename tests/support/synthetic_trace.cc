@@ -1,9 +1,9 @@
 #include "synthetic_trace.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <random>
+
+#include <fmt/format.h>
 
 #include "gradscope/storage/writer.h"
 
@@ -59,7 +59,7 @@ std::vector<storage::CallRecord> syntheticRankCalls(const SyntheticJob& job, int
     call.start_ns = now + jitter(local) + late;
     if (job.gpu) {
       call.stream = 1;
-      call.nccl_algo = bytes >= (1 << 20) ? 1 : 0;  // Ring for large, Tree for small
+      call.nccl_algo = bytes >= (1 << 20) ? 1 : 0;   // Ring for large, Tree for small
       call.nccl_proto = bytes >= (1 << 20) ? 2 : 0;  // Simple / LL
       call.nccl_channels = bytes >= (1 << 20) ? 16 : 2;
     }
@@ -73,9 +73,10 @@ std::vector<storage::CallRecord> syntheticRankCalls(const SyntheticJob& job, int
   };
   for (int step = 0; step < job.steps; ++step) {
     now += 30'000'000 + compute_jitter(shared);  // forward + backward compute
-    for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) add(allreduce, DType::Fp32, ReduceOp::Sum, *it, step);
-    add(allreduce, DType::Fp32, ReduceOp::Sum, 4, step);                    // loss
-    add(allgather, DType::Fp32, ReduceOp::None, 64, step);                  // metrics
+    for (auto it = buckets.rbegin(); it != buckets.rend(); ++it)
+      add(allreduce, DType::Fp32, ReduceOp::Sum, *it, step);
+    add(allreduce, DType::Fp32, ReduceOp::Sum, 4, step);    // loss
+    add(allgather, DType::Fp32, ReduceOp::None, 64, step);  // metrics
   }
   return calls;
 }

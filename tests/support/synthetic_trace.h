@@ -21,9 +21,9 @@ struct SyntheticJob {
   std::string uuid = "00000000-0000-4000-8000-000000000001";
   std::string host_prefix = "node";
   int ranks_per_host = 2;
-  int straggler = 1;  // rank that starts its collectives late (-1: none)
+  int straggler = 1;                       // rank that starts its collectives late (-1: none)
   std::int64_t model_bytes = 100ll << 20;  // gradient bytes per step
-  bool gpu = false;  // NCCL calls with stream/algorithm facts instead of MPI calls
+  bool gpu = false;                        // NCCL calls with stream/algorithm facts instead of MPI calls
 };
 
 // Writes the file one rank of `job` would write (what the agent writes per rank).

@@ -1,9 +1,9 @@
 #pragma once
 
-#include <fmt/format.h>
-
 #include <stdexcept>
 #include <string>
+
+#include <fmt/format.h>
 
 namespace gradscope {
 

@@ -32,7 +32,15 @@ enum class Api : std::uint8_t {
 };
 
 // What an API does, independent of the library: decides the bus-bandwidth factor.
-enum class Collective : std::uint8_t { Unknown, AllReduce, ReduceScatter, AllGather, Reduce, Broadcast, Group };
+enum class Collective : std::uint8_t {
+  Unknown,
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  Reduce,
+  Broadcast,
+  Group
+};
 
 // Codes 0..11 are NCCL's ncclDataType_t values (nccl.h); MPI types map onto them where they match.
 enum class DType : std::uint8_t {

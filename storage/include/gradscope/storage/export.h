@@ -22,7 +22,7 @@ void writeCsv(const TraceReader& reader, std::string_view table, std::ostream& o
 
 // Writes `format` to `path` ("-" = standard output). A file appears only once complete (mode 0600);
 // an existing one is replaced only with `overwrite`.
-void exportTrace(const TraceReader& reader, ExportFormat format, std::string_view table, const std::string& path,
-                 bool overwrite);
+void exportTrace(const TraceReader& reader, ExportFormat format, std::string_view table,
+                 const std::string& path, bool overwrite);
 
 }  // namespace gradscope::storage

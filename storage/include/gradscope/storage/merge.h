@@ -23,7 +23,8 @@ struct MergeSummary {
 
 // Expands the command line's inputs: a directory stands for the trace files (*.db) directly inside it,
 // in name order; `exclude` (the output) is skipped. Throws when nothing is left.
-std::vector<std::string> expandTraceInputs(const std::vector<std::string>& inputs, const std::string& exclude);
+std::vector<std::string> expandTraceInputs(const std::vector<std::string>& inputs,
+                                           const std::string& exclude);
 
 // Merges `inputs` into a new file `output`, keeping every row: calls, measurements, consensus,
 // recommendations and drops, with ids remapped and each run's times rebased onto its earliest time

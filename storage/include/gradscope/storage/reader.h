@@ -26,9 +26,9 @@ namespace gradscope::storage {
 // One pixel column (or bucket) of the zoomed-out timeline of one rank.
 struct TimelineBucket {
   std::int64_t calls = 0;
-  std::int64_t busy_ns = 0;   // summed durations of the calls starting in the bucket
+  std::int64_t busy_ns = 0;  // summed durations of the calls starting in the bucket
   std::int64_t bytes = 0;
-  std::int64_t max_ns = 0;    // longest call
+  std::int64_t max_ns = 0;          // longest call
   Api dominant_api = Api::Unknown;  // API with the most busy time in the bucket
 };
 
@@ -93,7 +93,7 @@ class TraceReader {
   // Aggregates over all calls, computed in one scan: the size histogram per API, per-rank totals and
   // the `top` longest calls (longest first).
   struct CallStatistics {
-    std::vector<SizeBucket> sizes;  // ordered by api, then size
+    std::vector<SizeBucket> sizes;   // ordered by api, then size
     std::vector<RankSummary> ranks;  // ordered by rank id
     std::vector<CallRecord> longest;
   };

@@ -15,14 +15,14 @@ namespace gradscope::storage {
 
 struct RunInfo {
   std::int64_t id = 0;
-  std::string uuid;          // identifies the run across the per-rank files of one job
-  std::string command;       // the profiled command line, or the benchmark's
-  std::string mode;          // observe | explore | apply | bench | synthetic
+  std::string uuid;     // identifies the run across the per-rank files of one job
+  std::string command;  // the profiled command line, or the benchmark's
+  std::string mode;     // observe | explore | apply | bench | synthetic
   Backend backend = Backend::Unknown;
   int world_size = 0;
-  std::string host;          // host of the process that created the file
+  std::string host;  // host of the process that created the file
   std::string config_json = "{}";
-  std::string tool_version;  // gradscope version that wrote the file
+  std::string tool_version;   // gradscope version that wrote the file
   std::int64_t epoch_ns = 0;  // time origin of the file: Unix-epoch ns
   std::int64_t start_ns = 0;
   std::optional<std::int64_t> end_ns;  // unset while the run is still being written (or crashed)
@@ -34,7 +34,7 @@ struct RankInfo {
   int rank = 0;
   std::string host;
   std::int64_t pid = 0;
-  std::string device;              // e.g. "cpu", "cuda:0 NVIDIA H100 80GB HBM3"
+  std::string device;                // e.g. "cpu", "cuda:0 NVIDIA H100 80GB HBM3"
   std::int64_t clock_offset_ns = 0;  // add to this rank's times to align them with rank 0
 };
 
@@ -51,13 +51,13 @@ struct CallRecord {
   std::int64_t id = 0;  // 0: let the writer assign the next id
   std::int64_t rank_id = 0;
   std::int64_t comm_id = 0;
-  std::int64_t seq = 0;   // per-communicator sequence number: equal on every rank for one collective
+  std::int64_t seq = 0;    // per-communicator sequence number: equal on every rank for one collective
   std::int64_t step = -1;  // training step, -1 when unknown
   Api api = Api::Unknown;
   DType dtype = DType::Other;
   ReduceOp op = ReduceOp::None;
-  std::int64_t count = 0;  // elements, as passed to the API
-  std::int64_t bytes = 0;  // bytes of the send buffer (count × element size)
+  std::int64_t count = 0;       // elements, as passed to the API
+  std::int64_t bytes = 0;       // bytes of the send buffer (count × element size)
   std::int64_t enqueue_ns = 0;  // host time the API was called
   std::int64_t start_ns = 0;    // start of the operation (GPU time for NCCL when known)
   std::int64_t end_ns = 0;
