@@ -9,19 +9,24 @@
 namespace gradscope {
 
 namespace {
+
+// At most three significant digits; decided on the magnitude so negative values read the same.
 std::string threeDigits(double value) {
-  if (value >= 100.0) return fmt::format("{:.0f}", value);
-  if (value >= 10.0) return fmt::format("{:.1f}", value);
+  const double magnitude = std::fabs(value);
+  if (magnitude >= 99.95) return fmt::format("{:.0f}", value);
+  if (magnitude >= 9.995) return fmt::format("{:.1f}", value);
   return fmt::format("{:.2f}", value);
 }
+
 }  // namespace
 
 std::string formatBytes(std::uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   if (bytes < 1024) return fmt::format("{} B", bytes);
   auto value = static_cast<double>(bytes);
   int unit = 0;
-  while (value >= 1024.0 && unit < 5) {
+  // Move up a unit when the value would print as 1024 or more after rounding ("1024 KiB" -> "1 MiB").
+  while (value >= 1023.5 && unit < 6) {
     value /= 1024.0;
     ++unit;
   }
@@ -35,10 +40,11 @@ std::string formatBytes(std::uint64_t bytes) {
 }
 
 std::string formatDuration(double nanoseconds) {
+  // Thresholds sit where rounding to three digits would print 1000 of the smaller unit.
   const double magnitude = std::fabs(nanoseconds);
-  if (magnitude < 1e3) return fmt::format("{:.0f} ns", nanoseconds);
-  if (magnitude < 1e6) return threeDigits(nanoseconds / 1e3) + " us";
-  if (magnitude < 1e9) return threeDigits(nanoseconds / 1e6) + " ms";
+  if (magnitude < 999.5) return fmt::format("{:.0f} ns", nanoseconds);
+  if (magnitude < 999.5e3) return threeDigits(nanoseconds / 1e3) + " us";
+  if (magnitude < 999.5e6) return threeDigits(nanoseconds / 1e6) + " ms";
   return threeDigits(nanoseconds / 1e9) + " s";
 }
 

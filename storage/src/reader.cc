@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
@@ -50,6 +51,12 @@ CallRecord readCall(const sql::Statement& row) {
   return call;
 }
 
+// t - d without overflow: windows may be given as the whole int64 range.
+std::int64_t saturatingSub(std::int64_t t, std::int64_t d) {
+  std::int64_t out = 0;
+  return __builtin_sub_overflow(t, d, &out) ? std::numeric_limits<std::int64_t>::min() : out;
+}
+
 std::uint32_t bigEndian32(const unsigned char* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
 }
@@ -78,6 +85,12 @@ void checkFile(const std::string& path) {
   const bool header_size_valid = bigEndian32(header + 24) == bigEndian32(header + 92);
   struct stat wal {};
   const bool has_wal = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+  // File format version bytes 18/19 are 2 in WAL mode; a live trace copied without its -wal file
+  // holds little more than the header page.
+  if (header[18] == 2 && !has_wal && static_cast<std::int64_t>(info.st_size) <= page_size)
+    fail("{}: incomplete copy of a trace that was still being written: {}-wal is missing; copy it along "
+         "with the trace (or wait for the job to finish)",
+         path, path);
   const auto expected = static_cast<std::int64_t>(pages) * page_size;
   if (header_size_valid && !has_wal && pages > 0 && info.st_size < expected)
     fail("{}: truncated trace: the header describes {} bytes but the file has {}; copy it again", path,
@@ -269,13 +282,13 @@ std::vector<CallRecord> TraceReader::callsInWindow(std::int64_t rank_id, std::in
   const int level = impl_->finestLevel(rank_id);
   if (level < 0) return calls;
   // A call that overlaps the window may have started up to one longest-call duration before it.
-  const std::int64_t from = t0_ns - impl_->maxDuration(rank_id);
+  const std::int64_t from = saturatingSub(t0_ns, impl_->maxDuration(rank_id));
   const Impl::IdRange range = impl_->idRange(level, rank_id, from, t1_ns - 1);
   if (range.empty()) return calls;
   sql::Statement query(impl_->db,
                        fmt::format("SELECT {} FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id "
                                    "WHERE c.id BETWEEN ? AND ? AND c.rank_id = ? AND c.start_ns < ? AND "
-                                   "c.end_ns >= ? ORDER BY c.start_ns, c.id LIMIT ?",
+                                   "(c.end_ns > ?5 OR c.start_ns >= ?5) ORDER BY c.start_ns, c.id LIMIT ?6",
                                    kCallColumns));
   query.bind(1, range.first);
   query.bind(2, range.last);
@@ -293,7 +306,7 @@ TimelineSummary TraceReader::timeline(std::int64_t t0_ns, std::int64_t t1_ns, in
   summary.t1_ns = t1_ns;
   summary.columns = columns;
   if (columns <= 0 || t1_ns <= t0_ns) return summary;
-  const double width = static_cast<double>(t1_ns - t0_ns) / columns;
+  const double width = (static_cast<double>(t1_ns) - static_cast<double>(t0_ns)) / columns;
   summary.rank_ids = impl_->rankIds();
   summary.buckets.assign(summary.rank_ids.size(),
                          std::vector<TimelineBucket>(static_cast<std::size_t>(columns)));
@@ -306,23 +319,26 @@ TimelineSummary TraceReader::timeline(std::int64_t t0_ns, std::int64_t t1_ns, in
   constexpr int kApiSlots = 32;
   std::vector<std::array<std::int64_t, kApiSlots>> api_busy(static_cast<std::size_t>(columns));
 
-  // Adds `busy` starting at time `at`, spread forward over the columns it covers, so a long call
-  // shows as long; counts the call(s) in the column where they start.
-  const auto add = [&](std::vector<TimelineBucket>& row, std::int64_t at, std::int64_t calls,
+  // Adds `busy` starting at time `at`, spread forward over the columns it covers and clipped to the
+  // window, so a long call shows as long; counts the call(s) in the column where they start when
+  // `counted` (calls that started before the window add only their busy time inside it).
+  const auto add = [&](std::vector<TimelineBucket>& row, std::int64_t at, bool counted, std::int64_t calls,
                        std::int64_t busy, std::int64_t bytes, std::int64_t max_ns, int api) {
-    double position = (static_cast<double>(at - t0_ns)) / width;
+    double position = (static_cast<double>(at) - static_cast<double>(t0_ns)) / width;
     if (position >= columns) return;
     double remaining = static_cast<double>(busy);
     if (position < 0) {
       remaining += position * width;  // the part before the window is not shown
       position = 0;
-      if (remaining <= 0 && at + max_ns < t0_ns) return;
+      if (remaining <= 0) return;
     }
     auto column = static_cast<std::size_t>(position);
-    TimelineBucket& first = row[column];
-    first.calls += calls;
-    first.bytes += bytes;
-    first.max_ns = std::max(first.max_ns, max_ns);
+    if (counted) {
+      TimelineBucket& first = row[column];
+      first.calls += calls;
+      first.bytes += bytes;
+      first.max_ns = std::max(first.max_ns, max_ns);
+    }
     double offset = (position - static_cast<double>(column)) * width;
     while (column < row.size()) {
       const double room = width - offset;
@@ -359,21 +375,23 @@ TimelineSummary TraceReader::timeline(std::int64_t t0_ns, std::int64_t t1_ns, in
     }
     if (use_tiles) {
       summary.level = level;
-      const std::int64_t from = t0_ns - impl_->maxDuration(rank_id);
+      const std::int64_t from = saturatingSub(t0_ns, impl_->maxDuration(rank_id));
       tiles.bind(1, level);
       tiles.bind(2, rank_id);
       tiles.bind(3, from >> level);
       tiles.bind(4, (t1_ns - 1) >> level);
       while (tiles.step()) {
         const std::int64_t tile_start = tiles.int64(0) << level;
-        add(row, std::max(tile_start, from), tiles.int64(2), tiles.int64(3), tiles.int64(4), tiles.int64(5),
-            tiles.int32(1));
+        // A tile that straddles t0 is counted whole: tiles are the resolution of this path.
+        const bool counted = tile_start + (std::int64_t{1} << level) > t0_ns;
+        add(row, std::max(tile_start, from), counted, tiles.int64(2), tiles.int64(3), tiles.int64(4),
+            tiles.int64(5), tiles.int32(1));
       }
       tiles.reset();
     } else {
       for (const CallRecord& call : callsInWindow(rank_id, t0_ns, t1_ns)) {
-        add(row, call.start_ns, 1, call.end_ns - call.start_ns, call.bytes, call.end_ns - call.start_ns,
-            static_cast<int>(call.api));
+        add(row, call.start_ns, call.start_ns >= t0_ns, 1, call.end_ns - call.start_ns, call.bytes,
+            call.end_ns - call.start_ns, static_cast<int>(call.api));
       }
     }
     for (std::size_t c = 0; c < row.size(); ++c) {
@@ -498,6 +516,13 @@ std::vector<TraceReader::Lateness> TraceReader::lateness() const {
     std::int64_t start;
     std::int32_t ranks;
   };
+  // Starts are compared on rank 0's clock.
+  std::unordered_map<std::int64_t, std::int64_t> offset;
+  for (const RankInfo& rank : ranks()) offset[rank.id] = rank.clock_offset_ns;
+  const auto alignedStart = [&offset](const CallRecord& call) {
+    const auto it = offset.find(call.rank_id);
+    return call.start_ns + (it == offset.end() ? 0 : it->second);
+  };
   std::unordered_map<std::uint64_t, Earliest> earliest;
   const auto keyOf = [&](const CallRecord& call) -> std::optional<std::uint64_t> {
     const auto it = comm_key.find(call.comm_id);
@@ -506,8 +531,9 @@ std::vector<TraceReader::Lateness> TraceReader::lateness() const {
   };
   forEachCall([&](const CallRecord& call) {
     if (const auto key = keyOf(call)) {
-      auto [it, inserted] = earliest.try_emplace(*key, Earliest{call.start_ns, 0});
-      it->second.start = std::min(it->second.start, call.start_ns);
+      const std::int64_t start = alignedStart(call);
+      auto [it, inserted] = earliest.try_emplace(*key, Earliest{start, 0});
+      it->second.start = std::min(it->second.start, start);
       ++it->second.ranks;
     }
     return true;
@@ -520,7 +546,7 @@ std::vector<TraceReader::Lateness> TraceReader::lateness() const {
     if (first.ranks < 2) return true;
     Lateness& late = per_rank[call.rank_id];
     late.rank_id = call.rank_id;
-    const std::int64_t behind = call.start_ns - first.start;
+    const std::int64_t behind = alignedStart(call) - first.start;
     late.mean_ns += static_cast<double>(behind);
     late.max_ns = std::max(late.max_ns, behind);
     ++late.matched;

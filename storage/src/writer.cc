@@ -59,6 +59,7 @@ struct TraceWriter::Impl {
   std::unique_ptr<detail::TileUpserter> tile_upserter;
 
   void begin() {
+    if (finished) fail("{}: the trace is already finished; nothing more can be written to it", db.path());
     if (!in_transaction) {
       db.exec("BEGIN IMMEDIATE");
       in_transaction = true;

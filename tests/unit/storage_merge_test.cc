@@ -1,1 +1,407 @@
+// storage/merge.h: merging the per-rank files of a run keeps every row, rebases times without moving
+// any call in absolute time, remaps ids and references, and refuses what would not make sense.
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
+
+#include "gradscope/storage/merge.h"
+#include "gradscope/storage/reader.h"
+#include "gradscope/storage/writer.h"
+#include "synthetic_trace.h"
+#include "test_util.h"
+
+namespace gradscope::storage {
+namespace {
+
+using test::RawDb;
+using test::TempDir;
+
+std::vector<std::string> writeJob(const TempDir& dir, const testing::SyntheticJob& job,
+                                  const std::string& prefix = "rank") {
+  std::vector<std::string> paths;
+  for (int rank = 0; rank < job.ranks; ++rank) {
+    paths.push_back(dir.file(fmt::format("{}-{}.db", prefix, rank)));
+    testing::writeSyntheticRank(paths.back(), job, rank);
+  }
+  return paths;
+}
+
+// Every call of a file in a form independent of ids and time origins: run uuid, rank, communicator key,
+// absolute (Unix-epoch) times and everything else a call carries.
+std::vector<std::string> absoluteCalls(const TraceReader& reader) {
+  std::map<std::int64_t, RunInfo> runs;
+  for (const RunInfo& run : reader.runs()) runs[run.id] = run;
+  std::map<std::int64_t, RankInfo> ranks;
+  for (const RankInfo& rank : reader.ranks()) ranks[rank.id] = rank;
+  std::map<std::int64_t, std::string> comms;
+  for (const CommInfo& comm : reader.comms()) comms[comm.id] = comm.key;
+  std::vector<std::string> out;
+  reader.forEachCall([&](const CallRecord& c) {
+    const RankInfo& rank = ranks.at(c.rank_id);
+    const RunInfo& run = runs.at(rank.run_id);
+    out.push_back(
+        fmt::format("run={} rank={} comm={} seq={} step={} api={} dtype={} op={} count={} bytes={} enq={} "
+                    "start={} end={} stream={} algo={} proto={} channels={}",
+                    run.uuid, rank.rank, comms.at(c.comm_id), c.seq, c.step, name(c.api), name(c.dtype),
+                    name(c.op), c.count, c.bytes, run.epoch_ns + c.enqueue_ns, run.epoch_ns + c.start_ns,
+                    run.epoch_ns + c.end_ns, c.stream, c.nccl_algo, c.nccl_proto, c.nccl_channels));
+    return true;
+  });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> absoluteCalls(const std::vector<std::string>& paths) {
+  std::vector<std::string> all;
+  for (const std::string& path : paths) {
+    const auto calls = absoluteCalls(TraceReader::open(path));
+    all.insert(all.end(), calls.begin(), calls.end());
+  }
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+// The merged id of the call of rank `rank` with sequence number `seq`.
+std::int64_t callIdOf(const TraceReader& reader, int rank, std::int64_t seq) {
+  std::map<std::int64_t, int> rank_of;
+  for (const RankInfo& info : reader.ranks()) rank_of[info.id] = info.rank;
+  std::int64_t found = 0;
+  reader.forEachCall([&](const CallRecord& call) {
+    if (rank_of.at(call.rank_id) == rank && call.seq == seq) found = call.id;
+    return found == 0;
+  });
+  return found;
+}
+
+class MergeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    job_.ranks = 3;
+    job_.steps = 10;
+    job_.gpu = true;
+    inputs_ = writeJob(dir_, job_);
+  }
+  TempDir dir_;
+  testing::SyntheticJob job_;
+  std::vector<std::string> inputs_;
+};
+
+TEST_F(MergeTest, KeepsEveryCallAtTheSameAbsoluteTime) {
+  const std::vector<std::string> before = absoluteCalls(inputs_);
+  std::int64_t calls_in_inputs = 0;
+  for (const std::string& path : inputs_) calls_in_inputs += TraceReader::open(path).callCount();
+
+  const std::string output = dir_.file("merged.db");
+  const MergeSummary summary = mergeTraces(inputs_, output, {});
+  EXPECT_EQ(summary.files, 3);
+  EXPECT_EQ(summary.runs, 1);
+  EXPECT_EQ(summary.ranks, 3);
+  EXPECT_EQ(summary.calls, calls_in_inputs);
+  EXPECT_EQ(summary.measurements, 0);
+  EXPECT_EQ(test::fileMode(output), 0600u);
+
+  const TraceReader merged = TraceReader::open(output);
+  EXPECT_EQ(merged.callCount(), calls_in_inputs);
+  EXPECT_EQ(absoluteCalls(merged), before);
+
+  // One run with the earliest time origin (rank 0's) and the latest end.
+  const auto runs = merged.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].uuid, job_.uuid);
+  EXPECT_EQ(runs[0].epoch_ns, job_.epoch_ns);
+  EXPECT_EQ(runs[0].start_ns, 0);
+  EXPECT_EQ(runs[0].world_size, 3);
+  EXPECT_EQ(runs[0].tool_version, "test");
+  std::int64_t latest_end = 0;
+  for (const std::string& path : inputs_) {
+    const RunInfo run = TraceReader::open(path).runs().at(0);
+    latest_end = std::max(latest_end, run.epoch_ns + run.end_ns.value());
+  }
+  ASSERT_TRUE(runs[0].end_ns.has_value());
+  EXPECT_EQ(runs[0].epoch_ns + *runs[0].end_ns, latest_end);
+
+  const auto ranks = merged.ranks();
+  ASSERT_EQ(ranks.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(ranks[static_cast<std::size_t>(r)].id, r);
+    EXPECT_EQ(ranks[static_cast<std::size_t>(r)].rank, r);
+    EXPECT_EQ(ranks[static_cast<std::size_t>(r)].pid, 1000 + r);
+    EXPECT_EQ(ranks[static_cast<std::size_t>(r)].run_id, runs[0].id);
+  }
+  EXPECT_EQ(merged.comms().size(), 3u);
+
+  // Ids are contiguous and each rank's calls keep their order.
+  std::int64_t expected_id = 1;
+  std::map<std::int64_t, std::int64_t> last_seq;
+  merged.forEachCall([&](const CallRecord& call) {
+    EXPECT_EQ(call.id, expected_id++);
+    auto [it, fresh] = last_seq.try_emplace(call.rank_id, -1);
+    EXPECT_EQ(call.seq, it->second + 1);
+    it->second = call.seq;
+    return true;
+  });
+
+  // The time index of the merged file finds every call of each rank.
+  const TimeExtent extent = merged.timeExtent();
+  for (const RankInfo& rank : ranks)
+    EXPECT_EQ(static_cast<std::int64_t>(merged.callsInWindow(rank.id, extent.begin_ns, extent.end_ns).size()),
+              merged.callCount() / 3);
+
+  // Rebased times make cross-rank comparisons meaningful: rank 1 (the straggler) starts every
+  // collective 300 us late, the others within the 40 us jitter.
+  const auto lateness = merged.lateness();
+  ASSERT_EQ(lateness.size(), 3u);
+  for (const auto& late : lateness) {
+    SCOPED_TRACE(late.rank_id);
+    EXPECT_EQ(late.matched, merged.callCount() / 3);
+    if (late.rank_id == 1) {
+      EXPECT_GE(late.mean_ns, 260'000);
+      EXPECT_LE(late.max_ns, 340'000);
+    } else {
+      EXPECT_LE(late.max_ns, 40'000);
+    }
+  }
+}
+
+TEST_F(MergeTest, InputOrderDoesNotChangeTimes) {
+  const std::vector<std::string> reversed(inputs_.rbegin(), inputs_.rend());
+  const std::string output = dir_.file("merged.db");
+  mergeTraces(reversed, output, {});
+  const TraceReader merged = TraceReader::open(output);
+  EXPECT_EQ(absoluteCalls(merged), absoluteCalls(inputs_));
+  EXPECT_EQ(merged.runs().at(0).epoch_ns, job_.epoch_ns);  // still the earliest origin
+  std::int64_t first_rank = -1;
+  merged.forEachCall([&](const CallRecord& call) {
+    first_rank = call.rank_id;
+    return false;
+  });
+  EXPECT_EQ(first_rank, 2);  // rank 2's file came first; rank ids still equal ranks
+}
+
+TEST_F(MergeTest, RemapsReferencesToCallsRanksAndRuns) {
+  // Rows that refer to ids of rank 2's file: a measurement of one of its calls, consensus, drops, and a
+  // recommendation; and drops in rank 1's file.
+  constexpr std::int64_t kSeq = 17;
+  std::int64_t call_id_in_file = 0;
+  {
+    RawDb db(inputs_[2]);
+    call_id_in_file = db.integer(fmt::format("SELECT id FROM calls WHERE seq = {}", kSeq));
+    db.exec(
+        fmt::format("INSERT INTO measurements (run_id, rank_id, call_id, strategy, api, dtype, bytes, world, "
+                    "reps, min_ns, "
+                    "median_ns, p90_ns, max_ns, algbw_gbs, busbw_gbs, cosine) VALUES (1, 2, {}, "
+                    "'sum/ring/fp32', 16, 7, 4096, "
+                    "3, 10, 1, 2, 3, 4, 5, 6, 0.5)",
+                    call_id_in_file));
+    db.exec(
+        "INSERT INTO consensus (rank_id, step, alpha, cosine_to_mean, grad_norm, diversity) "
+        "VALUES (2, 3, 0.25, 0.5, 2, 1.5)");
+    db.exec("INSERT INTO drops VALUES (2, 'call', 11)");
+    db.exec("INSERT INTO recommendations (run_id, created_ns, json) VALUES (1, 1234, '{\"r\":2}')");
+  }
+  {
+    RawDb db(inputs_[1]);
+    db.exec("INSERT INTO drops VALUES (1, 'call', 4), (1, 'cupti_record', 9)");
+  }
+  ASSERT_GT(call_id_in_file, 0);
+
+  const std::string output = dir_.file("merged.db");
+  const MergeSummary summary = mergeTraces(inputs_, output, {});
+  EXPECT_EQ(summary.measurements, 1);
+  const TraceReader merged = TraceReader::open(output);
+  const std::int64_t merged_call = callIdOf(merged, 2, kSeq);
+  ASSERT_GT(merged_call, 0);
+  EXPECT_NE(merged_call, call_id_in_file);  // rank 0's and rank 1's calls come first
+
+  const auto measurements = merged.measurements();
+  ASSERT_EQ(measurements.size(), 1u);
+  EXPECT_EQ(measurements[0].call_id, merged_call);
+  EXPECT_EQ(measurements[0].rank_id, 2);
+  EXPECT_EQ(measurements[0].run_id, merged.runs().at(0).id);
+  EXPECT_EQ(measurements[0].strategy, "sum/ring/fp32");
+  EXPECT_EQ(measurements[0].cosine, 0.5);
+  EXPECT_FALSE(measurements[0].rel_l2_error.has_value());
+
+  const auto consensus = merged.consensus();
+  ASSERT_EQ(consensus.size(), 1u);
+  EXPECT_EQ(consensus[0].rank_id, 2);
+  EXPECT_EQ(consensus[0].step, 3);
+  EXPECT_EQ(consensus[0].alpha, 0.25);
+
+  EXPECT_EQ(test::describeAll(merged.drops()), test::describeAll(std::vector<DropRecord>{
+                                                   {1, "call", 4}, {1, "cupti_record", 9}, {2, "call", 11}}));
+  const auto recommendations = merged.recommendations();
+  ASSERT_EQ(recommendations.size(), 1u);
+  EXPECT_EQ(recommendations[0].run_id, merged.runs().at(0).id);
+  EXPECT_EQ(recommendations[0].created_ns, 1234);  // Unix-epoch time: not rebased
+  EXPECT_EQ(recommendations[0].json, R"({"r":2})");
+}
+
+TEST_F(MergeTest, AnOpenRankKeepsTheMergedRunOpen) {
+  {
+    RawDb db(inputs_[1]);
+    db.exec("UPDATE runs SET end_ns = NULL");
+  }
+  const std::string output = dir_.file("merged.db");
+  mergeTraces(inputs_, output, {});
+  EXPECT_FALSE(TraceReader::open(output).runs().at(0).end_ns.has_value());
+}
+
+TEST_F(MergeTest, RefusesFilesOfDifferentRunsUnlessAllowed) {
+  testing::SyntheticJob other = job_;
+  other.uuid = "00000000-0000-4000-8000-0000000000aa";
+  other.seed = 2;
+  other.steps = 4;
+  other.epoch_ns = job_.epoch_ns - 5'000'000'000;  // started earlier
+  const std::vector<std::string> others = writeJob(dir_, other, "other");
+  std::vector<std::string> all = inputs_;
+  all.insert(all.end(), others.begin(), others.end());
+
+  const std::string output = dir_.file("merged.db");
+  EXPECT_GRADSCOPE_ERROR(mergeTraces(all, output, {}), "2 different runs", job_.uuid, other.uuid,
+                         "--allow-different-runs");
+  EXPECT_FALSE(test::exists(output));
+
+  MergeOptions options;
+  options.allow_different_runs = true;
+  const MergeSummary summary = mergeTraces(all, output, options);
+  EXPECT_EQ(summary.runs, 2);
+  EXPECT_EQ(summary.ranks, 6);
+  const TraceReader merged = TraceReader::open(output);
+  const auto runs = merged.runs();
+  ASSERT_EQ(runs.size(), 2u);
+  std::map<std::int64_t, std::string> uuid_of;
+  for (const RunInfo& run : runs) uuid_of[run.id] = run.uuid;
+  // Each run keeps its own time origin.
+  for (const RunInfo& run : runs)
+    EXPECT_EQ(run.epoch_ns, run.uuid == job_.uuid ? job_.epoch_ns : other.epoch_ns) << run.uuid;
+
+  // Rank ids are unique; every (run, rank) pair is there once.
+  const auto ranks = merged.ranks();
+  ASSERT_EQ(ranks.size(), 6u);
+  std::set<std::int64_t> ids;
+  std::set<std::pair<std::string, int>> run_ranks;
+  for (const RankInfo& rank : ranks) {
+    ids.insert(rank.id);
+    run_ranks.insert({uuid_of.at(rank.run_id), rank.rank});
+  }
+  EXPECT_EQ(ids.size(), 6u);
+  EXPECT_EQ(run_ranks.size(), 6u);
+
+  // Calls go to the right run and rank, at the same absolute times.
+  EXPECT_EQ(absoluteCalls(merged), absoluteCalls(all));
+  // Collectives are matched within a run only: every call has partners on the two other ranks of its run.
+  for (const auto& late : merged.lateness()) {
+    const auto rank =
+        std::find_if(ranks.begin(), ranks.end(), [&](const RankInfo& r) { return r.id == late.rank_id; });
+    ASSERT_NE(rank, ranks.end());
+    EXPECT_EQ(late.matched, uuid_of.at(rank->run_id) == job_.uuid ? 10 * 7 : 4 * 7);
+  }
+}
+
+TEST_F(MergeTest, RefusesTheSameRankTwice) {
+  const std::string copy = dir_.file("copy-of-rank-0.db");
+  test::copyFile(inputs_[0], copy);
+  const std::string output = dir_.file("merged.db");
+  EXPECT_GRADSCOPE_ERROR(mergeTraces({inputs_[0], inputs_[1], copy}, output, {}),
+                         "rank 0 of run " + job_.uuid, inputs_[0], copy);
+  EXPECT_FALSE(test::exists(output));
+  MergeOptions options;
+  options.allow_different_runs = true;
+  options.overwrite = true;
+  EXPECT_GRADSCOPE_ERROR(mergeTraces({inputs_[0], copy}, output, options), "appears in both");
+}
+
+TEST_F(MergeTest, RefusesAnExistingOutputUnlessOverwriting) {
+  const std::string output = dir_.file("merged.db");
+  test::writeFile(output, "previous");
+  EXPECT_GRADSCOPE_ERROR(mergeTraces(inputs_, output, {}), output, "already exists");
+  EXPECT_EQ(test::readFile(output), "previous");
+
+  MergeOptions options;
+  options.overwrite = true;
+  mergeTraces(inputs_, output, options);
+  EXPECT_EQ(TraceReader::open(output).callCount(), 3 * 10 * 7);
+  EXPECT_EQ(test::fileMode(output), 0600u);
+  // Only the output is left: no temporary file.
+  const auto names = test::listDirectory(dir_.path());
+  EXPECT_EQ(names, (std::vector<std::string>{"merged.db", "rank-0.db", "rank-1.db", "rank-2.db"}));
+  // An output that is a directory is refused even with overwrite.
+  const std::string directory = dir_.makeSubdir("out.db");
+  EXPECT_GRADSCOPE_ERROR(mergeTraces(inputs_, directory, options), directory, "is a directory");
+}
+
+TEST_F(MergeTest, MergingAMergedFileAgainWorks) {
+  const std::string first = dir_.file("merged.db");
+  mergeTraces(inputs_, first, {});
+  const std::string second = dir_.file("merged-again.db");
+  const MergeSummary summary = mergeTraces({first}, second, {});
+  EXPECT_EQ(summary.files, 1);
+  EXPECT_EQ(summary.ranks, 3);
+  const TraceReader a = TraceReader::open(first), b = TraceReader::open(second);
+  EXPECT_EQ(absoluteCalls(b), absoluteCalls(a));
+  EXPECT_EQ(test::describeAll(b.ranks()), test::describeAll(a.ranks()));
+  EXPECT_EQ(test::describeAll(b.runs()), test::describeAll(a.runs()));
+
+  // Incrementally: ranks 0 and 1 merged, then rank 2 added.
+  const std::string partial = dir_.file("partial.db");
+  mergeTraces({inputs_[0], inputs_[1]}, partial, {});
+  const std::string whole = dir_.file("whole.db");
+  mergeTraces({partial, inputs_[2]}, whole, {});
+  EXPECT_EQ(absoluteCalls(TraceReader::open(whole)), absoluteCalls(a));
+}
+
+TEST_F(MergeTest, ExpandsDirectoriesToTheirTraceFilesInNameOrder) {
+  const std::string jobdir = dir_.makeSubdir("job");
+  for (const char* name : {"rank-2.db", "rank-0.db", "rank-10.db", "rank-1.db"})
+    test::writeFile(jobdir + "/" + name, "x");
+  test::writeFile(jobdir + "/.rank-3.db", "hidden");          // dotfiles (our temporary files) are skipped
+  test::writeFile(jobdir + "/.merged.db.tmp-1234abcd", "t");  // a temporary output
+  test::writeFile(jobdir + "/notes.txt", "not a trace");
+  test::writeFile(jobdir + "/merged.db", "the output");
+  dir_.makeSubdir("job/sub.db");  // a directory, even if named *.db
+
+  const std::vector<std::string> expected = {jobdir + "/rank-0.db", jobdir + "/rank-1.db",
+                                             jobdir + "/rank-10.db", jobdir + "/rank-2.db"};
+  EXPECT_EQ(expandTraceInputs({jobdir}, jobdir + "/merged.db"), expected);
+  // The output is recognised however it is spelled.
+  EXPECT_EQ(expandTraceInputs({jobdir}, jobdir + "/../job/./merged.db"), expected);
+  std::vector<std::string> with_output = expected;
+  with_output.insert(with_output.begin(), jobdir + "/merged.db");
+  EXPECT_EQ(expandTraceInputs({jobdir}, ""), with_output);
+  // Files are passed through as given, in the given order, next to expanded directories.
+  EXPECT_EQ(expandTraceInputs({"b.db", jobdir, "a.db"}, dir_.file("out.db")),
+            (std::vector<std::string>{"b.db", with_output[0], expected[0], expected[1], expected[2],
+                                      expected[3], "a.db"}));
+
+  const std::string empty = dir_.makeSubdir("empty");
+  test::writeFile(empty + "/readme.txt", "nothing here");
+  EXPECT_GRADSCOPE_ERROR(expandTraceInputs({empty}, ""), empty, "no trace files");
+  EXPECT_GRADSCOPE_ERROR(expandTraceInputs({}, ""), "no input traces");
+}
+
+TEST_F(MergeTest, CommandMergesADirectoryAndSkipsItsOwnOutput) {
+  const std::string output = dir_.file("merged.db");
+  auto result = test::runCli({"merge", dir_.path(), "-o", output});
+  ASSERT_EQ(result.exit_code, 0) << test::describe(result);
+  EXPECT_EQ(result.out,
+            fmt::format("merged 3 files (1 run, 3 ranks, 210 calls, 0 measurements) into {}\n", output));
+  EXPECT_EQ(TraceReader::open(output).callCount(), 210);
+  // Again: the existing output is refused, then replaced with --force, without being merged into itself.
+  result = test::runCli({"merge", dir_.path(), "-o", output});
+  test::expectCliError(result, {output, "already exists", "--force"});
+  result = test::runCli({"merge", dir_.path(), "-o", output, "--force"});
+  ASSERT_EQ(result.exit_code, 0) << test::describe(result);
+  EXPECT_EQ(TraceReader::open(output).callCount(), 210);
+  EXPECT_EQ(test::listDirectory(dir_.path()),
+            (std::vector<std::string>{"merged.db", "rank-0.db", "rank-1.db", "rank-2.db"}));
+}
+
+}  // namespace
+}  // namespace gradscope::storage
