@@ -133,7 +133,9 @@ TraceWriter TraceWriter::create(const std::string& path, Options options) {
     // only an OS crash or power loss could, and for a diagnostic trace that is not worth the fsync at
     // every checkpoint (8% of the ingest rate, bench/storage_bench). finish() syncs the final file.
     db.exec("PRAGMA synchronous = OFF");
-    db.exec("PRAGMA cache_size = -65536");
+    // Appends touch only the right edge of each b-tree: 4 MiB of page cache is plenty, and a large
+    // cache is slower (page recycling), 1.9 M rows/s at 64 MiB vs 2.15 M at 4 MiB on 10 M rows.
+    db.exec("PRAGMA cache_size = -4096");
     {
       sql::Transaction transaction(db);
       detail::createSchema(db);
