@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# What CI runs: install dependencies, build the `ci` preset (RelWithDebInfo, -Werror) and run every test.
+# What CI runs: install dependencies, then build and run the whole test suite three times:
+#   ci    RelWithDebInfo with -Werror
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer
+#   tsan  ThreadSanitizer
 #
-#   scripts/test.sh [CTEST_ARGS...]   # extra arguments go to ctest, e.g. -R storage or --repeat until-fail:3
+#   scripts/test.sh [CTEST_ARGS...]   # extra arguments go to every ctest run, e.g. -R storage
+#   GRADSCOPE_TEST_PRESETS="ci" scripts/test.sh   # only some presets
 #
-# Works from any directory. The exit code is ctest's (0 only when every test passed).
+# Works from any directory. Exits non-zero when any preset fails to build or any test fails.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo_root"
 
-scripts/build.sh ci
-echo "==> running tests (ctest --preset ci)"
-status=0
-ctest --preset ci "$@" || status=$?
-if [ "$status" -eq 0 ]; then
-  echo "==> all tests passed"
-else
-  echo "==> tests failed (ctest exit code $status); logs in build/ci/Testing/Temporary/LastTest.log" >&2
+presets=${GRADSCOPE_TEST_PRESETS:-ci asan tsan}
+failed=()
+for preset in $presets; do
+  scripts/build.sh "$preset"
+  echo "==> running tests (ctest --preset $preset)"
+  status=0
+  ctest --preset "$preset" "$@" || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "==> $preset: tests failed (ctest exit code $status); log: build/$preset/Testing/Temporary/LastTest.log" >&2
+    failed+=("$preset")
+  fi
+done
+if [ ${#failed[@]} -ne 0 ]; then
+  echo "==> FAILED presets: ${failed[*]}" >&2
+  exit 1
 fi
-exit "$status"
+echo "==> all tests passed in: $presets"

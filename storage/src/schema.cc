@@ -181,30 +181,6 @@ LEFT JOIN names ng ON ng.domain = 'nccl_algo' AND ng.code = g.algo
 LEFT JOIN names np ON np.domain = 'nccl_proto' AND np.code = g.proto;
 )sql";
 
-// calls in schema v1 (DESIGN.md's starting layout), kept for migration.
-constexpr std::string_view kCallTablesV1 = R"sql(
-CREATE TABLE calls (
-  id            INTEGER PRIMARY KEY,
-  rank_id       INTEGER NOT NULL,
-  comm_id       INTEGER NOT NULL,
-  seq           INTEGER NOT NULL,
-  step          INTEGER,
-  api           INTEGER NOT NULL,
-  dtype         INTEGER NOT NULL,
-  op            INTEGER,
-  count         INTEGER NOT NULL,
-  bytes         INTEGER NOT NULL,
-  stream        INTEGER,
-  enqueue_ns    INTEGER NOT NULL,
-  start_ns      INTEGER NOT NULL,
-  end_ns        INTEGER NOT NULL,
-  nccl_algo     INTEGER,
-  nccl_proto    INTEGER,
-  nccl_channels INTEGER
-);
-CREATE INDEX calls_by_rank_time ON calls (rank_id, start_ns);
-)sql";
-
 constexpr std::string_view kNcclAlgos[] = {"Tree",     "Ring", "CollnetDirect", "CollnetChain", "NVLS",
                                            "NVLSTree", "PAT"};
 constexpr std::string_view kNcclProtos[] = {"LL", "LL128", "Simple"};
@@ -261,13 +237,6 @@ void createSchema(sql::Database& db) {
   db.exec(kCallTablesV2);
   fillNames(db);
   stampVersion(db, kSchemaVersion);
-}
-
-void createSchemaV1(sql::Database& db) {
-  db.exec(kCommonTables);
-  db.exec(kCallTablesV1);
-  fillNames(db);
-  stampVersion(db, 1);
 }
 
 void migrate(sql::Database& db, int from) {

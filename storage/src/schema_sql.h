@@ -1,6 +1,7 @@
 #pragma once
 
-// Internal: the DDL of every schema version and the migrations between them.
+// Internal: the DDL of the current schema and the migrations from older ones. The DDL of older
+// versions is frozen in tests/data/schema_v<N>.sql, which the migration tests build old files from.
 
 #include <string_view>
 
@@ -12,8 +13,6 @@ namespace gradscope::storage::detail {
 
 // Creates the current schema in an empty database (inside the caller's transaction) and fills `names`.
 void createSchema(sql::Database& db);
-// Creates schema v1 exactly as v1 writers did: used by migration tests to make old files.
-void createSchemaV1(sql::Database& db);
 // Upgrades a database at schema version `from` to kSchemaVersion, inside the caller's transaction.
 void migrate(sql::Database& db, int from);
 

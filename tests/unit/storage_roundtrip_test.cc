@@ -22,9 +22,6 @@
 #include "gradscope/storage/writer.h"
 #include "test_util.h"
 
-// Internal, used only to check that the frozen v1 SQL matches what v1 writers created.
-#include "../../storage/src/schema_sql.h"
-#include "../../storage/src/sqlite.h"
 
 namespace gradscope::storage {
 namespace {
@@ -648,30 +645,6 @@ std::vector<CallRecord> makeV1Trace(const std::string& path, int count = 2'000) 
   sqlite3_finalize(insert);
   db.exec("COMMIT");
   return calls;
-}
-
-TEST(StorageMigration, FrozenV1SchemaMatchesWhatV1WritersCreated) {
-  TempDir dir;
-  const std::string frozen = dir.file("frozen.db"), code = dir.file("code.db");
-  {
-    RawDb db(frozen);
-    db.exec(test::readFile(test::goldenPath("schema_v1.sql")));
-  }
-  {
-    sql::Database db(code, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-    sql::Transaction transaction(db);
-    detail::createSchemaV1(db);
-    transaction.commit();
-  }
-  RawDb a(frozen, SQLITE_OPEN_READONLY), b(code, SQLITE_OPEN_READONLY);
-  const std::string schema = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name";
-  EXPECT_EQ(a.rows(schema), b.rows(schema));
-  const std::string names = "SELECT domain, code, name FROM names ORDER BY domain, code";
-  EXPECT_EQ(a.rows(names), b.rows(names));
-  EXPECT_EQ(a.integer("PRAGMA user_version"), 1);
-  EXPECT_EQ(b.integer("PRAGMA user_version"), 1);
-  EXPECT_EQ(a.integer("PRAGMA application_id"), kApplicationId);
-  EXPECT_EQ(b.integer("PRAGMA application_id"), kApplicationId);
 }
 
 TEST(StorageMigration, OpeningAV1TraceUpgradesItInPlace) {
