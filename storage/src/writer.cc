@@ -58,8 +58,23 @@ struct TraceWriter::Impl {
   sql::Statement upsert_drop;
   std::unique_ptr<detail::TileUpserter> tile_upserter;
 
+  // After a failed append or commit (disk full, I/O error) the open transaction is rolled back and the
+  // writer refuses further writes: its ids and tiles no longer match the file. Everything committed
+  // before stays valid.
+  std::string failure;
+
+  void poison(const Error& error) {
+    if (in_transaction) sqlite3_exec(db.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+    in_transaction = false;
+    tiles = detail::TileAccumulator{};
+    failure = error.what();
+  }
+
   void begin() {
     if (finished) fail("{}: the trace is already finished; nothing more can be written to it", db.path());
+    if (!failure.empty())
+      fail("{}: writing stopped after an earlier error ({}); what was committed before it is intact",
+           db.path(), failure);
     if (!in_transaction) {
       db.exec("BEGIN IMMEDIATE");
       in_transaction = true;
@@ -111,7 +126,7 @@ TraceWriter::TraceWriter(TraceWriter&&) noexcept = default;
 TraceWriter& TraceWriter::operator=(TraceWriter&&) noexcept = default;
 
 TraceWriter::~TraceWriter() {
-  if (!impl_ || impl_->finished) return;
+  if (!impl_ || impl_->finished || !impl_->failure.empty()) return;
   try {
     impl_->commit();
   } catch (const Error&) {
@@ -246,44 +261,49 @@ std::int64_t TraceWriter::appendCalls(std::span<const CallRecord> calls) {
     next = (call.id == 0 ? next : call.id) + 1;
   }
   w.begin();
-  const std::int64_t first_id = calls.front().id == 0 ? w.next_call_id : calls.front().id;
-  std::int64_t id = w.next_call_id;
-  const auto idOf = [&id](const CallRecord& call) {
-    const bool next_rowid = call.id == 0 || call.id == id;
-    if (call.id != 0) id = call.id;
-    return std::pair{id++, next_rowid};
-  };
-  std::size_t i = 0;
-  for (; i + kCallsPerStatement <= calls.size(); i += kCallsPerStatement) {
-    for (int r = 0; r < kCallsPerStatement; ++r) {
-      const CallRecord& call = calls[i + static_cast<std::size_t>(r)];
-      const auto [call_id, next_rowid] = idOf(call);
-      Impl::bindCall(w.insert_calls_bulk, r * kCallColumns, call, call_id, next_rowid);
-      w.tiles.add(call, call_id);
+  try {
+    const std::int64_t first_id = calls.front().id == 0 ? w.next_call_id : calls.front().id;
+    std::int64_t id = w.next_call_id;
+    const auto idOf = [&id](const CallRecord& call) {
+      const bool next_rowid = call.id == 0 || call.id == id;
+      if (call.id != 0) id = call.id;
+      return std::pair{id++, next_rowid};
+    };
+    std::size_t i = 0;
+    for (; i + kCallsPerStatement <= calls.size(); i += kCallsPerStatement) {
+      for (int r = 0; r < kCallsPerStatement; ++r) {
+        const CallRecord& call = calls[i + static_cast<std::size_t>(r)];
+        const auto [call_id, next_rowid] = idOf(call);
+        Impl::bindCall(w.insert_calls_bulk, r * kCallColumns, call, call_id, next_rowid);
+        w.tiles.add(call, call_id);
+      }
+      w.insert_calls_bulk.step();
+      sqlite3_reset(w.insert_calls_bulk.handle());
     }
-    w.insert_calls_bulk.step();
-    sqlite3_reset(w.insert_calls_bulk.handle());
+    for (; i < calls.size(); ++i) {
+      const auto [call_id, next_rowid] = idOf(calls[i]);
+      Impl::bindCall(w.insert_call, 0, calls[i], call_id, next_rowid);
+      w.tiles.add(calls[i], call_id);
+      w.insert_call.step();
+      sqlite3_reset(w.insert_call.handle());
+    }
+    // GPU facts go to their own table (rare next to host calls; ids are known now).
+    std::int64_t gpu_id = w.next_call_id;
+    for (const CallRecord& call : calls) {
+      if (call.id != 0) gpu_id = call.id;
+      if (call.hasGpuInfo()) w.writeGpuInfo(call, gpu_id);
+      ++gpu_id;
+    }
+    w.next_call_id = next;
+    const auto count = static_cast<std::int64_t>(calls.size());
+    w.calls_written += count;
+    w.rows_in_transaction += count;
+    if (w.rows_in_transaction >= w.options.commit_rows) w.commit();
+    return first_id;
+  } catch (const Error& error) {
+    w.poison(error);
+    throw;
   }
-  for (; i < calls.size(); ++i) {
-    const auto [call_id, next_rowid] = idOf(calls[i]);
-    Impl::bindCall(w.insert_call, 0, calls[i], call_id, next_rowid);
-    w.tiles.add(calls[i], call_id);
-    w.insert_call.step();
-    sqlite3_reset(w.insert_call.handle());
-  }
-  // GPU facts go to their own table (rare next to host calls; ids are known now).
-  std::int64_t gpu_id = w.next_call_id;
-  for (const CallRecord& call : calls) {
-    if (call.id != 0) gpu_id = call.id;
-    if (call.hasGpuInfo()) w.writeGpuInfo(call, gpu_id);
-    ++gpu_id;
-  }
-  w.next_call_id = next;
-  const auto count = static_cast<std::int64_t>(calls.size());
-  w.calls_written += count;
-  w.rows_in_transaction += count;
-  if (w.rows_in_transaction >= w.options.commit_rows) w.commit();
-  return first_id;
 }
 
 void TraceWriter::setNcclInfo(std::int64_t call_id, int algo, int proto, int channels) {
@@ -367,7 +387,12 @@ void TraceWriter::addDrops(std::int64_t rank_id, const std::string& kind, std::i
 }
 
 void TraceWriter::commit() {
-  impl_->commit();
+  try {
+    impl_->commit();
+  } catch (const Error& error) {
+    impl_->poison(error);
+    throw;
+  }
 }
 
 void TraceWriter::finish(std::int64_t end_ns) {

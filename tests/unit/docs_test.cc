@@ -1,12 +1,12 @@
 // Keeps docs/schema.md true: every table of the schema is described there, and nothing else is.
 
-#include <gtest/gtest.h>
-
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "gradscope/storage/schema.h"
 
