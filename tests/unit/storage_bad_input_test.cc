@@ -31,7 +31,12 @@ using test::RawDb;
 using test::runCli;
 using test::TempDir;
 
-constexpr int kPageSize = 4096;  // the writer's page size
+// The page size the writer chose, from the SQLite header (bytes 16-17, big-endian; 1 means 65536).
+std::int64_t pageSizeOf(const std::string& path) {
+  const std::string header = test::readFile(path).substr(0, 100);
+  const int raw = (static_cast<unsigned char>(header[16]) << 8) | static_cast<unsigned char>(header[17]);
+  return raw == 1 ? 65536 : raw;
+}
 
 class BadInput : public ::testing::Test {
  protected:
@@ -95,7 +100,8 @@ std::string corruptCallPages(const std::string& path) {
   const std::vector<std::int64_t> leaves = callLeafPages(path);
   if (leaves.size() < 8) return "dbstat is not available or the calls table is too small";
   for (std::size_t i = leaves.size() / 2; i < leaves.size() / 2 + 3; ++i)
-    scribble(path, (leaves[i] - 1) * kPageSize, kPageSize, static_cast<std::uint64_t>(leaves[i]));
+    scribble(path, (leaves[i] - 1) * pageSizeOf(path), pageSizeOf(path),
+             static_cast<std::uint64_t>(leaves[i]));
   return {};
 }
 
@@ -149,7 +155,8 @@ TEST_F(BadInput, TooShortForAnSqliteHeader) {
 TEST_F(BadInput, TruncatedCopy) {
   const std::string whole = writeTrace("whole.db");
   const std::string bytes = test::readFile(whole);
-  ASSERT_GT(bytes.size(), 40u * kPageSize) << "the trace should span many pages";
+  ASSERT_GT(static_cast<std::int64_t>(bytes.size()), 20 * pageSizeOf(whole))
+      << "the trace should span many pages";
   const std::string path = dir_.file("half.db");
   test::writeFile(path, bytes.substr(0, bytes.size() / 2));
   expectRefused(path, {"truncated trace", std::to_string(bytes.size()), std::to_string(bytes.size() / 2),
@@ -160,7 +167,7 @@ TEST_F(BadInput, TruncatedAtAPageBoundary) {
   const std::string whole = writeTrace("whole.db");
   const std::string bytes = test::readFile(whole);
   const std::string path = dir_.file("cut.db");
-  test::writeFile(path, bytes.substr(0, bytes.size() - kPageSize));
+  test::writeFile(path, bytes.substr(0, bytes.size() - static_cast<std::size_t>(pageSizeOf(whole))));
   expectRefused(path, {"truncated trace"});
 }
 
@@ -227,9 +234,10 @@ TEST_F(BadInput, ALiveTraceCopiedWithoutItsWalSaysWhatIsMissing) {
 TEST_F(BadInput, CorruptedPagesAreAnErrorNotACrash) {
   const std::string path = writeTrace("corrupt.db");
   const std::string bytes = test::readFile(path);
-  const auto pages = static_cast<std::int64_t>(bytes.size() / kPageSize);
+  const std::int64_t page = pageSizeOf(path);
+  const auto pages = static_cast<std::int64_t>(bytes.size()) / page;
   // Garbage over four whole pages in the middle of the file.
-  scribble(path, (pages / 2 - 2) * kPageSize, 4 * kPageSize, 99);
+  scribble(path, (pages / 2 - 2) * page, 4 * page, 99);
   const std::string message = test::errorMessage([&] {
     const TraceReader reader = TraceReader::open(path);
     std::ostringstream report;
