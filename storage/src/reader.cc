@@ -88,9 +88,10 @@ void checkFile(const std::string& path) {
   // File format version bytes 18/19 are 2 in WAL mode; a live trace copied without its -wal file
   // holds little more than the header page.
   if (header[18] == 2 && !has_wal && static_cast<std::int64_t>(info.st_size) <= page_size)
-    fail("{}: incomplete copy of a trace that was still being written: {}-wal is missing; copy it along "
-         "with the trace (or wait for the job to finish)",
-         path, path);
+    fail(
+        "{}: incomplete copy of a trace that was still being written: {}-wal is missing; copy it along "
+        "with the trace (or wait for the job to finish)",
+        path, path);
   const auto expected = static_cast<std::int64_t>(pages) * page_size;
   if (header_size_valid && !has_wal && pages > 0 && info.st_size < expected)
     fail("{}: truncated trace: the header describes {} bytes but the file has {}; copy it again", path,
@@ -103,19 +104,6 @@ struct TraceReader::Impl {
   mutable sql::Database db;
   int version = 0;
 
-  // Finest tile level present for a rank, or -1.
-  int finestLevel(std::int64_t rank_id) const {
-    sql::Statement probe(db, "SELECT 1 FROM call_tiles WHERE level = ? AND rank_id = ? LIMIT 1");
-    for (int level : kTileLevels) {
-      probe.bind(1, level);
-      probe.bind(2, rank_id);
-      const bool found = probe.step();
-      probe.reset();
-      if (found) return level;
-    }
-    return -1;
-  }
-
   bool hasLevel(int level, std::int64_t rank_id) const {
     sql::Statement probe(db, "SELECT 1 FROM call_tiles WHERE level = ? AND rank_id = ? LIMIT 1");
     probe.bind(1, level);
@@ -123,12 +111,24 @@ struct TraceReader::Impl {
     return probe.step();
   }
 
+  // Finest / coarsest tile level present for a rank, or -1 (a few primary-key probes).
+  int finestLevel(std::int64_t rank_id) const {
+    for (int level : kTileLevels)
+      if (hasLevel(level, rank_id)) return level;
+    return -1;
+  }
+  int coarsestLevel(std::int64_t rank_id) const {
+    for (auto it = std::rbegin(kTileLevels); it != std::rend(kTileLevels); ++it)
+      if (hasLevel(*it, rank_id)) return *it;
+    return -1;
+  }
+
   // Longest call of a rank, from the coarsest level (fewest rows).
   std::int64_t maxDuration(std::int64_t rank_id) const {
     sql::Statement query(db,
-                         "SELECT coalesce(max(max_ns), 0) FROM call_tiles WHERE rank_id = ?1 AND level = "
-                         "(SELECT max(level) FROM call_tiles WHERE rank_id = ?1)");
-    query.bind(1, rank_id);
+                         "SELECT coalesce(max(max_ns), 0) FROM call_tiles WHERE level = ? AND rank_id = ?");
+    query.bind(1, coarsestLevel(rank_id));
+    query.bind(2, rank_id);
     return query.step() ? query.int64(0) : 0;
   }
 
