@@ -1,0 +1,60 @@
+#pragma once
+
+// Wire precisions: what a gradient looks like on the wire when a strategy sends it in a narrower type.
+// Conversions are defined bit for bit in numeric.h. fp8 uses per-block scaling: each block of
+// `block` elements carries one fp32 scale = amax / fp8_max (1 when the block is all zeros or its
+// amax is not finite), and element i is stored as fp8(x_i · prescale / scale); decoding multiplies back.
+// Pre-scaling by 1/N before the conversion keeps an N-rank sum from overflowing the narrow type.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "gradscope/common/types.h"
+#include "gradscope/methods/cpu_executor.h"
+
+namespace gradscope::methods {
+
+enum class WireFormat { Fp16, Bf16, Fp8E4M3, Fp8E5M2 };
+
+inline constexpr WireFormat kWireFormats[] = {WireFormat::Fp16, WireFormat::Bf16, WireFormat::Fp8E4M3,
+                                              WireFormat::Fp8E5M2};
+
+// "fp16", "bf16", "fp8e4m3", "fp8e5m2" (the wire part of a strategy name).
+std::string_view name(WireFormat format);
+std::optional<WireFormat> parseWireFormat(std::string_view text);
+DType wireDType(WireFormat format);
+bool isFp8(WireFormat format);
+std::size_t wireElementBytes(WireFormat format);  // 2 or 1
+float wireMax(WireFormat format);                 // largest finite value
+
+struct EncodeOptions {
+  float prescale = 1.0f;       // multiply before converting (1/N for an N-rank sum)
+  std::size_t block = 128;     // fp8 scaling block, in elements (>= 1)
+};
+
+// What a conversion did to the values: finite inputs that overflowed (became Inf for fp16/bf16,
+// saturated for fp8) and NaN inputs.
+struct EncodeStats {
+  std::uint64_t overflow = 0;
+  std::uint64_t nan = 0;
+};
+
+// Number of fp32 scales an fp8 encoding of `count` elements carries (0 for fp16/bf16).
+std::size_t scaleCount(WireFormat format, std::size_t count, std::size_t block);
+
+// Encodes `count` fp32 values into `out` (count · wireElementBytes bytes) and, for fp8, `scales`
+// (scaleCount entries; ignored for fp16/bf16).
+EncodeStats encode(WireFormat format, const float* in, std::size_t count, void* out, float* scales,
+                   const EncodeOptions& options = {}, CpuExecutor& executor = CpuExecutor::shared());
+
+// Decodes into fp32, multiplying by the block scale (fp8) and by `postscale` (e.g. N to undo 1/N).
+void decode(WireFormat format, const void* in, const float* scales, std::size_t count, float* out,
+            float postscale = 1.0f, std::size_t block = 128, CpuExecutor& executor = CpuExecutor::shared());
+
+// Bytes read and written by encode / decode of `count` elements.
+std::size_t encodeBytesMoved(WireFormat format, std::size_t count, std::size_t block);
+std::size_t decodeBytesMoved(WireFormat format, std::size_t count, std::size_t block);
+
+}  // namespace gradscope::methods

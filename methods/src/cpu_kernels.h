@@ -1,0 +1,14 @@
+#pragma once
+
+// Runtime ISA dispatch for CPU kernels: a kernel function marked GS_CPU_KERNEL is compiled three times
+// (AVX-512, AVX2+FMA+F16C, baseline x86-64) and the dynamic loader picks the best one for the CPU at
+// start-up (GCC function multi-versioning), so one binary runs everywhere and vectorises wide where it
+// can. Write kernels as plain loops over restrict pointers with branch-free bodies (numeric.h).
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define GS_CPU_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GS_CPU_KERNEL
+#endif
+
+#define GS_RESTRICT __restrict__
