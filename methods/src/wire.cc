@@ -1,1 +1,496 @@
-// filled by the methods work
+#include "gradscope/methods/wire.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cfloat>
+#include <cstdint>
+
+#include "cpu_kernels.h"
+#include "gradscope/common/error.h"
+#include "gradscope/methods/numeric.h"
+
+// Exact definitions the CUDA kernels (cuda/wire.cu) must reproduce bit for bit:
+//
+// Encode, for every element x (all arithmetic in fp32, round to nearest even):
+//   v = x * prescale
+//   fp16/bf16: code = fp32ToFp16(v) / fp32ToBf16(v)
+//   fp8: per block of `block` elements (the last one may be shorter),
+//     amax  = max |v| over the block's elements whose v is finite (NaN and ±Inf are ignored)
+//     scale = amax / fp8_max, replaced by 1 when it is not at least FLT_MIN: an all-zero block (the
+//             header's case) and also a block whose amax is so tiny (< fp8_max · 2^-126) that the scale
+//             would be subnormal or zero: dividing by it would lose the scale's precision or give Inf.
+//             amax itself is always finite, since non-finite v are skipped.
+//     code  = fp32ToFp8E4M3(v / scale) / fp32ToFp8E5M2(v / scale): a true IEEE division by the fp32
+//             scale, not a multiplication by a reciprocal (which rounds differently).
+// Decode: out = (decoded * scale) * postscale, two fp32 multiplications in that order (scale = 1 for
+//   fp16/bf16, so that case is decoded * postscale).
+//
+// Counters (EncodeStats), per input element x:
+//   nan      = x is NaN.
+//   overflow = x is finite, and the value handed to the conversion (v, or v / scale for fp8) lies beyond
+//              what round-to-nearest-even could bring back to the largest finite value: |v| >= 65520
+//              (fp16), the bf16 equivalent, |v / scale| > 464 (e4m3: halfway between 448 and the next
+//              step 480, ties go to 448 which is even) or >= 61440 (e5m2: halfway between 57344 and
+//              65536, ties go to 65536). This is exactly "became Inf" for fp16/bf16 and "was clamped to
+//              fp8_max by more than rounding would move it" for fp8. Values between fp8_max and that
+//              limit (448 < |q| <= 464) are rounded, not counted: with amax scaling the largest element
+//              of every block lands within an ulp of fp8_max on either side, because amax / fp8_max is
+//              rounded, and counting those would report a spurious overflow in a large share of blocks.
+//              With amax scaling a finite x can only overflow fp8 when its v is not finite (a prescale
+//              that pushes it past FLT_MAX); it then encodes like ±Inf.
+//   ±Inf inputs are neither (not finite, not NaN); they stay ±Inf (fp16, bf16, e5m2) or become NaN
+//   (e4m3 has no Inf), and they do not take part in the block's amax.
+
+namespace gradscope::methods {
+
+namespace {
+
+constexpr std::uint32_t kAbsMask = 0x7FFFFFFFu;
+constexpr std::uint32_t kInfBits = 0x7F800000u;
+
+// How the kernels are written so that GCC vectorises them at -O2 (its "very cheap" cost model, which
+// only takes loops whose trip count is a known multiple of the vector length) as well as at -O3:
+// - Elements go in runs of kRun with a constant trip count (the loop over j), then a shorter run of
+//   kShortRun, then one at a time. 64 elements fill a 64-byte vector of fp8 codes (and four of fp32):
+//   GCC gives all types of a loop the same vector size, so a shorter run would mean narrower vectors.
+// - Sums and maxima are kept per lane (an array indexed by j, which lives in vector registers) and
+//   folded once per scaling block or stretch; a scalar accumulator in the loop is a reduction, which
+//   GCC 12 either refuses here or folds on every run.
+//
+// numeric.h's subnormal arms compute a float (an addition or multiplication) that only one side of a
+// select uses; GCC sinks it into a branch and, under its default -ftrapping-math, will not speculate it
+// back, so without -fno-trapping-math only the AVX-512 clones of the encoders vectorise (through masked
+// operations) and no decoder does. -fno-trapping-math changes no result here: it only lets the compiler
+// evaluate both sides of a select, and nothing reads the floating-point exception flags.
+constexpr std::size_t kRun = 64;
+constexpr std::size_t kShortRun = 16;
+
+struct Counts {
+  std::uint64_t overflow = 0;
+  std::uint64_t nan = 0;
+};
+
+template <std::size_t kLanes>
+[[gnu::always_inline]] inline std::uint64_t sumLanes(const std::uint32_t (&lanes)[kLanes]) {
+  std::uint64_t sum = 0;
+  for (std::uint32_t lane : lanes) sum += lane;
+  return sum;
+}
+
+template <std::size_t kLanes>
+[[gnu::always_inline]] inline std::uint32_t maxLanes(const std::uint32_t (&lanes)[kLanes]) {
+  std::uint32_t max = 0;
+  for (std::uint32_t lane : lanes) max = std::max(max, lane);
+  return max;
+}
+
+// ---- fp16 / bf16 ----------------------------------------------------------------------------------
+
+// The counters: a NaN input gives a NaN v, and an overflow is a v at least the overflow threshold
+// (65520 for fp16, the halfway point to 2^128 for bf16) that is not NaN, so a stretch of input whose
+// largest |v| stays below the threshold has nothing to count. The conversion loop therefore only
+// keeps that maximum (one vector max per 16 elements), and a stretch where it reaches the threshold,
+// which is rare, is counted again exactly by a separate pass while it is still in L1.
+template <bool kBf16>
+constexpr std::uint32_t kHalfOverflowBits = kBf16 ? 0x7F7F8000u : 0x477FF000u;
+
+// 32 fp16 codes fill one 64-byte vector, so a run is exactly one vector iteration and the per-lane
+// maxima stay in registers (with longer runs GCC keeps them in memory).
+constexpr std::size_t kHalfRun = 32;
+// Elements per stretch checked for something to count: 8 KiB of input, still in L1 for a recount.
+constexpr std::size_t kHalfStretch = 2048;
+
+template <bool kBf16>
+[[gnu::always_inline]] inline void encodeHalf(float x, float prescale, std::uint16_t& out,
+                                              std::uint32_t& v_max) {
+  const float v = x * prescale;
+  out = kBf16 ? fp32ToBf16(v) : fp32ToFp16(v);
+  v_max = std::max(v_max, floatBits(v) & kAbsMask);
+}
+
+template <bool kBf16>
+[[gnu::always_inline]] inline void countHalf(float x, float prescale, std::uint32_t& overflow,
+                                             std::uint32_t& nan) {
+  const std::uint32_t magnitude = floatBits(x) & kAbsMask;
+  const std::uint32_t v_magnitude = floatBits(x * prescale) & kAbsMask;
+  overflow += static_cast<std::uint32_t>(magnitude < kInfBits) &
+              static_cast<std::uint32_t>(v_magnitude - kHalfOverflowBits<kBf16> <=
+                                         kInfBits - kHalfOverflowBits<kBf16>);
+  nan += static_cast<std::uint32_t>(magnitude > kInfBits);
+}
+
+// The exact count over a stretch (at most kHalfStretch elements, so 32-bit lanes cannot wrap).
+template <bool kBf16>
+[[gnu::noinline]] void countHalfStretch(const float* GS_RESTRICT in, std::size_t count, float prescale,
+                                        Counts& counts) {
+  std::uint32_t overflow[kShortRun] = {};
+  std::uint32_t nan[kShortRun] = {};
+  std::size_t i = 0;
+  for (; i + kShortRun <= count; i += kShortRun) {
+    const float* GS_RESTRICT x = in + i;
+    for (std::size_t j = 0; j < kShortRun; ++j) countHalf<kBf16>(x[j], prescale, overflow[j], nan[j]);
+  }
+  for (; i < count; ++i) countHalf<kBf16>(in[i], prescale, overflow[0], nan[0]);
+  counts.overflow += sumLanes(overflow);
+  counts.nan += sumLanes(nan);
+}
+
+template <bool kBf16>
+[[gnu::always_inline]] inline void encodeHalfRange(const float* GS_RESTRICT in,
+                                                   std::uint16_t* GS_RESTRICT out, std::size_t count,
+                                                   float prescale, Counts& counts) {
+  for (std::size_t stretch = 0; stretch < count; stretch += kHalfStretch) {
+    const std::size_t end = count - stretch < kHalfStretch ? count : stretch + kHalfStretch;
+    std::uint32_t v_max[kHalfRun] = {};
+    std::size_t i = stretch;
+    for (; i + kHalfRun <= end; i += kHalfRun) {
+      const float* GS_RESTRICT x = in + i;
+      std::uint16_t* GS_RESTRICT y = out + i;
+      for (std::size_t j = 0; j < kHalfRun; ++j) encodeHalf<kBf16>(x[j], prescale, y[j], v_max[j]);
+    }
+    for (; i < end; ++i) encodeHalf<kBf16>(in[i], prescale, out[i], v_max[0]);
+    if (maxLanes(v_max) >= kHalfOverflowBits<kBf16>) [[unlikely]] {
+      countHalfStretch<kBf16>(in + stretch, end - stretch, prescale, counts);
+    }
+  }
+}
+
+GS_CPU_KERNEL void encodeFp16Kernel(const float* GS_RESTRICT in, std::uint16_t* GS_RESTRICT out,
+                                    std::size_t count, float prescale, Counts* counts) {
+  encodeHalfRange<false>(in, out, count, prescale, *counts);
+}
+
+GS_CPU_KERNEL void encodeBf16Kernel(const float* GS_RESTRICT in, std::uint16_t* GS_RESTRICT out,
+                                    std::size_t count, float prescale, Counts* counts) {
+  encodeHalfRange<true>(in, out, count, prescale, *counts);
+}
+
+template <bool kBf16>
+[[gnu::always_inline]] inline float decodeHalf(std::uint16_t code, float postscale) {
+  return (kBf16 ? bf16ToFp32(code) : fp16ToFp32(code)) * postscale;
+}
+
+template <bool kBf16>
+[[gnu::always_inline]] inline void decodeHalfRange(const std::uint16_t* GS_RESTRICT in,
+                                                   float* GS_RESTRICT out, std::size_t count,
+                                                   float postscale) {
+  std::size_t i = 0;
+  for (; i + kRun <= count; i += kRun) {
+    const std::uint16_t* GS_RESTRICT x = in + i;
+    float* GS_RESTRICT y = out + i;
+    for (std::size_t j = 0; j < kRun; ++j) y[j] = decodeHalf<kBf16>(x[j], postscale);
+  }
+  for (; i < count; ++i) out[i] = decodeHalf<kBf16>(in[i], postscale);
+}
+
+GS_CPU_KERNEL void decodeFp16Kernel(const std::uint16_t* GS_RESTRICT in, float* GS_RESTRICT out,
+                                    std::size_t count, float postscale) {
+  decodeHalfRange<false>(in, out, count, postscale);
+}
+
+GS_CPU_KERNEL void decodeBf16Kernel(const std::uint16_t* GS_RESTRICT in, float* GS_RESTRICT out,
+                                    std::size_t count, float postscale) {
+  decodeHalfRange<true>(in, out, count, postscale);
+}
+
+// ---- fp8 ------------------------------------------------------------------------------------------
+
+// Encoding one block takes two passes, the second from L1:
+// 1. The scan: the largest finite |v| (as magnitude bits: non-negative floats order like their bits,
+//    and an integer maximum vectorises where a float one would need -ffast-math) and the largest |v|
+//    of all, which shows whether the block holds a NaN or an infinity at all.
+// 2. The conversion, with no counting in it. The counters follow from the scan: a finite input can
+//    only overflow when its v is not finite, because every finite v of the block has |v| <= amax, so
+//    |v / scale| <= amax / fl(amax / max) <= max · (1 + 2^-23), far below the limits 464 and 61440
+//    (and a block with scale 1 has |v| < max · 2^-126). So only a block whose largest |v| is not
+//    finite, which is rare, is walked again to count NaN inputs and finite inputs whose v is not
+//    finite: exactly what the threshold rule above counts.
+struct BlockScan {
+  std::uint32_t finite_max = 0;
+  std::uint32_t any_max = 0;
+};
+
+[[gnu::always_inline]] inline void scanElement(float x, float prescale, std::uint32_t& finite_max,
+                                               std::uint32_t& any_max) {
+  const std::uint32_t magnitude = floatBits(x * prescale) & kAbsMask;
+  const std::uint32_t finite = magnitude < kInfBits ? magnitude : 0u;
+  // std::max, not a ternary: GCC 12 merges a ternary maximum with the select above and then does not
+  // recognise the maximum, and the loop stays scalar.
+  finite_max = std::max(finite_max, finite);
+  any_max = std::max(any_max, magnitude);
+}
+
+[[gnu::always_inline]] inline BlockScan scanBlock(const float* GS_RESTRICT in, std::size_t count,
+                                                  float prescale) {
+  // fp32 only, so 16 lanes already fill a 64-byte vector.
+  std::uint32_t finite_max[kShortRun] = {};
+  std::uint32_t any_max[kShortRun] = {};
+  std::size_t i = 0;
+  for (; i + kShortRun <= count; i += kShortRun) {
+    const float* GS_RESTRICT x = in + i;
+    for (std::size_t j = 0; j < kShortRun; ++j) scanElement(x[j], prescale, finite_max[j], any_max[j]);
+  }
+  for (; i < count; ++i) scanElement(in[i], prescale, finite_max[0], any_max[0]);
+  return {maxLanes(finite_max), maxLanes(any_max)};
+}
+
+// The rare path: a block with a NaN or an infinity in v.
+[[gnu::noinline]] void countNonFinite(const float* in, std::size_t count, float prescale, Counts& counts) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint32_t magnitude = floatBits(in[i]) & kAbsMask;
+    const std::uint32_t v_magnitude = floatBits(in[i] * prescale) & kAbsMask;
+    counts.nan += magnitude > kInfBits ? 1u : 0u;
+    counts.overflow += magnitude < kInfBits && v_magnitude >= kInfBits ? 1u : 0u;
+  }
+}
+
+template <bool kE5M2>
+[[gnu::always_inline]] inline std::uint8_t encodeFp8(float x, float prescale, float scale) {
+  const float scaled = (x * prescale) / scale;
+  return kE5M2 ? fp32ToFp8E5M2(scaled) : fp32ToFp8E4M3(scaled);
+}
+
+template <bool kE5M2, std::size_t kLength>
+[[gnu::always_inline]] inline void encodeFp8Run(const float* GS_RESTRICT x, std::uint8_t* GS_RESTRICT q,
+                                                float prescale, float scale) {
+  // The codes go through 32-bit lanes: stored straight into bytes, GCC 12 narrows part of the e4m3
+  // rounding to 8 bits and then cannot vectorise the loop.
+  std::uint32_t codes[kLength];
+  for (std::size_t j = 0; j < kLength; ++j) codes[j] = encodeFp8<kE5M2>(x[j], prescale, scale);
+  for (std::size_t j = 0; j < kLength; ++j) q[j] = static_cast<std::uint8_t>(codes[j]);
+}
+
+template <bool kE5M2>
+[[gnu::always_inline]] inline void encodeFp8Blocks(const float* GS_RESTRICT in, std::uint8_t* GS_RESTRICT out,
+                                                   float* GS_RESTRICT scales, std::size_t count,
+                                                   std::size_t block, float prescale, Counts& counts) {
+  constexpr float kMax = kE5M2 ? kFp8E5M2Max : kFp8E4M3Max;
+  for (std::size_t begin = 0; begin < count; begin += block) {
+    const std::size_t n = count - begin < block ? count - begin : block;
+    const float* GS_RESTRICT x = in + begin;
+    std::uint8_t* GS_RESTRICT q = out + begin;
+    const BlockScan scan = scanBlock(x, n, prescale);
+    if (scan.any_max >= kInfBits) [[unlikely]] {
+      countNonFinite(x, n, prescale, counts);
+    }
+    float scale = bitsFloat(scan.finite_max) / kMax;
+    scale = scale >= FLT_MIN ? scale : 1.0f;
+    *scales++ = scale;
+    std::size_t i = 0;
+    for (; i + kRun <= n; i += kRun) encodeFp8Run<kE5M2, kRun>(x + i, q + i, prescale, scale);
+    for (; i + kShortRun <= n; i += kShortRun) encodeFp8Run<kE5M2, kShortRun>(x + i, q + i, prescale, scale);
+    for (; i < n; ++i) q[i] = encodeFp8<kE5M2>(x[i], prescale, scale);
+  }
+}
+
+GS_CPU_KERNEL void encodeE4M3Kernel(const float* GS_RESTRICT in, std::uint8_t* GS_RESTRICT out,
+                                    float* GS_RESTRICT scales, std::size_t count, std::size_t block,
+                                    float prescale, Counts* counts) {
+  encodeFp8Blocks<false>(in, out, scales, count, block, prescale, *counts);
+}
+
+GS_CPU_KERNEL void encodeE5M2Kernel(const float* GS_RESTRICT in, std::uint8_t* GS_RESTRICT out,
+                                    float* GS_RESTRICT scales, std::size_t count, std::size_t block,
+                                    float prescale, Counts* counts) {
+  encodeFp8Blocks<true>(in, out, scales, count, block, prescale, *counts);
+}
+
+template <bool kE5M2>
+[[gnu::always_inline]] inline float decodeFp8(std::uint8_t code, float scale, float postscale) {
+  return ((kE5M2 ? fp8E5M2ToFp32(code) : fp8E4M3ToFp32(code)) * scale) * postscale;
+}
+
+template <bool kE5M2, std::size_t kLength>
+[[gnu::always_inline]] inline void decodeFp8Run(const std::uint8_t* GS_RESTRICT q, float* GS_RESTRICT y,
+                                                float scale, float postscale) {
+  for (std::size_t j = 0; j < kLength; ++j) y[j] = decodeFp8<kE5M2>(q[j], scale, postscale);
+}
+
+template <bool kE5M2>
+[[gnu::always_inline]] inline void decodeFp8Blocks(const std::uint8_t* GS_RESTRICT in,
+                                                   const float* GS_RESTRICT scales, std::size_t count,
+                                                   std::size_t block, float* GS_RESTRICT out,
+                                                   float postscale) {
+  for (std::size_t begin = 0; begin < count; begin += block) {
+    const std::size_t n = count - begin < block ? count - begin : block;
+    const std::uint8_t* GS_RESTRICT q = in + begin;
+    float* GS_RESTRICT y = out + begin;
+    const float scale = *scales++;
+    std::size_t i = 0;
+    for (; i + kRun <= n; i += kRun) decodeFp8Run<kE5M2, kRun>(q + i, y + i, scale, postscale);
+    for (; i + kShortRun <= n; i += kShortRun) decodeFp8Run<kE5M2, kShortRun>(q + i, y + i, scale, postscale);
+    for (; i < n; ++i) y[i] = decodeFp8<kE5M2>(q[i], scale, postscale);
+  }
+}
+
+GS_CPU_KERNEL void decodeE4M3Kernel(const std::uint8_t* GS_RESTRICT in, const float* GS_RESTRICT scales,
+                                    std::size_t count, std::size_t block, float* GS_RESTRICT out,
+                                    float postscale) {
+  decodeFp8Blocks<false>(in, scales, count, block, out, postscale);
+}
+
+GS_CPU_KERNEL void decodeE5M2Kernel(const std::uint8_t* GS_RESTRICT in, const float* GS_RESTRICT scales,
+                                    std::size_t count, std::size_t block, float* GS_RESTRICT out,
+                                    float postscale) {
+  decodeFp8Blocks<true>(in, scales, count, block, out, postscale);
+}
+
+void requireBlock(WireFormat format, std::size_t block) {
+  if (isFp8(format) && block == 0)
+    fail("{} wire format: the scaling block must be at least 1 element", name(format));
+}
+
+// Chunk boundaries for fp16/bf16: whole runs, so only the last chunk has a remainder.
+constexpr std::size_t kHalfAlign = kRun;
+
+}  // namespace
+
+std::string_view name(WireFormat format) {
+  switch (format) {
+    case WireFormat::Fp16: return "fp16";
+    case WireFormat::Bf16: return "bf16";
+    case WireFormat::Fp8E4M3: return "fp8e4m3";
+    case WireFormat::Fp8E5M2: return "fp8e5m2";
+  }
+  return "unknown";
+}
+
+std::optional<WireFormat> parseWireFormat(std::string_view text) {
+  for (WireFormat format : kWireFormats) {
+    if (text == name(format)) return format;
+  }
+  return std::nullopt;
+}
+
+DType wireDType(WireFormat format) {
+  switch (format) {
+    case WireFormat::Fp16: return DType::Fp16;
+    case WireFormat::Bf16: return DType::Bf16;
+    case WireFormat::Fp8E4M3: return DType::Fp8E4M3;
+    case WireFormat::Fp8E5M2: return DType::Fp8E5M2;
+  }
+  return DType::Other;
+}
+
+bool isFp8(WireFormat format) {
+  return format == WireFormat::Fp8E4M3 || format == WireFormat::Fp8E5M2;
+}
+
+std::size_t wireElementBytes(WireFormat format) {
+  return isFp8(format) ? 1 : 2;
+}
+
+float wireMax(WireFormat format) {
+  switch (format) {
+    case WireFormat::Fp16: return kFp16Max;
+    case WireFormat::Bf16: return kBf16Max;
+    case WireFormat::Fp8E4M3: return kFp8E4M3Max;
+    case WireFormat::Fp8E5M2: return kFp8E5M2Max;
+  }
+  return 0.0f;
+}
+
+std::size_t scaleCount(WireFormat format, std::size_t count, std::size_t block) {
+  if (!isFp8(format)) return 0;
+  requireBlock(format, block);
+  return count / block + (count % block != 0 ? 1 : 0);
+}
+
+EncodeStats encode(WireFormat format, const float* in, std::size_t count, void* out, float* scales,
+                   const EncodeOptions& options, CpuExecutor& executor) {
+  requireBlock(format, options.block);
+  const float prescale = options.prescale;
+  const std::size_t block = options.block;
+  // One atomic add per chunk: integer sums, so the totals do not depend on how the work was split.
+  std::atomic<std::uint64_t> overflow{0};
+  std::atomic<std::uint64_t> nan{0};
+  auto publish = [&](const Counts& counts) {
+    overflow.fetch_add(counts.overflow, std::memory_order_relaxed);
+    nan.fetch_add(counts.nan, std::memory_order_relaxed);
+  };
+  const std::size_t bytes_per_element = sizeof(float) + wireElementBytes(format);
+  switch (format) {
+    case WireFormat::Fp16:
+    case WireFormat::Bf16: {
+      auto* half = static_cast<std::uint16_t*>(out);
+      const bool bf16 = format == WireFormat::Bf16;
+      executor.parallelFor(count, bytes_per_element, kHalfAlign, [&](std::size_t begin, std::size_t end) {
+        Counts counts;
+        if (bf16) {
+          encodeBf16Kernel(in + begin, half + begin, end - begin, prescale, &counts);
+        } else {
+          encodeFp16Kernel(in + begin, half + begin, end - begin, prescale, &counts);
+        }
+        publish(counts);
+      });
+      break;
+    }
+    case WireFormat::Fp8E4M3:
+    case WireFormat::Fp8E5M2: {
+      auto* bytes = static_cast<std::uint8_t*>(out);
+      const bool e5m2 = format == WireFormat::Fp8E5M2;
+      // Chunks are whole blocks (the last may end in a partial one), so each scale has one writer.
+      executor.parallelFor(count, bytes_per_element, block, [&](std::size_t begin, std::size_t end) {
+        Counts counts;
+        float* chunk_scales = scales + begin / block;
+        if (e5m2) {
+          encodeE5M2Kernel(in + begin, bytes + begin, chunk_scales, end - begin, block, prescale, &counts);
+        } else {
+          encodeE4M3Kernel(in + begin, bytes + begin, chunk_scales, end - begin, block, prescale, &counts);
+        }
+        publish(counts);
+      });
+      break;
+    }
+  }
+  return {overflow.load(std::memory_order_relaxed), nan.load(std::memory_order_relaxed)};
+}
+
+void decode(WireFormat format, const void* in, const float* scales, std::size_t count, float* out,
+            float postscale, std::size_t block, CpuExecutor& executor) {
+  requireBlock(format, block);
+  const std::size_t bytes_per_element = sizeof(float) + wireElementBytes(format);
+  switch (format) {
+    case WireFormat::Fp16:
+    case WireFormat::Bf16: {
+      const auto* half = static_cast<const std::uint16_t*>(in);
+      const bool bf16 = format == WireFormat::Bf16;
+      executor.parallelFor(count, bytes_per_element, kHalfAlign, [&](std::size_t begin, std::size_t end) {
+        if (bf16) {
+          decodeBf16Kernel(half + begin, out + begin, end - begin, postscale);
+        } else {
+          decodeFp16Kernel(half + begin, out + begin, end - begin, postscale);
+        }
+      });
+      break;
+    }
+    case WireFormat::Fp8E4M3:
+    case WireFormat::Fp8E5M2: {
+      const auto* bytes = static_cast<const std::uint8_t*>(in);
+      const bool e5m2 = format == WireFormat::Fp8E5M2;
+      executor.parallelFor(count, bytes_per_element, block, [&](std::size_t begin, std::size_t end) {
+        const float* chunk_scales = scales + begin / block;
+        if (e5m2) {
+          decodeE5M2Kernel(bytes + begin, chunk_scales, end - begin, block, out + begin, postscale);
+        } else {
+          decodeE4M3Kernel(bytes + begin, chunk_scales, end - begin, block, out + begin, postscale);
+        }
+      });
+      break;
+    }
+  }
+}
+
+std::size_t encodeBytesMoved(WireFormat format, std::size_t count, std::size_t block) {
+  // Reads the fp32 input, writes the narrow codes and (fp8) the scales.
+  return count * sizeof(float) + count * wireElementBytes(format) +
+         scaleCount(format, count, block) * sizeof(float);
+}
+
+std::size_t decodeBytesMoved(WireFormat format, std::size_t count, std::size_t block) {
+  // Reads the narrow codes and (fp8) the scales, writes fp32.
+  return count * wireElementBytes(format) + scaleCount(format, count, block) * sizeof(float) +
+         count * sizeof(float);
+}
+
+}  // namespace gradscope::methods

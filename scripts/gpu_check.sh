@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Builds gradscope with CUDA on a machine with an NVIDIA GPU, runs the CUDA unit tests and the CUDA
+# benchmarks, and collects everything in one folder:
+#
+#   scripts/gpu_check.sh [OUT_DIR]        # default OUT_DIR: build/gpu-results
+#
+# OUT_DIR receives nvidia-smi.txt, configure.log, build.log, cuda_tests.log, cuda_tests.json (gtest),
+# cuda_bench.log, cuda_bench.json (Google Benchmark) and summary.txt.
+#
+# Environment:
+#   GRADSCOPE_SKIP_BOOTSTRAP=1    never run scripts/bootstrap.sh (GPU machines often have no package
+#                                 mirror). Otherwise it runs only when a build package is missing and
+#                                 apt-get exists; if it fails the script carries on and lets CMake say
+#                                 what is missing.
+#   CMAKE_PREFIX_PATH             colon-separated prefixes where dependencies live, e.g. .deb packages
+#                                 unpacked with `dpkg -x pkg.deb /opt/debs` -> /opt/debs/usr. CMake
+#                                 reads it; this script also puts <prefix>/lib[/<multiarch>] on
+#                                 LD_LIBRARY_PATH so the test and benchmark binaries find those libraries.
+#   GRADSCOPE_GPU_BUILD_DIR       the build directory (default: build/gpu).
+#   GRADSCOPE_CUDA_ARCHITECTURES  CMAKE_CUDA_ARCHITECTURES (default: the project's "80;90", whose PTX
+#                                 also runs on newer GPUs through the driver's JIT).
+#   GRADSCOPE_BENCH_FILTER        --benchmark_filter for the benchmarks (default: all of them).
+#   GRADSCOPE_SKIP_BENCH=1        build and test only.
+#   GRADSCOPE_ALLOW_SKIPPED=1     accept GPU tests that skipped for want of a usable GPU (normally an
+#                                 error here: on a GPU machine it means the library could not use it).
+#
+# Exit status: 0 when every CUDA test passed (and the benchmarks ran), 1 when a test failed or the
+# benchmarks failed, 2 when the build could not be set up or did not compile.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo_root"
+out_dir=${1:-$repo_root/build/gpu-results}
+mkdir -p "$out_dir"
+out_dir=$(cd "$out_dir" && pwd)
+build_dir=${GRADSCOPE_GPU_BUILD_DIR:-$repo_root/build/gpu}
+jobs=$(nproc 2>/dev/null || echo 4)
+
+say() { echo "==> $*"; }
+die() {
+  echo "==> FAILED: $*" >&2
+  echo "FAILED: $*" >>"$out_dir/summary.txt"
+  exit "${2:-2}"
+}
+
+: >"$out_dir/summary.txt"
+{
+  echo "gradscope GPU check"
+  echo "date:   $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host:   $(uname -n) ($(uname -sr))"
+  echo "commit: $(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo_root" diff --quiet 2>/dev/null || echo ' (with local changes)')"
+} >>"$out_dir/summary.txt"
+say "GPU check of $repo_root; results in $out_dir"
+
+# ---- The GPU ---------------------------------------------------------------------------------------
+say "GPU (nvidia-smi)"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >"$out_dir/nvidia-smi.txt" 2>&1; then
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
+  say "found: $gpu"
+  echo "gpu:    $gpu" >>"$out_dir/summary.txt"
+else
+  echo "gpu:    none (nvidia-smi missing or failing; see nvidia-smi.txt)" >>"$out_dir/summary.txt"
+  say "WARNING: nvidia-smi is missing or failed: the CUDA tests will skip (continuing to check the build)"
+fi
+
+# ---- Dependencies ------------------------------------------------------------------------------------
+build_packages=(cmake g++ libsqlite3-dev libfmt-dev libcli11-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev)
+if [ "${GRADSCOPE_SKIP_BOOTSTRAP:-0}" = 1 ]; then
+  say "dependencies: bootstrap skipped (GRADSCOPE_SKIP_BOOTSTRAP=1)"
+else
+  missing=()
+  if command -v dpkg-query >/dev/null 2>&1; then
+    for p in "${build_packages[@]}"; do
+      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+  fi
+  if [ ${#missing[@]} -eq 0 ]; then
+    say "dependencies: build packages present (or not a dpkg system)"
+  elif ! command -v apt-get >/dev/null 2>&1; then
+    say "dependencies: missing ${missing[*]} and no apt-get; relying on CMAKE_PREFIX_PATH"
+  else
+    say "dependencies: missing ${missing[*]}; running scripts/bootstrap.sh"
+    if ! scripts/bootstrap.sh; then
+      say "WARNING: bootstrap failed (no package mirror?); continuing with CMAKE_PREFIX_PATH=${CMAKE_PREFIX_PATH:-<unset>}"
+    fi
+  fi
+fi
+
+# Libraries from unpacked packages must be found at run time too.
+if [ -n "${CMAKE_PREFIX_PATH:-}" ]; then
+  multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+  IFS=: read -r -a prefixes <<<"$CMAKE_PREFIX_PATH"
+  for prefix in "${prefixes[@]}"; do
+    for dir in "$prefix/lib/$multiarch" "$prefix/lib" "$prefix/lib64"; do
+      [ -d "$dir" ] && LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    done
+  done
+  export LD_LIBRARY_PATH
+  say "CMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH (LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})"
+fi
+
+# ---- Configure and build ----------------------------------------------------------------------------------
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+cmake_args=(-S "$repo_root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DGRADSCOPE_WITH_CUDA=ON -DGRADSCOPE_BUILD_TESTS=ON -DGRADSCOPE_BUILD_BENCHMARKS=ON)
+[ -n "${GRADSCOPE_CUDA_ARCHITECTURES:-}" ] && cmake_args+=("-DCMAKE_CUDA_ARCHITECTURES=$GRADSCOPE_CUDA_ARCHITECTURES")
+[ -n "${CMAKE_PREFIX_PATH:-}" ] && cmake_args+=("-DCMAKE_PREFIX_PATH=$(echo "$CMAKE_PREFIX_PATH" | tr : ';')")
+
+say "configuring $build_dir (CUDA on)"
+if ! cmake "${cmake_args[@]}" >"$out_dir/configure.log" 2>&1; then
+  tail -n 20 "$out_dir/configure.log" >&2
+  die "configure failed; see $out_dir/configure.log"
+fi
+say "building gradscope_unit_tests and gradscope_cuda_bench ($jobs jobs; nvcc takes a few minutes)"
+if ! cmake --build "$build_dir" --parallel "$jobs" --target gradscope_unit_tests gradscope_cuda_bench \
+  >"$out_dir/build.log" 2>&1; then
+  grep -E "error|Error" "$out_dir/build.log" | head -n 20 >&2 || tail -n 20 "$out_dir/build.log" >&2
+  die "build failed; see $out_dir/build.log"
+fi
+warnings=$(grep -c -i "warning" "$out_dir/build.log" || true)
+say "built ($warnings warning lines in build.log)"
+echo "build:  ok, $warnings warning lines (build.log)" >>"$out_dir/summary.txt"
+
+tests_bin=$build_dir/tests/gradscope_unit_tests
+bench_bin=$build_dir/bench/gradscope_cuda_bench
+status=0
+
+# ---- CUDA tests ---------------------------------------------------------------------------------------------
+say "CUDA tests (gtest filter '*Cuda*')"
+test_status=0
+"$tests_bin" --gtest_filter='*Cuda*' --gtest_output="json:$out_dir/cuda_tests.json" \
+  >"$out_dir/cuda_tests.log" 2>&1 || test_status=$?
+passed=$(grep -c '^\[       OK \]' "$out_dir/cuda_tests.log" || true)
+failed=$(grep -c '^\[  FAILED  \] .*(' "$out_dir/cuda_tests.log" || true)
+skipped=$(grep -c '^\[  SKIPPED \] .*(' "$out_dir/cuda_tests.log" || true)
+echo "tests:  $passed passed, $failed failed, $skipped skipped (exit $test_status; cuda_tests.log)" >>"$out_dir/summary.txt"
+if [ "$test_status" -ne 0 ]; then
+  grep -E '^\[  FAILED  \]' "$out_dir/cuda_tests.log" | sort -u >&2 || true
+  say "CUDA tests FAILED ($failed failed); see $out_dir/cuda_tests.log"
+  grep -E '^\[  FAILED  \]' "$out_dir/cuda_tests.log" | sort -u >>"$out_dir/summary.txt" || true
+  status=1
+elif grep -q 'GPU tests skipped' "$out_dir/cuda_tests.log" && [ "${GRADSCOPE_ALLOW_SKIPPED:-0}" != 1 ]; then
+  # The GPU fixtures skip with this message when cuda::available() is false: on a GPU machine that
+  # means the library could not use the GPU (driver too old, wrong architecture, ...).
+  reason=$(grep -m 1 -o 'GPU tests skipped.*' "$out_dir/cuda_tests.log" || true)
+  say "CUDA tests SKIPPED ($skipped): $reason"
+  echo "tests skipped on what should be a GPU machine: $reason" >>"$out_dir/summary.txt"
+  status=1
+else
+  say "CUDA tests passed ($passed passed, $skipped skipped)"
+fi
+
+# ---- CUDA benchmarks -----------------------------------------------------------------------------------------
+if [ "${GRADSCOPE_SKIP_BENCH:-0}" = 1 ]; then
+  say "benchmarks skipped (GRADSCOPE_SKIP_BENCH=1)"
+else
+  say "CUDA benchmarks (256 MiB buffers; a few minutes)"
+  bench_args=(--benchmark_out="$out_dir/cuda_bench.json" --benchmark_out_format=json)
+  [ -n "${GRADSCOPE_BENCH_FILTER:-}" ] && bench_args+=("--benchmark_filter=$GRADSCOPE_BENCH_FILTER")
+  bench_status=0
+  "$bench_bin" "${bench_args[@]}" >"$out_dir/cuda_bench.log" 2>&1 || bench_status=$?
+  if [ "$bench_status" -ne 0 ]; then
+    tail -n 20 "$out_dir/cuda_bench.log" >&2
+    say "benchmarks FAILED (exit $bench_status); see $out_dir/cuda_bench.log"
+    echo "bench:  FAILED (exit $bench_status; cuda_bench.log)" >>"$out_dir/summary.txt"
+    status=1
+  elif command -v python3 >/dev/null 2>&1; then
+    python3 - "$out_dir/cuda_bench.json" >>"$out_dir/summary.txt" <<'EOF'
+import json, sys
+data = json.load(open(sys.argv[1]))
+rows = [b for b in data.get("benchmarks", []) if b.get("run_type", "iteration") == "iteration"]
+print(f"bench:  {len(rows)} benchmarks on {data.get('context', {}).get('gpu', '?')} (cuda_bench.json)")
+print(f"  {'benchmark':<44} {'ms_min':>8} {'GB/s':>8} {'vs_d2d':>7}")
+slow = 0
+for b in rows:
+    if b.get("error_occurred"):
+        print(f"  {b['name']:<44} skipped: {b.get('error_message', '')}")
+        continue
+    ratio = b.get("vs_d2d", 0.0)
+    flag = "" if ratio >= 0.9 or b["name"].startswith("BM_CudaD2DCopy") else "  < 0.9"
+    slow += bool(flag)
+    print(f"  {b['name']:<44} {b.get('ms_min', 0):8.3f} {b.get('GBps_best', 0):8.1f} {ratio:7.3f}{flag}")
+print(f"  {slow} benchmark(s) below 90% of the device-to-device copy rate")
+EOF
+    say "benchmarks done"
+  else
+    echo "bench:  ok (cuda_bench.json; no python3 for a table)" >>"$out_dir/summary.txt"
+  fi
+fi
+
+say "summary ($out_dir/summary.txt):"
+cat "$out_dir/summary.txt"
+exit "$status"
