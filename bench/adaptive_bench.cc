@@ -4,15 +4,12 @@
 // bytes_per_second uses the bytes each CPU implementation reads and writes:
 //   AdaCons         (2N + 1)·n·4   one pass for g_sum and the dot products (N reads), one for the
 //                                  weighted aggregate (N reads, 1 write)
-//   AdaSum          5(N − 1)·n·4   N − 1 pairwise ⊕, each a dot pass (2 reads) and a combine (2 reads, 1 write)
-//   Mean            (N + 1)·n·4
-//   ConsensusStats  N·n·4
+//   AdaSum          5(N − 1)·n·4   N − 1 pairwise ⊕, each a dot pass (2 reads) and a combine (2 reads, 1
+//   write) Mean            (N + 1)·n·4 ConsensusStats  N·n·4
 // vs_memcpy = best time of a parallel memcpy moving as many bytes (of 3) / best time of the method, as in
 // local_sum_bench.cc.
 //
 //   gradscope_methods_bench --benchmark_filter=BM_Adaptive
-
-#include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +20,8 @@
 #include <limits>
 #include <memory>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "gradscope/methods/adaptive.h"
 #include "gradscope/methods/cpu_executor.h"
@@ -135,7 +134,8 @@ void BM_AdaptiveMean(benchmark::State& state) {
 void BM_AdaptiveConsensusStats(benchmark::State& state) {
   Gradients8& data = Gradients8::get();
   const auto g = data.pointers();
-  runTimed(state, kRanks * kCount * sizeof(float), [&] { benchmark::DoNotOptimize(consensusStats(g, kCount)); });
+  runTimed(state, kRanks * kCount * sizeof(float),
+           [&] { benchmark::DoNotOptimize(consensusStats(g, kCount)); });
 }
 
 BENCHMARK(BM_AdaptiveAdaCons)->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -20,8 +20,6 @@
 //
 //   gradscope_cuda_bench --benchmark_filter='LocalSum/add_n' --benchmark_out=cuda.json
 
-#include <benchmark/benchmark.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -30,6 +28,8 @@
 #include <limits>
 #include <string>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "gradscope/common/error.h"
 #include "gradscope/common/types.h"
@@ -176,7 +176,8 @@ struct Device {
   double bestCopySeconds(GpuTimer& timer) {
     double best = std::numeric_limits<double>::infinity();
     for (int i = 0; i < 10; ++i) {
-      best = std::min(best, timer.seconds([&] { cuda::copy(output.get(), inputs[0].get(), kBufferBytes, stream); }));
+      best = std::min(
+          best, timer.seconds([&] { cuda::copy(output.get(), inputs[0].get(), kBufferBytes, stream); }));
     }
     return best;
   }
@@ -266,8 +267,8 @@ void BM_CudaDecode(benchmark::State& state, WireFormat format, std::size_t block
     cuda::encode(format, device.inputs[0].as<float>(), count, device.codes.get(), device.scales.as<float>(),
                  {.prescale = 0.125f, .block = block}, device.stats.as<std::uint64_t>(), device.stream);
     measure(state, decodeBytesMoved(format, count, block), [&] {
-      cuda::decode(format, device.codes.get(), device.scales.as<float>(), count, device.output.as<float>(), 8.0f,
-                   block, device.stream);
+      cuda::decode(format, device.codes.get(), device.scales.as<float>(), count, device.output.as<float>(),
+                   8.0f, block, device.stream);
     });
   });
 }
@@ -278,12 +279,14 @@ std::string shortName(LocalSumMethod method) {
 }
 
 void registerAll() {
-  benchmark::RegisterBenchmark("BM_CudaD2DCopy", BM_CudaD2DCopy)->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_CudaD2DCopy", BM_CudaD2DCopy)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
   for (DType dtype : {DType::Fp32, DType::Fp16, DType::Bf16, DType::Fp64}) {
     for (LocalSumMethod method : kLocalSumMethods) {
       for (std::size_t k : {std::size_t{4}, std::size_t{8}}) {
-        const std::string label =
-            "BM_CudaLocalSum/" + shortName(method) + "/" + std::string(name(dtype)) + "/K:" + std::to_string(k);
+        const std::string label = "BM_CudaLocalSum/" + shortName(method) + "/" + std::string(name(dtype)) +
+                                  "/K:" + std::to_string(k);
         benchmark::RegisterBenchmark(label.c_str(), BM_CudaLocalSum, method, dtype, k)
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond);
@@ -296,7 +299,8 @@ void registerAll() {
     std::vector<std::size_t> blocks{128};
     if (isFp8(format)) blocks = {16, 128, 8192};
     for (std::size_t block : blocks) {
-      const std::string suffix = std::string(name(format)) + (isFp8(format) ? "/block:" + std::to_string(block) : "");
+      const std::string suffix =
+          std::string(name(format)) + (isFp8(format) ? "/block:" + std::to_string(block) : "");
       benchmark::RegisterBenchmark(("BM_CudaEncode/" + suffix).c_str(), BM_CudaEncode, format, block)
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
@@ -318,7 +322,8 @@ int main(int argc, char** argv) {
   } else {
     benchmark::AddCustomContext("gpu", "none: " + reason);
   }
-  benchmark::AddCustomContext("timer", GS_BENCH_CUDA_EVENTS ? "cuda events" : "host clock around stream syncs");
+  benchmark::AddCustomContext("timer",
+                              GS_BENCH_CUDA_EVENTS ? "cuda events" : "host clock around stream syncs");
   benchmark::AddCustomContext("buffer_bytes", std::to_string(kBufferBytes));
   registerAll();
   benchmark::Initialize(&argc, argv);

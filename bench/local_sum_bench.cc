@@ -12,8 +12,6 @@
 //
 //   gradscope_methods_bench --benchmark_filter='BM_LocalSum|BM_MemcpyForLocalSum'
 
-#include <benchmark/benchmark.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +20,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "gradscope/common/types.h"
 #include "gradscope/methods/cpu_executor.h"

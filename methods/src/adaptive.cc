@@ -19,36 +19,58 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <vector>
 
 #include "cpu_kernels.h"
 #include "gradscope/common/error.h"
 
-// Plain multiply and add, never fused: the same bits from every ISA clone.
+// Plain multiply and add, never fused: the same bits from every ISA clone. (GCC contracts a*b + c
+// into an FMA by default in C++, and only the AVX2/AVX-512 clones have FMA. Clang builds no clones;
+// the pragma keeps it from contracting too.)
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define GS_NO_CONTRACTION
+#else
 #define GS_NO_CONTRACTION __attribute__((optimize("fp-contract=off")))
+#endif
 
 namespace gradscope::methods {
 namespace {
 
-constexpr std::size_t kBlock = 4096;  // elements per reduction block (fixed: it defines the sum order)
-constexpr std::size_t kLanes = 16;    // accumulator lanes per block
-constexpr std::size_t kSubTile = 512; // elements per step within a block (the g_sum tile stays in L1)
+constexpr std::size_t kBlock = 4096;   // elements per reduction block (fixed: it defines the sum order)
+constexpr std::size_t kLanes = 16;     // accumulator lanes per block
+constexpr std::size_t kSubTile = 512;  // elements per step within a block (the g_sum tile stays in L1)
+constexpr std::size_t kPrefetchBytes = 1024;  // software prefetch distance of the streaming passes
 
 // ---- Kernels --------------------------------------------------------------------------------------------
+//
+// Element-wise passes over N gradients stream all N together, one block of kLanes elements at a time,
+// with the fp64 accumulators in registers, and prefetch each stream kPrefetchBytes ahead (the layout
+// that keeps the local sums at memcpy speed; see local_sum.cc). Gradients are g[i] + offset.
 
-// s = g (widened)
-GS_NO_CONTRACTION GS_CPU_KERNEL void widenKernel(double* GS_RESTRICT s, const float* GS_RESTRICT g, std::size_t n) {
-  for (std::size_t i = 0; i < n / kLanes * kLanes; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) s[i + j] = static_cast<double>(g[i + j]);
-  for (std::size_t i = n / kLanes * kLanes; i < n; ++i) s[i] = static_cast<double>(g[i]);
-}
-
-// s = s + g
-GS_NO_CONTRACTION GS_CPU_KERNEL void widenAddKernel(double* GS_RESTRICT s, const float* GS_RESTRICT g, std::size_t n) {
-  for (std::size_t i = 0; i < n / kLanes * kLanes; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) s[i + j] = s[i + j] + static_cast<double>(g[i + j]);
-  for (std::size_t i = n / kLanes * kLanes; i < n; ++i) s[i] = s[i] + static_cast<double>(g[i]);
+// s[e - offset] = (g_0[e] + g_1[e]) + ... in fp64.
+GS_NO_CONTRACTION GS_CPU_KERNEL void sumKernel(const float* const* g, std::size_t n_grad,
+                                               double* GS_RESTRICT s, std::size_t offset, std::size_t n) {
+  const std::size_t full = n / kLanes * kLanes;
+  for (std::size_t block = 0; block < full; block += kLanes) {
+    for (std::size_t i = 0; i < n_grad; ++i)
+      __builtin_prefetch(g[i] + offset + block + kPrefetchBytes / sizeof(float));
+    double acc[kLanes];
+    const float* g0 = g[0] + offset + block;
+    for (std::size_t j = 0; j < kLanes; ++j) acc[j] = static_cast<double>(g0[j]);
+    for (std::size_t i = 1; i < n_grad; ++i) {
+      const float* x = g[i] + offset + block;
+      for (std::size_t j = 0; j < kLanes; ++j) acc[j] = acc[j] + static_cast<double>(x[j]);
+    }
+    for (std::size_t j = 0; j < kLanes; ++j) s[block + j] = acc[j];
+  }
+  for (std::size_t e = full; e < n; ++e) {
+    double acc = static_cast<double>(g[0][offset + e]);
+    for (std::size_t i = 1; i < n_grad; ++i) acc = acc + static_cast<double>(g[i][offset + e]);
+    s[e] = acc;
+  }
 }
 
 // dot[lane] += s·g, squares[lane] += g·g
@@ -79,9 +101,10 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void squareLanesKernel(const double* GS_RESTRICT
 }
 
 // ab[lane] += a·b, aa[lane] += a·a, bb[lane] += b·b
-GS_NO_CONTRACTION GS_CPU_KERNEL void pairDotLanesKernel(const float* GS_RESTRICT a, const float* GS_RESTRICT b,
-                                                        std::size_t n, double* GS_RESTRICT ab,
-                                                        double* GS_RESTRICT aa, double* GS_RESTRICT bb) {
+GS_NO_CONTRACTION GS_CPU_KERNEL void pairDotLanesKernel(const float* GS_RESTRICT a,
+                                                        const float* GS_RESTRICT b, std::size_t n,
+                                                        double* GS_RESTRICT ab, double* GS_RESTRICT aa,
+                                                        double* GS_RESTRICT bb) {
   const std::size_t full = n / kLanes * kLanes;
   for (std::size_t i = 0; i < full; i += kLanes)
     for (std::size_t j = 0; j < kLanes; ++j) {
@@ -100,18 +123,14 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void pairDotLanesKernel(const float* GS_RESTRICT
   }
 }
 
-// Element-wise passes over N gradients stream all N together, one block of kLanes elements at a time,
-// with the fp64 accumulators in registers, and prefetch each stream kPrefetchBytes ahead (the layout
-// that kept local sums at memcpy speed; see local_sum.cc). Gradients are g[i] + offset, the output
-// out + offset.
-constexpr std::size_t kPrefetchBytes = 1024;
-
-// out_e = fp32(((c_0·g_0[e] + c_1·g_1[e]) + c_2·g_2[e]) + ...)
-GS_NO_CONTRACTION GS_CPU_KERNEL void weightedSumKernel(const float* const* g, const double* c, std::size_t n_grad,
-                                                       float* out, std::size_t offset, std::size_t n) {
+// out[e] = fp32(((c_0·g_0[e] + c_1·g_1[e]) + c_2·g_2[e]) + ...)
+GS_NO_CONTRACTION GS_CPU_KERNEL void weightedSumKernel(const float* const* g, const double* c,
+                                                       std::size_t n_grad, float* out, std::size_t offset,
+                                                       std::size_t n) {
   const std::size_t full_end = offset + n / kLanes * kLanes;
   for (std::size_t block = offset; block < full_end; block += kLanes) {
-    for (std::size_t i = 0; i < n_grad; ++i) __builtin_prefetch(g[i] + block + kPrefetchBytes / sizeof(float));
+    for (std::size_t i = 0; i < n_grad; ++i)
+      __builtin_prefetch(g[i] + block + kPrefetchBytes / sizeof(float));
     double acc[kLanes];
     const float* g0 = g[0] + block;
     for (std::size_t j = 0; j < kLanes; ++j) acc[j] = c[0] * static_cast<double>(g0[j]);
@@ -129,13 +148,14 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void weightedSumKernel(const float* const* g, co
   }
 }
 
-// out_e = fp32(((g_0[e] + g_1[e]) + ...) / N), the sum in fp64.
+// out[e] = fp32(((g_0[e] + g_1[e]) + ...) / N), the sum in fp64.
 GS_NO_CONTRACTION GS_CPU_KERNEL void meanKernel(const float* const* g, std::size_t n_grad, float* out,
                                                 std::size_t offset, std::size_t n) {
   const auto divisor = static_cast<double>(n_grad);
   const std::size_t full_end = offset + n / kLanes * kLanes;
   for (std::size_t block = offset; block < full_end; block += kLanes) {
-    for (std::size_t i = 0; i < n_grad; ++i) __builtin_prefetch(g[i] + block + kPrefetchBytes / sizeof(float));
+    for (std::size_t i = 0; i < n_grad; ++i)
+      __builtin_prefetch(g[i] + block + kPrefetchBytes / sizeof(float));
     double acc[kLanes];
     const float* g0 = g[0] + block;
     for (std::size_t j = 0; j < kLanes; ++j) acc[j] = static_cast<double>(g0[j]);
@@ -155,17 +175,19 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void meanKernel(const float* const* g, std::size
 
 // out = fp32(ca·a + cb·b)
 GS_NO_CONTRACTION GS_CPU_KERNEL void combineKernel(float* GS_RESTRICT out, const float* GS_RESTRICT a,
-                                                   const float* GS_RESTRICT b, double ca, double cb, std::size_t n) {
+                                                   const float* GS_RESTRICT b, double ca, double cb,
+                                                   std::size_t n) {
   for (std::size_t i = 0; i < n / kLanes * kLanes; i += kLanes)
     for (std::size_t j = 0; j < kLanes; ++j)
-      out[i + j] = static_cast<float>(ca * static_cast<double>(a[i + j]) + cb * static_cast<double>(b[i + j]));
+      out[i + j] =
+          static_cast<float>(ca * static_cast<double>(a[i + j]) + cb * static_cast<double>(b[i + j]));
   for (std::size_t i = n / kLanes * kLanes; i < n; ++i)
     out[i] = static_cast<float>(ca * static_cast<double>(a[i]) + cb * static_cast<double>(b[i]));
 }
 
 // a = fp32(ca·a + cb·b): the in-place form of combineKernel (the same bits: + is commutative).
-GS_NO_CONTRACTION GS_CPU_KERNEL void combineInPlaceKernel(float* GS_RESTRICT a, const float* GS_RESTRICT b, double ca,
-                                                          double cb, std::size_t n) {
+GS_NO_CONTRACTION GS_CPU_KERNEL void combineInPlaceKernel(float* GS_RESTRICT a, const float* GS_RESTRICT b,
+                                                          double ca, double cb, std::size_t n) {
   for (std::size_t i = 0; i < n / kLanes * kLanes; i += kLanes)
     for (std::size_t j = 0; j < kLanes; ++j)
       a[i + j] = static_cast<float>(ca * static_cast<double>(a[i + j]) + cb * static_cast<double>(b[i + j]));
@@ -179,7 +201,9 @@ double sumLanes(const std::array<double, kLanes>& lanes) {
   return sum;
 }
 
-std::size_t blockCount(std::size_t count) { return (count + kBlock - 1) / kBlock; }
+std::size_t blockCount(std::size_t count) {
+  return (count + kBlock - 1) / kBlock;
+}
 
 void checkGradients(const char* what, Gradients gradients, std::size_t count) {
   if (gradients.empty()) fail("{}: no gradients (N = 0)", what);
@@ -218,10 +242,10 @@ GradientStats gradientStats(Gradients gradients, std::size_t count, CpuExecutor&
       std::fill_n(lanes, stride * kLanes, 0.0);
       for (std::size_t tile = first; tile < block_end; tile += kSubTile) {
         const std::size_t n = std::min(kSubTile, block_end - tile);
-        widenKernel(sum.data(), gradients[0] + tile, n);
-        for (std::size_t i = 1; i < n_grad; ++i) widenAddKernel(sum.data(), gradients[i] + tile, n);
+        sumKernel(gradients.data(), n_grad, sum.data(), tile, n);
         for (std::size_t i = 0; i < n_grad; ++i)
-          dotLanesKernel(sum.data(), gradients[i] + tile, n, lanes + i * kLanes, lanes + (n_grad + i) * kLanes);
+          dotLanesKernel(sum.data(), gradients[i] + tile, n, lanes + i * kLanes,
+                         lanes + (n_grad + i) * kLanes);
         squareLanesKernel(sum.data(), n, lanes + 2 * n_grad * kLanes);
       }
       double* partial = &partials[block * stride];
@@ -255,14 +279,17 @@ double cosine(double dot, double squares_a, double squares_b) {
   return std::clamp(dot / norms, -1.0, 1.0);
 }
 
-// ---- AdaCons weights ---------------------------------------------------------------------------------------
+// ---- AdaCons weights
+// ---------------------------------------------------------------------------------------
 
 // m ← β·m + (1−β)·sorted, as two roundings per term (no contraction: the same on every machine).
-GS_NO_CONTRACTION void updateMomentum(std::vector<double>& momentum, const std::vector<double>& sorted, double beta) {
+GS_NO_CONTRACTION void updateMomentum(std::vector<double>& momentum, const std::vector<double>& sorted,
+                                      double beta) {
   for (std::size_t k = 0; k < sorted.size(); ++k) momentum[k] = beta * momentum[k] + (1.0 - beta) * sorted[k];
 }
 
-// ---- AdaSum in the tree order ------------------------------------------------------------------------------
+// ---- AdaSum in the tree order
+// ------------------------------------------------------------------------------
 
 // The binary-counter order of local_sum.h (buildTreeProgram in local_sum.cc, repeated here so the two
 // stay readable on their own): a list of `destination = a ⊕ b` steps; the last writes the output.
@@ -305,7 +332,8 @@ std::vector<Step> treeSteps(std::size_t n, std::size_t& slots) {
 
 }  // namespace
 
-// ---- Mean ----------------------------------------------------------------------------------------------------
+// ---- Mean
+// ----------------------------------------------------------------------------------------------------
 
 // out_e = fp32((g_0[e] + g_1[e] + ... ) / N), the sum in fp64 in index order, divided (not multiplied by
 // 1/N, which is inexact for N not a power of two) and rounded once.
@@ -319,14 +347,18 @@ void mean(Gradients gradients, std::size_t count, float* out, CpuExecutor& execu
   });
 }
 
-// ---- AdaCons -------------------------------------------------------------------------------------------------
+// ---- AdaCons
+// -------------------------------------------------------------------------------------------------
 
-AdaConsStep adaconsWeights(std::span<const double> alpha, AdaConsState& state, const AdaConsOptions& options) {
+AdaConsStep adaconsWeights(std::span<const double> alpha, AdaConsState& state,
+                           const AdaConsOptions& options) {
   const std::size_t n = alpha.size();
   if (n == 0) fail("AdaCons: no ranks (N = 0)");
   if (!state.sorted_momentum.empty() && state.sorted_momentum.size() != n)
-    fail("AdaCons: the momentum state holds {} ranks but this step has {}; use one state per tensor and world size",
-         state.sorted_momentum.size(), n);
+    fail(
+        "AdaCons: the momentum state holds {} ranks but this step has {}; use one state per tensor and world "
+        "size",
+        state.sorted_momentum.size(), n);
 
   // Sort ascending, stably (ties keep rank order, so every rank computes the same permutation); NaN
   // sorts last so the order stays a strict weak order.
@@ -339,10 +371,8 @@ AdaConsStep adaconsWeights(std::span<const double> alpha, AdaConsState& state, c
   for (std::size_t k = 0; k < n; ++k) sorted[k] = alpha[order[k]];
 
   std::vector<double> momentum = state.sorted_momentum;
-  if (momentum.empty())
-    momentum = sorted;  // the first step starts the average at the first sorted vector
-  else
-    updateMomentum(momentum, sorted, options.beta);
+  if (momentum.empty()) momentum = sorted;  // the first step starts the average at the first sorted vector
+  else updateMomentum(momentum, sorted, options.beta);
 
   // Back to ranks with the inverse permutation: sorted position k came from rank order[k], so rank
   // order[k] gets momentum[k]. (Indexing momentum by order[k] instead, as the published sample does,
@@ -354,17 +384,19 @@ AdaConsStep adaconsWeights(std::span<const double> alpha, AdaConsState& state, c
   double total = 0;
   for (double value : step.smoothed) total += value;
   if (total == 0 || !std::isfinite(total))
-    fail("AdaCons: the smoothed weights sum to {} (all gradients zero or orthogonal to their sum, or not finite); "
-         "the step cannot be normalised",
-         total);
+    fail(
+        "AdaCons: the smoothed weights sum to {} (all gradients zero or orthogonal to their sum, or not "
+        "finite); "
+        "the step cannot be normalised",
+        total);
   step.weights.resize(n);
   for (std::size_t i = 0; i < n; ++i) step.weights[i] = step.smoothed[i] / total;
   state.sorted_momentum = std::move(momentum);  // only once the step is known to be good
   return step;
 }
 
-AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state, const AdaConsOptions& options,
-                    float* out, CpuExecutor& executor) {
+AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
+                    const AdaConsOptions& options, float* out, CpuExecutor& executor) {
   checkGradients("AdaCons", gradients, count);
   if (count > 0 && out == nullptr) fail("AdaCons: null output buffer");
   const std::size_t n_grad = gradients.size();
@@ -397,7 +429,8 @@ AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
   return step;
 }
 
-// ---- AdaSum --------------------------------------------------------------------------------------------------
+// ---- AdaSum
+// --------------------------------------------------------------------------------------------------
 
 // out may be a or b (in place); other overlaps are not supported.
 void adasumPair(const float* a, const float* b, std::size_t count, float* out, CpuExecutor& executor) {
@@ -409,7 +442,8 @@ void adasumPair(const float* a, const float* b, std::size_t count, float* out, C
     for (std::size_t block = begin; block < end; ++block) {
       const std::size_t first = block * kBlock;
       std::array<double, kLanes> ab{}, aa{}, bb{};
-      pairDotLanesKernel(a + first, b + first, std::min(kBlock, count - first), ab.data(), aa.data(), bb.data());
+      pairDotLanesKernel(a + first, b + first, std::min(kBlock, count - first), ab.data(), aa.data(),
+                         bb.data());
       partials[block] = {sumLanes(ab), sumLanes(aa), sumLanes(bb)};
     }
   });
@@ -429,12 +463,9 @@ void adasumPair(const float* a, const float* b, std::size_t count, float* out, C
   const double cb = 1.0 - ab / (2.0 * bb);
   executor.parallelFor(count, 3 * sizeof(float), kLanes, [&](std::size_t begin, std::size_t end) {
     const std::size_t n = end - begin;
-    if (out == a)
-      combineInPlaceKernel(out + begin, b + begin, ca, cb, n);
-    else if (out == b)
-      combineInPlaceKernel(out + begin, a + begin, cb, ca, n);
-    else
-      combineKernel(out + begin, a + begin, b + begin, ca, cb, n);
+    if (out == a) combineInPlaceKernel(out + begin, b + begin, ca, cb, n);
+    else if (out == b) combineInPlaceKernel(out + begin, a + begin, cb, ca, n);
+    else combineKernel(out + begin, a + begin, b + begin, ca, cb, n);
   });
 }
 
@@ -451,17 +482,19 @@ void adasum(Gradients gradients, std::size_t count, float* out, CpuExecutor& exe
   }
   std::size_t slot_count = 0;
   const std::vector<Step> steps = treeSteps(n_grad, slot_count);
-  std::vector<std::vector<float>> slots(slot_count);
+  // Partial results, allocated when first needed and not zero-filled (every element is written first).
+  std::vector<std::unique_ptr<float[]>> slots(slot_count);
   const auto slot = [&](std::size_t index) {
-    if (slots[index].empty()) slots[index].resize(count);
-    return slots[index].data();
+    if (!slots[index]) slots[index] = std::make_unique_for_overwrite<float[]>(count);
+    return slots[index].get();
   };
   for (std::size_t s = 0; s < steps.size(); ++s) {
     const Step& step = steps[s];
     const bool last = s + 1 == steps.size();
     switch (step.shape) {
       case Shape::InputInput:
-        adasumPair(gradients[step.a], gradients[step.b], count, last ? out : slot(step.destination), executor);
+        adasumPair(gradients[step.a], gradients[step.b], count, last ? out : slot(step.destination),
+                   executor);
         break;
       case Shape::SlotInput:
         adasumPair(slot(step.a), gradients[step.b], count, last ? out : slot(step.a), executor);
@@ -473,7 +506,8 @@ void adasum(Gradients gradients, std::size_t count, float* out, CpuExecutor& exe
   }
 }
 
-// ---- Consensus diagnostics -----------------------------------------------------------------------------------
+// ---- Consensus diagnostics
+// -----------------------------------------------------------------------------------
 
 ConsensusStats consensusStats(Gradients gradients, std::size_t count, CpuExecutor& executor) {
   ConsensusStats result;
@@ -489,8 +523,7 @@ ConsensusStats consensusStats(Gradients gradients, std::size_t count, CpuExecuto
   }
   if (stats.sum_squares == 0)
     result.diversity = total_squares == 0 ? 0.0 : std::numeric_limits<double>::infinity();
-  else
-    result.diversity = total_squares / stats.sum_squares;
+  else result.diversity = total_squares / stats.sum_squares;
   return result;
 }
 

@@ -61,7 +61,9 @@ CpuExecutor::~CpuExecutor() {
   delete impl_;
 }
 
-int CpuExecutor::threads() const { return impl_->threads; }
+int CpuExecutor::threads() const {
+  return impl_->threads;
+}
 
 void CpuExecutor::parallelFor(std::size_t count, std::size_t bytes_per_element, std::size_t align,
                               const std::function<void(std::size_t, std::size_t)>& body) {

@@ -20,8 +20,15 @@
 #include "gradscope/common/error.h"
 #include "gradscope/methods/numeric.h"
 
-// Plain multiply and add, never fused: the same bits from every ISA clone.
+// Plain multiply and add, never fused: the same bits from every ISA clone. (GCC contracts a*b + c
+// into an FMA by default in C++, and only the AVX2/AVX-512 clones have FMA. Clang builds no clones;
+// the pragma keeps it from contracting too.)
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define GS_NO_CONTRACTION
+#else
 #define GS_NO_CONTRACTION __attribute__((optimize("fp-contract=off")))
+#endif
 
 namespace gradscope::methods {
 namespace {
@@ -80,10 +87,10 @@ struct Bf16Load {
 
 // Sums over one block (or over everything, combined in order).
 struct Partial {
-  double diff_squares = 0;       // Σ (r - ref)²
-  double reference_squares = 0;  // Σ ref²
-  double result_squares = 0;     // Σ r²
-  double products = 0;           // Σ r·ref
+  double diff_squares = 0;         // Σ (r - ref)²
+  double reference_squares = 0;    // Σ ref²
+  double result_squares = 0;       // Σ r²
+  double products = 0;             // Σ r·ref
   std::uint64_t max_abs_bits = 0;  // bits of max |r - ref| (non-negative doubles order like their bits)
   std::uint64_t overflow = 0;
   std::uint64_t nan = 0;
@@ -167,8 +174,7 @@ ErrorMetrics compareTyped(const void* raw_result, const double* reference, std::
   ErrorMetrics metrics;
   if (total.reference_squares == 0)
     metrics.rel_l2 = total.diff_squares == 0 ? 0.0 : std::numeric_limits<double>::infinity();
-  else
-    metrics.rel_l2 = std::sqrt(total.diff_squares) / std::sqrt(total.reference_squares);
+  else metrics.rel_l2 = std::sqrt(total.diff_squares) / std::sqrt(total.reference_squares);
   metrics.max_abs = bitsDouble(total.max_abs_bits);
   if (total.result_squares == 0 && total.reference_squares == 0) {
     metrics.cosine = 1;
@@ -187,7 +193,8 @@ ErrorMetrics compareTyped(const void* raw_result, const double* reference, std::
 }
 
 template <class L>
-GS_CPU_KERNEL void absoluteLanes(const typename L::Elem* GS_RESTRICT x, std::size_t n, double* GS_RESTRICT lanes) {
+GS_CPU_KERNEL void absoluteLanes(const typename L::Elem* GS_RESTRICT x, std::size_t n,
+                                 double* GS_RESTRICT lanes) {
   const std::size_t full = n / kLanes * kLanes;
   for (std::size_t block = 0; block < full; block += kLanes)
     for (std::size_t lane = 0; lane < kLanes; ++lane)

@@ -50,6 +50,7 @@
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define GS_HAVE_X86_HALF_INSTRUCTIONS 1
 #endif
@@ -61,7 +62,8 @@
 namespace gradscope::methods {
 namespace {
 
-// ---- fp16 conversions --------------------------------------------------------------------------------------
+// ---- fp16 conversions
+// --------------------------------------------------------------------------------------
 //
 // The software conversions compute numeric.h's fp16ToFp32 / fp32ToFp16 bit for bit (checked exhaustively
 // over all 2^16 and 2^32 inputs when this was written) with integer-mask selects: under GCC's default
@@ -82,7 +84,7 @@ inline float halfToFloat(std::uint16_t half) {
   const std::uint32_t sign = static_cast<std::uint32_t>(half & 0x8000u) << 16;
   const std::uint32_t shifted = static_cast<std::uint32_t>(half & 0x7FFFu) << 13;  // exponent+mantissa
   const std::uint32_t exponent = shifted & 0x0F800000u;
-  const std::uint32_t normal = shifted + 0x38000000u;  // re-bias: (127 - 15) << 23
+  const std::uint32_t normal = shifted + 0x38000000u;   // re-bias: (127 - 15) << 23
   const std::uint32_t special = shifted | 0x7F800000u;  // Inf/NaN: all-ones exponent, payload kept
   // Subnormal m·2^-24: 2^-14·(1 + m/1024) - 2^-14, exact (both operands and the result are normal).
   const float subnormal = bitsFloat(normal + 0x00800000u) - 6.103515625e-05f;
@@ -122,7 +124,8 @@ void floatToHalfSoftware(const float* GS_RESTRICT in, std::uint16_t* GS_RESTRICT
   for (std::size_t i = full; i < n; ++i) out[i] = floatToHalf(in[i]);
 }
 
-// ---- Element types ------------------------------------------------------------------------------------------
+// ---- Element types
+// ------------------------------------------------------------------------------------------
 
 // Elem: the stored type; Acc: the accumulator (fp32 for 16-bit types, the type itself otherwise).
 struct Fp32Type {
@@ -249,7 +252,6 @@ GS_CPU_KERNEL void kahanDirectKernel(const typename T::Elem* const* in, std::siz
 // ((x0 + x1) + (x2 + x3) for four), which is what the binary counter builds for it; K splits into runs
 // of decreasing powers of two in input order (K = 7: 4, 2, 1), and the runs are combined from the
 // smallest up: run_4 + (run_2 + run_1), exactly the counter's leftovers.
-
 template <class T, std::size_t First, std::size_t Count>
 [[gnu::always_inline]] inline Lanes<T> treeRun(const typename T::Elem* const* in, std::size_t block) {
   Lanes<T> result;
@@ -280,20 +282,20 @@ template <class T, std::size_t First, std::size_t Remaining>
 
 // The same order for one element (the tails).
 template <class T, std::size_t First, std::size_t Count>
-[[gnu::always_inline]] inline typename T::Acc treeRunElement(const typename T::Elem* const* in, std::size_t e) {
-  if constexpr (Count == 1)
-    return T::load(in[First][e]);
+[[gnu::always_inline]] inline typename T::Acc treeRunElement(const typename T::Elem* const* in,
+                                                             std::size_t e) {
+  if constexpr (Count == 1) return T::load(in[First][e]);
   else
-    return treeRunElement<T, First, Count / 2>(in, e) + treeRunElement<T, First + Count / 2, Count / 2>(in, e);
+    return treeRunElement<T, First, Count / 2>(in, e) +
+           treeRunElement<T, First + Count / 2, Count / 2>(in, e);
 }
 
 template <class T, std::size_t First, std::size_t Remaining>
-[[gnu::always_inline]] inline typename T::Acc treeSumElement(const typename T::Elem* const* in, std::size_t e) {
+[[gnu::always_inline]] inline typename T::Acc treeSumElement(const typename T::Elem* const* in,
+                                                             std::size_t e) {
   constexpr std::size_t run = std::bit_floor(Remaining);
-  if constexpr (run == Remaining)
-    return treeRunElement<T, First, run>(in, e);
-  else
-    return treeRunElement<T, First, run>(in, e) + treeSumElement<T, First + run, Remaining - run>(in, e);
+  if constexpr (run == Remaining) return treeRunElement<T, First, run>(in, e);
+  else return treeRunElement<T, First, run>(in, e) + treeSumElement<T, First + run, Remaining - run>(in, e);
 }
 
 // AddN and Kahan with K fixed at compile time: the loop over inputs unrolled, so the loads of all K
@@ -301,14 +303,16 @@ template <class T, std::size_t First, std::size_t Remaining>
 // the compiler keeps the block's accumulators on the stack between inputs, and AddN K=4 on one core
 // ran at 13 GB/s against 17 for the unrolled form.)
 template <class T, std::size_t Index>
-[[gnu::always_inline]] inline void addNStep(Lanes<T>& acc, const typename T::Elem* const* in, std::size_t block) {
+[[gnu::always_inline]] inline void addNStep(Lanes<T>& acc, const typename T::Elem* const* in,
+                                            std::size_t block) {
   const typename T::Elem* x = in[Index] + block;
   for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) acc.value[j] = acc.value[j] + T::load(x[j]);
 }
 
 // addNStep for Index = First .. Last - 1, in that order.
 template <class T, std::size_t First, std::size_t Last>
-[[gnu::always_inline]] inline void addNSteps(Lanes<T>& acc, const typename T::Elem* const* in, std::size_t block) {
+[[gnu::always_inline]] inline void addNSteps(Lanes<T>& acc, const typename T::Elem* const* in,
+                                             std::size_t block) {
   if constexpr (First < Last) {
     addNStep<T, First>(acc, in, block);
     addNSteps<T, First + 1, Last>(acc, in, block);
@@ -328,8 +332,8 @@ template <class T, std::size_t Index>
 }
 
 template <class T, std::size_t First, std::size_t Last>
-[[gnu::always_inline]] inline void kahanSteps(Lanes<T>& sum, Lanes<T>& comp, const typename T::Elem* const* in,
-                                              std::size_t block) {
+[[gnu::always_inline]] inline void kahanSteps(Lanes<T>& sum, Lanes<T>& comp,
+                                              const typename T::Elem* const* in, std::size_t block) {
   if constexpr (First < Last) {
     kahanStep<T, First>(sum, comp, in, block);
     kahanSteps<T, First + 1, Last>(sum, comp, in, block);
@@ -418,7 +422,8 @@ using FixedFunction = void (*)(const Elem* const*, Elem*, std::size_t, std::size
 
 // fixedKernel<T, Order, K> for K = First .. kMaxFixedK, indexed by K - First.
 template <class T, class Order, std::size_t First, std::size_t... Offsets>
-constexpr std::array<FixedFunction<typename T::Elem>, sizeof...(Offsets)> fixedTable(std::index_sequence<Offsets...>) {
+constexpr std::array<FixedFunction<typename T::Elem>, sizeof...(Offsets)> fixedTable(
+    std::index_sequence<Offsets...>) {
   return {&fixedKernel<T, Order, Offsets + First>...};
 }
 
@@ -433,13 +438,13 @@ constexpr std::size_t kTile = 1024;
 
 // Applies `op(i)` to [0, n) in a kernel templated on element type T: blocks of one 64-byte vector of
 // T::Elem with a fixed inner trip count (vectorised), then the rest.
-#define GS_FOR_EACH(n, op)                                                                \
-  do {                                                                                    \
-    constexpr std::size_t gs_lanes = 64 / sizeof(typename T::Elem);                       \
-    const std::size_t gs_full = (n) / gs_lanes * gs_lanes;                                \
-    for (std::size_t gs_block = 0; gs_block < gs_full; gs_block += gs_lanes)             \
+#define GS_FOR_EACH(n, op)                                                                 \
+  do {                                                                                     \
+    constexpr std::size_t gs_lanes = 64 / sizeof(typename T::Elem);                        \
+    const std::size_t gs_full = (n) / gs_lanes * gs_lanes;                                 \
+    for (std::size_t gs_block = 0; gs_block < gs_full; gs_block += gs_lanes)               \
       for (std::size_t gs_lane = 0; gs_lane < gs_lanes; ++gs_lane) op(gs_block + gs_lane); \
-    for (std::size_t gs_rest = gs_full; gs_rest < (n); ++gs_rest) op(gs_rest);           \
+    for (std::size_t gs_rest = gs_full; gs_rest < (n); ++gs_rest) op(gs_rest);             \
   } while (false)
 
 // Addition programs (AddN, Tree).
@@ -473,7 +478,8 @@ GS_CPU_KERNEL void addInputKernel(typename T::Acc* GS_RESTRICT slot, const typen
 
 // out = round(slot + x)
 template <class T>
-GS_CPU_KERNEL void addInputStoreKernel(typename T::Elem* GS_RESTRICT out, const typename T::Acc* GS_RESTRICT slot,
+GS_CPU_KERNEL void addInputStoreKernel(typename T::Elem* GS_RESTRICT out,
+                                       const typename T::Acc* GS_RESTRICT slot,
                                        const typename T::Elem* GS_RESTRICT x, std::size_t n) {
 #define GS_OP(i) out[i] = T::store(slot[i] + T::load(x[i]))
   GS_FOR_EACH(n, GS_OP);
@@ -491,7 +497,8 @@ GS_CPU_KERNEL void mergeKernel(typename T::Acc* GS_RESTRICT slot, const typename
 
 // out = round(other + slot)
 template <class T>
-GS_CPU_KERNEL void mergeStoreKernel(typename T::Elem* GS_RESTRICT out, const typename T::Acc* GS_RESTRICT other,
+GS_CPU_KERNEL void mergeStoreKernel(typename T::Elem* GS_RESTRICT out,
+                                    const typename T::Acc* GS_RESTRICT other,
                                     const typename T::Acc* GS_RESTRICT slot, std::size_t n) {
 #define GS_OP(i) out[i] = T::store(other[i] + slot[i])
   GS_FOR_EACH(n, GS_OP);
@@ -503,8 +510,8 @@ GS_CPU_KERNEL void mergeStoreKernel(typename T::Elem* GS_RESTRICT out, const typ
 // The first step from sum = x, c = 0: y = z - 0 = z exactly (also for -0), so t = x + z, c = (t - x) - z.
 template <class T>
 GS_CPU_KERNEL void kahanFirstKernel(typename T::Acc* GS_RESTRICT sum, typename T::Acc* GS_RESTRICT comp,
-                                    const typename T::Elem* GS_RESTRICT x, const typename T::Elem* GS_RESTRICT z,
-                                    std::size_t n) {
+                                    const typename T::Elem* GS_RESTRICT x,
+                                    const typename T::Elem* GS_RESTRICT z, std::size_t n) {
 #define GS_OP(i)                             \
   do {                                       \
     const typename T::Acc a = T::load(x[i]); \
@@ -535,7 +542,8 @@ GS_CPU_KERNEL void kahanStepKernel(typename T::Acc* GS_RESTRICT sum, typename T:
 // The last step, stored: out = round(sum + (x - c)). The compensation of the last step is not applied
 // (classic Kahan returns the running sum).
 template <class T>
-GS_CPU_KERNEL void kahanStepStoreKernel(typename T::Elem* GS_RESTRICT out, const typename T::Acc* GS_RESTRICT sum,
+GS_CPU_KERNEL void kahanStepStoreKernel(typename T::Elem* GS_RESTRICT out,
+                                        const typename T::Acc* GS_RESTRICT sum,
                                         const typename T::Acc* GS_RESTRICT comp,
                                         const typename T::Elem* GS_RESTRICT x, std::size_t n) {
 #define GS_OP(i) out[i] = T::store(sum[i] + (T::load(x[i]) - comp[i]))
@@ -553,7 +561,8 @@ GS_CPU_KERNEL void accumulateKernel(typename T::Elem* GS_RESTRICT out, const typ
   for (std::size_t block = 0; block < full; block += lanes) {
     __builtin_prefetch(out + block + kPrefetchBytes / sizeof(typename T::Elem));
     __builtin_prefetch(x + block + kPrefetchBytes / sizeof(typename T::Elem));
-    for (std::size_t j = 0; j < lanes; ++j) out[block + j] = T::store(T::load(out[block + j]) + T::load(x[block + j]));
+    for (std::size_t j = 0; j < lanes; ++j)
+      out[block + j] = T::store(T::load(out[block + j]) + T::load(x[block + j]));
   }
   for (std::size_t i = full; i < n; ++i) out[i] = T::store(T::load(out[i]) + T::load(x[i]));
 }
@@ -588,120 +597,119 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
 // the software set has only tile kernels, over staged fp32 copies of each tile.
 
 #if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-#define GS_HALF_KERNELS(TARGET)                                                                               \
-  TARGET void pair(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x,                               \
-                   const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                       \
-    std::size_t i = 0;                                                                                        \
-    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(loadHalf(x + i), loadHalf(y + i)));              \
-    for (; i < n; ++i) slot[i] = halfToFloat(x[i]) + halfToFloat(y[i]);                                       \
-  }                                                                                                           \
-  TARGET void pairStore(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,                   \
-                        const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                  \
-    std::size_t i = 0;                                                                                        \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(x + i), loadHalf(y + i)));           \
-    for (; i < n; ++i) out[i] = floatToHalf(halfToFloat(x[i]) + halfToFloat(y[i]));                           \
-  }                                                                                                           \
-  TARGET void addInput(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x, std::size_t n) {          \
-    std::size_t i = 0;                                                                                        \
-    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(load(slot + i), loadHalf(x + i)));               \
-    for (; i < n; ++i) slot[i] = slot[i] + halfToFloat(x[i]);                                                 \
-  }                                                                                                           \
-  TARGET void addInputStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT slot,                    \
-                            const std::uint16_t* GS_RESTRICT x, std::size_t n) {                              \
-    std::size_t i = 0;                                                                                        \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(slot + i), loadHalf(x + i)));            \
-    for (; i < n; ++i) out[i] = floatToHalf(slot[i] + halfToFloat(x[i]));                                     \
-  }                                                                                                           \
-  TARGET void mergeStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT other,                      \
-                         const float* GS_RESTRICT slot, std::size_t n) {                                      \
-    std::size_t i = 0;                                                                                        \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(other + i), load(slot + i)));            \
-    for (; i < n; ++i) out[i] = floatToHalf(other[i] + slot[i]);                                              \
-  }                                                                                                           \
-  TARGET void addNDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out, std::size_t offset,   \
-                         std::size_t n) {                                                                     \
-    std::size_t e = offset;                                                                                   \
-    for (; e + kWidth <= offset + n; e += kWidth) {                                                           \
-      prefetchInputs(in, k, e);                                                                               \
-      Vec acc = add(loadHalf(in[0] + e), loadHalf(in[1] + e));                                                \
-      for (std::size_t i = 2; i < k; ++i) acc = add(acc, loadHalf(in[i] + e));                                \
-      storeHalf(out + e, acc);                                                                                \
-    }                                                                                                         \
-    for (; e < offset + n; ++e) {                                                                             \
-      float acc = halfToFloat(in[0][e]) + halfToFloat(in[1][e]);                                              \
-      for (std::size_t i = 2; i < k; ++i) acc = acc + halfToFloat(in[i][e]);                                  \
-      out[e] = floatToHalf(acc);                                                                              \
-    }                                                                                                         \
-  }                                                                                                           \
-  TARGET void kahanDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out, std::size_t offset,  \
-                          std::size_t n) {                                                                    \
-    std::size_t e = offset;                                                                                   \
-    for (; e + kWidth <= offset + n; e += kWidth) {                                                           \
-      prefetchInputs(in, k, e);                                                                               \
-      const Vec a = loadHalf(in[0] + e);                                                                      \
-      const Vec b = loadHalf(in[1] + e);                                                                      \
-      Vec sum = add(a, b);                                                                                    \
-      Vec comp = sub(sub(sum, a), b);                                                                         \
-      for (std::size_t i = 2; i + 1 < k; ++i) {                                                               \
-        const Vec y = sub(loadHalf(in[i] + e), comp);                                                         \
-        const Vec t = add(sum, y);                                                                            \
-        comp = sub(sub(t, sum), y);                                                                           \
-        sum = t;                                                                                              \
-      }                                                                                                       \
-      storeHalf(out + e, add(sum, sub(loadHalf(in[k - 1] + e), comp)));                                       \
-    }                                                                                                         \
-    for (; e < offset + n; ++e) {                                                                             \
-      const float a = halfToFloat(in[0][e]);                                                                  \
-      const float b = halfToFloat(in[1][e]);                                                                  \
-      float sum = a + b;                                                                                      \
-      float comp = (sum - a) - b;                                                                             \
-      for (std::size_t i = 2; i + 1 < k; ++i) {                                                               \
-        const float y = halfToFloat(in[i][e]) - comp;                                                         \
-        const float t = sum + y;                                                                              \
-        comp = (t - sum) - y;                                                                                 \
-        sum = t;                                                                                              \
-      }                                                                                                       \
-      out[e] = floatToHalf(sum + (halfToFloat(in[k - 1][e]) - comp));                                         \
-    }                                                                                                         \
-  }                                                                                                           \
-  template <std::size_t First, std::size_t Count>                                                             \
-  TARGET __attribute__((always_inline)) inline Vec treeRun(const std::uint16_t* const* in, std::size_t e) {   \
-    if constexpr (Count == 1)                                                                                 \
-      return loadHalf(in[First] + e);                                                                         \
-    else                                                                                                      \
-      return add(treeRun<First, Count / 2>(in, e), treeRun<First + Count / 2, Count / 2>(in, e));             \
-  }                                                                                                           \
-  template <std::size_t First, std::size_t Remaining>                                                         \
-  TARGET __attribute__((always_inline)) inline Vec treeSum(const std::uint16_t* const* in, std::size_t e) {   \
-    constexpr std::size_t run = std::bit_floor(Remaining);                                                    \
-    if constexpr (run == Remaining)                                                                           \
-      return treeRun<First, run>(in, e);                                                                      \
-    else                                                                                                      \
-      return add(treeRun<First, run>(in, e), treeSum<First + run, Remaining - run>(in, e));                   \
-  }                                                                                                           \
-  template <std::size_t K>                                                                                    \
-  TARGET void treeDirect(const std::uint16_t* const* in, std::uint16_t* out, std::size_t offset, std::size_t n) { \
-    std::size_t e = offset;                                                                                   \
-    for (; e + kWidth <= offset + n; e += kWidth) {                                                           \
-      prefetchInputs(in, K, e);                                                                               \
-      storeHalf(out + e, treeSum<0, K>(in, e));                                                               \
-    }                                                                                                         \
-    for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::treeSumElement<HalfScalar, 0, K>(in, e)); \
-  }                                                                                                           \
-  template <std::size_t... Offsets>                                                                           \
-  constexpr std::array<FixedFunction<std::uint16_t>, sizeof...(Offsets)> treeTable(                      \
-      std::index_sequence<Offsets...>) {                                                                      \
-    return {&treeDirect<Offsets + 2>...};                                                                     \
-  }                                                                                                           \
-  TARGET void toFloat(const std::uint16_t* GS_RESTRICT in, float* GS_RESTRICT out, std::size_t n) {          \
-    std::size_t i = 0;                                                                                        \
-    for (; i + kWidth <= n; i += kWidth) store(out + i, loadHalf(in + i));                                    \
-    for (; i < n; ++i) out[i] = halfToFloat(in[i]);                                                           \
-  }                                                                                                           \
-  TARGET void accumulate(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x, std::size_t n) { \
-    std::size_t i = 0;                                                                                        \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(out + i), loadHalf(x + i)));         \
-    for (; i < n; ++i) out[i] = floatToHalf(halfToFloat(out[i]) + halfToFloat(x[i]));                         \
+#define GS_HALF_KERNELS(TARGET)                                                                             \
+  TARGET void pair(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x,                             \
+                   const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                     \
+    std::size_t i = 0;                                                                                      \
+    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(loadHalf(x + i), loadHalf(y + i)));            \
+    for (; i < n; ++i) slot[i] = halfToFloat(x[i]) + halfToFloat(y[i]);                                     \
+  }                                                                                                         \
+  TARGET void pairStore(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,                 \
+                        const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                \
+    std::size_t i = 0;                                                                                      \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(x + i), loadHalf(y + i)));         \
+    for (; i < n; ++i) out[i] = floatToHalf(halfToFloat(x[i]) + halfToFloat(y[i]));                         \
+  }                                                                                                         \
+  TARGET void addInput(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x, std::size_t n) {        \
+    std::size_t i = 0;                                                                                      \
+    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(load(slot + i), loadHalf(x + i)));             \
+    for (; i < n; ++i) slot[i] = slot[i] + halfToFloat(x[i]);                                               \
+  }                                                                                                         \
+  TARGET void addInputStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT slot,                  \
+                            const std::uint16_t* GS_RESTRICT x, std::size_t n) {                            \
+    std::size_t i = 0;                                                                                      \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(slot + i), loadHalf(x + i)));          \
+    for (; i < n; ++i) out[i] = floatToHalf(slot[i] + halfToFloat(x[i]));                                   \
+  }                                                                                                         \
+  TARGET void mergeStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT other,                    \
+                         const float* GS_RESTRICT slot, std::size_t n) {                                    \
+    std::size_t i = 0;                                                                                      \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(other + i), load(slot + i)));          \
+    for (; i < n; ++i) out[i] = floatToHalf(other[i] + slot[i]);                                            \
+  }                                                                                                         \
+  TARGET void addNDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,                 \
+                         std::size_t offset, std::size_t n) {                                               \
+    std::size_t e = offset;                                                                                 \
+    for (; e + kWidth <= offset + n; e += kWidth) {                                                         \
+      prefetchInputs(in, k, e);                                                                             \
+      Vec acc = add(loadHalf(in[0] + e), loadHalf(in[1] + e));                                              \
+      for (std::size_t i = 2; i < k; ++i) acc = add(acc, loadHalf(in[i] + e));                              \
+      storeHalf(out + e, acc);                                                                              \
+    }                                                                                                       \
+    for (; e < offset + n; ++e) {                                                                           \
+      float acc = halfToFloat(in[0][e]) + halfToFloat(in[1][e]);                                            \
+      for (std::size_t i = 2; i < k; ++i) acc = acc + halfToFloat(in[i][e]);                                \
+      out[e] = floatToHalf(acc);                                                                            \
+    }                                                                                                       \
+  }                                                                                                         \
+  TARGET void kahanDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,                \
+                          std::size_t offset, std::size_t n) {                                              \
+    std::size_t e = offset;                                                                                 \
+    for (; e + kWidth <= offset + n; e += kWidth) {                                                         \
+      prefetchInputs(in, k, e);                                                                             \
+      const Vec a = loadHalf(in[0] + e);                                                                    \
+      const Vec b = loadHalf(in[1] + e);                                                                    \
+      Vec sum = add(a, b);                                                                                  \
+      Vec comp = sub(sub(sum, a), b);                                                                       \
+      for (std::size_t i = 2; i + 1 < k; ++i) {                                                             \
+        const Vec y = sub(loadHalf(in[i] + e), comp);                                                       \
+        const Vec t = add(sum, y);                                                                          \
+        comp = sub(sub(t, sum), y);                                                                         \
+        sum = t;                                                                                            \
+      }                                                                                                     \
+      storeHalf(out + e, add(sum, sub(loadHalf(in[k - 1] + e), comp)));                                     \
+    }                                                                                                       \
+    for (; e < offset + n; ++e) {                                                                           \
+      const float a = halfToFloat(in[0][e]);                                                                \
+      const float b = halfToFloat(in[1][e]);                                                                \
+      float sum = a + b;                                                                                    \
+      float comp = (sum - a) - b;                                                                           \
+      for (std::size_t i = 2; i + 1 < k; ++i) {                                                             \
+        const float y = halfToFloat(in[i][e]) - comp;                                                       \
+        const float t = sum + y;                                                                            \
+        comp = (t - sum) - y;                                                                               \
+        sum = t;                                                                                            \
+      }                                                                                                     \
+      out[e] = floatToHalf(sum + (halfToFloat(in[k - 1][e]) - comp));                                       \
+    }                                                                                                       \
+  }                                                                                                         \
+  template <std::size_t First, std::size_t Count>                                                           \
+  TARGET __attribute__((always_inline)) inline Vec treeRun(const std::uint16_t* const* in, std::size_t e) { \
+    if constexpr (Count == 1) return loadHalf(in[First] + e);                                               \
+    else return add(treeRun<First, Count / 2>(in, e), treeRun<First + Count / 2, Count / 2>(in, e));        \
+  }                                                                                                         \
+  template <std::size_t First, std::size_t Remaining>                                                       \
+  TARGET __attribute__((always_inline)) inline Vec treeSum(const std::uint16_t* const* in, std::size_t e) { \
+    constexpr std::size_t run = std::bit_floor(Remaining);                                                  \
+    if constexpr (run == Remaining) return treeRun<First, run>(in, e);                                      \
+    else return add(treeRun<First, run>(in, e), treeSum<First + run, Remaining - run>(in, e));              \
+  }                                                                                                         \
+  template <std::size_t K>                                                                                  \
+  TARGET void treeDirect(const std::uint16_t* const* in, std::uint16_t* out, std::size_t offset,            \
+                         std::size_t n) {                                                                   \
+    std::size_t e = offset;                                                                                 \
+    for (; e + kWidth <= offset + n; e += kWidth) {                                                         \
+      prefetchInputs(in, K, e);                                                                             \
+      storeHalf(out + e, treeSum<0, K>(in, e));                                                             \
+    }                                                                                                       \
+    for (; e < offset + n; ++e)                                                                             \
+      out[e] = HalfScalar::store(methods::treeSumElement<HalfScalar, 0, K>(in, e));                         \
+  }                                                                                                         \
+  template <std::size_t... Offsets>                                                                         \
+  constexpr std::array<FixedFunction<std::uint16_t>, sizeof...(Offsets)> treeTable(                         \
+      std::index_sequence<Offsets...>) {                                                                    \
+    return {&treeDirect<Offsets + 2>...};                                                                   \
+  }                                                                                                         \
+  TARGET void toFloat(const std::uint16_t* GS_RESTRICT in, float* GS_RESTRICT out, std::size_t n) {         \
+    std::size_t i = 0;                                                                                      \
+    for (; i + kWidth <= n; i += kWidth) store(out + i, loadHalf(in + i));                                  \
+    for (; i < n; ++i) out[i] = halfToFloat(in[i]);                                                         \
+  }                                                                                                         \
+  TARGET void accumulate(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,                \
+                         std::size_t n) {                                                                   \
+    std::size_t i = 0;                                                                                      \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(out + i), loadHalf(x + i)));       \
+    for (; i < n; ++i) out[i] = floatToHalf(halfToFloat(out[i]) + halfToFloat(x[i]));                       \
   }
 
 // AVX-512F: 16 lanes. (The zero-masked conversions with an all-ones mask are the plain instructions; the
@@ -717,10 +725,18 @@ GS_VECTOR_HELPER void storeHalf(std::uint16_t* p, Vec v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                       _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-GS_VECTOR_HELPER Vec load(const float* p) { return _mm512_loadu_ps(p); }
-GS_VECTOR_HELPER void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-GS_VECTOR_HELPER Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
-GS_VECTOR_HELPER Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+GS_VECTOR_HELPER Vec load(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+GS_VECTOR_HELPER void store(float* p, Vec v) {
+  _mm512_storeu_ps(p, v);
+}
+GS_VECTOR_HELPER Vec add(Vec a, Vec b) {
+  return _mm512_add_ps(a, b);
+}
+GS_VECTOR_HELPER Vec sub(Vec a, Vec b) {
+  return _mm512_sub_ps(a, b);
+}
 #undef GS_VECTOR_HELPER
 GS_HALF_KERNELS(__attribute__((target("avx512f"))))
 }  // namespace half_avx512
@@ -736,10 +752,18 @@ GS_VECTOR_HELPER Vec loadHalf(const std::uint16_t* p) {
 GS_VECTOR_HELPER void storeHalf(std::uint16_t* p, Vec v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
-GS_VECTOR_HELPER Vec load(const float* p) { return _mm256_loadu_ps(p); }
-GS_VECTOR_HELPER void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-GS_VECTOR_HELPER Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
-GS_VECTOR_HELPER Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+GS_VECTOR_HELPER Vec load(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+GS_VECTOR_HELPER void store(float* p, Vec v) {
+  _mm256_storeu_ps(p, v);
+}
+GS_VECTOR_HELPER Vec add(Vec a, Vec b) {
+  return _mm256_add_ps(a, b);
+}
+GS_VECTOR_HELPER Vec sub(Vec a, Vec b) {
+  return _mm256_sub_ps(a, b);
+}
 #undef GS_VECTOR_HELPER
 GS_HALF_KERNELS(__attribute__((target("avx,f16c"))))
 }  // namespace half_f16c
@@ -789,13 +813,14 @@ void kahanFirst(float* GS_RESTRICT sum, float* GS_RESTRICT comp, const std::uint
   halfToFloatSoftware(z, b.data(), n);
   kahanFirstKernel<Fp32Type>(sum, comp, a.data(), b.data(), n);
 }
-void kahanStep(float* GS_RESTRICT sum, float* GS_RESTRICT comp, const std::uint16_t* GS_RESTRICT x, std::size_t n) {
+void kahanStep(float* GS_RESTRICT sum, float* GS_RESTRICT comp, const std::uint16_t* GS_RESTRICT x,
+               std::size_t n) {
   Staging a;
   halfToFloatSoftware(x, a.data(), n);
   kahanStepKernel<Fp32Type>(sum, comp, a.data(), n);
 }
-void kahanStepStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT sum, const float* GS_RESTRICT comp,
-                    const std::uint16_t* GS_RESTRICT x, std::size_t n) {
+void kahanStepStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT sum,
+                    const float* GS_RESTRICT comp, const std::uint16_t* GS_RESTRICT x, std::size_t n) {
   Staging a, b;
   halfToFloatSoftware(x, a.data(), n);
   kahanStepStoreKernel<Fp32Type>(b.data(), sum, comp, a.data(), n);
@@ -814,43 +839,45 @@ void accumulate(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT
 // programs; the Kahan tile kernels are only used there.
 struct HalfKernels {
   const char* name = "software";
-  void (*addNDirect)(const std::uint16_t* const*, std::size_t, std::uint16_t*, std::size_t, std::size_t) = nullptr;
-  void (*kahanDirect)(const std::uint16_t* const*, std::size_t, std::uint16_t*, std::size_t, std::size_t) = nullptr;
+  void (*addNDirect)(const std::uint16_t* const*, std::size_t, std::uint16_t*, std::size_t,
+                     std::size_t) = nullptr;
+  void (*kahanDirect)(const std::uint16_t* const*, std::size_t, std::uint16_t*, std::size_t,
+                      std::size_t) = nullptr;
   std::array<FixedFunction<std::uint16_t>, kMaxFixedK - 1> treeDirect{};
   void (*pair)(float*, const std::uint16_t*, const std::uint16_t*, std::size_t) = half_software::pair;
-  void (*pairStore)(std::uint16_t*, const std::uint16_t*, const std::uint16_t*, std::size_t) =
-      half_software::pairStore;
+  void (*pairStore)(std::uint16_t*, const std::uint16_t*, const std::uint16_t*,
+                    std::size_t) = half_software::pairStore;
   void (*addInput)(float*, const std::uint16_t*, std::size_t) = half_software::addInput;
-  void (*addInputStore)(std::uint16_t*, const float*, const std::uint16_t*, std::size_t) =
-      half_software::addInputStore;
+  void (*addInputStore)(std::uint16_t*, const float*, const std::uint16_t*,
+                        std::size_t) = half_software::addInputStore;
   void (*mergeStore)(std::uint16_t*, const float*, const float*, std::size_t) = half_software::mergeStore;
-  void (*kahanFirst)(float*, float*, const std::uint16_t*, const std::uint16_t*, std::size_t) =
-      half_software::kahanFirst;
+  void (*kahanFirst)(float*, float*, const std::uint16_t*, const std::uint16_t*,
+                     std::size_t) = half_software::kahanFirst;
   void (*kahanStep)(float*, float*, const std::uint16_t*, std::size_t) = half_software::kahanStep;
-  void (*kahanStepStore)(std::uint16_t*, const float*, const float*, const std::uint16_t*, std::size_t) =
-      half_software::kahanStepStore;
+  void (*kahanStepStore)(std::uint16_t*, const float*, const float*, const std::uint16_t*,
+                         std::size_t) = half_software::kahanStepStore;
   void (*accumulate)(std::uint16_t*, const std::uint16_t*, std::size_t) = half_software::accumulate;
   void (*toFloat)(const std::uint16_t*, float*, std::size_t) = halfToFloatSoftware;
   bool supported = true;  // whether this CPU can run the set
 };
 
 #if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-#define GS_HALF_KERNEL_SET(ns, label, supported_here)                             \
-  [] {                                                                            \
-    HalfKernels kernels;                                                              \
-    kernels.name = label;                                                             \
-    kernels.addNDirect = ns::addNDirect;                                              \
-    kernels.kahanDirect = ns::kahanDirect;                                            \
-    kernels.treeDirect = ns::treeTable(std::make_index_sequence<kMaxFixedK - 1>{});   \
-    kernels.pair = ns::pair;                                                          \
-    kernels.pairStore = ns::pairStore;                                                \
-    kernels.addInput = ns::addInput;                                                  \
-    kernels.addInputStore = ns::addInputStore;                                        \
-    kernels.mergeStore = ns::mergeStore;                                              \
-    kernels.accumulate = ns::accumulate;                                              \
-    kernels.toFloat = ns::toFloat;                                                    \
-    kernels.supported = (supported_here);                                             \
-    return kernels;                                                                   \
+#define GS_HALF_KERNEL_SET(ns, label, supported_here)                               \
+  [] {                                                                              \
+    HalfKernels kernels;                                                            \
+    kernels.name = label;                                                           \
+    kernels.addNDirect = ns::addNDirect;                                            \
+    kernels.kahanDirect = ns::kahanDirect;                                          \
+    kernels.treeDirect = ns::treeTable(std::make_index_sequence<kMaxFixedK - 1>{}); \
+    kernels.pair = ns::pair;                                                        \
+    kernels.pairStore = ns::pairStore;                                              \
+    kernels.addInput = ns::addInput;                                                \
+    kernels.addInputStore = ns::addInputStore;                                      \
+    kernels.mergeStore = ns::mergeStore;                                            \
+    kernels.accumulate = ns::accumulate;                                            \
+    kernels.toFloat = ns::toFloat;                                                  \
+    kernels.supported = (supported_here);                                           \
+    return kernels;                                                                 \
   }()
 #endif
 
@@ -866,9 +893,17 @@ const HalfKernels& avx512HalfKernels() {
   return set;
 }
 
+// AVX (which also checks that the OS saves the vector registers) and F16C (CPUID leaf 1, ECX bit 29;
+// asked directly because not every compiler's __builtin_cpu_supports knows "f16c").
+bool cpuHasAvxAndF16c() {
+  __builtin_cpu_init();
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 &&
+         (ecx & (1u << 29)) != 0;
+}
+
 const HalfKernels& f16cHalfKernels() {
-  static const HalfKernels set = GS_HALF_KERNEL_SET(
-      half_f16c, "f16c", (__builtin_cpu_init(), __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c")));
+  static const HalfKernels set = GS_HALF_KERNEL_SET(half_f16c, "f16c", cpuHasAvxAndF16c());
   return set;
 }
 #undef GS_HALF_KERNEL_SET
@@ -889,7 +924,8 @@ const HalfKernels& halfKernels() {
   return best;
 }
 
-// ---- Kernel sets the drivers run ---------------------------------------------------------------------------
+// ---- Kernel sets the drivers run
+// ---------------------------------------------------------------------------
 
 // fp32, fp64, bf16: the templates.
 template <class T>
@@ -897,12 +933,20 @@ struct TemplateOps {
   using Elem = typename T::Elem;
   using Acc = typename T::Acc;
   static void pair(Acc* s, const Elem* x, const Elem* y, std::size_t n) { pairKernel<T>(s, x, y, n); }
-  static void pairStore(Elem* o, const Elem* x, const Elem* y, std::size_t n) { pairStoreKernel<T>(o, x, y, n); }
+  static void pairStore(Elem* o, const Elem* x, const Elem* y, std::size_t n) {
+    pairStoreKernel<T>(o, x, y, n);
+  }
   static void addInput(Acc* s, const Elem* x, std::size_t n) { addInputKernel<T>(s, x, n); }
-  static void addInputStore(Elem* o, const Acc* s, const Elem* x, std::size_t n) { addInputStoreKernel<T>(o, s, x, n); }
+  static void addInputStore(Elem* o, const Acc* s, const Elem* x, std::size_t n) {
+    addInputStoreKernel<T>(o, s, x, n);
+  }
   static void merge(Acc* s, const Acc* other, std::size_t n) { mergeKernel<T>(s, other, n); }
-  static void mergeStore(Elem* o, const Acc* other, const Acc* s, std::size_t n) { mergeStoreKernel<T>(o, other, s, n); }
-  static void kahanFirst(Acc* s, Acc* c, const Elem* x, const Elem* z, std::size_t n) { kahanFirstKernel<T>(s, c, x, z, n); }
+  static void mergeStore(Elem* o, const Acc* other, const Acc* s, std::size_t n) {
+    mergeStoreKernel<T>(o, other, s, n);
+  }
+  static void kahanFirst(Acc* s, Acc* c, const Elem* x, const Elem* z, std::size_t n) {
+    kahanFirstKernel<T>(s, c, x, z, n);
+  }
   static void kahanStep(Acc* s, Acc* c, const Elem* x, std::size_t n) { kahanStepKernel<T>(s, c, x, n); }
   static void kahanStepStore(Elem* o, const Acc* s, const Acc* c, const Elem* x, std::size_t n) {
     kahanStepStoreKernel<T>(o, s, c, x, n);
@@ -916,17 +960,13 @@ struct TemplateOps {
   // the tile program (see localSumWith).
   static void addNDirect(const Elem* const* in, std::size_t k, Elem* o, std::size_t offset, std::size_t n) {
     static constexpr auto table = fixedTable<T, AddNOrder, 2>(std::make_index_sequence<kMaxFixedK - 1>{});
-    if (k <= kMaxFixedK)
-      table[k - 2](in, o, offset, n);
-    else
-      addNDirectKernel<T>(in, k, o, offset, n);
+    if (k <= kMaxFixedK) table[k - 2](in, o, offset, n);
+    else addNDirectKernel<T>(in, k, o, offset, n);
   }
   static void kahanDirect(const Elem* const* in, std::size_t k, Elem* o, std::size_t offset, std::size_t n) {
     static constexpr auto table = fixedTable<T, KahanOrder, 3>(std::make_index_sequence<kMaxFixedK - 2>{});
-    if (k <= kMaxFixedK)
-      table[k - 3](in, o, offset, n);
-    else
-      kahanDirectKernel<T>(in, k, o, offset, n);
+    if (k <= kMaxFixedK) table[k - 3](in, o, offset, n);
+    else kahanDirectKernel<T>(in, k, o, offset, n);
   }
   static void treeDirect(const Elem* const* in, std::size_t k, Elem* o, std::size_t offset, std::size_t n) {
     static constexpr auto table = fixedTable<T, TreeOrder, 2>(std::make_index_sequence<kMaxFixedK - 1>{});
@@ -942,10 +982,16 @@ struct HalfOps {
   void pair(Acc* s, const Elem* x, const Elem* y, std::size_t n) const { k.pair(s, x, y, n); }
   void pairStore(Elem* o, const Elem* x, const Elem* y, std::size_t n) const { k.pairStore(o, x, y, n); }
   void addInput(Acc* s, const Elem* x, std::size_t n) const { k.addInput(s, x, n); }
-  void addInputStore(Elem* o, const Acc* s, const Elem* x, std::size_t n) const { k.addInputStore(o, s, x, n); }
+  void addInputStore(Elem* o, const Acc* s, const Elem* x, std::size_t n) const {
+    k.addInputStore(o, s, x, n);
+  }
   static void merge(Acc* s, const Acc* other, std::size_t n) { mergeKernel<Fp32Type>(s, other, n); }
-  void mergeStore(Elem* o, const Acc* other, const Acc* s, std::size_t n) const { k.mergeStore(o, other, s, n); }
-  void kahanFirst(Acc* s, Acc* c, const Elem* x, const Elem* z, std::size_t n) const { k.kahanFirst(s, c, x, z, n); }
+  void mergeStore(Elem* o, const Acc* other, const Acc* s, std::size_t n) const {
+    k.mergeStore(o, other, s, n);
+  }
+  void kahanFirst(Acc* s, Acc* c, const Elem* x, const Elem* z, std::size_t n) const {
+    k.kahanFirst(s, c, x, z, n);
+  }
   void kahanStep(Acc* s, Acc* c, const Elem* x, std::size_t n) const { k.kahanStep(s, c, x, n); }
   void kahanStepStore(Elem* o, const Acc* s, const Acc* c, const Elem* x, std::size_t n) const {
     k.kahanStepStore(o, s, c, x, n);
@@ -985,8 +1031,8 @@ enum class Shape : std::uint8_t { InputInput, SlotInput, SlotSlot };
 
 struct Step {
   Shape shape;
-  std::size_t a;            // InputInput: input; SlotInput: the slot (also the destination); SlotSlot: the other slot
-  std::size_t b;            // InputInput, SlotInput: input; SlotSlot: the destination slot
+  std::size_t a;  // InputInput: input; SlotInput: the slot (also the destination); SlotSlot: the other slot
+  std::size_t b;  // InputInput, SlotInput: input; SlotSlot: the destination slot
   std::size_t destination;  // slot written (unused by the last step, which writes the output)
 };
 
@@ -1052,8 +1098,9 @@ class Scratch {
   Scratch(std::size_t slabs, std::size_t arrays_per_slab)
       : arrays_(std::max<std::size_t>(1, arrays_per_slab)),
         slabs_(slabs),
-        data_(static_cast<Acc*>(::operator new(slabs * arrays_ * kTile * sizeof(Acc), std::align_val_t{64}))) {}
-  ~Scratch() { ::operator delete(data_, std::align_val_t{64}); }
+        data_(static_cast<Acc*>(::operator new (slabs* arrays_* kTile * sizeof(Acc), std::align_val_t{64}))) {
+  }
+  ~Scratch() { ::operator delete (data_, std::align_val_t{64}); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
 
@@ -1083,22 +1130,16 @@ void runProgramTile(const Program& program, const Ops& ops, const typename Ops::
     const bool to_output = s == last;
     switch (step.shape) {
       case Shape::InputInput:
-        if (to_output)
-          ops.pairStore(out + offset, input(step.a), input(step.b), n);
-        else
-          ops.pair(slot(step.destination), input(step.a), input(step.b), n);
+        if (to_output) ops.pairStore(out + offset, input(step.a), input(step.b), n);
+        else ops.pair(slot(step.destination), input(step.a), input(step.b), n);
         break;
       case Shape::SlotInput:
-        if (to_output)
-          ops.addInputStore(out + offset, slot(step.a), input(step.b), n);
-        else
-          ops.addInput(slot(step.a), input(step.b), n);
+        if (to_output) ops.addInputStore(out + offset, slot(step.a), input(step.b), n);
+        else ops.addInput(slot(step.a), input(step.b), n);
         break;
       case Shape::SlotSlot:
-        if (to_output)
-          ops.mergeStore(out + offset, slot(step.a), slot(step.b), n);
-        else
-          ops.merge(slot(step.b), slot(step.a), n);
+        if (to_output) ops.mergeStore(out + offset, slot(step.a), slot(step.b), n);
+        else ops.merge(slot(step.b), slot(step.a), n);
         break;
     }
   }
@@ -1108,48 +1149,51 @@ template <class Ops>
 void runProgram(const Program& program, const Ops& ops, const typename Ops::Elem* const* inputs,
                 typename Ops::Elem* out, std::size_t k, std::size_t count, CpuExecutor& executor) {
   Scratch<typename Ops::Acc> scratch(static_cast<std::size_t>(executor.threads()), program.slots);
-  executor.parallelFor(count, (k + 1) * sizeof(typename Ops::Elem), kTile, [&](std::size_t begin, std::size_t end) {
-    auto* slab = scratch.claim();
-    for (std::size_t offset = begin; offset < end; offset += kTile)
-      runProgramTile(program, ops, inputs, out, slab, offset, std::min(kTile, end - offset));
-  });
+  executor.parallelFor(
+      count, (k + 1) * sizeof(typename Ops::Elem), kTile, [&](std::size_t begin, std::size_t end) {
+        auto* slab = scratch.claim();
+        for (std::size_t offset = begin; offset < end; offset += kTile)
+          runProgramTile(program, ops, inputs, out, slab, offset, std::min(kTile, end - offset));
+      });
 }
 
 template <class Ops>
 void runKahan(const Ops& ops, const typename Ops::Elem* const* inputs, typename Ops::Elem* out, std::size_t k,
               std::size_t count, CpuExecutor& executor) {
   Scratch<typename Ops::Acc> scratch(static_cast<std::size_t>(executor.threads()), 2);
-  executor.parallelFor(count, (k + 1) * sizeof(typename Ops::Elem), kTile, [&](std::size_t begin, std::size_t end) {
-    auto* const sum = scratch.claim();
-    auto* const comp = sum + kTile;
-    for (std::size_t offset = begin; offset < end; offset += kTile) {
-      const std::size_t n = std::min(kTile, end - offset);
-      if (k == 2) {
-        ops.pairStore(out + offset, inputs[0] + offset, inputs[1] + offset, n);
-        continue;
-      }
-      ops.kahanFirst(sum, comp, inputs[0] + offset, inputs[1] + offset, n);
-      for (std::size_t i = 2; i + 1 < k; ++i) ops.kahanStep(sum, comp, inputs[i] + offset, n);
-      ops.kahanStepStore(out + offset, sum, comp, inputs[k - 1] + offset, n);
-    }
-  });
+  executor.parallelFor(count, (k + 1) * sizeof(typename Ops::Elem), kTile,
+                       [&](std::size_t begin, std::size_t end) {
+                         auto* const sum = scratch.claim();
+                         auto* const comp = sum + kTile;
+                         for (std::size_t offset = begin; offset < end; offset += kTile) {
+                           const std::size_t n = std::min(kTile, end - offset);
+                           if (k == 2) {
+                             ops.pairStore(out + offset, inputs[0] + offset, inputs[1] + offset, n);
+                             continue;
+                           }
+                           ops.kahanFirst(sum, comp, inputs[0] + offset, inputs[1] + offset, n);
+                           for (std::size_t i = 2; i + 1 < k; ++i)
+                             ops.kahanStep(sum, comp, inputs[i] + offset, n);
+                           ops.kahanStepStore(out + offset, sum, comp, inputs[k - 1] + offset, n);
+                         }
+                       });
 }
 
 // K-1 passes over the whole output, each parallel, each rounding to the output type. Tiles only bound
 // the length of a kernel call (the fp16 software fallback stages at most kTile elements).
 template <class Ops>
-void runAccumulate(const Ops& ops, const typename Ops::Elem* const* inputs, typename Ops::Elem* out, std::size_t k,
-                   std::size_t count, CpuExecutor& executor) {
+void runAccumulate(const Ops& ops, const typename Ops::Elem* const* inputs, typename Ops::Elem* out,
+                   std::size_t k, std::size_t count, CpuExecutor& executor) {
   for (std::size_t pass = 1; pass < k; ++pass) {
-    executor.parallelFor(count, 3 * sizeof(typename Ops::Elem), kTile, [&](std::size_t begin, std::size_t end) {
-      for (std::size_t offset = begin; offset < end; offset += kTile) {
-        const std::size_t n = std::min(kTile, end - offset);
-        if (pass == 1 && out != inputs[0])
-          ops.pairStore(out + offset, inputs[0] + offset, inputs[1] + offset, n);
-        else
-          ops.accumulate(out + offset, inputs[pass] + offset, n);
-      }
-    });
+    executor.parallelFor(count, 3 * sizeof(typename Ops::Elem), kTile,
+                         [&](std::size_t begin, std::size_t end) {
+                           for (std::size_t offset = begin; offset < end; offset += kTile) {
+                             const std::size_t n = std::min(kTile, end - offset);
+                             if (pass == 1 && out != inputs[0])
+                               ops.pairStore(out + offset, inputs[0] + offset, inputs[1] + offset, n);
+                             else ops.accumulate(out + offset, inputs[pass] + offset, n);
+                           }
+                         });
   }
 }
 
@@ -1162,7 +1206,8 @@ void runReference(const Ops& ops, const typename Ops::Elem* const* inputs, doubl
                          for (std::size_t offset = begin; offset < end; offset += kTile) {
                            const std::size_t n = std::min(kTile, end - offset);
                            ops.referenceFirst(out + offset, inputs[0] + offset, n);
-                           for (std::size_t i = 1; i < k; ++i) ops.referenceAdd(out + offset, inputs[i] + offset, n);
+                           for (std::size_t i = 1; i < k; ++i)
+                             ops.referenceAdd(out + offset, inputs[i] + offset, n);
                          }
                        });
 }
@@ -1171,20 +1216,21 @@ enum class Direct : std::uint8_t { AddN, Kahan, Tree };
 
 // One pass of a direct kernel over [0, count), split across the executor in 64-element-aligned chunks.
 template <class Ops>
-void runDirect(Direct kernel, const Ops& ops, const typename Ops::Elem* const* inputs, typename Ops::Elem* out,
-               std::size_t k, std::size_t count, CpuExecutor& executor) {
-  executor.parallelFor(count, (k + 1) * sizeof(typename Ops::Elem), 64, [&](std::size_t begin, std::size_t end) {
-    switch (kernel) {
-      case Direct::AddN: ops.addNDirect(inputs, k, out, begin, end - begin); break;
-      case Direct::Kahan: ops.kahanDirect(inputs, k, out, begin, end - begin); break;
-      case Direct::Tree: ops.treeDirect(inputs, k, out, begin, end - begin); break;
-    }
-  });
+void runDirect(Direct kernel, const Ops& ops, const typename Ops::Elem* const* inputs,
+               typename Ops::Elem* out, std::size_t k, std::size_t count, CpuExecutor& executor) {
+  executor.parallelFor(count, (k + 1) * sizeof(typename Ops::Elem), 64,
+                       [&](std::size_t begin, std::size_t end) {
+                         switch (kernel) {
+                           case Direct::AddN: ops.addNDirect(inputs, k, out, begin, end - begin); break;
+                           case Direct::Kahan: ops.kahanDirect(inputs, k, out, begin, end - begin); break;
+                           case Direct::Tree: ops.treeDirect(inputs, k, out, begin, end - begin); break;
+                         }
+                       });
 }
 
 template <class Ops>
-void localSumWith(LocalSumMethod method, const Ops& ops, std::span<const void* const> raw_inputs, void* raw_output,
-                  std::size_t count, CpuExecutor& executor) {
+void localSumWith(LocalSumMethod method, const Ops& ops, std::span<const void* const> raw_inputs,
+                  void* raw_output, std::size_t count, CpuExecutor& executor) {
   using Elem = typename Ops::Elem;
   const std::size_t k = raw_inputs.size();
   std::vector<const Elem*> inputs(k);
@@ -1193,22 +1239,17 @@ void localSumWith(LocalSumMethod method, const Ops& ops, std::span<const void* c
   const bool direct = ops.hasDirect();
   switch (method) {
     case LocalSumMethod::AddN:
-      if (direct)
-        runDirect(Direct::AddN, ops, inputs.data(), out, k, count, executor);
-      else
-        runProgram(buildAddNProgram(k), ops, inputs.data(), out, k, count, executor);
+      if (direct) runDirect(Direct::AddN, ops, inputs.data(), out, k, count, executor);
+      else runProgram(buildAddNProgram(k), ops, inputs.data(), out, k, count, executor);
       break;
     case LocalSumMethod::Tree:
-      if (direct && k <= kMaxFixedK)
-        runDirect(Direct::Tree, ops, inputs.data(), out, k, count, executor);
-      else
-        runProgram(buildTreeProgram(k), ops, inputs.data(), out, k, count, executor);
+      if (direct && k <= kMaxFixedK) runDirect(Direct::Tree, ops, inputs.data(), out, k, count, executor);
+      else runProgram(buildTreeProgram(k), ops, inputs.data(), out, k, count, executor);
       break;
     case LocalSumMethod::Kahan:
       if (direct)  // K = 2 is one addition, the same as AddN's
         runDirect(k == 2 ? Direct::AddN : Direct::Kahan, ops, inputs.data(), out, k, count, executor);
-      else
-        runKahan(ops, inputs.data(), out, k, count, executor);
+      else runKahan(ops, inputs.data(), out, k, count, executor);
       break;
     case LocalSumMethod::AccumulateN: runAccumulate(ops, inputs.data(), out, k, count, executor); break;
   }
@@ -1233,7 +1274,8 @@ void checkArguments(const char* what, DType dtype, std::span<const void* const> 
   if (output == nullptr) fail("{}: null output buffer", what);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == nullptr) fail("{}: input {} is a null buffer", what, i);
-    if (i > 0 && inputs[i] == output) fail("{}: the output aliases input {} (only input 0 may be the output)", what, i);
+    if (i > 0 && inputs[i] == output)
+      fail("{}: the output aliases input {} (only input 0 may be the output)", what, i);
   }
 }
 

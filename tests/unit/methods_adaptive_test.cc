@@ -2,8 +2,6 @@
 // the inverse-permutation mapping), AdaSum's identities and recursive tree order, the mean, and the
 // consensus diagnostics.
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +10,8 @@
 #include <limits>
 #include <random>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "gradscope/common/error.h"
 #include "gradscope/methods/adaptive.h"
@@ -44,8 +44,8 @@ bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Relative closeness of doubles computed with different (but fixed) summation orders.
 void expectClose(double actual, double expected, double relative, const char* what) {
-  EXPECT_LE(std::fabs(actual - expected), relative * std::fabs(expected) + 1e-300) << what << ": " << actual
-                                                                                   << " vs " << expected;
+  EXPECT_LE(std::fabs(actual - expected), relative * std::fabs(expected) + 1e-300)
+      << what << ": " << actual << " vs " << expected;
 }
 
 // ---- The fp64 reference of AdaCons (naive loops, written from the paper's description) -------------------
@@ -55,7 +55,8 @@ struct Reference {
   double sum_norm = 0;  // ‖Σ g_i‖
 };
 
-std::vector<double> referenceAlpha(const Vectors& g, double epsilon, std::vector<double>* norms, double* sum_norm) {
+std::vector<double> referenceAlpha(const Vectors& g, double epsilon, std::vector<double>* norms,
+                                   double* sum_norm) {
   const std::size_t n = g.size(), count = g[0].size();
   std::vector<double> sum(count, 0.0);
   for (const auto& v : g)
@@ -105,10 +106,8 @@ Reference referenceWeights(const std::vector<double>& alpha, std::vector<double>
   r.alpha = alpha;
   r.smoothed.assign(n, 0.0);
   for (std::size_t k = 0; k < n; ++k) {
-    if (inverse)
-      r.smoothed[order[k]] = momentum[k];
-    else
-      r.smoothed[k] = momentum[order[k]];
+    if (inverse) r.smoothed[order[k]] = momentum[k];
+    else r.smoothed[k] = momentum[order[k]];
   }
   double total = 0;
   for (double s : r.smoothed) total += s;
@@ -121,13 +120,15 @@ std::vector<double> referenceAggregate(const Vectors& g, const Reference& r, dou
   std::vector<double> out(count, 0.0);
   for (std::size_t i = 0; i < g.size(); ++i) {
     if (r.norms[i] == 0) continue;
-    for (std::size_t e = 0; e < count; ++e) out[e] += r.weights[i] * static_cast<double>(g[i][e]) / r.norms[i] * scale;
+    for (std::size_t e = 0; e < count; ++e)
+      out[e] += r.weights[i] * static_cast<double>(g[i][e]) / r.norms[i] * scale;
   }
   return out;
 }
 
 // out (fp32) within an fp32 rounding of the fp64 reference, plus room for the different fp64 orders.
-void expectNearReference(const std::vector<float>& out, const std::vector<double>& reference, const char* what) {
+void expectNearReference(const std::vector<float>& out, const std::vector<double>& reference,
+                         const char* what) {
   double scale = 0;
   for (double r : reference) scale = std::max(scale, std::fabs(r));
   std::size_t wrong = 0;
@@ -139,7 +140,8 @@ void expectNearReference(const std::vector<float>& out, const std::vector<double
   EXPECT_EQ(wrong, 0u) << what;
 }
 
-// ---- AdaCons ------------------------------------------------------------------------------------------------
+// ---- AdaCons
+// ------------------------------------------------------------------------------------------------
 
 TEST(AdaCons, MatchesTheFp64ReferenceOverSeveralSteps) {
   for (std::size_t n : Sizes{1, 2, 3, 5, 8}) {
@@ -168,7 +170,8 @@ TEST(AdaCons, MatchesTheFp64ReferenceOverSeveralSteps) {
       EXPECT_EQ(got.scale, 1.0);
       expectNearReference(out, referenceAggregate(g, r, 1.0), "AdaCons aggregate");
       ASSERT_EQ(state.sorted_momentum.size(), n);
-      for (std::size_t k = 0; k < n; ++k) expectClose(state.sorted_momentum[k], momentum[k], 1e-12, "momentum");
+      for (std::size_t k = 0; k < n; ++k)
+        expectClose(state.sorted_momentum[k], momentum[k], 1e-12, "momentum");
     }
   }
 }
@@ -292,8 +295,10 @@ TEST(AdaCons, ZeroGradientsContributeNothingAndAllZeroIsRefused) {
 TEST(AdaCons, RefusesBadWeightsAndMismatchedState) {
   AdaConsState state;
   EXPECT_THROW(adaconsWeights(std::vector<double>{1, -1}, state, {}), Error);  // Σ = 0
-  EXPECT_THROW(adaconsWeights(std::vector<double>{1, std::numeric_limits<double>::quiet_NaN()}, state, {}), Error);
-  EXPECT_THROW(adaconsWeights(std::vector<double>{1, std::numeric_limits<double>::infinity()}, state, {}), Error);
+  EXPECT_THROW(adaconsWeights(std::vector<double>{1, std::numeric_limits<double>::quiet_NaN()}, state, {}),
+               Error);
+  EXPECT_THROW(adaconsWeights(std::vector<double>{1, std::numeric_limits<double>::infinity()}, state, {}),
+               Error);
   EXPECT_THROW(adaconsWeights(std::vector<double>{}, state, {}), Error);
   EXPECT_TRUE(state.sorted_momentum.empty());
   adaconsWeights(std::vector<double>{1, 2}, state, {});
@@ -316,7 +321,9 @@ std::vector<double> referencePair(const std::vector<float>& a, const std::vector
   for (std::size_t e = 0; e < a.size(); ++e) {
     if (aa == 0) out[e] = static_cast<double>(b[e]);
     else if (bb == 0) out[e] = static_cast<double>(a[e]);
-    else out[e] = (1 - ab / (2 * aa)) * static_cast<double>(a[e]) + (1 - ab / (2 * bb)) * static_cast<double>(b[e]);
+    else
+      out[e] =
+          (1 - ab / (2 * aa)) * static_cast<double>(a[e]) + (1 - ab / (2 * bb)) * static_cast<double>(b[e]);
   }
   return out;
 }
@@ -451,7 +458,8 @@ TEST(Mean, ExactOnSmallIntegersAndCorrectlyRounded) {
   for (std::size_t n : Sizes{1, 2, 3, 4, 7}) {
     Vectors g(n, std::vector<float>(1001));
     for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t e = 0; e < 1001; ++e) g[i][e] = static_cast<float>(static_cast<int>((e * 3 + i * 5) % 11) - 5);
+      for (std::size_t e = 0; e < 1001; ++e)
+        g[i][e] = static_cast<float>(static_cast<int>((e * 3 + i * 5) % 11) - 5);
     std::vector<float> out(1001);
     mean(pointers(g), 1001, out.data());
     for (std::size_t e = 0; e < 1001; ++e) {
@@ -463,7 +471,8 @@ TEST(Mean, ExactOnSmallIntegersAndCorrectlyRounded) {
   EXPECT_THROW(mean(Gradients{}, 4, nullptr), Error);
 }
 
-// ---- Consensus diagnostics ---------------------------------------------------------------------------------
+// ---- Consensus diagnostics
+// ---------------------------------------------------------------------------------
 
 TEST(ConsensusStats, IdenticalGradients) {
   for (std::size_t n : Sizes{1, 2, 3, 8}) {

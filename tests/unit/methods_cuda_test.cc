@@ -121,13 +121,14 @@ bool isNanElement(DType dtype, const std::uint8_t* data, std::size_t i) {
       std::uint64_t a = 0;
       std::memcpy(&e, expected + i * size, size);
       std::memcpy(&a, actual + i * size, size);
-      first += " [" + std::to_string(i) + "] cpu 0x" + fmt::format("{:x}", e) + " gpu 0x" + fmt::format("{:x}", a);
+      first +=
+          " [" + std::to_string(i) + "] cpu 0x" + fmt::format("{:x}", e) + " gpu 0x" + fmt::format("{:x}", a);
     }
     ++mismatches;
   }
   if (mismatches == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << mismatches << " of " << count << " " << name(dtype)
-                                       << " elements differ:" << first;
+  return ::testing::AssertionFailure()
+         << mismatches << " of " << count << " " << name(dtype) << " elements differ:" << first;
 }
 
 ::testing::AssertionResult sameElements(DType dtype, const Bytes& expected, const Bytes& actual,
@@ -290,26 +291,38 @@ TEST(CudaUnavailable, EveryFunctionThrowsTheReasonInsteadOfCrashing) {
   double reference[4] = {};
   std::uint64_t stats[2] = {};
   AdaConsState state;
-  expectUnavailable(reason, [] { (void)cuda::deviceDescription(); }, "deviceDescription");
-  expectUnavailable(reason, [] { cuda::DeviceBuffer buffer(64); }, "DeviceBuffer");
-  expectUnavailable(reason, [] { cuda::synchronize(nullptr); }, "synchronize");
-  expectUnavailable(reason, [&] { cuda::localSum(LocalSumMethod::AddN, DType::Fp32, inputs, host, 4, nullptr); },
-                    "localSum");
-  expectUnavailable(reason, [&] { cuda::referenceSum(DType::Fp32, inputs, reference, 4, nullptr); },
-                    "referenceSum");
-  expectUnavailable(reason, [&] { cuda::encode(WireFormat::Fp16, host, 4, host, nullptr, {}, stats, nullptr); },
-                    "encode");
-  expectUnavailable(reason, [&] { cuda::decode(WireFormat::Fp16, host, nullptr, 4, host, 1.0f, 128, nullptr); },
-                    "decode");
-  expectUnavailable(reason, [&] { (void)cuda::compareToReference(DType::Fp32, host, reference, 4, nullptr); },
-                    "compareToReference");
-  expectUnavailable(reason, [&] { cuda::mean(gradients, 4, host, nullptr); }, "mean");
-  expectUnavailable(reason, [&] { (void)cuda::adaconsAlpha(gradients, 4, 1e-8, nullptr); }, "adaconsAlpha");
-  expectUnavailable(reason, [&] { (void)cuda::adacons(gradients, 4, state, {}, host, nullptr); }, "adacons");
-  expectUnavailable(reason, [&] { cuda::adasumPair(host, host, 4, host, nullptr); }, "adasumPair");
-  expectUnavailable(reason, [&] { cuda::adasum(gradients, 4, host, nullptr); }, "adasum");
-  expectUnavailable(reason, [&] { (void)cuda::consensusStats(gradients, 4, nullptr); }, "consensusStats");
-  expectUnavailable(reason, [&] { cuda::copy(host, host, 16, nullptr); }, "copy");
+  expectUnavailable(
+      reason, [] { (void)cuda::deviceDescription(); }, "deviceDescription");
+  expectUnavailable(
+      reason, [] { cuda::DeviceBuffer buffer(64); }, "DeviceBuffer");
+  expectUnavailable(
+      reason, [] { cuda::synchronize(nullptr); }, "synchronize");
+  expectUnavailable(
+      reason, [&] { cuda::localSum(LocalSumMethod::AddN, DType::Fp32, inputs, host, 4, nullptr); },
+      "localSum");
+  expectUnavailable(
+      reason, [&] { cuda::referenceSum(DType::Fp32, inputs, reference, 4, nullptr); }, "referenceSum");
+  expectUnavailable(
+      reason, [&] { cuda::encode(WireFormat::Fp16, host, 4, host, nullptr, {}, stats, nullptr); }, "encode");
+  expectUnavailable(
+      reason, [&] { cuda::decode(WireFormat::Fp16, host, nullptr, 4, host, 1.0f, 128, nullptr); }, "decode");
+  expectUnavailable(
+      reason, [&] { (void)cuda::compareToReference(DType::Fp32, host, reference, 4, nullptr); },
+      "compareToReference");
+  expectUnavailable(
+      reason, [&] { cuda::mean(gradients, 4, host, nullptr); }, "mean");
+  expectUnavailable(
+      reason, [&] { (void)cuda::adaconsAlpha(gradients, 4, 1e-8, nullptr); }, "adaconsAlpha");
+  expectUnavailable(
+      reason, [&] { (void)cuda::adacons(gradients, 4, state, {}, host, nullptr); }, "adacons");
+  expectUnavailable(
+      reason, [&] { cuda::adasumPair(host, host, 4, host, nullptr); }, "adasumPair");
+  expectUnavailable(
+      reason, [&] { cuda::adasum(gradients, 4, host, nullptr); }, "adasum");
+  expectUnavailable(
+      reason, [&] { (void)cuda::consensusStats(gradients, 4, nullptr); }, "consensusStats");
+  expectUnavailable(
+      reason, [&] { cuda::copy(host, host, 16, nullptr); }, "copy");
   // Nothing to free: a default-constructed buffer is fine anywhere.
   cuda::DeviceBuffer empty;
   EXPECT_EQ(empty.get(), nullptr);
@@ -339,7 +352,9 @@ class CudaTest : public ::testing::Test {
 #endif
   }
 
-  cuda::Stream stream() const { return stream_; }
+  cuda::Stream stream() const {
+    return stream_;
+  }
 
   // A device copy of `bytes` (at least 64 bytes are allocated, so an empty buffer has an address).
   cuda::DeviceBuffer toDevice(const void* host, std::size_t bytes) const {
@@ -347,7 +362,9 @@ class CudaTest : public ::testing::Test {
     buffer.upload(host, bytes, stream_);
     return buffer;
   }
-  cuda::DeviceBuffer toDevice(const Bytes& host) const { return toDevice(host.data(), host.size()); }
+  cuda::DeviceBuffer toDevice(const Bytes& host) const {
+    return toDevice(host.data(), host.size());
+  }
   template <typename T>
   cuda::DeviceBuffer toDevice(const std::vector<T>& host) const {
     return toDevice(host.data(), host.size() * sizeof(T));
@@ -571,7 +588,9 @@ TEST_P(CudaLocalSum, ManyInputsMatchTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaLocalSum, ::testing::ValuesIn(kSumTypes),
-                         [](const ::testing::TestParamInfo<DType>& param) { return std::string(name(param.param)); });
+                         [](const ::testing::TestParamInfo<DType>& param) {
+                           return std::string(name(param.param));
+                         });
 
 TEST_F(CudaTest, LocalSumRefusesWhatTheCpuRefuses) {
   cuda::DeviceBuffer a(64);
@@ -579,7 +598,8 @@ TEST_F(CudaTest, LocalSumRefusesWhatTheCpuRefuses) {
   const void* two[] = {a.get(), b.get()};
   EXPECT_THROW(cuda::localSum(LocalSumMethod::AddN, DType::Int32, two, a.get(), 4, stream()), Error);
   EXPECT_THROW(cuda::localSum(LocalSumMethod::AddN, DType::Fp32, {}, a.get(), 4, stream()), Error);
-  EXPECT_THROW(cuda::localSum(LocalSumMethod::AddN, DType::Fp32, two, b.get(), 4, stream()), Error);  // aliases x1
+  EXPECT_THROW(cuda::localSum(LocalSumMethod::AddN, DType::Fp32, two, b.get(), 4, stream()),
+               Error);  // aliases x1
   EXPECT_THROW(cuda::referenceSum(DType::Fp8E4M3, two, a.as<double>(), 4, stream()), Error);
 }
 
@@ -617,8 +637,8 @@ class CudaWire : public CudaTest, public ::testing::WithParamInterface<WireForma
     const Bytes all = fromDevice(out, (count + out_offset) * element + 64);
     run.codes.assign(all.begin() + static_cast<std::ptrdiff_t>(out_offset * element),
                      all.begin() + static_cast<std::ptrdiff_t>((out_offset + count) * element));
-    EXPECT_TRUE(std::all_of(all.begin() + static_cast<std::ptrdiff_t>((out_offset + count) * element), all.end(),
-                            [](std::uint8_t byte) { return byte == 0xA5; }))
+    EXPECT_TRUE(std::all_of(all.begin() + static_cast<std::ptrdiff_t>((out_offset + count) * element),
+                            all.end(), [](std::uint8_t byte) { return byte == 0xA5; }))
         << "encode wrote past the end";
     run.scales = fromDevice<float>(scale_buffer, scales);
     const auto counters = fromDevice<std::uint64_t>(stats, 2);
@@ -633,7 +653,8 @@ class CudaWire : public CudaTest, public ::testing::WithParamInterface<WireForma
   if (expected.size() != actual.size()) return ::testing::AssertionFailure() << "scale counts differ";
   for (std::size_t i = 0; i < expected.size(); ++i) {
     if (bitsOf(expected[i]) != bitsOf(actual[i]))
-      return ::testing::AssertionFailure() << "scale " << i << ": cpu " << expected[i] << " gpu " << actual[i];
+      return ::testing::AssertionFailure()
+             << "scale " << i << ": cpu " << expected[i] << " gpu " << actual[i];
   }
   return ::testing::AssertionSuccess();
 }
@@ -654,7 +675,8 @@ TEST_P(CudaWire, EncodeMatchesTheCpuCodesScalesAndCounters) {
         const EncodeOptions options{.prescale = prescale, .block = block};
         Bytes codes(count * element);
         std::vector<float> scales(scaleCount(format, count, block));
-        const EncodeStats expected = encode(format, values.data(), count, codes.data(), scales.data(), options);
+        const EncodeStats expected =
+            encode(format, values.data(), count, codes.data(), scales.data(), options);
         const WireRun run = encodeOnGpu(in, 0, count, 0, options);
         EXPECT_TRUE(sameElements(dtype, codes, run.codes, count));
         EXPECT_TRUE(sameScales(scales, run.scales));
@@ -675,7 +697,8 @@ TEST_P(CudaWire, UnalignedBuffersGiveTheSameCodes) {
     const EncodeOptions options{.prescale = 1.0f, .block = block};
     Bytes codes(kCount * wireElementBytes(format));
     std::vector<float> scales(scaleCount(format, kCount, block));
-    const EncodeStats expected = encode(format, values.data() + 1, kCount, codes.data(), scales.data(), options);
+    const EncodeStats expected =
+        encode(format, values.data() + 1, kCount, codes.data(), scales.data(), options);
     // Input at +1 float (4-byte aligned only), output at +1 and +3 elements.
     for (std::size_t out_offset : {std::size_t{1}, std::size_t{3}}) {
       const WireRun run = encodeOnGpu(in, 1, kCount, out_offset, options);
@@ -716,8 +739,8 @@ TEST_P(CudaWire, DecodeOfEveryCodeMatchesTheCpu) {
         std::vector<float> expected(n);
         decode(format, codes.data() + offset * element, scales.data(), n, expected.data(), postscale, block);
         cuda::DeviceBuffer out = filled((n + offset) * sizeof(float));
-        cuda::decode(format, static_cast<const std::uint8_t*>(in.get()) + offset * element, device_scales.as<float>(),
-                     n, out.as<float>() + offset, postscale, block, stream());
+        cuda::decode(format, static_cast<const std::uint8_t*>(in.get()) + offset * element,
+                     device_scales.as<float>(), n, out.as<float>() + offset, postscale, block, stream());
         const auto actual = fromDevice<float>(out, n + offset);
         EXPECT_TRUE(sameElements(DType::Fp32, reinterpret_cast<const std::uint8_t*>(expected.data()),
                                  reinterpret_cast<const std::uint8_t*>(actual.data() + offset), n));
@@ -745,9 +768,10 @@ TEST_P(CudaWire, RoundTripMatchesTheCpu) {
     cuda::DeviceBuffer device_codes(std::max<std::size_t>(count * element, 64));
     cuda::DeviceBuffer device_scales(std::max<std::size_t>(scales.size() * sizeof(float), 64));
     cuda::DeviceBuffer out(std::max<std::size_t>(count * sizeof(float), 64));
-    cuda::encode(format, in.as<float>(), count, device_codes.get(), device_scales.as<float>(), options, nullptr,
+    cuda::encode(format, in.as<float>(), count, device_codes.get(), device_scales.as<float>(), options,
+                 nullptr, stream());
+    cuda::decode(format, device_codes.get(), device_scales.as<float>(), count, out.as<float>(), 4.0f, 128,
                  stream());
-    cuda::decode(format, device_codes.get(), device_scales.as<float>(), count, out.as<float>(), 4.0f, 128, stream());
     const auto actual = fromDevice<float>(out, count);
     EXPECT_TRUE(sameElements(DType::Fp32, reinterpret_cast<const std::uint8_t*>(expected.data()),
                              reinterpret_cast<const std::uint8_t*>(actual.data()), count));
@@ -759,14 +783,16 @@ TEST_P(CudaWire, Fp8RefusesAnEmptyBlock) {
   cuda::DeviceBuffer buffer(64);
   const EncodeOptions options{.prescale = 1.0f, .block = 0};
   if (isFp8(format)) {
-    EXPECT_THROW(cuda::encode(format, buffer.as<float>(), 4, buffer.get(), buffer.as<float>(), options, nullptr,
-                              stream()),
+    EXPECT_THROW(cuda::encode(format, buffer.as<float>(), 4, buffer.get(), buffer.as<float>(), options,
+                              nullptr, stream()),
                  Error);
-    EXPECT_THROW(cuda::decode(format, buffer.get(), buffer.as<float>(), 4, buffer.as<float>(), 1.0f, 0, stream()),
-                 Error);
+    EXPECT_THROW(
+        cuda::decode(format, buffer.get(), buffer.as<float>(), 4, buffer.as<float>(), 1.0f, 0, stream()),
+        Error);
   } else {
     cuda::DeviceBuffer codes(64);
-    EXPECT_NO_THROW(cuda::encode(format, buffer.as<float>(), 4, codes.get(), nullptr, options, nullptr, stream()));
+    EXPECT_NO_THROW(
+        cuda::encode(format, buffer.as<float>(), 4, codes.get(), nullptr, options, nullptr, stream()));
   }
 }
 
@@ -785,8 +811,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaWire, ::testing::ValuesIn(kWireFormats),
 ::testing::AssertionResult sameDouble(const char* what, double expected, double actual) {
   if (std::isnan(expected) && std::isnan(actual)) return ::testing::AssertionSuccess();
   if (std::memcmp(&expected, &actual, sizeof expected) == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": cpu " << fmt::format("{:.17g}", expected) << " gpu "
-                                       << fmt::format("{:.17g}", actual);
+  return ::testing::AssertionFailure()
+         << what << ": cpu " << fmt::format("{:.17g}", expected) << " gpu " << fmt::format("{:.17g}", actual);
 }
 
 void expectSameMetrics(const ErrorMetrics& expected, const ErrorMetrics& actual) {
@@ -817,12 +843,12 @@ TEST_P(CudaErrorMetrics, MatchTheCpuBitForBit) {
   referenceSum(dtype, pointers, reference.data(), kMax);
   const cuda::DeviceBuffer device_result = toDevice(result);
   const cuda::DeviceBuffer device_reference = toDevice(reference);
-  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{16384},
-                            std::size_t{16385}, (std::size_t{1} << 20) + 3, kMax}) {
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000},
+                            std::size_t{16384}, std::size_t{16385}, (std::size_t{1} << 20) + 3, kMax}) {
     SCOPED_TRACE("count=" + std::to_string(count));
-    expectSameMetrics(compareToReference(dtype, result.data(), reference.data(), count),
-                      cuda::compareToReference(dtype, device_result.get(), device_reference.as<double>(), count,
-                                               stream()));
+    expectSameMetrics(
+        compareToReference(dtype, result.data(), reference.data(), count),
+        cuda::compareToReference(dtype, device_result.get(), device_reference.as<double>(), count, stream()));
   }
 }
 
@@ -837,8 +863,8 @@ TEST_P(CudaErrorMetrics, ExactAndZeroCases) {
     storeElement(dtype, result.data(), i, static_cast<double>(static_cast<int>(random.below(200)) - 100));
     reference[i] = loadElement(dtype, result.data(), i);
   }
-  const ErrorMetrics exact = cuda::compareToReference(dtype, toDevice(result).get(), toDevice(reference).as<double>(),
-                                                      kCount, stream());
+  const ErrorMetrics exact = cuda::compareToReference(dtype, toDevice(result).get(),
+                                                      toDevice(reference).as<double>(), kCount, stream());
   EXPECT_EQ(exact.rel_l2, 0.0);
   EXPECT_EQ(exact.max_abs, 0.0);
   EXPECT_EQ(exact.cosine, 1.0);
@@ -846,21 +872,23 @@ TEST_P(CudaErrorMetrics, ExactAndZeroCases) {
   EXPECT_EQ(exact.nan, 0u);
   const Bytes zeros(kCount * size, 0);
   const std::vector<double> zero_reference(kCount, 0.0);
-  const ErrorMetrics both_zero = cuda::compareToReference(dtype, toDevice(zeros).get(),
-                                                          toDevice(zero_reference).as<double>(), kCount, stream());
+  const ErrorMetrics both_zero = cuda::compareToReference(
+      dtype, toDevice(zeros).get(), toDevice(zero_reference).as<double>(), kCount, stream());
   EXPECT_EQ(both_zero.rel_l2, 0.0);
   EXPECT_EQ(both_zero.cosine, 1.0);
   const ErrorMetrics zero_reference_only = cuda::compareToReference(
       dtype, toDevice(result).get(), toDevice(zero_reference).as<double>(), kCount, stream());
   EXPECT_TRUE(std::isinf(zero_reference_only.rel_l2));
   EXPECT_EQ(zero_reference_only.cosine, 0.0);
-  EXPECT_THROW((void)cuda::compareToReference(DType::Int8, toDevice(result).get(), toDevice(reference).as<double>(),
-                                              kCount, stream()),
+  EXPECT_THROW((void)cuda::compareToReference(DType::Int8, toDevice(result).get(),
+                                              toDevice(reference).as<double>(), kCount, stream()),
                Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaErrorMetrics, ::testing::ValuesIn(kSumTypes),
-                         [](const ::testing::TestParamInfo<DType>& param) { return std::string(name(param.param)); });
+                         [](const ::testing::TestParamInfo<DType>& param) {
+                           return std::string(name(param.param));
+                         });
 
 // ---------------------------------------------------------------------------------------------------
 // Mean and the adaptive methods
@@ -918,7 +946,8 @@ class CudaAdaptive : public CudaTest {
 ::testing::AssertionResult sameDoubles(const char* what, const std::vector<double>& expected,
                                        const std::vector<double>& actual) {
   if (expected.size() != actual.size())
-    return ::testing::AssertionFailure() << what << ": " << expected.size() << " vs " << actual.size() << " values";
+    return ::testing::AssertionFailure()
+           << what << ": " << expected.size() << " vs " << actual.size() << " values";
   for (std::size_t i = 0; i < expected.size(); ++i) {
     ::testing::AssertionResult same = sameDouble(what, expected[i], actual[i]);
     if (!same) return same << " at " << i;
@@ -957,7 +986,8 @@ TEST_F(CudaAdaptive, MeanMatchesTheCpuBitForBit) {
 TEST_F(CudaAdaptive, AdaConsMatchesTheCpuBitForBit) {
   for (std::size_t n : kGradientCounts) {
     for (std::size_t count : kVectorLengths) {
-      for (AdaConsScale scale : {AdaConsScale::Paper, AdaConsScale::MatchSumNorm, AdaConsScale::MatchMeanNorm}) {
+      for (AdaConsScale scale :
+           {AdaConsScale::Paper, AdaConsScale::MatchSumNorm, AdaConsScale::MatchMeanNorm}) {
         SCOPED_TRACE("N=" + std::to_string(n) + " count=" + std::to_string(count) +
                      " scale=" + std::to_string(static_cast<int>(scale)));
         // One zero gradient when there are several: it gets no share of the aggregate.
@@ -974,7 +1004,8 @@ TEST_F(CudaAdaptive, AdaConsMatchesTheCpuBitForBit) {
           std::rotate(gpu.begin(), gpu.begin() + step_index % static_cast<int>(n), gpu.end());
           std::vector<float> expected(count);
           const AdaConsStep cpu = adacons(host, count, cpu_state, options, expected.data());
-          EXPECT_TRUE(sameDoubles("alpha", cpu.alpha, cuda::adaconsAlpha(gpu, count, options.epsilon, stream())));
+          EXPECT_TRUE(
+              sameDoubles("alpha", cpu.alpha, cuda::adaconsAlpha(gpu, count, options.epsilon, stream())));
           cuda::DeviceBuffer out = filled(count * sizeof(float));
           const AdaConsStep actual = cuda::adacons(gpu, count, gpu_state, options, out.as<float>(), stream());
           EXPECT_TRUE(sameDoubles("alpha", cpu.alpha, actual.alpha));
@@ -1022,7 +1053,8 @@ TEST_F(CudaAdaptive, AdaSumPairMatchesTheCpuInAndOutOfPlace) {
       cuda::DeviceBuffer b = toDevice(gradients[1]);
       float* target = into == 0 ? a.as<float>() : b.as<float>();
       cuda::adasumPair(a.as<float>(), b.as<float>(), count, target, stream());
-      EXPECT_TRUE(sameFloats(expected, into == 0 ? a : b, count)) << "in place into " << (into == 0 ? "a" : "b");
+      EXPECT_TRUE(sameFloats(expected, into == 0 ? a : b, count))
+          << "in place into " << (into == 0 ? "a" : "b");
     }
     // Unaligned.
     std::vector<float> shifted_expected(count);
@@ -1043,7 +1075,8 @@ TEST_F(CudaAdaptive, AdaSumIdentities) {
   Random random{77};
   std::vector<float> a(kCount, 0.0f);
   std::vector<float> b(kCount, 0.0f);
-  for (std::size_t i = 0; i < kCount; ++i) (i % 3 == 0 ? a : b)[i] = static_cast<float>(random.logUniform(-6, 6));
+  for (std::size_t i = 0; i < kCount; ++i)
+    (i % 3 == 0 ? a : b)[i] = static_cast<float>(random.logUniform(-6, 6));
   const cuda::DeviceBuffer da = toDevice(a);
   const cuda::DeviceBuffer db = toDevice(b);
   const cuda::DeviceBuffer zero = toDevice(std::vector<float>(kCount, 0.0f));
@@ -1080,7 +1113,8 @@ TEST_F(CudaAdaptive, AdaSumTreeMatchesTheCpuBitForBit) {
 
 TEST_F(CudaAdaptive, ConsensusStatsMatchTheCpuBitForBit) {
   for (std::size_t n : kGradientCounts) {
-    for (std::size_t count : {std::size_t{0}, std::size_t{7}, std::size_t{4097}, (std::size_t{1} << 20) + 3}) {
+    for (std::size_t count :
+         {std::size_t{0}, std::size_t{7}, std::size_t{4097}, (std::size_t{1} << 20) + 3}) {
       SCOPED_TRACE("N=" + std::to_string(n) + " count=" + std::to_string(count));
       const auto gradients = randomGradients(n, count, 60 * n + count, n > 1 ? 0 : n);
       const DeviceGradients device = upload(gradients);
@@ -1145,12 +1179,13 @@ TEST_F(CudaTest, ChainedCallsOnOneStreamNeedNoHostSync) {
   cuda::DeviceBuffer d_averaged(kCount * sizeof(float));
   cuda::localSum(LocalSumMethod::Kahan, DType::Fp32, device_pointers, d_sum.get(), kCount, stream());
   cuda::referenceSum(DType::Fp32, device_pointers, d_reference.as<double>(), kCount, stream());
-  cuda::encode(WireFormat::Fp8E4M3, d_sum.as<float>(), kCount, d_codes.get(), d_scales.as<float>(), options, nullptr,
-               stream());
-  cuda::decode(WireFormat::Fp8E4M3, d_codes.get(), d_scales.as<float>(), kCount, d_decoded.as<float>(), 5.0f, 128,
-               stream());
+  cuda::encode(WireFormat::Fp8E4M3, d_sum.as<float>(), kCount, d_codes.get(), d_scales.as<float>(), options,
+               nullptr, stream());
+  cuda::decode(WireFormat::Fp8E4M3, d_codes.get(), d_scales.as<float>(), kCount, d_decoded.as<float>(), 5.0f,
+               128, stream());
   cuda::adasumPair(d_sum.as<float>(), d_decoded.as<float>(), kCount, d_combined.as<float>(), stream());
-  const std::vector<const float*> device_parts{d_sum.as<float>(), d_decoded.as<float>(), d_combined.as<float>()};
+  const std::vector<const float*> device_parts{d_sum.as<float>(), d_decoded.as<float>(),
+                                               d_combined.as<float>()};
   cuda::mean(device_parts, kCount, d_averaged.as<float>(), stream());
   const ErrorMetrics actual =
       cuda::compareToReference(DType::Fp32, d_averaged.get(), d_reference.as<double>(), kCount, stream());

@@ -2,8 +2,6 @@
 // summation order of every method bit for bit (against scalar references written here), the error
 // bounds on random inputs, determinism across thread counts, and the refusals.
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +14,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "gradscope/common/error.h"
 #include "gradscope/methods/error_metrics.h"
@@ -32,6 +32,18 @@ bool useHalfKernelsForTesting(std::string_view name);
 namespace {
 
 using Sizes = std::initializer_list<std::size_t>;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
 
 constexpr DType kDTypes[] = {DType::Fp32, DType::Fp16, DType::Bf16, DType::Fp64};
 
@@ -71,7 +83,9 @@ class Buffer {
     std::memcpy(&value, bytes_.data() + i * sizeOf(dtype_), sizeOf(dtype_));
     return value;
   }
-  void setBits(std::size_t i, std::uint64_t value) { std::memcpy(bytes_.data() + i * sizeOf(dtype_), &value, sizeOf(dtype_)); }
+  void setBits(std::size_t i, std::uint64_t value) {
+    std::memcpy(bytes_.data() + i * sizeOf(dtype_), &value, sizeOf(dtype_));
+  }
 
  private:
   template <class T>
@@ -263,7 +277,8 @@ TEST(LocalSum, StrategyNamesRoundTrip) {
 
 TEST(LocalSum, SupportsTheFourFloatingTypes) {
   for (DType dtype : allDTypes()) {
-    const bool expected = dtype == DType::Fp32 || dtype == DType::Fp16 || dtype == DType::Bf16 || dtype == DType::Fp64;
+    const bool expected =
+        dtype == DType::Fp32 || dtype == DType::Fp16 || dtype == DType::Bf16 || dtype == DType::Fp64;
     EXPECT_EQ(localSumSupports(dtype), expected) << name(dtype);
   }
 }
@@ -284,8 +299,10 @@ TEST(LocalSum, RefusesUnsupportedTypesAndNoInputs) {
   for (DType dtype : {DType::Int32, DType::Int8, DType::Fp8E4M3, DType::Other})
     for (LocalSumMethod method : kLocalSumMethods)
       EXPECT_THROW(localSum(method, dtype, inputs, out.data(), 4), Error) << name(dtype);
-  EXPECT_THROW(localSum(LocalSumMethod::AddN, DType::Fp32, std::span<const void* const>{}, out.data(), 4), Error);
-  EXPECT_THROW(localSum(LocalSumMethod::Tree, DType::Fp32, std::span<const void* const>{}, out.data(), 0), Error);
+  EXPECT_THROW(localSum(LocalSumMethod::AddN, DType::Fp32, std::span<const void* const>{}, out.data(), 4),
+               Error);
+  EXPECT_THROW(localSum(LocalSumMethod::Tree, DType::Fp32, std::span<const void* const>{}, out.data(), 0),
+               Error);
   std::vector<double> reference(4);
   EXPECT_THROW(referenceSum(DType::Int32, inputs, reference.data(), 4), Error);
   EXPECT_THROW(referenceSum(DType::Fp32, std::span<const void* const>{}, reference.data(), 4), Error);
@@ -301,7 +318,8 @@ TEST(LocalSum, RefusesNullBuffersAndAnOutputAliasingALaterInput) {
   EXPECT_NO_THROW(localSum(LocalSumMethod::Kahan, DType::Fp32, inputs, a.data(), 8));
 }
 
-// ---- Exact results on verifiable inputs ---------------------------------------------------------------------
+// ---- Exact results on verifiable inputs
+// ---------------------------------------------------------------------
 
 // Small integers in [-2, 2]: every partial sum of up to 64 of them is an integer of magnitude <= 128,
 // exact in every supported type (bf16 has 8 significant bits), so every method and order must give
@@ -310,7 +328,8 @@ double smallInteger(std::size_t input, std::size_t element) {
   return static_cast<double>(static_cast<int>((element * 7 + input * 13 + element / 3) % 5) - 2);
 }
 
-void checkExactSums(DType dtype, std::size_t k, std::size_t count, std::size_t distinct, CpuExecutor& executor) {
+void checkExactSums(DType dtype, std::size_t k, std::size_t count, std::size_t distinct,
+                    CpuExecutor& executor) {
   // `distinct` buffers, input i is buffer i % distinct (inputs may share memory: they are only read).
   std::vector<Buffer> buffers;
   for (std::size_t b = 0; b < std::min(k, distinct); ++b) {
@@ -336,8 +355,8 @@ void checkExactSums(DType dtype, std::size_t k, std::size_t count, std::size_t d
     std::size_t wrong = 0, first_wrong = count;
     for (std::size_t e = 0; e < count; ++e)
       if (out.bits(e) != expected.bits(e) && wrong++ == 0) first_wrong = e;
-    EXPECT_EQ(wrong, 0u) << label(method, dtype, k, count) << ": first wrong element " << first_wrong << " is "
-                         << (first_wrong < count ? out.get(first_wrong) : 0.0) << ", expected "
+    EXPECT_EQ(wrong, 0u) << label(method, dtype, k, count) << ": first wrong element " << first_wrong
+                         << " is " << (first_wrong < count ? out.get(first_wrong) : 0.0) << ", expected "
                          << (first_wrong < count ? expected.get(first_wrong) : 0.0);
   }
 }
@@ -345,15 +364,20 @@ void checkExactSums(DType dtype, std::size_t k, std::size_t count, std::size_t d
 TEST(LocalSum, ExactOnSmallIntegersForEveryMethodTypeAndK) {
   for (DType dtype : kDTypes)
     for (std::size_t k : Sizes{1, 2, 3, 5, 8, 17, 64})
-      for (std::size_t count : Sizes{0, 1, 7, 1000}) checkExactSums(dtype, k, count, k, CpuExecutor::shared());
+      for (std::size_t count : Sizes{0, 1, 7, 1000})
+        checkExactSums(dtype, k, count, k, CpuExecutor::shared());
 }
 
 TEST(LocalSum, ExactOnSmallIntegersOnTheParallelPath) {
   // 3'000'003 elements: above the executor's parallel threshold, and not a multiple of any tile or
-  // vector width. Five distinct buffers keep the memory small for K = 17 and 64.
+  // vector width. Five distinct buffers keep the memory small for K = 17 and 64. Under a sanitizer
+  // (which checks memory and threads, not arithmetic) a subset of K keeps the test under a minute;
+  // it still covers the unrolled kernels (K <= 16) and the run-time loops (K = 17).
+  const std::vector<std::size_t> ks =
+      kSanitized ? std::vector<std::size_t>{1, 2, 5, 17} : std::vector<std::size_t>{1, 2, 3, 5, 8, 17, 64};
   CpuExecutor executor(3);
   for (DType dtype : kDTypes)
-    for (std::size_t k : Sizes{1, 2, 3, 5, 8, 17, 64}) checkExactSums(dtype, k, 3'000'003, 5, executor);
+    for (std::size_t k : ks) checkExactSums(dtype, k, 3'000'003, 5, executor);
 }
 
 TEST(LocalSum, OutputMayAliasTheFirstInput) {
@@ -411,8 +435,8 @@ TEST(LocalSum, EveryMethodFollowsItsDocumentedOrderBitForBit) {
 TEST(LocalSum, TheOrderInputsTellTheOrdersApart) {
   for (DType dtype : {DType::Fp32, DType::Fp16, DType::Bf16, DType::Fp64}) {
     for (std::size_t k : Sizes{5, 6, 7, 12}) {
-      const std::vector<Buffer> inputs =
-          dtype == DType::Fp32 ? orderSensitiveInputs(dtype, k, 2000, 99) : cancellationInputs(dtype, k, 2000, 99);
+      const std::vector<Buffer> inputs = dtype == DType::Fp32 ? orderSensitiveInputs(dtype, k, 2000, 99)
+                                                              : cancellationInputs(dtype, k, 2000, 99);
       std::size_t tree_vs_addn = 0, tree_vs_halves = 0, kahan_vs_addn = 0, accumulate_vs_addn = 0;
       for (std::size_t e = 0; e < 2000; ++e) {
         const std::vector<double> x = column(inputs, e);
@@ -477,16 +501,19 @@ TEST(LocalSum, HalfPrecisionConversionsMatchNumericH) {
     for (LocalSumMethod method : kLocalSumMethods) {
       localSum(method, dtype, inputs, out.data(), count);
       for (std::size_t i = 0; i < count; ++i) {
-        const float sum = dtype == DType::Fp16 ? fp16ToFp32(a[i]) + fp16ToFp32(b[i]) : bf16ToFp32(a[i]) + bf16ToFp32(b[i]);
+        const float sum =
+            dtype == DType::Fp16 ? fp16ToFp32(a[i]) + fp16ToFp32(b[i]) : bf16ToFp32(a[i]) + bf16ToFp32(b[i]);
         if (std::isnan(sum)) {
           // Which operand's payload a NaN + NaN keeps depends on the operand order the compiler picks:
           // NaN payloads are not part of the bit-exact contract, NaN-ness is.
           const float got = dtype == DType::Fp16 ? fp16ToFp32(out[i]) : bf16ToFp32(out[i]);
-          ASSERT_TRUE(std::isnan(got)) << strategyName(method) << " " << name(dtype) << " " << a[i] << " + " << b[i];
+          ASSERT_TRUE(std::isnan(got))
+              << strategyName(method) << " " << name(dtype) << " " << a[i] << " + " << b[i];
           continue;
         }
         const std::uint16_t expected = dtype == DType::Fp16 ? fp32ToFp16(sum) : fp32ToBf16(sum);
-        ASSERT_EQ(out[i], expected) << strategyName(method) << " " << name(dtype) << " " << a[i] << " + " << b[i];
+        ASSERT_EQ(out[i], expected) << strategyName(method) << " " << name(dtype) << " " << a[i] << " + "
+                                    << b[i];
       }
     }
   }
@@ -518,7 +545,8 @@ TEST(LocalSum, EveryFp16KernelSetGivesTheSameBits) {
     ++ran;
     SCOPED_TRACE(set);
     for (std::size_t k : Sizes{1, 2, 3, 5, 8, 17, 64})
-      for (std::size_t count : Sizes{1, 7, 1000}) checkExactSums(DType::Fp16, k, count, k, CpuExecutor::shared());
+      for (std::size_t count : Sizes{1, 7, 1000})
+        checkExactSums(DType::Fp16, k, count, k, CpuExecutor::shared());
     CpuExecutor three(3);
     for (std::size_t k : Sizes{2, 5, 17}) checkExactSums(DType::Fp16, k, 300'007, 5, three);
     for (bool cancellation : {false, true})
@@ -562,7 +590,9 @@ TEST(LocalSum, EveryFp16KernelSetGivesTheSameBits) {
 // (fp32 for fp16/bf16); a 16-bit output adds one rounding, u_out·|ŝ_acc|; AccumulateN on a 16-bit type
 // rounds every step to it, γ(K-1) with u_out. The fp64 reference itself is within (K-1)·2^-53·A.
 
-double gamma(double n, double u) { return n * u / (1 - n * u); }
+double gamma(double n, double u) {
+  return n * u / (1 - n * u);
+}
 
 double unitRoundoff(DType dtype) {
   switch (dtype) {
@@ -596,7 +626,8 @@ TEST(LocalSum, RandomInputsStayWithinTheErrorBounds) {
     for (std::size_t k : Sizes{2, 3, 4, 8, 16, 64, 256}) {
       // Positive inputs (no cancellation: the running sums grow, as in the worst case) and mixed signs.
       for (double low : {0.0, -1.0}) {
-        const std::vector<Buffer> inputs = uniformInputs(dtype, k, count, low, 1.0, static_cast<std::uint32_t>(k));
+        const std::vector<Buffer> inputs =
+            uniformInputs(dtype, k, count, low, 1.0, static_cast<std::uint32_t>(k));
         const std::vector<const void*> in = pointers(inputs);
         std::vector<double> reference(count);
         referenceSum(dtype, in, reference.data(), count);
@@ -793,13 +824,15 @@ TEST(LocalSumNumerics, DISABLED_Table) {
     const double final_rounding = dtype == DType::Fp32 ? 0.0 : 1.0;
     std::printf("\n%s: max relative error in units of u = 2^%d (5 seeds x %zu elements)\n\n",
                 std::string(name(dtype)).c_str(), static_cast<int>(std::log2(u)), count);
-    std::printf("| K | tree | accumulate_n | add_n | kahan | bound tree | bound accumulate_n | bound add_n | bound kahan |\n");
+    std::printf(
+        "| K | tree | accumulate_n | add_n | kahan | bound tree | bound accumulate_n | bound add_n | bound "
+        "kahan |\n");
     std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (std::size_t k = 2; k <= 1024; k *= 2) {
       double worst[4] = {};
       for (std::uint32_t seed = 1; seed <= 5; ++seed) {
-        const std::vector<Buffer> inputs =
-            uniformInputs(dtype, k, count, std::ldexp(1.0, -20), 1.0, seed * 1000 + static_cast<std::uint32_t>(k));
+        const std::vector<Buffer> inputs = uniformInputs(dtype, k, count, std::ldexp(1.0, -20), 1.0,
+                                                         seed * 1000 + static_cast<std::uint32_t>(k));
         const std::vector<const void*> in = pointers(inputs);
         std::vector<double> reference(count), absolute(count, 0.0);
         referenceSum(dtype, in, reference.data(), count);
@@ -809,16 +842,18 @@ TEST(LocalSumNumerics, DISABLED_Table) {
           Buffer out(dtype, count);
           localSum(method, dtype, in, out.data(), count);
           double& w = worst[static_cast<int>(method)];
-          for (std::size_t e = 0; e < count; ++e) w = std::max(w, std::fabs(out.get(e) - reference[e]) / absolute[e] / u);
+          for (std::size_t e = 0; e < count; ++e)
+            w = std::max(w, std::fabs(out.get(e) - reference[e]) / absolute[e] / u);
         }
       }
       const auto kd = static_cast<double>(k);
       const double scale = u_acc / u;  // accumulator bounds in units of u
-      std::printf("| %zu | %.3g | %.3g | %.3g | %.3g | %.4g | %.4g | %.4g | %.4g |\n", k,
-                  worst[static_cast<int>(LocalSumMethod::Tree)], worst[static_cast<int>(LocalSumMethod::AccumulateN)],
-                  worst[static_cast<int>(LocalSumMethod::AddN)], worst[static_cast<int>(LocalSumMethod::Kahan)],
-                  final_rounding + std::ceil(std::log2(kd)) * scale, kd - 1, final_rounding + (kd - 1) * scale,
-                  final_rounding + 2 * scale);
+      std::printf(
+          "| %zu | %.3g | %.3g | %.3g | %.3g | %.4g | %.4g | %.4g | %.4g |\n", k,
+          worst[static_cast<int>(LocalSumMethod::Tree)], worst[static_cast<int>(LocalSumMethod::AccumulateN)],
+          worst[static_cast<int>(LocalSumMethod::AddN)], worst[static_cast<int>(LocalSumMethod::Kahan)],
+          final_rounding + std::ceil(std::log2(kd)) * scale, kd - 1, final_rounding + (kd - 1) * scale,
+          final_rounding + 2 * scale);
     }
   }
 }

@@ -39,14 +39,17 @@ constexpr int kChunk = 8;
 
 void checkGradients(const char* what, Gradients gradients, std::size_t count) {
   if (gradients.empty()) fail("{}: no gradients (N = 0)", what);
-  if (gradients.size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) fail("{}: too many gradients", what);
+  if (gradients.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    fail("{}: too many gradients", what);
   if (count == 0) return;
   for (std::size_t i = 0; i < gradients.size(); ++i) {
     if (gradients[i] == nullptr) fail("{}: gradient {} is a null buffer", what, i);
   }
 }
 
-std::vector<const void*> pointersOf(Gradients gradients) { return {gradients.begin(), gradients.end()}; }
+std::vector<const void*> pointersOf(Gradients gradients) {
+  return {gradients.begin(), gradients.end()};
+}
 
 bool allAligned(Gradients gradients, const float* out) {
   bool aligned = detail::aligned(out, 16);
@@ -141,12 +144,12 @@ GradientStats gradientStats(Gradients gradients, std::size_t count, cudaStream_t
     detail::checkLaunch("statsKernel");
     const int quantities = 2 * chunk + (with_sum_squares ? 1 : 0);
     detail::blockOrderSumKernel<><<<1, kBlockThreads, 0, stream>>>(partials.as<double>(), blocks, quantities,
-                                                                  totals.as<double>() + pass * kRows);
+                                                                   totals.as<double>() + pass * kRows);
     detail::checkLaunch("blockOrderSumKernel");
   }
   std::vector<double> host(passes * kRows);
-  detail::check(cudaMemcpyAsync(host.data(), totals.as<double>(), host.size() * sizeof(double), cudaMemcpyDeviceToHost,
-                                stream),
+  detail::check(cudaMemcpyAsync(host.data(), totals.as<double>(), host.size() * sizeof(double),
+                                cudaMemcpyDeviceToHost, stream),
                 "cudaMemcpyAsync (gradient statistics)");
   detail::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   for (std::size_t pass = 0; pass < passes; ++pass) {
@@ -175,7 +178,8 @@ std::vector<double> alphaFrom(const GradientStats& stats, double epsilon, std::v
   return alpha;
 }
 
-// ---- AdaCons aggregate -----------------------------------------------------------------------------------------
+// ---- AdaCons aggregate
+// -----------------------------------------------------------------------------------------
 
 // out_e = fp32(c_0·g_0 + c_1·g_1 + ...), in fp64, in rank order (adaptive.cc's scale/axpy kernels).
 template <int N>
@@ -198,19 +202,22 @@ __device__ __forceinline__ void weightedPack(const PointerTable& gradients, cons
 
 template <bool kVector>
 __global__ void __launch_bounds__(kBlockThreads)
-    weightedSumKernel(const __grid_constant__ PointerTable gradients, const double* coefficients, std::size_t count,
-                      float* out) {
+    weightedSumKernel(const __grid_constant__ PointerTable gradients, const double* coefficients,
+                      std::size_t count, float* out) {
   constexpr int kPack = kVector ? 4 : 1;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t packs = count / kPack;
-  for (std::size_t p = first; p < packs; p += stride) weightedPack<kPack>(gradients, coefficients, p * kPack, out);
+  for (std::size_t p = first; p < packs; p += stride)
+    weightedPack<kPack>(gradients, coefficients, p * kPack, out);
   if constexpr (kVector) {
-    for (std::size_t i = packs * kPack + first; i < count; i += stride) weightedPack<1>(gradients, coefficients, i, out);
+    for (std::size_t i = packs * kPack + first; i < count; i += stride)
+      weightedPack<1>(gradients, coefficients, i, out);
   }
 }
 
-// ---- AdaSum --------------------------------------------------------------------------------------------------
+// ---- AdaSum
+// --------------------------------------------------------------------------------------------------
 
 struct PairCoefficients {
   double ca;
@@ -283,7 +290,8 @@ __device__ __forceinline__ float combineOne(float a, float b, const PairCoeffici
 // before it is written, by the same thread.
 template <bool kVector>
 __global__ void __launch_bounds__(kBlockThreads)
-    combineKernel(const float* a, const float* b, std::size_t count, float* out, const PairCoefficients* coefficients) {
+    combineKernel(const float* a, const float* b, std::size_t count, float* out,
+                  const PairCoefficients* coefficients) {
   const PairCoefficients c = *coefficients;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -293,8 +301,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (std::size_t p = first; p < packs; p += stride) {
       const float4 x = reinterpret_cast<const float4*>(a)[p];
       const float4 y = reinterpret_cast<const float4*>(b)[p];
-      reinterpret_cast<float4*>(out)[p] =
-          make_float4(combineOne(x.x, y.x, c), combineOne(x.y, y.y, c), combineOne(x.z, y.z, c), combineOne(x.w, y.w, c));
+      reinterpret_cast<float4*>(out)[p] = make_float4(combineOne(x.x, y.x, c), combineOne(x.y, y.y, c),
+                                                      combineOne(x.z, y.z, c), combineOne(x.w, y.w, c));
     }
     done = packs * 4;
   }
@@ -313,16 +321,18 @@ class PairWorkspace {
   void run(const float* a, const float* b, std::size_t count, float* out) const {
     auto* partials = scratch_.as<double>();
     auto* coefficients = reinterpret_cast<PairCoefficients*>(partials + 3 * blocks_);
-    pairDotsKernel<<<detail::cpuOrderGrid(blocks_), kBlockThreads, 0, stream_>>>(a, b, count, blocks_, partials);
+    pairDotsKernel<<<detail::cpuOrderGrid(blocks_), kBlockThreads, 0, stream_>>>(a, b, count, blocks_,
+                                                                                 partials);
     detail::checkLaunch("pairDotsKernel");
     pairCoefficientsKernel<<<1, 32, 0, stream_>>>(partials, blocks_, coefficients);
     detail::checkLaunch("pairCoefficientsKernel");
     const bool vector = detail::aligned(a, 16) && detail::aligned(b, 16) && detail::aligned(out, 16);
     if (vector) {
-      combineKernel<true><<<detail::gridFor(count / 4 + count % 4), kBlockThreads, 0, stream_>>>(a, b, count, out,
-                                                                                                 coefficients);
+      combineKernel<true><<<detail::gridFor(count / 4 + count % 4), kBlockThreads, 0, stream_>>>(
+          a, b, count, out, coefficients);
     } else {
-      combineKernel<false><<<detail::gridFor(count), kBlockThreads, 0, stream_>>>(a, b, count, out, coefficients);
+      combineKernel<false>
+          <<<detail::gridFor(count), kBlockThreads, 0, stream_>>>(a, b, count, out, coefficients);
     }
     detail::checkLaunch("combineKernel");
   }
@@ -387,8 +397,8 @@ std::vector<double> adaconsAlpha(Gradients gradients, std::size_t count, double 
   return alphaFrom(gradientStats(gradients, count, detail::toCuda(stream)), epsilon, nullptr);
 }
 
-AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state, const AdaConsOptions& options,
-                    float* out, Stream stream) {
+AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
+                    const AdaConsOptions& options, float* out, Stream stream) {
   detail::requireDevice();
   checkGradients("AdaCons", gradients, count);
   if (count > 0 && out == nullptr) fail("AdaCons: null output buffer");
@@ -415,8 +425,8 @@ AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
   const detail::PointerTableBuilder table(pointers, s);
   const detail::Scratch device_coefficients(n_grad * sizeof(double), s);
   // From pageable memory: staged before the call returns, so `coefficients` may go away.
-  detail::check(cudaMemcpyAsync(device_coefficients.as<double>(), coefficients.data(), n_grad * sizeof(double),
-                                cudaMemcpyHostToDevice, s),
+  detail::check(cudaMemcpyAsync(device_coefficients.as<double>(), coefficients.data(),
+                                n_grad * sizeof(double), cudaMemcpyHostToDevice, s),
                 "cudaMemcpyAsync (AdaCons coefficients)");
   if (allAligned(gradients, out)) {
     weightedSumKernel<true><<<detail::gridFor(count / 4 + count % 4), kBlockThreads, 0, s>>>(
@@ -493,8 +503,7 @@ ConsensusStats consensusStats(Gradients gradients, std::size_t count, Stream str
   }
   if (stats.sum_squares == 0)
     result.diversity = total_squares == 0 ? 0.0 : std::numeric_limits<double>::infinity();
-  else
-    result.diversity = total_squares / stats.sum_squares;
+  else result.diversity = total_squares / stats.sum_squares;
   return result;
 }
 

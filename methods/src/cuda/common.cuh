@@ -23,11 +23,11 @@
 #define FMT_USE_CONSTEXPR 1
 #endif
 
-#include <cuda_runtime.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <span>
+
+#include <cuda_runtime.h>
 
 #include "gradscope/common/error.h"
 #include "gradscope/methods/cuda.h"
@@ -42,7 +42,9 @@ void requireDevice();
 // After a <<<...>>> launch: turns a launch error into gradscope::Error naming the kernel.
 void checkLaunch(const char* kernel);
 
-inline cudaStream_t toCuda(Stream stream) { return static_cast<cudaStream_t>(stream); }
+inline cudaStream_t toCuda(Stream stream) {
+  return static_cast<cudaStream_t>(stream);
+}
 
 inline constexpr unsigned kBlockThreads = 256;
 
@@ -185,8 +187,8 @@ struct Bf16Type {
   static __device__ __forceinline__ double toDouble(Storage x) { return static_cast<double>(bf16ToFp32(x)); }
 };
 
-
-// ---- fp64 reductions in the CPU kernels' order ---------------------------------------------------------------
+// ---- fp64 reductions in the CPU kernels' order
+// ---------------------------------------------------------------
 //
 // adaptive.cc and error_metrics.cc fix their summation order independently of threads and ISA: the
 // elements are cut into blocks of a fixed size; within a block, element i is added to lane i % 16
@@ -208,7 +210,9 @@ inline constexpr unsigned kCpuBlocksPerCudaBlock = kBlockThreads / kCpuLanes;
 __device__ __forceinline__ std::size_t cpuBlockIndex() {
   return static_cast<std::size_t>(blockIdx.x) * kCpuBlocksPerCudaBlock + threadIdx.x / kCpuLanes;
 }
-__device__ __forceinline__ unsigned cpuLane() { return threadIdx.x % kCpuLanes; }
+__device__ __forceinline__ unsigned cpuLane() {
+  return threadIdx.x % kCpuLanes;
+}
 
 // CUDA blocks for `cpu_blocks` reduction blocks.
 inline unsigned cpuOrderGrid(std::size_t cpu_blocks) {
@@ -222,7 +226,8 @@ __device__ __forceinline__ double laneOrderSum(double value) {
   const int base = static_cast<int>(threadIdx.x & 16u);
   double sum = 0.0;
 #pragma unroll
-  for (int lane = 0; lane < kCpuLanes; ++lane) sum = __dadd_rn(sum, __shfl_sync(0xFFFFFFFFu, value, base + lane));
+  for (int lane = 0; lane < kCpuLanes; ++lane)
+    sum = __dadd_rn(sum, __shfl_sync(0xFFFFFFFFu, value, base + lane));
   return sum;
 }
 
@@ -244,7 +249,8 @@ __device__ __forceinline__ unsigned long long laneTotal(unsigned long long value
 // totals[q] = ((0 + partials[q·blocks]) + partials[q·blocks + 1]) + ...: block order, one thread per
 // quantity. Loads run ahead of the dependent additions (unrolled), which is what bounds the time.
 template <int kUnroll = 8>
-__global__ void blockOrderSumKernel(const double* partials, std::size_t blocks, int quantities, double* totals) {
+__global__ void blockOrderSumKernel(const double* partials, std::size_t blocks, int quantities,
+                                    double* totals) {
   const int q = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (q >= quantities) return;
   const double* p = partials + static_cast<std::size_t>(q) * blocks;

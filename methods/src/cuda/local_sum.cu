@@ -127,7 +127,8 @@ struct TreeMethod {
 
 // Sums the N elements starting at `index`.
 template <typename E, typename Method, int N>
-__device__ __forceinline__ void sumPack(const PointerTable& inputs, std::size_t index, typename E::Storage* out) {
+__device__ __forceinline__ void sumPack(const PointerTable& inputs, std::size_t index,
+                                        typename E::Storage* out) {
   using Storage = typename E::Storage;
   typename Method::template State<E> state[N];
   detail::streamInputs<Storage, N>(inputs, index, [&](int k, const Pack<Storage, N>& x) {
@@ -167,13 +168,15 @@ __device__ __forceinline__ void referencePack(const PointerTable& inputs, std::s
   double sum[N];
   detail::streamInputs<Storage, N>(inputs, index, [&](int k, const Pack<Storage, N>& x) {
 #pragma unroll
-    for (int j = 0; j < N; ++j) sum[j] = k == 0 ? E::toDouble(x.v[j]) : __dadd_rn(sum[j], E::toDouble(x.v[j]));
+    for (int j = 0; j < N; ++j)
+      sum[j] = k == 0 ? E::toDouble(x.v[j]) : __dadd_rn(sum[j], E::toDouble(x.v[j]));
   });
   if constexpr (N == 1) {
     out[index] = sum[0];
   } else {
 #pragma unroll
-    for (int j = 0; j < N; j += 2) reinterpret_cast<double2*>(out + index)[j / 2] = make_double2(sum[j], sum[j + 1]);
+    for (int j = 0; j < N; j += 2)
+      reinterpret_cast<double2*>(out + index)[j / 2] = make_double2(sum[j], sum[j + 1]);
   }
 }
 
@@ -190,7 +193,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-// ---- Launch ------------------------------------------------------------------------------------------------
+// ---- Launch
+// ------------------------------------------------------------------------------------------------
 
 bool allAligned(std::span<const void* const> inputs, const void* output) {
   if (!detail::aligned(output, 16)) return false;
@@ -207,12 +211,14 @@ void validate(const char* what, DType dtype, std::span<const void* const> inputs
     fail("{}: element type {} is not supported (fp32, fp16, bf16 and fp64 are)", what, name(dtype));
   }
   if (inputs.empty()) fail("{}: no inputs (K = 0)", what);
-  if (inputs.size() > static_cast<std::size_t>(INT_MAX)) fail("{}: {} inputs are too many", what, inputs.size());
+  if (inputs.size() > static_cast<std::size_t>(INT_MAX))
+    fail("{}: {} inputs are too many", what, inputs.size());
   if (count == 0) return;
   if (output == nullptr) fail("{}: null output buffer", what);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == nullptr) fail("{}: input {} is a null buffer", what, i);
-    if (i > 0 && inputs[i] == output) fail("{}: the output aliases input {} (only input 0 may be the output)", what, i);
+    if (i > 0 && inputs[i] == output)
+      fail("{}: the output aliases input {} (only input 0 may be the output)", what, i);
   }
 }
 
@@ -232,8 +238,8 @@ void launchSum(const PointerTable& table, bool vector, void* output, std::size_t
 }
 
 template <typename E>
-void dispatchMethod(LocalSumMethod method, const PointerTable& table, bool vector, void* output, std::size_t count,
-                    cudaStream_t stream) {
+void dispatchMethod(LocalSumMethod method, const PointerTable& table, bool vector, void* output,
+                    std::size_t count, cudaStream_t stream) {
   const int k = table.count;
   switch (method) {
     case LocalSumMethod::AddN: launchSum<E, AddNMethod>(table, vector, output, count, stream); return;
@@ -296,10 +302,18 @@ void localSum(LocalSumMethod method, DType dtype, std::span<const void* const> i
   const detail::PointerTableBuilder pointers(inputs, s);
   const bool vector = allAligned(inputs, output);
   switch (dtype) {
-    case DType::Fp32: dispatchMethod<detail::Fp32Type>(method, pointers.table(), vector, output, count, s); return;
-    case DType::Fp64: dispatchMethod<detail::Fp64Type>(method, pointers.table(), vector, output, count, s); return;
-    case DType::Fp16: dispatchMethod<detail::Fp16Type>(method, pointers.table(), vector, output, count, s); return;
-    case DType::Bf16: dispatchMethod<detail::Bf16Type>(method, pointers.table(), vector, output, count, s); return;
+    case DType::Fp32:
+      dispatchMethod<detail::Fp32Type>(method, pointers.table(), vector, output, count, s);
+      return;
+    case DType::Fp64:
+      dispatchMethod<detail::Fp64Type>(method, pointers.table(), vector, output, count, s);
+      return;
+    case DType::Fp16:
+      dispatchMethod<detail::Fp16Type>(method, pointers.table(), vector, output, count, s);
+      return;
+    case DType::Bf16:
+      dispatchMethod<detail::Bf16Type>(method, pointers.table(), vector, output, count, s);
+      return;
     default: return;  // rejected by validate()
   }
 }

@@ -46,8 +46,8 @@ struct MetricTotals {
 
 template <typename E>
 __global__ void __launch_bounds__(kBlockThreads)
-    compareKernel(const typename E::Storage* result, const double* reference, std::size_t count, std::size_t blocks,
-                  double* sums, unsigned long long* others) {
+    compareKernel(const typename E::Storage* result, const double* reference, std::size_t count,
+                  std::size_t blocks, double* sums, unsigned long long* others) {
   const std::size_t block = detail::cpuBlockIndex();
   const unsigned lane = detail::cpuLane();
   double diff_squares = 0.0;
@@ -104,7 +104,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // The order-free part of the totals: the largest |d| and the two counts, over all blocks.
-__global__ void combineOthersKernel(const unsigned long long* others, std::size_t blocks, MetricTotals* totals) {
+__global__ void combineOthersKernel(const unsigned long long* others, std::size_t blocks,
+                                    MetricTotals* totals) {
   const unsigned q = threadIdx.x;
   if (q >= 3) return;
   const unsigned long long* p = others + q * blocks;
@@ -120,8 +121,7 @@ ErrorMetrics metricsFrom(const MetricTotals& total) {
   ErrorMetrics metrics;
   if (total.reference_squares == 0)
     metrics.rel_l2 = total.diff_squares == 0 ? 0.0 : std::numeric_limits<double>::infinity();
-  else
-    metrics.rel_l2 = std::sqrt(total.diff_squares) / std::sqrt(total.reference_squares);
+  else metrics.rel_l2 = std::sqrt(total.diff_squares) / std::sqrt(total.reference_squares);
   std::uint64_t bits = total.max_abs_bits;
   std::memcpy(&metrics.max_abs, &bits, sizeof bits);
   if (total.result_squares == 0 && total.reference_squares == 0) {
@@ -130,7 +130,8 @@ ErrorMetrics metricsFrom(const MetricTotals& total) {
     metrics.cosine = 0;
   } else {
     double norms = std::sqrt(total.result_squares * total.reference_squares);
-    if (!std::isfinite(norms) || norms == 0) norms = std::sqrt(total.result_squares) * std::sqrt(total.reference_squares);
+    if (!std::isfinite(norms) || norms == 0)
+      norms = std::sqrt(total.result_squares) * std::sqrt(total.reference_squares);
     metrics.cosine = std::clamp(total.products / norms, -1.0, 1.0);
   }
   metrics.overflow = total.overflow;
@@ -139,7 +140,8 @@ ErrorMetrics metricsFrom(const MetricTotals& total) {
 }
 
 template <typename E>
-ErrorMetrics compareTyped(const void* result, const double* reference, std::size_t count, cudaStream_t stream) {
+ErrorMetrics compareTyped(const void* result, const double* reference, std::size_t count,
+                          cudaStream_t stream) {
   MetricTotals host{};
   if (count > 0) {
     const std::size_t blocks = (count + kMetricsBlock - 1) / kMetricsBlock;
@@ -165,7 +167,8 @@ ErrorMetrics compareTyped(const void* result, const double* reference, std::size
   return metricsFrom(host);
 }
 
-// ---- mean ----------------------------------------------------------------------------------------------------
+// ---- mean
+// ----------------------------------------------------------------------------------------------------
 
 template <int N>
 __device__ __forceinline__ void meanPack(const PointerTable& gradients, std::size_t index, float* out) {
@@ -223,14 +226,16 @@ void mean(Gradients gradients, std::size_t count, float* out, Stream stream) {
     if (gradients[i] == nullptr) fail("mean: gradient {} is a null buffer", i);
   }
   if (out == nullptr) fail("mean: null output buffer");
-  if (gradients.size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) fail("mean: too many gradients");
+  if (gradients.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    fail("mean: too many gradients");
   const cudaStream_t s = detail::toCuda(stream);
   const std::vector<const void*> pointers(gradients.begin(), gradients.end());
   const detail::PointerTableBuilder table(pointers, s);
   bool vector = detail::aligned(out, 16);
   for (const float* gradient : gradients) vector = vector && detail::aligned(gradient, 16);
   if (vector) {
-    meanKernel<true><<<detail::gridFor(count / 4 + count % 4), kBlockThreads, 0, s>>>(table.table(), count, out);
+    meanKernel<true>
+        <<<detail::gridFor(count / 4 + count % 4), kBlockThreads, 0, s>>>(table.table(), count, out);
   } else {
     meanKernel<false><<<detail::gridFor(count), kBlockThreads, 0, s>>>(table.table(), count, out);
   }

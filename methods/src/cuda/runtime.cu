@@ -60,8 +60,8 @@ Availability probe() {
   const cudaError_t status = cudaGetDeviceCount(&devices);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    result.reason = fmt::format("no usable GPU: cudaGetDeviceCount failed: {} ({})", cudaGetErrorString(status),
-                                cudaGetErrorName(status));
+    result.reason = fmt::format("no usable GPU: cudaGetDeviceCount failed: {} ({})",
+                                cudaGetErrorString(status), cudaGetErrorName(status));
     return result;
   }
   if (devices <= 0) {
@@ -75,13 +75,15 @@ Availability probe() {
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
     const cudaError_t error = cudaGetLastError();
-    result.reason = fmt::format("no usable GPU: cannot query device properties: {}", cudaGetErrorString(error));
+    result.reason =
+        fmt::format("no usable GPU: cannot query device properties: {}", cudaGetErrorString(error));
     return result;
   }
   const int arch = major * 100 + minor * 10;
   if (arch < minimumArch()) {
-    result.reason = fmt::format("no usable GPU: device {} is sm_{}{}, gradscope's CUDA kernels need sm_{} or newer",
-                                device, major, minor, minimumArch() / 10);
+    result.reason =
+        fmt::format("no usable GPU: device {} is sm_{}{}, gradscope's CUDA kernels need sm_{} or newer",
+                    device, major, minor, minimumArch() / 10);
     return result;
   }
   result.ok = true;
@@ -116,7 +118,8 @@ unsigned gridFor(std::size_t items) {
   }
   if (sms == 0) {
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    check(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, device), "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, device),
+          "cudaDeviceGetAttribute");
     if (device >= 0 && device < kMaxDevices) {
       threads_per_multiprocessor[device].store(threads, std::memory_order_relaxed);
       multiprocessors[device].store(sms, std::memory_order_relaxed);
@@ -124,7 +127,8 @@ unsigned gridFor(std::size_t items) {
   }
   // Every SM full of resident threads (2048 per SM on Ampere and Hopper: 8 blocks of 256); the
   // grid-stride loops absorb the rest, so one wave does all the work without a tail.
-  const std::size_t resident = static_cast<std::size_t>(sms) * static_cast<std::size_t>(std::max(threads, 256)) / kBlockThreads;
+  const std::size_t resident =
+      static_cast<std::size_t>(sms) * static_cast<std::size_t>(std::max(threads, 256)) / kBlockThreads;
   const std::size_t needed = (items + kBlockThreads - 1) / kBlockThreads;
   return static_cast<unsigned>(std::max<std::size_t>(1, std::min(needed, resident)));
 }
@@ -186,7 +190,8 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) {
   if (status != cudaSuccess) {
     data_ = nullptr;
     (void)cudaGetLastError();
-    fail("CUDA error in cudaMalloc({} bytes): {} ({})", bytes, cudaGetErrorString(status), cudaGetErrorName(status));
+    fail("CUDA error in cudaMalloc({} bytes): {} ({})", bytes, cudaGetErrorString(status),
+         cudaGetErrorName(status));
   }
   bytes_ = bytes;
 }
@@ -221,7 +226,8 @@ void DeviceBuffer::upload(const void* host, std::size_t bytes, Stream stream) {
 
 void DeviceBuffer::download(void* host, std::size_t bytes, Stream stream) const {
   detail::requireDevice();
-  if (bytes > bytes_) fail("DeviceBuffer::download: {} bytes requested from a buffer of {} bytes", bytes, bytes_);
+  if (bytes > bytes_)
+    fail("DeviceBuffer::download: {} bytes requested from a buffer of {} bytes", bytes, bytes_);
   if (bytes > 0) {
     detail::check(cudaMemcpyAsync(host, data_, bytes, cudaMemcpyDeviceToHost, detail::toCuda(stream)),
                   "cudaMemcpyAsync (device to host)");

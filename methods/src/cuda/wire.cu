@@ -50,8 +50,12 @@ __device__ __forceinline__ void publish(Counts counts, unsigned long long* stats
   }
 }
 
-__device__ __forceinline__ bool isNan(float x) { return (floatBits(x) & kAbsMask) > kInfBits; }
-__device__ __forceinline__ bool isFinite(float x) { return (floatBits(x) & kAbsMask) < kInfBits; }
+__device__ __forceinline__ bool isNan(float x) {
+  return (floatBits(x) & kAbsMask) > kInfBits;
+}
+__device__ __forceinline__ bool isFinite(float x) {
+  return (floatBits(x) & kAbsMask) < kInfBits;
+}
 
 // ---- fp16 / bf16 -----------------------------------------------------------------------------------------
 
@@ -65,16 +69,17 @@ __device__ __forceinline__ std::uint16_t encodeHalf(float x, float prescale, Cou
   const std::uint16_t code = kBf16 ? fp32ToBf16(v) : fp32ToFp16(v);
   // An overflow: a finite x whose v reaches the threshold and is not NaN (so it became Inf).
   const std::uint32_t v_magnitude = floatBits(v) & kAbsMask;
-  counts.overflow += (isFinite(x) && v_magnitude >= kHalfOverflowBits<kBf16> && v_magnitude <= kInfBits) ? 1u : 0u;
+  counts.overflow +=
+      (isFinite(x) && v_magnitude >= kHalfOverflowBits<kBf16> && v_magnitude <= kInfBits) ? 1u : 0u;
   counts.nan += isNan(x) ? 1u : 0u;
   return code;
 }
 
 // kVector: `in` and `out` are 16-byte aligned; each thread converts 8 floats into one 16-byte store.
 template <bool kBf16, bool kVector>
-__global__ void __launch_bounds__(kBlockThreads) encodeHalfKernel(const float* in, std::uint16_t* out,
-                                                                  std::size_t count, float prescale,
-                                                                  unsigned long long* stats) {
+__global__ void __launch_bounds__(kBlockThreads)
+    encodeHalfKernel(const float* in, std::uint16_t* out, std::size_t count, float prescale,
+                     unsigned long long* stats) {
   Counts counts;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -99,7 +104,8 @@ __global__ void __launch_bounds__(kBlockThreads) encodeHalfKernel(const float* i
     }
     done = packs * 8;
   }
-  for (std::size_t i = done + first; i < count; i += stride) out[i] = encodeHalf<kBf16>(in[i], prescale, counts);
+  for (std::size_t i = done + first; i < count; i += stride)
+    out[i] = encodeHalf<kBf16>(in[i], prescale, counts);
   publish(counts, stats);
 }
 
@@ -109,8 +115,8 @@ __device__ __forceinline__ float decodeHalf(std::uint16_t code, float postscale)
 }
 
 template <bool kBf16, bool kVector>
-__global__ void __launch_bounds__(kBlockThreads) decodeHalfKernel(const std::uint16_t* in, float* out,
-                                                                  std::size_t count, float postscale) {
+__global__ void __launch_bounds__(kBlockThreads)
+    decodeHalfKernel(const std::uint16_t* in, float* out, std::size_t count, float postscale) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   std::size_t done = 0;
@@ -120,8 +126,9 @@ __global__ void __launch_bounds__(kBlockThreads) decodeHalfKernel(const std::uin
     auto* out4 = reinterpret_cast<float4*>(out);
     for (std::size_t p = first; p < packs; p += stride) {
       const detail::Pack<std::uint16_t> codes = in8[p];
-      out4[2 * p] = make_float4(decodeHalf<kBf16>(codes.v[0], postscale), decodeHalf<kBf16>(codes.v[1], postscale),
-                                decodeHalf<kBf16>(codes.v[2], postscale), decodeHalf<kBf16>(codes.v[3], postscale));
+      out4[2 * p] =
+          make_float4(decodeHalf<kBf16>(codes.v[0], postscale), decodeHalf<kBf16>(codes.v[1], postscale),
+                      decodeHalf<kBf16>(codes.v[2], postscale), decodeHalf<kBf16>(codes.v[3], postscale));
       out4[2 * p + 1] =
           make_float4(decodeHalf<kBf16>(codes.v[4], postscale), decodeHalf<kBf16>(codes.v[5], postscale),
                       decodeHalf<kBf16>(codes.v[6], postscale), decodeHalf<kBf16>(codes.v[7], postscale));
@@ -191,10 +198,9 @@ __device__ __forceinline__ std::uint32_t groupMax(std::uint32_t value) {
 
 // One scaling block per group of G threads. kVector: `in` 16-byte and `out` 4-byte aligned, block % 4 == 0.
 template <bool kE5M2, int G, bool kVector>
-__global__ void __launch_bounds__(kBlockThreads) encodeFp8Kernel(const float* in, std::size_t count,
-                                                                 std::uint8_t* out, float* scales,
-                                                                 std::size_t block, float prescale,
-                                                                 unsigned long long* stats) {
+__global__ void __launch_bounds__(kBlockThreads)
+    encodeFp8Kernel(const float* in, std::size_t count, std::uint8_t* out, float* scales, std::size_t block,
+                    float prescale, unsigned long long* stats) {
   constexpr float kMax = kE5M2 ? kFp8E5M2Max : kFp8E4M3Max;
   constexpr int kCached = G == 1 ? 4 : 1;
   const std::size_t blocks = (count + block - 1) / block;
@@ -256,16 +262,17 @@ __global__ void __launch_bounds__(kBlockThreads) encodeFp8Kernel(const float* in
       for (std::size_t i = lane + static_cast<std::size_t>(kCached) * G; i < quads; i += G)
         q4[i] = encodeQuad<kE5M2>(reinterpret_cast<const float4*>(x)[i], prescale, scale, counts);
     }
-    for (std::size_t i = quads * 4 + lane; i < n; i += G) q[i] = encodeFp8<kE5M2>(x[i], prescale, scale, counts);
+    for (std::size_t i = quads * 4 + lane; i < n; i += G)
+      q[i] = encodeFp8<kE5M2>(x[i], prescale, scale, counts);
   }
   publish(counts, stats);
 }
 
 // kVector: `in` 4-byte and `out` 16-byte aligned, block % 4 == 0.
 template <bool kE5M2, int G, bool kVector>
-__global__ void __launch_bounds__(kBlockThreads) decodeFp8Kernel(const std::uint8_t* in, const float* scales,
-                                                                 std::size_t count, std::size_t block,
-                                                                 float* out, float postscale) {
+__global__ void __launch_bounds__(kBlockThreads)
+    decodeFp8Kernel(const std::uint8_t* in, const float* scales, std::size_t count, std::size_t block,
+                    float* out, float postscale) {
   const std::size_t blocks = (count + block - 1) / block;
   const std::size_t thread = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t groups = static_cast<std::size_t>(gridDim.x) * blockDim.x / G;
@@ -298,8 +305,8 @@ void requireBlock(WireFormat format, std::size_t block) {
 }
 
 template <bool kBf16>
-void launchEncodeHalf(const float* in, std::size_t count, void* out, float prescale, unsigned long long* stats,
-                      cudaStream_t stream) {
+void launchEncodeHalf(const float* in, std::size_t count, void* out, float prescale,
+                      unsigned long long* stats, cudaStream_t stream) {
   auto* codes = static_cast<std::uint16_t*>(out);
   const bool vector = detail::aligned(in, 16) && detail::aligned(out, 16);
   const unsigned grid = detail::gridFor(vector ? count / 8 + count % 8 : count);
@@ -349,22 +356,24 @@ void launchEncodeFp8(const float* in, std::size_t count, void* out, float* scale
   } else if (block <= kWarpBlockLimit) {
     launchEncodeFp8Group<kE5M2, 32>(in, count, out, scales, block, prescale, stats, stream);
   } else {
-    launchEncodeFp8Group<kE5M2, static_cast<int>(kBlockThreads)>(in, count, out, scales, block, prescale, stats,
-                                                                  stream);
+    launchEncodeFp8Group<kE5M2, static_cast<int>(kBlockThreads)>(in, count, out, scales, block, prescale,
+                                                                 stats, stream);
   }
 }
 
 template <bool kE5M2, int G>
-void launchDecodeFp8Group(const void* in, const float* scales, std::size_t count, std::size_t block, float* out,
-                          float postscale, cudaStream_t stream) {
+void launchDecodeFp8Group(const void* in, const float* scales, std::size_t count, std::size_t block,
+                          float* out, float postscale, cudaStream_t stream) {
   const std::size_t blocks = (count + block - 1) / block;
   const unsigned grid = detail::gridFor(blocks * G);
   const auto* codes = static_cast<const std::uint8_t*>(in);
   const bool vector = block % 4 == 0 && detail::aligned(in, 4) && detail::aligned(out, 16);
   if (vector) {
-    decodeFp8Kernel<kE5M2, G, true><<<grid, kBlockThreads, 0, stream>>>(codes, scales, count, block, out, postscale);
+    decodeFp8Kernel<kE5M2, G, true>
+        <<<grid, kBlockThreads, 0, stream>>>(codes, scales, count, block, out, postscale);
   } else {
-    decodeFp8Kernel<kE5M2, G, false><<<grid, kBlockThreads, 0, stream>>>(codes, scales, count, block, out, postscale);
+    decodeFp8Kernel<kE5M2, G, false>
+        <<<grid, kBlockThreads, 0, stream>>>(codes, scales, count, block, out, postscale);
   }
   detail::checkLaunch("decodeFp8Kernel");
 }
@@ -377,7 +386,8 @@ void launchDecodeFp8(const void* in, const float* scales, std::size_t count, std
   } else if (block <= kWarpBlockLimit) {
     launchDecodeFp8Group<kE5M2, 32>(in, scales, count, block, out, postscale, stream);
   } else {
-    launchDecodeFp8Group<kE5M2, static_cast<int>(kBlockThreads)>(in, scales, count, block, out, postscale, stream);
+    launchDecodeFp8Group<kE5M2, static_cast<int>(kBlockThreads)>(in, scales, count, block, out, postscale,
+                                                                 stream);
   }
 }
 
@@ -404,8 +414,8 @@ void encode(WireFormat format, const float* in, std::size_t count, void* out, fl
   throw Error("cuda::encode: unknown wire format " + std::to_string(static_cast<int>(format)));
 }
 
-void decode(WireFormat format, const void* in, const float* scales, std::size_t count, float* out, float postscale,
-            std::size_t block, Stream stream) {
+void decode(WireFormat format, const void* in, const float* scales, std::size_t count, float* out,
+            float postscale, std::size_t block, Stream stream) {
   detail::requireDevice();
   requireBlock(format, block);
   if (count == 0) return;

@@ -43,11 +43,11 @@ struct AdaConsState {
 };
 
 struct AdaConsStep {
-  std::vector<double> alpha;      // raw α_i, by rank
-  std::vector<double> smoothed;   // α̃_i after momentum and the inverse permutation, by rank
-  std::vector<double> weights;    // α̃_i / Σ α̃
-  std::vector<double> norms;      // ‖g_i‖
-  double scale = 1;               // factor applied to Σ w_i g_i/‖g_i‖
+  std::vector<double> alpha;     // raw α_i, by rank
+  std::vector<double> smoothed;  // α̃_i after momentum and the inverse permutation, by rank
+  std::vector<double> weights;   // α̃_i / Σ α̃
+  std::vector<double> norms;     // ‖g_i‖
+  double scale = 1;              // factor applied to Σ w_i g_i/‖g_i‖
 };
 
 // The scalar part from per-rank α (what ranks all-gather): sort, momentum, inverse permutation,
@@ -55,8 +55,8 @@ struct AdaConsStep {
 AdaConsStep adaconsWeights(std::span<const double> alpha, AdaConsState& state, const AdaConsOptions& options);
 
 // The whole step on local vectors: α from the gradients, weights, and the aggregate into `out`.
-AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state, const AdaConsOptions& options,
-                    float* out, CpuExecutor& executor = CpuExecutor::shared());
+AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
+                    const AdaConsOptions& options, float* out, CpuExecutor& executor = CpuExecutor::shared());
 
 // ---- AdaSum (Maleki et al.) ----------------------------------------------------------------------------
 //
@@ -67,16 +67,18 @@ void adasumPair(const float* a, const float* b, std::size_t count, float* out,
 
 // The recursive form over N vectors, combined in the Tree order of local_sum.h (pairs, then pairs of
 // pairs; for N not a power of two the leftover partials are combined smallest first).
-void adasum(Gradients gradients, std::size_t count, float* out, CpuExecutor& executor = CpuExecutor::shared());
+void adasum(Gradients gradients, std::size_t count, float* out,
+            CpuExecutor& executor = CpuExecutor::shared());
 
 // ---- Consensus diagnostics -------------------------------------------------------------------------------
 
 struct ConsensusStats {
   std::vector<double> norms;           // ‖g_i‖
   std::vector<double> cosine_to_mean;  // cos(g_i, mean); 0 when either is zero
-  double diversity = 0;                // Σ‖g_i‖² / ‖Σ g_i‖² (Inf when the sum is zero and a g_i is not)
+  double diversity = 0;  // Σ‖g_i‖² / ‖Σ g_i‖² (Inf when the sum is zero and a g_i is not)
 };
 
-ConsensusStats consensusStats(Gradients gradients, std::size_t count, CpuExecutor& executor = CpuExecutor::shared());
+ConsensusStats consensusStats(Gradients gradients, std::size_t count,
+                              CpuExecutor& executor = CpuExecutor::shared());
 
 }  // namespace gradscope::methods

@@ -75,8 +75,8 @@ ErrorMetrics compareToReference(DType dtype, const void* result, const double* r
 void mean(Gradients gradients, std::size_t count, float* out, Stream stream);
 // Per-rank fp64 dot products and norms the AdaCons α need (synchronises): returns α (adaptive.h).
 std::vector<double> adaconsAlpha(Gradients gradients, std::size_t count, double epsilon, Stream stream);
-AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state, const AdaConsOptions& options,
-                    float* out, Stream stream);
+AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
+                    const AdaConsOptions& options, float* out, Stream stream);
 void adasumPair(const float* a, const float* b, std::size_t count, float* out, Stream stream);
 void adasum(Gradients gradients, std::size_t count, float* out, Stream stream);
 ConsensusStats consensusStats(Gradients gradients, std::size_t count, Stream stream);

@@ -11,11 +11,11 @@
 namespace gradscope::methods {
 
 struct ErrorMetrics {
-  double rel_l2 = 0;      // ||result - reference||_2 / ||reference||_2 (0 when both are zero; Inf when
-                          // only the reference is zero). Non-finite result elements are left out of
-                          // the norms and counted below.
-  double max_abs = 0;     // max |result_i - reference_i| over finite result elements
-  double cosine = 1;      // <result, reference> / (||result|| ||reference||) (1 when both are zero)
+  double rel_l2 = 0;           // ||result - reference||_2 / ||reference||_2 (0 when both are zero; Inf when
+                               // only the reference is zero). Non-finite result elements are left out of
+                               // the norms and counted below.
+  double max_abs = 0;          // max |result_i - reference_i| over finite result elements
+  double cosine = 1;           // <result, reference> / (||result|| ||reference||) (1 when both are zero)
   std::uint64_t overflow = 0;  // result elements that are ±Inf where the reference is finite
   std::uint64_t nan = 0;       // result elements that are NaN where the reference is not
 };

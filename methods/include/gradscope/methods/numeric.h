@@ -93,7 +93,9 @@ GS_HOST_DEVICE std::uint16_t fp32ToBf16(float value) {
   return static_cast<std::uint16_t>(magnitude > 0x7F800000u ? nan : rounded);
 }
 
-GS_HOST_DEVICE float bf16ToFp32(std::uint16_t value) { return bitsFloat(static_cast<std::uint32_t>(value) << 16); }
+GS_HOST_DEVICE float bf16ToFp32(std::uint16_t value) {
+  return bitsFloat(static_cast<std::uint32_t>(value) << 16);
+}
 
 // ---- fp8 ------------------------------------------------------------------------------------------
 
@@ -154,6 +156,8 @@ GS_HOST_DEVICE float fp8E5M2ToFp32(std::uint8_t code) {
 
 // Whether a conversion saturated or overflowed: a finite input that came out as Inf (fp16, bf16) or
 // was clamped to the largest finite value (fp8).
-GS_HOST_DEVICE bool isFiniteFloat(float value) { return (floatBits(value) & 0x7F800000u) != 0x7F800000u; }
+GS_HOST_DEVICE bool isFiniteFloat(float value) {
+  return (floatBits(value) & 0x7F800000u) != 0x7F800000u;
+}
 
 }  // namespace gradscope::methods

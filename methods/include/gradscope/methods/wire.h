@@ -30,8 +30,8 @@ std::size_t wireElementBytes(WireFormat format);  // 2 or 1
 float wireMax(WireFormat format);                 // largest finite value
 
 struct EncodeOptions {
-  float prescale = 1.0f;       // multiply before converting (1/N for an N-rank sum)
-  std::size_t block = 128;     // fp8 scaling block, in elements (>= 1)
+  float prescale = 1.0f;    // multiply before converting (1/N for an N-rank sum)
+  std::size_t block = 128;  // fp8 scaling block, in elements (>= 1)
 };
 
 // What a conversion did to the values: finite inputs that overflowed (became Inf for fp16/bf16,
