@@ -1352,14 +1352,14 @@ bool useHalfKernelsForTesting(std::string_view name) {
 
 }  // namespace testing
 
-// The bandwidth model of local_sum.h, as written there: (K + 1)·n·size for the one-pass methods (K
-// input reads, one output write) and (3K - 2)·n·size for AccumulateN. (What this implementation
-// physically moves for AccumulateN, K >= 2, is 3(K - 1)·n·size: K - 1 passes that each read two
-// operands and write the output; the header's model counts one read of n elements more.)
+// The bandwidth model of local_sum.h: (K + 1)·n·size for the one-pass methods (K input reads, one
+// output write), 3(K - 1)·n·size for AccumulateN with K >= 2.
 std::size_t localSumBytesMoved(LocalSumMethod method, DType dtype, std::size_t inputs, std::size_t count) {
   if (inputs == 0) return 0;
   const std::size_t bytes = count * sizeOf(dtype);
-  if (method == LocalSumMethod::AccumulateN) return (3 * inputs - 2) * bytes;
+  // AccumulateN: the first pass reads x0 and x1 and writes the output, every later pass reads the
+  // output and one input and writes the output back; with one input it is a copy like the others.
+  if (method == LocalSumMethod::AccumulateN && inputs >= 2) return 3 * (inputs - 1) * bytes;
   return (inputs + 1) * bytes;
 }
 

@@ -287,7 +287,8 @@ TEST(LocalSum, BytesMovedFollowsTheHeaderModel) {
   EXPECT_EQ(localSumBytesMoved(LocalSumMethod::AddN, DType::Fp32, 4, 1000), 5u * 1000 * 4);
   EXPECT_EQ(localSumBytesMoved(LocalSumMethod::Tree, DType::Fp16, 8, 1000), 9u * 1000 * 2);
   EXPECT_EQ(localSumBytesMoved(LocalSumMethod::Kahan, DType::Fp64, 2, 10), 3u * 10 * 8);
-  EXPECT_EQ(localSumBytesMoved(LocalSumMethod::AccumulateN, DType::Bf16, 4, 1000), 10u * 1000 * 2);
+  EXPECT_EQ(localSumBytesMoved(LocalSumMethod::AccumulateN, DType::Bf16, 4, 1000), 9u * 1000 * 2);
+  EXPECT_EQ(localSumBytesMoved(LocalSumMethod::AccumulateN, DType::Fp32, 1, 1000), 2u * 1000 * 4);
   EXPECT_EQ(localSumBytesMoved(LocalSumMethod::AccumulateN, DType::Fp32, 0, 1000), 0u);
 }
 

@@ -49,7 +49,8 @@ void referenceSum(DType dtype, std::span<const void* const> inputs, double* outp
                   CpuExecutor& executor = CpuExecutor::shared());
 
 // Bytes the method reads and writes in memory for K inputs of `count` elements (the bandwidth model
-// its benchmark reports): (K + 1)·n·size for the one-pass methods, (3K - 2)·n·size for AccumulateN.
+// its benchmark reports): (K + 1)·n·size for the one-pass methods, 3(K - 1)·n·size for AccumulateN
+// with K >= 2 (each pass reads the running sum and one input and writes the sum back).
 std::size_t localSumBytesMoved(LocalSumMethod method, DType dtype, std::size_t inputs, std::size_t count);
 
 }  // namespace gradscope::methods

@@ -2,8 +2,9 @@
 
 // Wire precisions: what a gradient looks like on the wire when a strategy sends it in a narrower type.
 // Conversions are defined bit for bit in numeric.h. fp8 uses per-block scaling: each block of
-// `block` elements carries one fp32 scale = amax / fp8_max (1 when the block is all zeros or its
-// amax is not finite), and element i is stored as fp8(x_i · prescale / scale); decoding multiplies back.
+// `block` elements carries one fp32 scale = amax / fp8_max over its finite values (1 when that is below
+// FLT_MIN, e.g. an all-zero block), and element i is stored as fp8((x_i · prescale) / scale), a true
+// division; decoding computes (decoded · scale) · postscale.
 // Pre-scaling by 1/N before the conversion keeps an N-rank sum from overflowing the narrow type.
 
 #include <cstddef>
@@ -34,8 +35,11 @@ struct EncodeOptions {
   std::size_t block = 128;  // fp8 scaling block, in elements (>= 1)
 };
 
-// What a conversion did to the values: finite inputs that overflowed (became Inf for fp16/bf16,
-// saturated for fp8) and NaN inputs.
+// What a conversion did to the values. overflow: finite inputs whose (prescaled, block-scaled) value
+// rounds past the largest finite value: to Inf for fp16/bf16, clamped for fp8 (|v/scale| > 464 for
+// e4m3, >= 61440 for e5m2; with amax scaling only a prescale that pushes a value past FLT_MAX can do
+// that). nan: NaN inputs. ±Inf inputs are neither; they are left out of the fp8 block amax.
+// (methods/src/wire.cc has the exact definitions the CUDA kernels reproduce.)
 struct EncodeStats {
   std::uint64_t overflow = 0;
   std::uint64_t nan = 0;
