@@ -25,23 +25,14 @@
 
 #include "cpu_kernels.h"
 #include "gradscope/common/error.h"
-
-// Plain multiply and add, never fused: the same bits from every ISA clone. (GCC contracts a*b + c
-// into an FMA by default in C++, and only the AVX2/AVX-512 clones have FMA. Clang builds no clones;
-// the pragma keeps it from contracting too.)
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#define GS_NO_CONTRACTION
-#else
-#define GS_NO_CONTRACTION __attribute__((optimize("fp-contract=off")))
-#endif
+#include "reduction_order.h"
 
 namespace gradscope::methods {
 namespace {
 
-constexpr std::size_t kBlock = 4096;   // elements per reduction block (fixed: it defines the sum order)
-constexpr std::size_t kLanes = 16;     // accumulator lanes per block
-constexpr std::size_t kSubTile = 512;  // elements per step within a block (the g_sum tile stays in L1)
+constexpr std::size_t kBlock = detail::kAdaptiveReductionBlock;  // defines the sum order
+constexpr std::size_t kLanes = 16;                               // accumulator lanes per block
+constexpr std::size_t kSubTile = 512;         // elements per step within a block (the g_sum tile stays in L1)
 constexpr std::size_t kPrefetchBytes = 1024;  // software prefetch distance of the streaming passes
 
 // ---- Kernels --------------------------------------------------------------------------------------------
@@ -291,45 +282,6 @@ GS_NO_CONTRACTION void updateMomentum(std::vector<double>& momentum, const std::
 // ---- AdaSum in the tree order
 // ------------------------------------------------------------------------------
 
-// The binary-counter order of local_sum.h (buildTreeProgram in local_sum.cc, repeated here so the two
-// stay readable on their own): a list of `destination = a ⊕ b` steps; the last writes the output.
-enum class Shape : std::uint8_t { InputInput, SlotInput, SlotSlot };
-struct Step {
-  Shape shape;
-  std::size_t a;  // InputInput: input; SlotInput: slot (also the destination); SlotSlot: the other slot
-  std::size_t b;  // InputInput, SlotInput: input; SlotSlot: the destination slot
-  std::size_t destination;
-};
-
-std::vector<Step> treeSteps(std::size_t n, std::size_t& slots) {
-  std::vector<Step> steps;
-  slots = 0;
-  std::size_t pairs = 0;
-  for (std::size_t i = 1; i < n; i += 2) {
-    const auto destination = static_cast<std::size_t>(std::countr_one(pairs));
-    steps.push_back({Shape::InputInput, i - 1, i, destination});
-    for (std::size_t level = 0; level < destination; ++level)
-      steps.push_back({Shape::SlotSlot, level, destination, destination});
-    ++pairs;
-    slots = std::max(slots, destination + 1);
-  }
-  bool have_running = false;
-  std::size_t running = 0;
-  bool odd_input = n % 2 == 1;
-  for (std::size_t level = 0; level < slots; ++level) {
-    if (((pairs >> level) & 1u) == 0) continue;
-    if (odd_input) {
-      steps.push_back({Shape::SlotInput, level, n - 1, level});
-      odd_input = false;
-    } else if (have_running) {
-      steps.push_back({Shape::SlotSlot, running, level, level});
-    }
-    have_running = true;
-    running = level;
-  }
-  return steps;
-}
-
 }  // namespace
 
 // ---- Mean
@@ -481,7 +433,7 @@ void adasum(Gradients gradients, std::size_t count, float* out, CpuExecutor& exe
     return;
   }
   std::size_t slot_count = 0;
-  const std::vector<Step> steps = treeSteps(n_grad, slot_count);
+  const std::vector<detail::TreeStep> steps = detail::treeSteps(n_grad, slot_count);
   // Partial results, allocated when first needed and not zero-filled (every element is written first).
   std::vector<std::unique_ptr<float[]>> slots(slot_count);
   const auto slot = [&](std::size_t index) {
@@ -489,17 +441,17 @@ void adasum(Gradients gradients, std::size_t count, float* out, CpuExecutor& exe
     return slots[index].get();
   };
   for (std::size_t s = 0; s < steps.size(); ++s) {
-    const Step& step = steps[s];
+    const detail::TreeStep& step = steps[s];
     const bool last = s + 1 == steps.size();
     switch (step.shape) {
-      case Shape::InputInput:
+      case detail::TreeShape::InputInput:
         adasumPair(gradients[step.a], gradients[step.b], count, last ? out : slot(step.destination),
                    executor);
         break;
-      case Shape::SlotInput:
+      case detail::TreeShape::SlotInput:
         adasumPair(slot(step.a), gradients[step.b], count, last ? out : slot(step.a), executor);
         break;
-      case Shape::SlotSlot:
+      case detail::TreeShape::SlotSlot:
         adasumPair(slot(step.a), slot(step.b), count, last ? out : slot(step.b), executor);
         break;
     }

@@ -12,3 +12,13 @@
 #endif
 
 #define GS_RESTRICT __restrict__
+
+// Plain multiply and add, never fused: the same bits from every ISA clone. (GCC contracts a*b + c
+// into an FMA by default in C++, and only the AVX2/AVX-512 clones have FMA. Clang builds no clones;
+// the pragma keeps it from contracting too.)
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define GS_NO_CONTRACTION
+#else
+#define GS_NO_CONTRACTION __attribute__((optimize("fp-contract=off")))
+#endif

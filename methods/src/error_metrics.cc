@@ -19,21 +19,12 @@
 #include "cpu_kernels.h"
 #include "gradscope/common/error.h"
 #include "gradscope/methods/numeric.h"
-
-// Plain multiply and add, never fused: the same bits from every ISA clone. (GCC contracts a*b + c
-// into an FMA by default in C++, and only the AVX2/AVX-512 clones have FMA. Clang builds no clones;
-// the pragma keeps it from contracting too.)
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#define GS_NO_CONTRACTION
-#else
-#define GS_NO_CONTRACTION __attribute__((optimize("fp-contract=off")))
-#endif
+#include "reduction_order.h"
 
 namespace gradscope::methods {
 namespace {
 
-constexpr std::size_t kBlock = 16384;
+constexpr std::size_t kBlock = detail::kMetricsReductionBlock;  // defines the sum order
 constexpr std::size_t kLanes = 16;
 constexpr std::uint64_t kSignBit = 0x8000000000000000ull;
 constexpr std::uint64_t kExponentBits = 0x7FF0000000000000ull;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "../reduction_order.h"
 #include "common.cuh"
 
 namespace gradscope::methods::cuda {
@@ -31,8 +32,7 @@ using detail::kBlockThreads;
 using detail::Pack;
 using detail::PointerTable;
 
-// adaptive.cc's kBlock: part of the definition of the summation order.
-constexpr std::size_t kStatsBlock = 4096;
+constexpr std::size_t kStatsBlock = methods::detail::kAdaptiveReductionBlock;
 // Gradients whose dot products and norms one pass of the statistics kernel accumulates (registers);
 // more gradients take more passes, each recomputing g_sum from all of them.
 constexpr int kChunk = 8;
@@ -343,44 +343,6 @@ class PairWorkspace {
   cudaStream_t stream_;
 };
 
-// adaptive.cc's treeSteps: the binary-counter order of local_sum.h as `destination = a ⊕ b` steps.
-enum class Shape : std::uint8_t { InputInput, SlotInput, SlotSlot };
-struct Step {
-  Shape shape;
-  std::size_t a;
-  std::size_t b;
-  std::size_t destination;
-};
-
-std::vector<Step> treeSteps(std::size_t n, std::size_t& slots) {
-  std::vector<Step> steps;
-  slots = 0;
-  std::size_t pairs = 0;
-  for (std::size_t i = 1; i < n; i += 2) {
-    const auto destination = static_cast<std::size_t>(std::countr_one(pairs));
-    steps.push_back({Shape::InputInput, i - 1, i, destination});
-    for (std::size_t level = 0; level < destination; ++level)
-      steps.push_back({Shape::SlotSlot, level, destination, destination});
-    ++pairs;
-    slots = std::max(slots, destination + 1);
-  }
-  bool have_running = false;
-  std::size_t running = 0;
-  bool odd_input = n % 2 == 1;
-  for (std::size_t level = 0; level < slots; ++level) {
-    if (((pairs >> level) & 1u) == 0) continue;
-    if (odd_input) {
-      steps.push_back({Shape::SlotInput, level, n - 1, level});
-      odd_input = false;
-    } else if (have_running) {
-      steps.push_back({Shape::SlotSlot, running, level, level});
-    }
-    have_running = true;
-    running = level;
-  }
-  return steps;
-}
-
 // cos = a·b / sqrt(|a|²|b|²), clamped (adaptive.cc).
 double cosine(double dot, double squares_a, double squares_b) {
   if (squares_a == 0 || squares_b == 0) return 0;
@@ -464,7 +426,7 @@ void adasum(Gradients gradients, std::size_t count, float* out, Stream stream) {
     return;
   }
   std::size_t slot_count = 0;
-  const std::vector<Step> steps = treeSteps(n_grad, slot_count);
+  const std::vector<methods::detail::TreeStep> steps = methods::detail::treeSteps(n_grad, slot_count);
   // Slots are allocated on first use, in stream order, and freed in stream order at the end.
   std::vector<std::unique_ptr<detail::Scratch>> slots(slot_count);
   const auto slot = [&](std::size_t index) {
@@ -473,16 +435,16 @@ void adasum(Gradients gradients, std::size_t count, float* out, Stream stream) {
   };
   const PairWorkspace workspace(count, s);
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    const Step& step = steps[i];
+    const methods::detail::TreeStep& step = steps[i];
     const bool last = i + 1 == steps.size();
     switch (step.shape) {
-      case Shape::InputInput:
+      case methods::detail::TreeShape::InputInput:
         workspace.run(gradients[step.a], gradients[step.b], count, last ? out : slot(step.destination));
         break;
-      case Shape::SlotInput:
+      case methods::detail::TreeShape::SlotInput:
         workspace.run(slot(step.a), gradients[step.b], count, last ? out : slot(step.a));
         break;
-      case Shape::SlotSlot:
+      case methods::detail::TreeShape::SlotSlot:
         workspace.run(slot(step.a), slot(step.b), count, last ? out : slot(step.b));
         break;
     }

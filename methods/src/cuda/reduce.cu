@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../reduction_order.h"
 #include "common.cuh"
 
 namespace gradscope::methods::cuda {
@@ -27,8 +28,7 @@ using detail::kBlockThreads;
 using detail::Pack;
 using detail::PointerTable;
 
-// error_metrics.cc's kBlock: part of the definition of the summation order.
-constexpr std::size_t kMetricsBlock = 16384;
+constexpr std::size_t kMetricsBlock = methods::detail::kMetricsReductionBlock;
 
 constexpr unsigned long long kSignBit = 0x8000000000000000ull;
 constexpr unsigned long long kExponentBits = 0x7FF0000000000000ull;
