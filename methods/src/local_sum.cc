@@ -49,12 +49,6 @@
 #include <utility>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
-#include <immintrin.h>
-#define GS_HAVE_X86_HALF_INSTRUCTIONS 1
-#endif
-
 #include "cpu_kernels.h"
 #include "gradscope/common/error.h"
 #include "gradscope/methods/numeric.h"
@@ -893,17 +887,8 @@ const HalfKernels& avx512HalfKernels() {
   return set;
 }
 
-// AVX (which also checks that the OS saves the vector registers) and F16C (CPUID leaf 1, ECX bit 29;
-// asked directly because not every compiler's __builtin_cpu_supports knows "f16c").
-bool cpuHasAvxAndF16c() {
-  __builtin_cpu_init();
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 &&
-         (ecx & (1u << 29)) != 0;
-}
-
 const HalfKernels& f16cHalfKernels() {
-  static const HalfKernels set = GS_HALF_KERNEL_SET(half_f16c, "f16c", cpuHasAvxAndF16c());
+  static const HalfKernels set = GS_HALF_KERNEL_SET(half_f16c, "f16c", detail::cpuHasAvxAndF16c());
   return set;
 }
 #undef GS_HALF_KERNEL_SET

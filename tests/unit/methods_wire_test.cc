@@ -975,3 +975,48 @@ TEST(WireParallel, EveryExecutorGivesTheSameBitsAndCounts) {
 
 }  // namespace
 }  // namespace gradscope::methods
+
+// ---- Every fp16 encoder this CPU can run gives the same bits and counts --------------------------------
+
+namespace gradscope::methods::testing {
+bool useFp16EncodeKernelForTesting(std::string_view name);
+}  // namespace gradscope::methods::testing
+
+namespace {
+
+TEST(WireFp16Encoders, HardwareAndSoftwareEncodersAgreeBitForBit) {
+  using namespace gradscope::methods;
+  // Every 4099th fp32 bit pattern (all exponents, NaNs, Infs, subnormals) plus a stretch that overflows.
+  std::vector<float> values;
+  for (std::uint64_t bits = 0; bits < (1ull << 32); bits += 4099)
+    values.push_back(bitsFloat(static_cast<std::uint32_t>(bits)));
+  for (int i = 0; i < 5000; ++i) values.push_back(65000.0f + static_cast<float>(i));
+  const float prescale = 0.75f;
+  std::vector<std::uint16_t> expected(values.size());
+  std::uint64_t expected_overflow = 0, expected_nan = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float v = values[i] * prescale;
+    expected[i] = fp32ToFp16(v);
+    const bool finite = isFiniteFloat(values[i]);
+    expected_overflow += finite && (expected[i] & 0x7FFFu) == 0x7C00u;
+    expected_nan += values[i] != values[i];
+  }
+  int ran = 0;
+  for (const char* kernel : {"avx512", "f16c", "software"}) {
+    if (!gradscope::methods::testing::useFp16EncodeKernelForTesting(kernel)) continue;
+    ++ran;
+    std::vector<std::uint16_t> out(values.size());
+    const EncodeStats stats = encode(WireFormat::Fp16, values.data(), values.size(), out.data(), nullptr,
+                                     EncodeOptions{prescale, 128});
+    gradscope::methods::testing::useFp16EncodeKernelForTesting("");
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) mismatches += out[i] != expected[i];
+    EXPECT_EQ(mismatches, 0u) << kernel;
+    EXPECT_EQ(stats.overflow, expected_overflow) << kernel;
+    EXPECT_EQ(stats.nan, expected_nan) << kernel;
+  }
+  EXPECT_GE(ran, 1);
+  EXPECT_FALSE(gradscope::methods::testing::useFp16EncodeKernelForTesting("no-such-kernel"));
+}
+
+}  // namespace
