@@ -22,7 +22,6 @@
 #include "gradscope/storage/writer.h"
 #include "test_util.h"
 
-
 namespace gradscope::storage {
 namespace {
 
