@@ -23,12 +23,17 @@
 #include <numeric>
 #include <vector>
 
+#include "adaptive_scalars.h"
 #include "cpu_kernels.h"
 #include "gradscope/common/error.h"
 #include "reduction_order.h"
 
 namespace gradscope::methods {
 namespace {
+
+using detail::checkGradients;
+using detail::cosine;
+using detail::GradientStats;
 
 constexpr std::size_t kBlock = detail::kAdaptiveReductionBlock;  // defines the sum order
 constexpr std::size_t kLanes = 16;                               // accumulator lanes per block
@@ -196,20 +201,7 @@ std::size_t blockCount(std::size_t count) {
   return (count + kBlock - 1) / kBlock;
 }
 
-void checkGradients(const char* what, Gradients gradients, std::size_t count) {
-  if (gradients.empty()) fail("{}: no gradients (N = 0)", what);
-  if (count == 0) return;
-  for (std::size_t i = 0; i < gradients.size(); ++i)
-    if (gradients[i] == nullptr) fail("{}: gradient {} is a null buffer", what, i);
-}
-
 // ---- Statistics shared by AdaCons and the consensus diagnostics -------------------------------------------
-
-struct GradientStats {
-  std::vector<double> dots;     // ⟨g_sum, g_i⟩
-  std::vector<double> squares;  // ‖g_i‖²
-  double sum_squares = 0;       // ‖g_sum‖²
-};
 
 // One pass over the gradients: per block, g_sum in fp64 (g_0 + g_1 + ... in index order), then its
 // dot product with each g_i, each ‖g_i‖² and ‖g_sum‖². A block is processed in sub-tiles of kSubTile
@@ -263,12 +255,6 @@ GradientStats gradientStats(Gradients gradients, std::size_t count, CpuExecutor&
 
 // cos = a·b / sqrt(|a|²|b|²), clamped to [-1, 1]; sqrt of the product (not the product of square roots)
 // makes parallel vectors come out exactly 1.
-double cosine(double dot, double squares_a, double squares_b) {
-  if (squares_a == 0 || squares_b == 0) return 0;
-  double norms = std::sqrt(squares_a * squares_b);
-  if (!std::isfinite(norms) || norms == 0) norms = std::sqrt(squares_a) * std::sqrt(squares_b);
-  return std::clamp(dot / norms, -1.0, 1.0);
-}
 
 // ---- AdaCons weights
 // ---------------------------------------------------------------------------------------
@@ -352,28 +338,9 @@ AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
   checkGradients("AdaCons", gradients, count);
   if (count > 0 && out == nullptr) fail("AdaCons: null output buffer");
   const std::size_t n_grad = gradients.size();
-  const auto ranks = static_cast<double>(n_grad);
   const GradientStats stats = gradientStats(gradients, count, executor);
-
-  std::vector<double> alpha(n_grad);
-  std::vector<double> norms(n_grad);
-  for (std::size_t i = 0; i < n_grad; ++i) {
-    norms[i] = std::sqrt(stats.squares[i]);
-    alpha[i] = stats.dots[i] / (norms[i] + options.epsilon) / ranks;
-  }
-  AdaConsStep step = adaconsWeights(alpha, state, options);
-  step.norms = std::move(norms);
-  switch (options.scale) {
-    case AdaConsScale::Paper: step.scale = 1; break;
-    case AdaConsScale::MatchSumNorm: step.scale = std::sqrt(stats.sum_squares); break;
-    case AdaConsScale::MatchMeanNorm: step.scale = std::sqrt(stats.sum_squares) / ranks; break;
-  }
-
-  // out_e = fp32(Σ_i c_i·g_i[e]) with c_i = scale·(w_i / ‖g_i‖) (0 for a zero gradient), in fp64, in
-  // rank order.
-  std::vector<double> coefficient(n_grad, 0.0);
-  for (std::size_t i = 0; i < n_grad; ++i)
-    if (step.norms[i] > 0) coefficient[i] = step.scale * (step.weights[i] / step.norms[i]);
+  AdaConsStep step = detail::adaconsStepFromStats(stats, state, options);
+  const std::vector<double> coefficient = detail::adaconsCoefficients(step);
   if (count == 0) return step;
   executor.parallelFor(count, (n_grad + 1) * sizeof(float), kLanes, [&](std::size_t begin, std::size_t end) {
     weightedSumKernel(gradients.data(), coefficient.data(), n_grad, out, begin, end - begin);
@@ -462,21 +429,9 @@ void adasum(Gradients gradients, std::size_t count, float* out, CpuExecutor& exe
 // -----------------------------------------------------------------------------------
 
 ConsensusStats consensusStats(Gradients gradients, std::size_t count, CpuExecutor& executor) {
-  ConsensusStats result;
-  if (gradients.empty()) return result;
+  if (gradients.empty()) return {};
   checkGradients("consensus statistics", gradients, count);
-  const GradientStats stats = gradientStats(gradients, count, executor);
-  double total_squares = 0;
-  for (std::size_t i = 0; i < gradients.size(); ++i) {
-    result.norms.push_back(std::sqrt(stats.squares[i]));
-    // cos(g_i, mean) = cos(g_i, g_sum): the mean is g_sum scaled by 1/N > 0.
-    result.cosine_to_mean.push_back(cosine(stats.dots[i], stats.squares[i], stats.sum_squares));
-    total_squares += stats.squares[i];
-  }
-  if (stats.sum_squares == 0)
-    result.diversity = total_squares == 0 ? 0.0 : std::numeric_limits<double>::infinity();
-  else result.diversity = total_squares / stats.sum_squares;
-  return result;
+  return detail::consensusFromStats(gradientStats(gradients, count, executor));
 }
 
 }  // namespace gradscope::methods

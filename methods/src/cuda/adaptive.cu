@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "../adaptive_scalars.h"
 #include "../reduction_order.h"
 #include "common.cuh"
 
@@ -31,21 +32,14 @@ namespace {
 using detail::kBlockThreads;
 using detail::Pack;
 using detail::PointerTable;
+using methods::detail::checkGradients;
+using methods::detail::cosine;
+using methods::detail::GradientStats;
 
 constexpr std::size_t kStatsBlock = methods::detail::kAdaptiveReductionBlock;
 // Gradients whose dot products and norms one pass of the statistics kernel accumulates (registers);
 // more gradients take more passes, each recomputing g_sum from all of them.
 constexpr int kChunk = 8;
-
-void checkGradients(const char* what, Gradients gradients, std::size_t count) {
-  if (gradients.empty()) fail("{}: no gradients (N = 0)", what);
-  if (gradients.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
-    fail("{}: too many gradients", what);
-  if (count == 0) return;
-  for (std::size_t i = 0; i < gradients.size(); ++i) {
-    if (gradients[i] == nullptr) fail("{}: gradient {} is a null buffer", what, i);
-  }
-}
 
 std::vector<const void*> pointersOf(Gradients gradients) {
   return {gradients.begin(), gradients.end()};
@@ -58,12 +52,6 @@ bool allAligned(Gradients gradients, const float* out) {
 }
 
 // ---- Statistics: ⟨g_sum, g_i⟩, ‖g_i‖², ‖g_sum‖² -----------------------------------------------------------
-
-struct GradientStats {
-  std::vector<double> dots;     // ⟨g_sum, g_i⟩
-  std::vector<double> squares;  // ‖g_i‖²
-  double sum_squares = 0;       // ‖g_sum‖²
-};
 
 // Partials of the gradients [first, first + chunk): rows 0..chunk-1 the dots, rows chunk..2·chunk-1 the
 // squares, row 2·chunk (when with_sum_squares) ‖g_sum‖²; each row `blocks` long.
@@ -162,20 +150,6 @@ GradientStats gradientStats(Gradients gradients, std::size_t count, cudaStream_t
     if (pass == 0) stats.sum_squares = row[2 * chunk];
   }
   return stats;
-}
-
-// adaptive.cc's α_i = ⟨g_sum, g_i⟩ / (‖g_i‖ + ε) / N, with the norms.
-std::vector<double> alphaFrom(const GradientStats& stats, double epsilon, std::vector<double>* norms) {
-  const std::size_t n_grad = stats.dots.size();
-  const auto ranks = static_cast<double>(n_grad);
-  std::vector<double> alpha(n_grad);
-  std::vector<double> norm(n_grad);
-  for (std::size_t i = 0; i < n_grad; ++i) {
-    norm[i] = std::sqrt(stats.squares[i]);
-    alpha[i] = stats.dots[i] / (norm[i] + epsilon) / ranks;
-  }
-  if (norms != nullptr) *norms = std::move(norm);
-  return alpha;
 }
 
 // ---- AdaCons aggregate
@@ -344,19 +318,14 @@ class PairWorkspace {
 };
 
 // cos = a·b / sqrt(|a|²|b|²), clamped (adaptive.cc).
-double cosine(double dot, double squares_a, double squares_b) {
-  if (squares_a == 0 || squares_b == 0) return 0;
-  double norms = std::sqrt(squares_a * squares_b);
-  if (!std::isfinite(norms) || norms == 0) norms = std::sqrt(squares_a) * std::sqrt(squares_b);
-  return std::clamp(dot / norms, -1.0, 1.0);
-}
 
 }  // namespace
 
 std::vector<double> adaconsAlpha(Gradients gradients, std::size_t count, double epsilon, Stream stream) {
   detail::requireDevice();
   checkGradients("AdaCons", gradients, count);
-  return alphaFrom(gradientStats(gradients, count, detail::toCuda(stream)), epsilon, nullptr);
+  return methods::detail::adaconsAlphaFromStats(gradientStats(gradients, count, detail::toCuda(stream)),
+                                                epsilon, nullptr);
 }
 
 AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
@@ -366,21 +335,9 @@ AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
   if (count > 0 && out == nullptr) fail("AdaCons: null output buffer");
   const cudaStream_t s = detail::toCuda(stream);
   const std::size_t n_grad = gradients.size();
-  const auto ranks = static_cast<double>(n_grad);
   const GradientStats stats = gradientStats(gradients, count, s);
-  std::vector<double> norms;
-  const std::vector<double> alpha = alphaFrom(stats, options.epsilon, &norms);
-  AdaConsStep step = adaconsWeights(alpha, state, options);  // the CPU library's scalar part
-  step.norms = std::move(norms);
-  switch (options.scale) {
-    case AdaConsScale::Paper: step.scale = 1; break;
-    case AdaConsScale::MatchSumNorm: step.scale = std::sqrt(stats.sum_squares); break;
-    case AdaConsScale::MatchMeanNorm: step.scale = std::sqrt(stats.sum_squares) / ranks; break;
-  }
-  std::vector<double> coefficients(n_grad, 0.0);
-  for (std::size_t i = 0; i < n_grad; ++i) {
-    if (step.norms[i] > 0) coefficients[i] = step.scale * (step.weights[i] / step.norms[i]);
-  }
+  AdaConsStep step = methods::detail::adaconsStepFromStats(stats, state, options);
+  const std::vector<double> coefficients = methods::detail::adaconsCoefficients(step);
   if (count == 0) return step;
 
   const std::vector<const void*> pointers = pointersOf(gradients);
@@ -453,20 +410,9 @@ void adasum(Gradients gradients, std::size_t count, float* out, Stream stream) {
 
 ConsensusStats consensusStats(Gradients gradients, std::size_t count, Stream stream) {
   detail::requireDevice();
-  ConsensusStats result;
-  if (gradients.empty()) return result;
+  if (gradients.empty()) return {};
   checkGradients("consensus statistics", gradients, count);
-  const GradientStats stats = gradientStats(gradients, count, detail::toCuda(stream));
-  double total_squares = 0;
-  for (std::size_t i = 0; i < gradients.size(); ++i) {
-    result.norms.push_back(std::sqrt(stats.squares[i]));
-    result.cosine_to_mean.push_back(cosine(stats.dots[i], stats.squares[i], stats.sum_squares));
-    total_squares += stats.squares[i];
-  }
-  if (stats.sum_squares == 0)
-    result.diversity = total_squares == 0 ? 0.0 : std::numeric_limits<double>::infinity();
-  else result.diversity = total_squares / stats.sum_squares;
-  return result;
+  return methods::detail::consensusFromStats(gradientStats(gradients, count, detail::toCuda(stream)));
 }
 
 }  // namespace gradscope::methods::cuda
