@@ -59,7 +59,7 @@ inline AdaConsStep adaconsStepFromStats(const GradientStats& stats, AdaConsState
                                         const AdaConsOptions& options) {
   std::vector<double> norms;
   const std::vector<double> alpha = adaconsAlphaFromStats(stats, options.epsilon, &norms);
-  AdaConsStep step = adaconsWeights(std::span<const double>(alpha.data(), alpha.size()), state, options);
+  AdaConsStep step = adaconsWeights(alpha, state, options);
   step.norms = std::move(norms);
   const auto ranks = static_cast<double>(stats.dots.size());
   switch (options.scale) {

@@ -22,9 +22,12 @@
 #include <string>
 #include <vector>
 
+// common.cuh first: it configures fmt for nvcc before anything includes it.
+// clang-format off
+#include "common.cuh"
 #include "../adaptive_scalars.h"
 #include "../reduction_order.h"
-#include "common.cuh"
+// clang-format on
 
 namespace gradscope::methods::cuda {
 namespace {
