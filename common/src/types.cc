@@ -187,6 +187,17 @@ std::span<const Backend> allBackends() {
   return kBackends;
 }
 
+std::string_view ncclAlgoName(int algo) {
+  static constexpr std::string_view kNames[kNcclAlgoCount] = {
+      "Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"};
+  return algo >= 0 && algo < kNcclAlgoCount ? kNames[algo] : std::string_view();
+}
+
+std::string_view ncclProtoName(int proto) {
+  static constexpr std::string_view kNames[kNcclProtoCount] = {"LL", "LL128", "Simple"};
+  return proto >= 0 && proto < kNcclProtoCount ? kNames[proto] : std::string_view();
+}
+
 double busBandwidthFactor(Collective collective, int ranks) {
   if (ranks <= 0) return 0.0;
   const double n = ranks;

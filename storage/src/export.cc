@@ -37,18 +37,6 @@ std::string csvField(std::string_view text) {
   return out + "\"";
 }
 
-constexpr std::string_view kNcclAlgos[] = {"Tree",     "Ring", "CollnetDirect", "CollnetChain", "NVLS",
-                                           "NVLSTree", "PAT"};
-constexpr std::string_view kNcclProtos[] = {"LL", "LL128", "Simple"};
-
-std::string_view algoName(int algo) {
-  return algo >= 0 && algo < static_cast<int>(std::size(kNcclAlgos)) ? kNcclAlgos[algo] : std::string_view();
-}
-std::string_view protoName(int proto) {
-  return proto >= 0 && proto < static_cast<int>(std::size(kNcclProtos)) ? kNcclProtos[proto]
-                                                                        : std::string_view();
-}
-
 std::string optionalNumber(const std::optional<double>& value) {
   return value ? fmt::format("{}", *value) : std::string();
 }
@@ -100,9 +88,10 @@ void writeChromeTrace(const TraceReader& reader, std::ostream& out) {
     if (call.enqueue_ns != call.start_ns)
       args += fmt::format(R"(,"queued_ns":{})", call.start_ns - call.enqueue_ns);
     if (call.stream != 0) args += fmt::format(R"(,"stream":{})", call.stream);
-    if (!algoName(call.nccl_algo).empty()) args += fmt::format(R"(,"algo":"{}")", algoName(call.nccl_algo));
-    if (!protoName(call.nccl_proto).empty())
-      args += fmt::format(R"(,"proto":"{}")", protoName(call.nccl_proto));
+    if (!ncclAlgoName(call.nccl_algo).empty())
+      args += fmt::format(R"(,"algo":"{}")", ncclAlgoName(call.nccl_algo));
+    if (!ncclProtoName(call.nccl_proto).empty())
+      args += fmt::format(R"(,"proto":"{}")", ncclProtoName(call.nccl_proto));
     if (call.nccl_channels > 0) args += fmt::format(R"(,"channels":{})", call.nccl_channels);
     event(
         fmt::format(R"({{"ph":"X","name":"{}","cat":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
@@ -124,15 +113,15 @@ void writeCsv(const TraceReader& reader, std::string_view table, std::ostream& o
            "nccl_algo,nccl_proto,nccl_channels\n";
     reader.forEachCall([&](const CallRecord& c) {
       const auto rank = rank_by_id.find(c.rank_id);
-      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", c.id,
-                         rank == rank_by_id.end() ? 0 : rank->second->run_id,
-                         rank == rank_by_id.end() ? c.rank_id : rank->second->rank,
-                         csvField(comm_key[c.comm_id]), c.seq,
-                         c.step >= 0 ? std::to_string(c.step) : std::string(), name(c.api), name(c.dtype),
-                         c.op == ReduceOp::None ? std::string_view() : name(c.op), c.count, c.bytes,
-                         c.enqueue_ns, c.start_ns, c.end_ns, c.end_ns - c.start_ns,
-                         c.stream != 0 ? std::to_string(c.stream) : "", algoName(c.nccl_algo),
-                         protoName(c.nccl_proto), c.nccl_channels > 0 ? std::to_string(c.nccl_channels) : "");
+      out << fmt::format(
+          "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", c.id,
+          rank == rank_by_id.end() ? 0 : rank->second->run_id,
+          rank == rank_by_id.end() ? c.rank_id : rank->second->rank, csvField(comm_key[c.comm_id]), c.seq,
+          c.step >= 0 ? std::to_string(c.step) : std::string(), name(c.api), name(c.dtype),
+          c.op == ReduceOp::None ? std::string_view() : name(c.op), c.count, c.bytes, c.enqueue_ns,
+          c.start_ns, c.end_ns, c.end_ns - c.start_ns, c.stream != 0 ? std::to_string(c.stream) : "",
+          ncclAlgoName(c.nccl_algo), ncclProtoName(c.nccl_proto),
+          c.nccl_channels > 0 ? std::to_string(c.nccl_channels) : "");
       return true;
     });
   } else if (table == "measurements") {

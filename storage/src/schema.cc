@@ -181,10 +181,6 @@ LEFT JOIN names ng ON ng.domain = 'nccl_algo' AND ng.code = g.algo
 LEFT JOIN names np ON np.domain = 'nccl_proto' AND np.code = g.proto;
 )sql";
 
-constexpr std::string_view kNcclAlgos[] = {"Tree",     "Ring", "CollnetDirect", "CollnetChain", "NVLS",
-                                           "NVLSTree", "PAT"};
-constexpr std::string_view kNcclProtos[] = {"LL", "LL128", "Simple"};
-
 void fillNames(sql::Database& db) {
   db.exec("DELETE FROM names");
   sql::Statement insert(db, "INSERT INTO names (domain, code, name) VALUES (?, ?, ?)");
@@ -199,8 +195,8 @@ void fillNames(sql::Database& db) {
   for (ReduceOp op : allReduceOps()) add("op", static_cast<int>(op), name(op));
   for (Backend backend : allBackends()) add("backend", static_cast<int>(backend), name(backend));
   add("backend", 0, "unknown");
-  for (int i = 0; i < static_cast<int>(std::size(kNcclAlgos)); ++i) add("nccl_algo", i, kNcclAlgos[i]);
-  for (int i = 0; i < static_cast<int>(std::size(kNcclProtos)); ++i) add("nccl_proto", i, kNcclProtos[i]);
+  for (int i = 0; i < kNcclAlgoCount; ++i) add("nccl_algo", i, ncclAlgoName(i));
+  for (int i = 0; i < kNcclProtoCount; ++i) add("nccl_proto", i, ncclProtoName(i));
 }
 
 void stampVersion(sql::Database& db, int version) {

@@ -93,6 +93,13 @@ std::span<const DType> allDTypes();
 std::span<const ReduceOp> allReduceOps();
 std::span<const Backend> allBackends();
 
+// NCCL's algorithm and protocol enums (REFERENCE.md: Tree=0 ... PAT=6; LL=0, LL128=1, Simple=2), as
+// stored in gpu_calls. Names as NCCL prints them; an empty view for a code outside the enum.
+inline constexpr int kNcclAlgoCount = 7;
+inline constexpr int kNcclProtoCount = 3;
+std::string_view ncclAlgoName(int algo);
+std::string_view ncclProtoName(int proto);
+
 // nccl-tests' bus-bandwidth factor for a collective over `ranks` ranks: 2(n-1)/n for all-reduce,
 // (n-1)/n for reduce-scatter and all-gather, 1 for broadcast and reduce.
 double busBandwidthFactor(Collective collective, int ranks);
