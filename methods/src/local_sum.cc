@@ -59,48 +59,16 @@ namespace {
 // ---- fp16 conversions
 // --------------------------------------------------------------------------------------
 //
-// The software conversions compute numeric.h's fp16ToFp32 / fp32ToFp16 bit for bit (checked exhaustively
-// over all 2^16 and 2^32 inputs when this was written) with integer-mask selects: under GCC's default
-// -ftrapping-math, numeric.h's `cond ? a : b` on values computed with float arithmetic is lowered to a
-// branch whose float operation GCC will not speculate again, and only masked AVX-512 code vectorises.
+// The software conversions are numeric.h's fp16ToFp32 / fp32ToFp16 (the library is built with
+// -fno-trapping-math, so their selects vectorise in every clone).
 //
 // The conversion instructions (VCVTPS2PH with an explicit round-to-nearest-even immediate, VCVTPH2PS)
-// give the same bits for every input (also checked exhaustively) but one case that cannot show in a
+// give the same bits for every input (checked exhaustively) but one case that cannot show in a
 // sum: VCVTPH2PS quiets a signalling fp16 NaN where numeric.h keeps it signalling. Every converted value
 // goes through at least one IEEE addition, which quiets it anyway.
 
-inline std::uint32_t select(bool condition, std::uint32_t if_true, std::uint32_t if_false) {
-  const std::uint32_t mask = 0u - static_cast<std::uint32_t>(condition);
-  return (if_true & mask) | (if_false & ~mask);
-}
-
-inline float halfToFloat(std::uint16_t half) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(half & 0x8000u) << 16;
-  const std::uint32_t shifted = static_cast<std::uint32_t>(half & 0x7FFFu) << 13;  // exponent+mantissa
-  const std::uint32_t exponent = shifted & 0x0F800000u;
-  const std::uint32_t normal = shifted + 0x38000000u;   // re-bias: (127 - 15) << 23
-  const std::uint32_t special = shifted | 0x7F800000u;  // Inf/NaN: all-ones exponent, payload kept
-  // Subnormal m·2^-24: 2^-14·(1 + m/1024) - 2^-14, exact (both operands and the result are normal).
-  const float subnormal = bitsFloat(normal + 0x00800000u) - 6.103515625e-05f;
-  std::uint32_t bits = select(exponent == 0x0F800000u, special, normal);
-  bits = select(exponent == 0, floatBits(subnormal), bits);
-  return bitsFloat(bits | sign);
-}
-
-inline std::uint16_t floatToHalf(float value) {
-  const std::uint32_t bits = floatBits(value);
-  const std::uint32_t sign = (bits >> 16) & 0x8000u;
-  const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
-  const std::uint32_t nan = 0x7E00u | ((magnitude >> 13) & 0x3FFu);
-  const float aligned = bitsFloat(magnitude) + 0.5f;  // subnormal rounding by the FPU, as numeric.h
-  const std::uint32_t subnormal = floatBits(aligned) - 0x3F000000u;
-  const std::uint32_t odd = (magnitude >> 13) & 1u;
-  const std::uint32_t normal = (magnitude + 0xC8000FFFu + odd) >> 13;
-  std::uint32_t half = select(magnitude < 0x38800000u, subnormal, normal);
-  half = select(magnitude >= 0x47800000u, 0x7C00u, half);
-  half = select(magnitude > 0x7F800000u, nan, half);
-  return static_cast<std::uint16_t>(half | sign);
-}
+inline float halfToFloat(std::uint16_t half) { return fp16ToFp32(half); }
+inline std::uint16_t floatToHalf(float value) { return fp32ToFp16(value); }
 
 constexpr std::size_t kHalfBlock = 32;
 
