@@ -13,6 +13,30 @@
 
 #define GS_RESTRICT __restrict__
 
+#include <cstddef>
+#include <cstdint>
+
+namespace gradscope::methods::detail {
+
+// How far ahead of a streaming loop's reads and writes to prefetch. This VM's hardware prefetchers
+// alone leave a streaming kernel with little computation at 60-85% of memcpy's bandwidth; software
+// prefetches 4 KiB ahead bring it to memcpy's (bf16 encode 34 -> 53 GB/s, fp8 decode 42 -> 48 GB/s).
+inline constexpr std::size_t kPrefetchDistance = 4096;
+
+// Prefetches the cache line `distance` bytes past `p` for reading. Integer arithmetic, so a line past
+// the end of the buffer is no out-of-range pointer; a prefetch never faults.
+[[gnu::always_inline]] inline void prefetchAhead(const void* p, std::size_t distance = kPrefetchDistance) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + distance));
+}
+
+// The same for a line about to be written (prefetchw): the line arrives owned, so the store does not
+// wait for the read-for-ownership. Worth it for outputs wider than the inputs (decoders).
+[[gnu::always_inline]] inline void prefetchForWrite(const void* p, std::size_t distance = kPrefetchDistance) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + distance), 1);
+}
+
+}  // namespace gradscope::methods::detail
+
 // Plain multiply and add, never fused: the same bits from every ISA clone. (GCC contracts a*b + c
 // into an FMA by default in C++, and only the AVX2/AVX-512 clones have FMA. Clang builds no clones;
 // the pragma keeps it from contracting too.)

@@ -635,13 +635,13 @@ INSTANTIATE_TEST_SUITE_P(Fp8, Fp8Codes, ::testing::Values(WireFormat::Fp8E4M3, W
 // Relative half-ulp bound of each format's normal range, and the absolute half-quantum of its subnormals
 // (in units of the block scale).
 //
-// Encode stores q = fl(v / scale) rounded to fp8; decode returns fl(fl(code · scale) · postscale). In
+// Encode stores q = fl(v · fl(1 / scale)) rounded to fp8; decode returns fl(fl(code · scale) · postscale). In
 // the normal range round-to-nearest moves q by at most half an ulp, 2^-(m+1)·2^e <= 2^-(m+1)·|q| with
 // m stored mantissa bits: 2^-4 for e4m3 and 2^-3 for e5m2. Below the smallest normal (2^-6, 2^-14) the
 // step is the subnormal quantum (2^-9, 2^-16) and the error at most half of it. Multiplying back by the
-// same fp32 scale cancels the scale (its own rounding does not matter). On top come at most five fp32
-// roundings of 2^-24 relative each (1/N itself, x·prescale, v / scale, ·scale, ·postscale) and their
-// products with the fp8 error: 8·2^-24·|x| covers them.
+// same fp32 scale cancels the scale (its own rounding does not matter). On top come at most six fp32
+// roundings of 2^-24 relative each (1/N itself, x·prescale, 1 / scale, v · inverse, ·scale, ·postscale)
+// and their products with the fp8 error: 8·2^-24·|x| covers them.
 struct Fp8Bound {
   double relative;      // normal range, relative to |v|
   double min_normal;    // |q| below this is subnormal
@@ -804,8 +804,8 @@ TEST_P(WireFp8Scaling, RoundTripErrorIsWithinHalfAnUlpTimesTheScale) {
 }
 
 TEST_P(WireFp8Scaling, LargestElementOfABlockLandsNearMaxWithoutCountingAnOverflow) {
-  // scale = fl(amax / max) is rounded, so amax / scale lands within an fp32 ulp of max on either side;
-  // above max it is clamped by the conversion to the same code rounding gives, and is no overflow.
+  // scale = fl(amax / max) is rounded, so amax · fl(1 / scale) lands within two fp32 ulps of max on either
+  // side; above max it is clamped by the conversion to the same code rounding gives, and is no overflow.
   // Check the data really has such blocks, so that the zero overflow count means something.
   const WireFormat format = GetParam();
   const std::vector<float> in = randomGradients(1 << 16, 3, -4, 4);
@@ -815,7 +815,7 @@ TEST_P(WireFp8Scaling, LargestElementOfABlockLandsNearMaxWithoutCountingAnOverfl
   for (std::size_t b = 0; b < scales.size(); ++b) {
     float amax = 0.0f;
     for (std::size_t i = b * block; i < (b + 1) * block; ++i) amax = std::max(amax, std::fabs(in[i]));
-    above += amax / scales[b] > wireMax(format) ? 1u : 0u;
+    above += amax * (1.0f / scales[b]) > wireMax(format) ? 1u : 0u;
   }
   EXPECT_GT(above, 0u);
   std::vector<std::uint8_t> codes(in.size());
@@ -825,10 +825,10 @@ TEST_P(WireFp8Scaling, LargestElementOfABlockLandsNearMaxWithoutCountingAnOverfl
   EXPECT_EQ(got, scales);
 }
 
-TEST_P(WireFp8Scaling, CodesAreTheConversionOfVDividedByTheScale) {
-  // The exact arithmetic the CUDA kernels share: v = fl(x · prescale), q = fl(v / scale) with a true
-  // division, code = fp8(q). On random data first, then on values picked next to fp8 halfway points
-  // where a multiplication by fl(1 / scale) would round to the other code.
+TEST_P(WireFp8Scaling, CodesAreTheConversionOfVTimesTheRoundedReciprocalOfTheScale) {
+  // The exact arithmetic the CUDA kernels share: v = fl(x · prescale), q = fl(v · fl(1 / scale)),
+  // code = fp8(q). On random data first, then on values picked next to fp8 halfway points where a
+  // true division v / scale would round to the other code.
   const WireFormat format = GetParam();
   const std::vector<float> in = randomGradients(100000, 8);
   const float prescale = 1.0f / 6.0f;
@@ -836,7 +836,7 @@ TEST_P(WireFp8Scaling, CodesAreTheConversionOfVDividedByTheScale) {
   std::vector<float> scales(scaleCount(format, in.size(), 128));
   encode(format, in.data(), in.size(), codes.data(), scales.data(), {.prescale = prescale});
   for (std::size_t i = 0; i < in.size(); ++i) {
-    ASSERT_EQ(codes[i], referenceFp8(format, (in[i] * prescale) / scales[i / 128])) << i;
+    ASSERT_EQ(codes[i], referenceFp8(format, (in[i] * prescale) * (1.0f / scales[i / 128]))) << i;
   }
 
   // One block whose amax is 1, so scale = fl(1 / max), which is inexact.
@@ -850,10 +850,10 @@ TEST_P(WireFp8Scaling, CodesAreTheConversionOfVDividedByTheScale) {
     float v = static_cast<float>(halfway * static_cast<double>(scale));
     for (int step = 0; step < 4; ++step) v = std::nextafter(v, 0.0f);
     for (int step = 0; step < 8; ++step, v = std::nextafter(v, INFINITY)) {
-      const std::uint8_t divided = referenceFp8(format, v / scale);
-      if (divided != referenceFp8(format, v * (1.0f / scale))) {
+      const std::uint8_t multiplied = referenceFp8(format, v * (1.0f / scale));
+      if (multiplied != referenceFp8(format, v / scale)) {
         block.push_back(v);
-        expected.push_back(divided);
+        expected.push_back(multiplied);
       }
     }
   }
@@ -1017,6 +1017,82 @@ TEST(WireFp16Encoders, HardwareAndSoftwareEncodersAgreeBitForBit) {
   }
   EXPECT_GE(ran, 1);
   EXPECT_FALSE(gradscope::methods::testing::useFp16EncodeKernelForTesting("no-such-kernel"));
+}
+
+}  // namespace
+
+// ---- Every fp8 encoder this CPU can run gives the same codes, scales and counts -------------------
+
+namespace gradscope::methods::testing {
+bool useFp8EncodeKernelsForTesting(std::string_view name);
+}  // namespace gradscope::methods::testing
+
+namespace {
+
+struct Fp8Encoding {
+  std::vector<std::uint8_t> codes;
+  std::vector<float> scales;
+  gradscope::methods::EncodeStats stats;
+};
+
+Fp8Encoding encodeWith(const char* kernels, gradscope::methods::WireFormat format,
+                       const std::vector<float>& in, float prescale, std::size_t block) {
+  using namespace gradscope::methods;
+  Fp8Encoding result;
+  result.codes.assign(in.size(), 0xAB);
+  result.scales.assign(scaleCount(format, in.size(), block), -1.0f);
+  EXPECT_TRUE(gradscope::methods::testing::useFp8EncodeKernelsForTesting(kernels));
+  result.stats = encode(format, in.data(), in.size(), result.codes.data(), result.scales.data(),
+                        EncodeOptions{prescale, block});
+  gradscope::methods::testing::useFp8EncodeKernelsForTesting("");
+  return result;
+}
+
+TEST(WireFp8Encoders, VectorAndPortableEncodersAgreeBitForBit) {
+  using namespace gradscope::methods;
+  if (!gradscope::methods::testing::useFp8EncodeKernelsForTesting("avx512")) {
+    GTEST_SKIP() << "this CPU has no AVX-512F/BW: only the portable fp8 encoder runs here";
+  }
+  gradscope::methods::testing::useFp8EncodeKernelsForTesting("");
+  // Every 65537th fp32 bit pattern (all exponents, NaNs, Infs, subnormals), then values that land on
+  // and next to every fp8 halfway point once divided by the scale of a block whose amax is 1, then
+  // random normal-ish gradients with a few huge and tiny outliers.
+  std::vector<float> values;
+  for (std::uint64_t bits = 0; bits < (1ull << 32); bits += 65537)
+    values.push_back(bitsFloat(static_cast<std::uint32_t>(bits)));
+  for (std::uint32_t bits = 0x3A000000u; bits < 0x3F800000u; bits += 0x3FFFu) {
+    values.push_back(bitsFloat(bits));
+    values.push_back(-bitsFloat(bits + 1));
+  }
+  std::uint64_t state = 0x243F6A8885A308D3ull;
+  for (int i = 0; i < 100000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const double unit = static_cast<double>(state >> 11) * 0x1p-53;
+    float value = static_cast<float>((unit - 0.5) * 1e-3);
+    if (i % 997 == 0) value *= 1e6f;
+    if (i % 1009 == 0) value *= 1e-30f;
+    values.push_back(value);
+  }
+  for (WireFormat format : {WireFormat::Fp8E4M3, WireFormat::Fp8E5M2}) {
+    // Blocks that are whole, partial and single vectors, shorter than one, and not multiples of 16.
+    for (std::size_t block : {std::size_t{1}, std::size_t{7}, std::size_t{16}, std::size_t{100},
+                              std::size_t{128}, std::size_t{8192}}) {
+      for (float prescale : {1.0f, 0.125f, 1.0f / 3.0f, 1e30f}) {
+        const Fp8Encoding expected = encodeWith("portable", format, values, prescale, block);
+        const Fp8Encoding actual = encodeWith("avx512", format, values, prescale, block);
+        std::size_t mismatches = 0;
+        for (std::size_t i = 0; i < values.size(); ++i) mismatches += actual.codes[i] != expected.codes[i];
+        EXPECT_EQ(mismatches, 0u) << name(format) << " block " << block << " prescale " << prescale;
+        EXPECT_EQ(
+            std::memcmp(actual.scales.data(), expected.scales.data(), expected.scales.size() * sizeof(float)),
+            0)
+            << name(format) << " block " << block << " prescale " << prescale;
+        EXPECT_EQ(actual.stats.overflow, expected.stats.overflow) << name(format) << " block " << block;
+        EXPECT_EQ(actual.stats.nan, expected.stats.nan) << name(format) << " block " << block;
+      }
+    }
+  }
+  EXPECT_FALSE(gradscope::methods::testing::useFp8EncodeKernelsForTesting("no-such-kernel"));
 }
 
 }  // namespace

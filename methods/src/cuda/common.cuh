@@ -9,8 +9,8 @@
 // - Products that feed a sum are written with __fmul_rn / __dmul_rn and sums with __fadd_rn /
 //   __dadd_rn where a fused multiply-add could otherwise form: nvcc contracts a*b+c into an FMA by
 //   default (--fmad=true), which rounds once instead of twice and would differ from the CPU.
-// - No fast-math, no flush-to-zero: fp32 subnormals are kept, as on the CPU. IEEE division
-//   (__fdiv_rn / __ddiv_rn), never a reciprocal.
+// - No fast-math, no flush-to-zero: fp32 subnormals are kept, as on the CPU. Where the CPU divides,
+//   IEEE division (__fdiv_rn / __ddiv_rn), never an approximate reciprocal.
 // - fp64 reductions add in exactly the CPU's order (see "fp64 reductions" below), so sums, norms and
 //   dot products are the CPU's bits too, not just close to them.
 // - NaN results carry the GPU's canonical NaN (0x7FFFFFFF) where the CPU's x86 arithmetic propagates

@@ -4,7 +4,8 @@
 // arithmetic is the same IEEE operations in the same order, written as __fmul_rn / __fdiv_rn so the
 // compiler can neither fuse nor approximate them:
 //   v = x * prescale; fp8: amax = integer max of the finite |v| bits of the block, scale = amax /
-//   fp8_max (1 when below FLT_MIN), code = fp8(v / scale); decode = (decoded * scale) * postscale.
+//   fp8_max (1 when below FLT_MIN), inverse = 1 / scale (__fdiv_rn, once per block), code =
+//   fp8(v * inverse); decode = (decoded * scale) * postscale.
 // The counters are integer sums (atomicAdd into the caller's uint64[2]), equal whatever the order.
 //
 // Layout of the fp8 kernels: one *group* of G threads per scaling block (grid-stride over blocks):
@@ -29,7 +30,7 @@ using detail::kBlockThreads;
 
 constexpr std::uint32_t kAbsMask = 0x7FFFFFFFu;
 constexpr std::uint32_t kInfBits = 0x7F800000u;
-// First |v / scale| bits counted as an fp8 overflow (wire.cc: beyond what rounding brings back to max).
+// First |v * inverse| bits counted as an fp8 overflow (wire.cc: beyond what rounding brings back to max).
 constexpr std::uint32_t kE4M3OverflowBits = 0x43E80001u;
 constexpr std::uint32_t kE5M2OverflowBits = 0x47700000u;
 // Scaling blocks up to this length get one warp each; longer ones a whole thread block.
@@ -146,9 +147,9 @@ __device__ __forceinline__ std::uint32_t finiteMagnitude(float x, float prescale
 }
 
 template <bool kE5M2>
-__device__ __forceinline__ std::uint8_t encodeFp8(float x, float prescale, float scale, Counts& counts) {
+__device__ __forceinline__ std::uint8_t encodeFp8(float x, float prescale, float inverse, Counts& counts) {
   constexpr std::uint32_t kOverflowBits = kE5M2 ? kE5M2OverflowBits : kE4M3OverflowBits;
-  const float scaled = __fdiv_rn(__fmul_rn(x, prescale), scale);
+  const float scaled = __fmul_rn(__fmul_rn(x, prescale), inverse);
   const std::uint8_t code = kE5M2 ? fp32ToFp8E5M2(scaled) : fp32ToFp8E4M3(scaled);
   counts.overflow += (isFinite(x) && (floatBits(scaled) & kAbsMask) >= kOverflowBits) ? 1u : 0u;
   counts.nan += isNan(x) ? 1u : 0u;
@@ -168,11 +169,11 @@ __device__ __forceinline__ std::uint32_t quadMax(float4 v, float prescale) {
 
 // Four codes packed little-endian into one 32-bit store.
 template <bool kE5M2>
-__device__ __forceinline__ std::uint32_t encodeQuad(float4 v, float prescale, float scale, Counts& counts) {
-  return static_cast<std::uint32_t>(encodeFp8<kE5M2>(v.x, prescale, scale, counts)) |
-         static_cast<std::uint32_t>(encodeFp8<kE5M2>(v.y, prescale, scale, counts)) << 8 |
-         static_cast<std::uint32_t>(encodeFp8<kE5M2>(v.z, prescale, scale, counts)) << 16 |
-         static_cast<std::uint32_t>(encodeFp8<kE5M2>(v.w, prescale, scale, counts)) << 24;
+__device__ __forceinline__ std::uint32_t encodeQuad(float4 v, float prescale, float inverse, Counts& counts) {
+  return static_cast<std::uint32_t>(encodeFp8<kE5M2>(v.x, prescale, inverse, counts)) |
+         static_cast<std::uint32_t>(encodeFp8<kE5M2>(v.y, prescale, inverse, counts)) << 8 |
+         static_cast<std::uint32_t>(encodeFp8<kE5M2>(v.z, prescale, inverse, counts)) << 16 |
+         static_cast<std::uint32_t>(encodeFp8<kE5M2>(v.w, prescale, inverse, counts)) << 24;
 }
 
 // Maximum over the G threads of a group (G = 1, 32 or the whole block), returned to every member.
@@ -251,19 +252,20 @@ __global__ void __launch_bounds__(kBlockThreads)
     const float quotient = __fdiv_rn(bitsFloat(amax), kMax);
     const float scale = quotient >= FLT_MIN ? quotient : 1.0f;
     if (lane == 0) scales[b] = scale;
+    const float inverse = __fdiv_rn(1.0f, scale);
 
     if constexpr (kVector) {
       auto* q4 = reinterpret_cast<std::uint32_t*>(q);
 #pragma unroll
       for (int c = 0; c < kCached; ++c) {
         const std::size_t i = lane + static_cast<std::size_t>(c) * G;
-        if (i < quads) q4[i] = encodeQuad<kE5M2>(cached[c], prescale, scale, counts);
+        if (i < quads) q4[i] = encodeQuad<kE5M2>(cached[c], prescale, inverse, counts);
       }
       for (std::size_t i = lane + static_cast<std::size_t>(kCached) * G; i < quads; i += G)
-        q4[i] = encodeQuad<kE5M2>(reinterpret_cast<const float4*>(x)[i], prescale, scale, counts);
+        q4[i] = encodeQuad<kE5M2>(reinterpret_cast<const float4*>(x)[i], prescale, inverse, counts);
     }
     for (std::size_t i = quads * 4 + lane; i < n; i += G)
-      q[i] = encodeFp8<kE5M2>(x[i], prescale, scale, counts);
+      q[i] = encodeFp8<kE5M2>(x[i], prescale, inverse, counts);
   }
   publish(counts, stats);
 }

@@ -3,8 +3,9 @@
 // Wire precisions: what a gradient looks like on the wire when a strategy sends it in a narrower type.
 // Conversions are defined bit for bit in numeric.h. fp8 uses per-block scaling: each block of
 // `block` elements carries one fp32 scale = amax / fp8_max over its finite values (1 when that is below
-// FLT_MIN, e.g. an all-zero block), and element i is stored as fp8((x_i · prescale) / scale), a true
-// division; decoding computes (decoded · scale) · postscale.
+// FLT_MIN, e.g. an all-zero block), and element i is stored as fp8((x_i · prescale) · fl(1 / scale)),
+// a multiplication by the rounded reciprocal as Transformer Engine quantises (within an fp32 ulp of a
+// true division); decoding computes (decoded · scale) · postscale.
 // Pre-scaling by 1/N before the conversion keeps an N-rank sum from overflowing the narrow type.
 
 #include <cstddef>
