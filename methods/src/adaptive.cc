@@ -102,7 +102,9 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void pairDotLanesKernel(const float* GS_RESTRICT
                                                         double* GS_RESTRICT ab, double* GS_RESTRICT aa,
                                                         double* GS_RESTRICT bb) {
   const std::size_t full = n / kLanes * kLanes;
-  for (std::size_t i = 0; i < full; i += kLanes)
+  for (std::size_t i = 0; i < full; i += kLanes) {
+    detail::prefetchAhead(a + i);
+    detail::prefetchAhead(b + i);
     for (std::size_t j = 0; j < kLanes; ++j) {
       const double x = static_cast<double>(a[i + j]);
       const double y = static_cast<double>(b[i + j]);
@@ -110,6 +112,7 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void pairDotLanesKernel(const float* GS_RESTRICT
       aa[j] += x * x;
       bb[j] += y * y;
     }
+  }
   for (std::size_t i = full; i < n; ++i) {
     const double x = static_cast<double>(a[i]);
     const double y = static_cast<double>(b[i]);
@@ -117,6 +120,17 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void pairDotLanesKernel(const float* GS_RESTRICT
     aa[i - full] += x * x;
     bb[i - full] += y * y;
   }
+}
+
+// out[i] = in[i] · factor (out may be in: no restrict, GCC checks the overlap once and vectorises).
+GS_CPU_KERNEL void scaleKernel(const float* in, std::size_t n, float factor, float* out) {
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    detail::prefetchAhead(in + i);
+    detail::prefetchForWrite(out + i);
+    for (std::size_t j = 0; j < kLanes; ++j) out[i + j] = in[i + j] * factor;
+  }
+  for (; i < n; ++i) out[i] = in[i] * factor;
 }
 
 // out[e] = fp32(((c_0·g_0[e] + c_1·g_1[e]) + c_2·g_2[e]) + ...)
@@ -275,6 +289,14 @@ GS_NO_CONTRACTION void updateMomentum(std::vector<double>& momentum, const std::
 
 // out_e = fp32((g_0[e] + g_1[e] + ... ) / N), the sum in fp64 in index order, divided (not multiplied by
 // 1/N, which is inexact for N not a power of two) and rounded once.
+void scale(const float* in, std::size_t count, float factor, float* out, CpuExecutor& executor) {
+  if (count == 0) return;
+  if (in == nullptr || out == nullptr) fail("scale: null buffer");
+  executor.parallelFor(count, 2 * sizeof(float), kLanes, [&](std::size_t begin, std::size_t end) {
+    scaleKernel(in + begin, end - begin, factor, out + begin);
+  });
+}
+
 void mean(Gradients gradients, std::size_t count, float* out, CpuExecutor& executor) {
   checkGradients("mean", gradients, count);
   if (count == 0) return;
@@ -351,10 +373,11 @@ AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
 // ---- AdaSum
 // --------------------------------------------------------------------------------------------------
 
-// out may be a or b (in place); other overlaps are not supported.
-void adasumPair(const float* a, const float* b, std::size_t count, float* out, CpuExecutor& executor) {
-  if (count == 0) return;
-  if (a == nullptr || b == nullptr || out == nullptr) fail("AdaSum: null buffer");
+namespace {
+
+// a·b, ‖a‖², ‖b‖² in the block order of this file: the one definition of AdaSum's dot products and of
+// dotProducts() below, so a distributed AdaSum that computes them piecewise gets the same bits.
+DotProducts pairDots(const float* a, const float* b, std::size_t count, CpuExecutor& executor) {
   const std::size_t blocks = blockCount(count);
   std::vector<std::array<double, 3>> partials(blocks);
   executor.parallelFor(blocks, kBlock * 2 * sizeof(float), 1, [&](std::size_t begin, std::size_t end) {
@@ -366,12 +389,28 @@ void adasumPair(const float* a, const float* b, std::size_t count, float* out, C
       partials[block] = {sumLanes(ab), sumLanes(aa), sumLanes(bb)};
     }
   });
-  double ab = 0, aa = 0, bb = 0;
+  DotProducts dots;
   for (const auto& partial : partials) {
-    ab += partial[0];
-    aa += partial[1];
-    bb += partial[2];
+    dots.ab += partial[0];
+    dots.aa += partial[1];
+    dots.bb += partial[2];
   }
+  return dots;
+}
+
+}  // namespace
+
+DotProducts dotProducts(const float* a, const float* b, std::size_t count, CpuExecutor& executor) {
+  if (count == 0) return {};
+  if (a == nullptr || b == nullptr) fail("dotProducts: null buffer");
+  return pairDots(a, b, count, executor);
+}
+
+// out may be a or b (in place); other overlaps are not supported.
+void adasumPair(const float* a, const float* b, std::size_t count, float* out, CpuExecutor& executor) {
+  if (count == 0) return;
+  if (a == nullptr || b == nullptr || out == nullptr) fail("AdaSum: null buffer");
+  const auto [ab, aa, bb] = pairDots(a, b, count, executor);
   // A zero vector is the identity (the formula would divide by zero).
   if (aa == 0 || bb == 0) {
     const float* other = aa == 0 ? b : a;

@@ -1,8 +1,14 @@
 #include "gradscope/methods/cpu_executor.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <charconv>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -40,8 +46,42 @@ struct CpuExecutor::Impl {
   }
 };
 
+namespace {
+
+// A positive integer from the environment, or 0 when the variable is unset or not one.
+int positiveFromEnvironment(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return 0;
+  const std::string_view view(text);
+  int value = 0;
+  const auto [end, error] = std::from_chars(view.data(), view.data() + view.size(), value);
+  return error == std::errc() && end == view.data() + view.size() && value > 0 ? value : 0;
+}
+
+}  // namespace
+
+int CpuExecutor::defaultThreads() {
+  if (const int forced = positiveFromEnvironment("GRADSCOPE_THREADS")) return forced;
+  if (std::getenv("GRADSCOPE_THREADS") != nullptr) {
+    std::fprintf(stderr, "gradscope: GRADSCOPE_THREADS=%s is not a positive integer; ignoring it\n",
+                 std::getenv("GRADSCOPE_THREADS"));
+  }
+  cpu_set_t allowed;
+  int cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
+  if (cpus <= 0) cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Ranks an MPI launcher started on this node (Open MPI, MPICH/Hydra, Slurm): they share the cores.
+  int local_ranks = 1;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    if (const int ranks = positiveFromEnvironment(name)) {
+      local_ranks = ranks;
+      break;
+    }
+  }
+  return std::max(1, cpus / local_ranks);
+}
+
 CpuExecutor& CpuExecutor::shared() {
-  static CpuExecutor executor(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  static CpuExecutor executor(defaultThreads());
   return executor;
 }
 

@@ -63,6 +63,12 @@ void encode(WireFormat, const float*, std::size_t, void*, float*, const EncodeOp
 void decode(WireFormat, const void*, const float*, std::size_t, float*, float, std::size_t, Stream) {
   unavailable();
 }
+void scale(const float*, std::size_t, float, float*, Stream) {
+  unavailable();
+}
+float finiteAmax(const float*, std::size_t, Stream) {
+  unavailable();
+}
 
 ErrorMetrics compareToReference(DType, const void*, const double*, std::size_t, Stream) {
   unavailable();
@@ -78,6 +84,9 @@ AdaConsStep adacons(Gradients, std::size_t, AdaConsState&, const AdaConsOptions&
   unavailable();
 }
 void adasumPair(const float*, const float*, std::size_t, float*, Stream) {
+  unavailable();
+}
+DotProducts dotProducts(const float*, const float*, std::size_t, Stream) {
   unavailable();
 }
 void adasum(Gradients, std::size_t, float*, Stream) {

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -405,6 +408,41 @@ double maxDifference(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
+// dotProducts() is adasumPair's fp64 a·b, ‖a‖², ‖b‖², in the order reduction_order.h defines: blocks of
+// 4096 elements, 16 lanes per block (element i into lane i % 16), lanes added in order, then blocks in
+// order.
+double blockLaneDot(const std::vector<float>& a, const std::vector<float>& b) {
+  double total = 0;
+  for (std::size_t first = 0; first < a.size(); first += 4096) {
+    double lanes[16] = {};
+    for (std::size_t i = first; i < std::min(a.size(), first + 4096); ++i)
+      lanes[(i - first) % 16] += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+    double block = 0;
+    for (const double lane : lanes) block += lane;
+    total += block;
+  }
+  return total;
+}
+
+TEST(DotProducts, FollowTheBlockLaneOrderForAnyThreadCount) {
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (const std::size_t count : {0u, 1u, 17u, 4096u, 4097u, 300001u}) {
+    std::vector<float> a(count), b(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      a[i] = value(random);
+      b[i] = value(random) * 1e3f;
+    }
+    CpuExecutor serial(1);
+    for (CpuExecutor* executor : {&CpuExecutor::shared(), &serial}) {
+      const DotProducts dots = dotProducts(a.data(), b.data(), count, *executor);
+      EXPECT_EQ(dots.ab, blockLaneDot(a, b)) << count;
+      EXPECT_EQ(dots.aa, blockLaneDot(a, a)) << count;
+      EXPECT_EQ(dots.bb, blockLaneDot(b, b)) << count;
+    }
+  }
+}
+
 TEST(AdaSum, RecursiveFollowsTheTreeOrder) {
   for (std::size_t n = 1; n <= 9; ++n) {
     const Vectors g = randomGradients(n, 4099, 20 + static_cast<std::uint32_t>(n), 0.3);
@@ -552,6 +590,78 @@ TEST(Adaptive, ResultsDoNotDependOnTheThreadCount) {
   EXPECT_EQ(p.norms, q.norms);
   EXPECT_EQ(p.cosine_to_mean, q.cosine_to_mean);
   EXPECT_EQ(p.diversity, q.diversity);
+}
+
+}  // namespace
+}  // namespace gradscope::methods
+
+namespace gradscope::methods {
+namespace {
+
+TEST(Scale, MultipliesInFp32InPlaceAndOutOfPlace) {
+  std::vector<float> in(100003);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 1000) * 0.37f - 100.0f;
+  std::vector<float> out(in.size());
+  scale(in.data(), in.size(), 1.0f / 3.0f, out.data());
+  for (std::size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], in[i] * (1.0f / 3.0f)) << i;
+  std::vector<float> same = in;
+  scale(same.data(), same.size(), 1.0f / 3.0f, same.data());
+  EXPECT_EQ(same, out);
+  EXPECT_NO_THROW(scale(nullptr, 0, 2.0f, nullptr));
+  EXPECT_THROW(scale(nullptr, 1, 2.0f, out.data()), Error);
+}
+
+// Sets an environment variable for one scope.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnvironment() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(CpuExecutorThreads, FollowTheEnvironmentAndTheRanksSharingTheNode) {
+  const ScopedEnvironment no_slurm("SLURM_NTASKS_PER_NODE", nullptr);
+  const ScopedEnvironment no_mpich("MPI_LOCALNRANKS", nullptr);
+  {
+    const ScopedEnvironment threads("GRADSCOPE_THREADS", "3");
+    EXPECT_EQ(CpuExecutor::defaultThreads(), 3);
+  }
+  const ScopedEnvironment no_threads("GRADSCOPE_THREADS", nullptr);
+  int all = 0;
+  {
+    const ScopedEnvironment alone("OMPI_COMM_WORLD_LOCAL_SIZE", nullptr);
+    all = CpuExecutor::defaultThreads();
+    EXPECT_GE(all, 1);
+  }
+  {
+    const ScopedEnvironment shared("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+    EXPECT_EQ(CpuExecutor::defaultThreads(), std::max(1, all / 2));
+  }
+  {
+    const ScopedEnvironment crowded("OMPI_COMM_WORLD_LOCAL_SIZE", "1000");
+    EXPECT_EQ(CpuExecutor::defaultThreads(), 1);
+  }
+  {
+    const ScopedEnvironment bad("GRADSCOPE_THREADS", "many");  // ignored with one line on stderr
+    const ScopedEnvironment alone("OMPI_COMM_WORLD_LOCAL_SIZE", nullptr);
+    EXPECT_EQ(CpuExecutor::defaultThreads(), all);
+  }
 }
 
 }  // namespace

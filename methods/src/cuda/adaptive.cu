@@ -370,6 +370,32 @@ void adasumPair(const float* a, const float* b, std::size_t count, float* out, S
   workspace.run(a, b, count, out);
 }
 
+// The per-block partials of adasumPair's a·b, ‖a‖², ‖b‖², added on the host in block order: IEEE fp64
+// additions in the same order as adaptive.cc's, so the same bits.
+DotProducts dotProducts(const float* a, const float* b, std::size_t count, Stream stream) {
+  detail::requireDevice();
+  if (count == 0) return {};
+  if (a == nullptr || b == nullptr) fail("dotProducts: null buffer");
+  const cudaStream_t s = detail::toCuda(stream);
+  const std::size_t blocks = (count + kStatsBlock - 1) / kStatsBlock;
+  const detail::Scratch partials(3 * blocks * sizeof(double), s);
+  pairDotsKernel<<<detail::cpuOrderGrid(blocks), kBlockThreads, 0, s>>>(a, b, count, blocks,
+                                                                        partials.as<double>());
+  detail::checkLaunch("pairDotsKernel");
+  std::vector<double> products(3 * blocks);  // rows of `blocks`: a·b, ‖a‖², ‖b‖²
+  detail::check(cudaMemcpyAsync(products.data(), partials.as<double>(), 3 * blocks * sizeof(double),
+                                cudaMemcpyDeviceToHost, s),
+                "cudaMemcpyAsync");
+  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  DotProducts dots;
+  for (std::size_t block = 0; block < blocks; ++block) {
+    dots.ab += products[block];
+    dots.aa += products[blocks + block];
+    dots.bb += products[2 * blocks + block];
+  }
+  return dots;
+}
+
 // Each ⊕ is rounded to fp32 (adaptive.cc); out may be one of the gradients: only the last step writes it.
 void adasum(Gradients gradients, std::size_t count, float* out, Stream stream) {
   detail::requireDevice();

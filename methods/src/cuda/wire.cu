@@ -393,6 +393,31 @@ void launchDecodeFp8(const void* in, const float* scales, std::size_t count, std
   }
 }
 
+// ---- Scaling and amax -------------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(detail::kBlockThreads)
+    scaleKernel(const float* in, std::size_t count, float factor, float* out) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride)
+    out[i] = __fmul_rn(in[i], factor);
+}
+
+// Non-negative floats order like their bit patterns, so the maximum is an unsigned atomicMax.
+__global__ void __launch_bounds__(detail::kBlockThreads)
+    finiteAmaxKernel(const float* in, std::size_t count, unsigned* amax_bits) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  float local = 0.0f;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const float magnitude = fabsf(in[i]);
+    local = magnitude <= FLT_MAX ? fmaxf(local, magnitude) : local;  // NaN and Inf fail the test
+  }
+  for (int offset = 16; offset > 0; offset /= 2)
+    local = fmaxf(local, __shfl_down_sync(0xFFFFFFFFu, local, offset));
+  if ((threadIdx.x & 31u) == 0) atomicMax(amax_bits, __float_as_uint(local));
+}
+
 }  // namespace
 
 void encode(WireFormat format, const float* in, std::size_t count, void* out, float* scales,
@@ -429,6 +454,29 @@ void decode(WireFormat format, const void* in, const float* scales, std::size_t 
     case WireFormat::Fp8E5M2: launchDecodeFp8<true>(in, scales, count, block, out, postscale, s); return;
   }
   throw Error("cuda::decode: unknown wire format " + std::to_string(static_cast<int>(format)));
+}
+
+void scale(const float* in, std::size_t count, float factor, float* out, Stream stream) {
+  detail::requireDevice();
+  if (count == 0) return;
+  scaleKernel<<<detail::gridFor(count), detail::kBlockThreads, 0, detail::toCuda(stream)>>>(in, count, factor,
+                                                                                            out);
+  detail::checkLaunch("scaleKernel");
+}
+
+float finiteAmax(const float* in, std::size_t count, Stream stream) {
+  detail::requireDevice();
+  if (count == 0) return 0.0f;
+  const cudaStream_t s = detail::toCuda(stream);
+  const detail::Scratch bits(sizeof(unsigned), s);
+  detail::check(cudaMemsetAsync(bits.as<unsigned>(), 0, sizeof(unsigned), s), "cudaMemsetAsync");
+  finiteAmaxKernel<<<detail::gridFor(count), detail::kBlockThreads, 0, s>>>(in, count, bits.as<unsigned>());
+  detail::checkLaunch("finiteAmaxKernel");
+  float amax = 0.0f;
+  detail::check(cudaMemcpyAsync(&amax, bits.as<unsigned>(), sizeof(float), cudaMemcpyDeviceToHost, s),
+                "cudaMemcpyAsync");
+  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  return amax;
 }
 
 }  // namespace gradscope::methods::cuda

@@ -14,6 +14,10 @@ namespace gradscope::methods {
 
 using Gradients = std::span<const float* const>;
 
+// out = in · factor in fp32 (out may be in): each rank's weighting before a weighted all-reduce.
+void scale(const float* in, std::size_t count, float factor, float* out,
+           CpuExecutor& executor = CpuExecutor::shared());
+
 // out = (1/N) Σ g_i.
 void mean(Gradients gradients, std::size_t count, float* out, CpuExecutor& executor = CpuExecutor::shared());
 
@@ -64,6 +68,14 @@ AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
 // identity (0 ⊕ b = b). Equals a + b for orthogonal inputs and a for a = b (the average of equal inputs).
 void adasumPair(const float* a, const float* b, std::size_t count, float* out,
                 CpuExecutor& executor = CpuExecutor::shared());
+
+// a·b, ‖a‖² and ‖b‖² in fp64, in one pass and in the order adasumPair uses (dotProducts(a, a).ab has
+// the bits of ‖a‖²): for distributed forms that compute those products piecewise. Zeros for count 0.
+struct DotProducts {
+  double ab = 0, aa = 0, bb = 0;
+};
+DotProducts dotProducts(const float* a, const float* b, std::size_t count,
+                        CpuExecutor& executor = CpuExecutor::shared());
 
 // The recursive form over N vectors, combined in the Tree order of local_sum.h (pairs, then pairs of
 // pairs; for N not a power of two the leftover partials are combined smallest first).

@@ -11,8 +11,13 @@ namespace gradscope::methods {
 
 class CpuExecutor {
  public:
-  // The process-wide pool: std::thread::hardware_concurrency() workers (including the caller).
+  // The process-wide pool of defaultThreads() workers (including the caller).
   static CpuExecutor& shared();
+  // GRADSCOPE_THREADS when it is a positive integer; otherwise the CPUs this process may run on
+  // divided by the ranks an MPI launcher started on this node (OMPI_COMM_WORLD_LOCAL_SIZE,
+  // MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE), at least 1: ranks that share a node would otherwise each
+  // start a thread per core and time-slice against each other.
+  static int defaultThreads();
   // A pool of `threads` workers (1 = everything inline on the caller).
   explicit CpuExecutor(int threads);
   ~CpuExecutor();

@@ -66,6 +66,10 @@ void encode(WireFormat format, const float* in, std::size_t count, void* out, fl
             const EncodeOptions& options, std::uint64_t* stats, Stream stream);
 void decode(WireFormat format, const void* in, const float* scales, std::size_t count, float* out,
             float postscale, std::size_t block, Stream stream);
+// out = in · factor in fp32 (out may be in).
+void scale(const float* in, std::size_t count, float factor, float* out, Stream stream);
+// Largest finite |x|; 0 for an empty or all-non-finite buffer (synchronises).
+float finiteAmax(const float* in, std::size_t count, Stream stream);
 
 // error_metrics.h on the GPU (synchronises).
 ErrorMetrics compareToReference(DType dtype, const void* result, const double* reference, std::size_t count,
@@ -78,6 +82,8 @@ std::vector<double> adaconsAlpha(Gradients gradients, std::size_t count, double 
 AdaConsStep adacons(Gradients gradients, std::size_t count, AdaConsState& state,
                     const AdaConsOptions& options, float* out, Stream stream);
 void adasumPair(const float* a, const float* b, std::size_t count, float* out, Stream stream);
+// adaptive.h's dotProducts: the same block order and bits as the CPU (synchronises).
+DotProducts dotProducts(const float* a, const float* b, std::size_t count, Stream stream);
 void adasum(Gradients gradients, std::size_t count, float* out, Stream stream);
 ConsensusStats consensusStats(Gradients gradients, std::size_t count, Stream stream);
 

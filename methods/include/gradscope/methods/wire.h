@@ -58,6 +58,13 @@ EncodeStats encode(WireFormat format, const float* in, std::size_t count, void* 
 void decode(WireFormat format, const void* in, const float* scales, std::size_t count, float* out,
             float postscale = 1.0f, std::size_t block = 128, CpuExecutor& executor = CpuExecutor::shared());
 
+// inout[i] = code(decode(inout[i]) + decode(in[i])) for plain codes (fp16, bf16, or fp8 with scale 1):
+// the two values added in fp32 and rounded back to the format (numeric.h; fp8 saturates; when both are
+// NaN either payload may come through). This is
+// what every hop of a sum on a narrow wire computes. Runs on the calling thread only: it is called
+// from inside communication libraries' progress engines, on chunks they choose.
+void addCodes(WireFormat format, const void* in, void* inout, std::size_t count);
+
 // Bytes read and written by encode / decode of `count` elements.
 std::size_t encodeBytesMoved(WireFormat format, std::size_t count, std::size_t block);
 std::size_t decodeBytesMoved(WireFormat format, std::size_t count, std::size_t block);
