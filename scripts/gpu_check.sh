@@ -5,7 +5,8 @@
 #   scripts/gpu_check.sh [OUT_DIR]        # default OUT_DIR: build/gpu-results
 #
 # OUT_DIR receives nvidia-smi.txt, configure.log, build.log, cuda_tests.log, cuda_tests.json (gtest),
-# cuda_bench.log, cuda_bench.json (Google Benchmark) and summary.txt.
+# cuda_bench.log, cuda_bench.json (Google Benchmark), nccl_bench.csv (gradscope bench --backend nccl,
+# one rank) and summary.txt.
 #
 # Environment:
 #   GRADSCOPE_SKIP_BOOTSTRAP=1    never run scripts/bootstrap.sh (GPU machines often have no package
@@ -112,8 +113,8 @@ if ! cmake "${cmake_args[@]}" >"$out_dir/configure.log" 2>&1; then
   tail -n 20 "$out_dir/configure.log" >&2
   die "configure failed; see $out_dir/configure.log"
 fi
-say "building gradscope_unit_tests and gradscope_cuda_bench ($jobs jobs; nvcc takes a few minutes)"
-if ! cmake --build "$build_dir" --parallel "$jobs" --target gradscope_unit_tests gradscope_cuda_bench \
+say "building gradscope_unit_tests, gradscope_cuda_bench and gradscope-bench ($jobs jobs; nvcc takes a few minutes)"
+if ! cmake --build "$build_dir" --parallel "$jobs" --target gradscope_unit_tests gradscope_cuda_bench gradscope-bench \
   >"$out_dir/build.log" 2>&1; then
   grep -E "error|Error" "$out_dir/build.log" | head -n 20 >&2 || tail -n 20 "$out_dir/build.log" >&2
   die "build failed; see $out_dir/build.log"
@@ -186,6 +187,24 @@ EOF
     say "benchmarks done"
   else
     echo "bench:  ok (cuda_bench.json; no python3 for a table)" >>"$out_dir/summary.txt"
+  fi
+fi
+
+# ---- NCCL: one rank of gradscope bench (all NCCL strategies, checked) -------------------------------------
+if [ "${GRADSCOPE_SKIP_BENCH:-0}" != 1 ]; then
+  say "NCCL strategies, one rank (gradscope bench --backend nccl)"
+  nccl_status=0
+  "$build_dir/cli/gradscope-bench" --backend nccl -b 8 -e 256M -f 4 -n 20 -w 5 --no-progress \
+    --csv >"$out_dir/nccl_bench.csv" 2>"$out_dir/nccl_bench.log" || nccl_status=$?
+  if [ "$nccl_status" -ne 0 ]; then
+    tail -n 5 "$out_dir/nccl_bench.log" >&2
+    say "NCCL bench FAILED (exit $nccl_status); see $out_dir/nccl_bench.log"
+    echo "nccl:   FAILED (exit $nccl_status; nccl_bench.log)" >>"$out_dir/summary.txt"
+    status=1
+  else
+    wrong=$(awk -F, 'NR > 1 && $14 != "" && $14 != "0" { n++ } END { print n + 0 }' "$out_dir/nccl_bench.csv")
+    echo "nccl:   $(($(wc -l <"$out_dir/nccl_bench.csv") - 1)) points, $wrong with #wrong > 0 (nccl_bench.csv)" >>"$out_dir/summary.txt"
+    [ "$wrong" -eq 0 ] || status=1
   fi
 fi
 

@@ -1,7 +1,11 @@
 // The gradscope command: parses arguments and hands over to the libraries.
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <iostream>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -18,6 +22,26 @@ namespace {
 // Exit codes: 0 success; 1 reserved for `gradscope check` finding a regression; 2 any error.
 constexpr int kExitError = 2;
 
+// `gradscope bench ARGS` runs gradscope-bench from this executable's directory with ARGS unchanged:
+// bench links MPI and CUDA, which the gradscope command must not need, and an exec (rather than a child
+// process) keeps `mpirun -np N gradscope bench ...` one process per rank. Returns only on failure.
+int execBench(int argc, char** argv) {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  const auto bench = (error ? std::filesystem::path(argv[0]) : self).parent_path() / "gradscope-bench";
+  std::vector<char*> arguments{const_cast<char*>("gradscope bench")};
+  for (int i = 2; i < argc; ++i) arguments.push_back(argv[i]);
+  arguments.push_back(nullptr);
+  execv(bench.c_str(), arguments.data());
+  if (errno == ENOENT)
+    fmt::print(
+        stderr,
+        "gradscope: bench is not part of this build ({} is missing); build the gradscope_bench target\n",
+        bench.string());
+  else fmt::print(stderr, "gradscope: cannot run {}: {}\n", bench.string(), gradscope::errnoMessage(errno));
+  return kExitError;
+}
+
 std::string defaultExportPath(const std::string& input, const std::string& extension) {
   std::filesystem::path path(input);
   path.replace_extension(extension);
@@ -28,12 +52,21 @@ std::string defaultExportPath(const std::string& input, const std::string& exten
 
 int main(int argc, char** argv) {
   using namespace gradscope;
+  // Before CLI11 sees them: every argument after "bench", --help included, belongs to gradscope-bench.
+  if (argc >= 2 && std::string_view(argv[1]) == "bench") return execBench(argc, argv);
+
   CLI::App app{"gradscope: observe, measure and tune gradient aggregation in distributed training"};
   app.set_version_flag("--version", std::string("gradscope ") + kVersion);
   app.require_subcommand(1);
   app.footer(
       "Exit status: 0 on success, 2 on an error (one line on stderr says what and how to fix it).\n"
-      "Not built yet (later releases): run, bench, recommend, check, and the gradscope-gui viewer.");
+      "Not built yet (later releases): run, recommend, check, and the gradscope-gui viewer.");
+
+  // bench: listed for --help; main() hands it to gradscope-bench before parsing.
+  app.add_subcommand(
+      "bench",
+      "Time aggregation strategies over a sweep of sizes, nccl-tests style (MPI, NCCL or local "
+      "sums; gradscope bench --help)");
 
   // report
   std::string report_file;

@@ -204,12 +204,12 @@ TEST(Command, HelpListsTheCommandsAndWhatIsNotBuiltYet) {
   const auto result = runCli({"--help"});
   EXPECT_EQ(result.exit_code, 0) << test::describe(result);
   for (const char* part :
-       {"report", "merge", "export", "Not built yet", "run, bench, recommend, check", "Exit status"})
+       {"report", "merge", "export", "bench", "Not built yet", "run, recommend, check", "Exit status"})
     EXPECT_NE(result.out.find(part), std::string::npos) << "help lacks \"" << part << "\":\n" << result.out;
 }
 
 TEST(Command, SubcommandHelp) {
-  for (const char* command : {"report", "merge", "export"}) {
+  for (const char* command : {"report", "merge", "export", "bench"}) {
     const auto result = runCli({command, "--help"});
     EXPECT_EQ(result.exit_code, 0) << command << ": " << test::describe(result);
     EXPECT_FALSE(result.out.empty()) << command;

@@ -1,0 +1,26 @@
+#pragma once
+
+// The MPI communicator (Open MPI; any MPI-3 library should do).
+
+#include <memory>
+#include <string>
+
+#include "gradscope/comm/communicator.h"
+
+namespace gradscope::comm {
+
+// True when this build has the MPI backend; otherwise false and `reason` says why.
+bool mpiBuilt(std::string* reason = nullptr);
+
+// True when this process was started by an MPI launcher (mpirun/mpiexec/srun: OMPI_COMM_WORLD_SIZE,
+// PMIX_RANK, PMI_RANK or PMI_SIZE in the environment).
+bool underMpiLauncher();
+
+// Initialises MPI if nobody has (MPI_THREAD_FUNNELED; with coll/tuned's dynamic rules switched on so
+// that withAlgorithm() can force an all-reduce algorithm per communicator, unless the user set
+// OMPI_MCA_coll_tuned_use_dynamic_rules) and returns a duplicate of MPI_COMM_WORLD (collective: our
+// error handler, MPI_ERRORS_RETURN, and our messages stay off the application's communicator). MPI is
+// finalised at exit if this call initialised it. Throws gradscope::Error when the build has no MPI.
+std::unique_ptr<Communicator> mpiWorld();
+
+}  // namespace gradscope::comm

@@ -1,0 +1,53 @@
+#include "gradscope/comm/communicator.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "gradscope/comm/mpi.h"
+#include "gradscope/common/error.h"
+
+namespace gradscope::comm {
+
+std::size_t elementBytes(Element element) {
+  const bool fp8 = element.dtype == DType::Fp8E4M3 || element.dtype == DType::Fp8E5M2;
+  if (element.block > 0) {
+    if (!fp8)
+      fail("element {} with block {}: only fp8 elements have scaled blocks", name(element.dtype),
+           element.block);
+    return sizeof(float) + element.block;
+  }
+  const std::size_t bytes = sizeOf(element.dtype);
+  if (bytes == 0) fail("element {}: no fixed size", name(element.dtype));
+  return bytes;
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      release_(std::exchange(other.release_, nullptr)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    release_ = std::exchange(other.release_, nullptr);
+  }
+  return *this;
+}
+
+void Buffer::reset() {
+  if (data_ != nullptr && release_ != nullptr) release_(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+  release_ = nullptr;
+}
+
+// Here rather than in the MPI backend: a build without MPI can still tell that it was started by a launcher.
+bool underMpiLauncher() {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(variable) != nullptr) return true;
+  return false;
+}
+
+}  // namespace gradscope::comm

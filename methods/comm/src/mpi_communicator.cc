@@ -1,0 +1,624 @@
+// The MPI communicator.
+//
+// Element types: Fp32, Fp64, Int32 and Int64 are MPI's own types with MPI's own reductions. The narrow
+// types (fp16, bf16, fp8 codes, fp8 scaled-block records) are contiguous byte types created once per
+// Element, each with a commutative user-defined sum (MPI_Op_create) that decodes both operands to fp32,
+// adds, and encodes the result again, so every hop of MPI's reduction rounds to the wire type exactly as
+// a wire-precision all-reduce on a real network would. The types and operators live until MPI_Finalize:
+// an attribute on MPI_COMM_SELF frees them, because MPI deletes MPI_COMM_SELF's attributes first thing
+// in MPI_Finalize, whoever calls it.
+//
+// Counts: MPI takes int counts. Collectives whose buffers are one contiguous range (all-reduce, reduce,
+// broadcast, send/recv) are split into calls of at most INT_MAX elements; every rank splits a matching
+// call the same way. Reduce-scatter and all-gather refuse totals above INT_MAX (their int displacements
+// would overflow).
+//
+// Threads: MPI is initialised with MPI_THREAD_FUNNELED; calls come from the thread that initialised it.
+// User operators run on that thread (inside MPI's progress) and use an inline executor, never the shared
+// pool, so they cannot wait on work queued behind the caller.
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <mpi.h>
+
+#include "gradscope/comm/mpi.h"
+#include "gradscope/common/error.h"
+#include "gradscope/methods/cpu_executor.h"
+#include "gradscope/methods/numeric.h"
+#include "gradscope/methods/wire.h"
+#include "host_local_ops.h"
+#include "ranks_per_node.h"
+
+namespace gradscope::comm {
+namespace {
+
+using methods::WireFormat;
+
+[[noreturn]] void mpiFail(std::string_view what, int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) fail("{} failed: MPI error {}", what, code);
+  fail("{} failed: {}", what, std::string_view(text, static_cast<std::size_t>(length)));
+}
+
+void check(int code, std::string_view what) {
+  if (code != MPI_SUCCESS) mpiFail(what, code);
+}
+
+bool mpiFinalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// ---- Narrow types and their sums --------------------------------------------------------------------------
+
+std::optional<WireFormat> wireFormatOf(DType dtype) {
+  switch (dtype) {
+    case DType::Fp16: return WireFormat::Fp16;
+    case DType::Bf16: return WireFormat::Bf16;
+    case DType::Fp8E4M3: return WireFormat::Fp8E4M3;
+    case DType::Fp8E5M2: return WireFormat::Fp8E5M2;
+    default: return std::nullopt;
+  }
+}
+
+// Elements per step of a user operator: two fp32 temporaries of this size stay in L1.
+constexpr std::size_t kOperatorChunk = 1024;
+
+methods::CpuExecutor& operatorExecutor() {
+  thread_local methods::CpuExecutor executor(1);
+  return executor;
+}
+
+// Plain codes (fp16, bf16, fp8 with one agreed scale): inout = code(decode(inout) + decode(in)) in fp32,
+// wire.h's addCodes (vectorised; fp8 codes are added as values with scale 1 and saturate). MPI hands
+// over its own or the caller's buffers at element boundaries, so 2-byte codes stay 2-byte aligned.
+template <WireFormat kFormat>
+void sumPlainCodes(void* in, void* inout, int* length, MPI_Datatype*) {
+  methods::addCodes(kFormat, in, inout, static_cast<std::size_t>(*length));
+}
+
+std::size_t recordBlock(MPI_Datatype type);
+
+// Scaled-block records [fp32 scale][block codes]: inout = encode(decode(in) + decode(inout)) per
+// record, the new scale from the sum's block amax (wire.h). Records are gathered a group at a time into
+// separate code and scale arrays so that the vectorised wire.h kernels do the conversions.
+template <WireFormat kFormat>
+void sumScaledBlocks(void* in, void* inout, int* length, MPI_Datatype* type) {
+  const std::size_t block = recordBlock(*type);
+  const std::size_t record_bytes = sizeof(float) + block;
+  const std::size_t group = std::max<std::size_t>(1, kOperatorChunk / block);
+  const auto* a = static_cast<const std::uint8_t*>(in);
+  auto* b = static_cast<std::uint8_t*>(inout);
+  const auto records = static_cast<std::size_t>(*length);
+  thread_local std::vector<std::uint8_t> codes;
+  thread_local std::vector<float> scales, x, y;
+  codes.resize(group * block);
+  scales.resize(group);
+  x.resize(group * block);
+  y.resize(group * block);
+  auto unpack = [&](const std::uint8_t* first, std::size_t n, float* out) {
+    for (std::size_t r = 0; r < n; ++r) {
+      std::memcpy(&scales[r], first + r * record_bytes, sizeof(float));
+      std::memcpy(codes.data() + r * block, first + r * record_bytes + sizeof(float), block);
+    }
+    methods::decode(kFormat, codes.data(), scales.data(), n * block, out, 1.0f, block, operatorExecutor());
+  };
+  for (std::size_t first = 0; first < records; first += group) {
+    const std::size_t n = std::min(group, records - first);
+    unpack(a + first * record_bytes, n, x.data());
+    unpack(b + first * record_bytes, n, y.data());
+    for (std::size_t i = 0; i < n * block; ++i) y[i] += x[i];
+    methods::encode(kFormat, y.data(), n * block, codes.data(), scales.data(),
+                    {.prescale = 1.0f, .block = block}, operatorExecutor());
+    for (std::size_t r = 0; r < n; ++r) {
+      std::uint8_t* record = b + (first + r) * record_bytes;
+      std::memcpy(record, &scales[r], sizeof(float));
+      std::memcpy(record + sizeof(float), codes.data() + r * block, block);
+    }
+  }
+}
+
+MPI_User_function* plainSum(WireFormat format) {
+  switch (format) {
+    case WireFormat::Fp16: return &sumPlainCodes<WireFormat::Fp16>;
+    case WireFormat::Bf16: return &sumPlainCodes<WireFormat::Bf16>;
+    case WireFormat::Fp8E4M3: return &sumPlainCodes<WireFormat::Fp8E4M3>;
+    case WireFormat::Fp8E5M2: return &sumPlainCodes<WireFormat::Fp8E5M2>;
+  }
+  return nullptr;
+}
+
+MPI_User_function* scaledBlockSum(WireFormat format) {
+  return format == WireFormat::Fp8E4M3 ? &sumScaledBlocks<WireFormat::Fp8E4M3>
+                                       : &sumScaledBlocks<WireFormat::Fp8E5M2>;
+}
+
+struct NarrowType {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op sum = MPI_OP_NULL;
+};
+
+// Created on first use, freed at MPI_Finalize (see the top of the file).
+class NarrowTypes {
+ public:
+  // Never destroyed: MPI_Finalize may run from an atexit handler after static destructors.
+  static NarrowTypes& instance() {
+    static NarrowTypes& types = *new NarrowTypes;
+    return types;
+  }
+
+  // The block size of a scaled-block record type (a user operator only gets the datatype).
+  std::size_t recordBlock(MPI_Datatype type) {
+    std::lock_guard lock(mutex_);
+    return record_blocks_.at(type);
+  }
+
+  NarrowType get(Element element) {
+    const auto key = std::pair(element.dtype, element.block);
+    {
+      std::lock_guard lock(mutex_);
+      if (const auto found = types_.find(key); found != types_.end()) return found->second;
+    }
+    registerFinalizeHook();
+    const WireFormat format = *wireFormatOf(element.dtype);
+    NarrowType created;
+    check(MPI_Type_contiguous(static_cast<int>(elementBytes(element)), MPI_BYTE, &created.type),
+          "MPI_Type_contiguous");
+    check(MPI_Type_commit(&created.type), "MPI_Type_commit");
+    check(MPI_Op_create(element.block > 0 ? scaledBlockSum(format) : plainSum(format), 1, &created.sum),
+          "MPI_Op_create");
+    std::lock_guard lock(mutex_);
+    if (element.block > 0) record_blocks_[created.type] = element.block;
+    types_[key] = created;
+    return created;
+  }
+
+ private:
+  // MPI calls this while finalising: the types and operators go with it.
+  static int freeAll(MPI_Comm, int, void*, void*) {
+    NarrowTypes& self = instance();
+    std::lock_guard lock(self.mutex_);
+    for (auto& [key, narrow] : self.types_) {
+      MPI_Op_free(&narrow.sum);
+      MPI_Type_free(&narrow.type);
+    }
+    self.types_.clear();
+    self.record_blocks_.clear();
+    self.hook_registered_ = false;
+    return MPI_SUCCESS;
+  }
+
+  void registerFinalizeHook() {
+    std::lock_guard lock(mutex_);
+    if (hook_registered_) return;
+    int key = MPI_KEYVAL_INVALID;
+    check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &NarrowTypes::freeAll, &key, nullptr),
+          "MPI_Comm_create_keyval");
+    check(MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr), "MPI_Comm_set_attr");
+    check(MPI_Comm_free_keyval(&key), "MPI_Comm_free_keyval");
+    hook_registered_ = true;
+  }
+
+  std::mutex mutex_;
+  std::map<std::pair<DType, std::size_t>, NarrowType> types_;
+  std::map<MPI_Datatype, std::size_t> record_blocks_;
+  bool hook_registered_ = false;
+};
+
+std::size_t recordBlock(MPI_Datatype type) {
+  return NarrowTypes::instance().recordBlock(type);
+}
+
+// ---- Mapping elements and operations ----------------------------------------------------------------------
+
+MPI_Datatype nativeType(DType dtype) {
+  switch (dtype) {
+    case DType::Fp32: return MPI_FLOAT;
+    case DType::Fp64: return MPI_DOUBLE;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Int64: return MPI_INT64_T;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op nativeOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Prod: return MPI_PROD;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+    default: return MPI_OP_NULL;
+  }
+}
+
+// Whether `element` can be moved (op None) or reduced with `op`; the reason when not.
+bool supported(Element element, ReduceOp op, std::string* why_not) {
+  auto refuse = [&](std::string reason) {
+    if (why_not != nullptr) *why_not = std::move(reason);
+    return false;
+  };
+  const bool native = nativeType(element.dtype) != MPI_DATATYPE_NULL;
+  const std::optional<WireFormat> wire = wireFormatOf(element.dtype);
+  if (!native && !wire.has_value())
+    return refuse(fmt::format("MPI backend: no {} elements", name(element.dtype)));
+  if (element.block > 0 && !(wire.has_value() && methods::isFp8(*wire)))
+    return refuse(
+        fmt::format("MPI backend: {} elements have no scaled blocks (fp8 only)", name(element.dtype)));
+  if (op == ReduceOp::None) return true;
+  if (native) {
+    if (nativeOp(op) == MPI_OP_NULL)
+      return refuse(fmt::format("MPI backend: no {} reduction (sum, prod, max, min)", name(op)));
+    return true;
+  }
+  if (op != ReduceOp::Sum)
+    return refuse(
+        fmt::format("MPI backend: {} elements reduce with sum only, not {}", name(element.dtype), name(op)));
+  return true;
+}
+
+struct Mapped {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+};
+
+Mapped mapReduction(Element element, ReduceOp op, std::string_view what) {
+  std::string why;
+  if (!supported(element, op, &why)) fail("{}: {}", what, why);
+  if (const MPI_Datatype native = nativeType(element.dtype); native != MPI_DATATYPE_NULL)
+    return {native, op == ReduceOp::None ? MPI_OP_NULL : nativeOp(op)};
+  const NarrowType narrow = NarrowTypes::instance().get(element);
+  return {narrow.type, narrow.sum};
+}
+
+MPI_Datatype mapType(Element element, std::string_view what) {
+  return mapReduction(element, ReduceOp::None, what).type;
+}
+
+// MPI counts are ints: contiguous transfers go in pieces of at most INT_MAX elements.
+template <typename Body>
+void forEachPiece(std::size_t count, Body&& body) {
+  constexpr auto kMaxPiece = static_cast<std::size_t>(INT_MAX);
+  for (std::size_t offset = 0; offset < count; offset += kMaxPiece)
+    body(offset, static_cast<int>(std::min(kMaxPiece, count - offset)));
+}
+
+int intCount(std::size_t count, std::string_view what) {
+  if (count > static_cast<std::size_t>(INT_MAX))
+    fail("{}: {} elements exceed MPI's int counts (at most {} in all ranks' blocks together)", what, count,
+         INT_MAX);
+  return static_cast<int>(count);
+}
+
+// Byte address `elements` elements of `element_bytes` into `base`.
+const void* advance(const void* base, std::size_t elements, std::size_t element_bytes) {
+  return static_cast<const char*>(base) + elements * element_bytes;
+}
+void* advance(void* base, std::size_t elements, std::size_t element_bytes) {
+  return static_cast<char*>(base) + elements * element_bytes;
+}
+
+// ---- MPI_T: forcing coll/tuned's all-reduce algorithm -----------------------------------------------------
+
+// One MPI_T session with a handle to one integer control variable (MPI_T is reference counted, so
+// nested sessions are fine).
+class ControlVariable {
+ public:
+  explicit ControlVariable(const char* name) : name_(name) {
+    int provided = 0;
+    tcheck(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), "MPI_T_init_thread");
+    int index = -1;
+    if (const int code = MPI_T_cvar_get_index(name, &index); code != MPI_SUCCESS) {
+      MPI_T_finalize();
+      fail(
+          "MPI: this MPI has no control variable {} (Open MPI's coll/tuned is needed to force an algorithm; "
+          "MPI_T error {})",
+          name, code);
+    }
+    int elements = 0;
+    if (const int code = MPI_T_cvar_handle_alloc(index, nullptr, &handle_, &elements); code != MPI_SUCCESS) {
+      MPI_T_finalize();
+      fail("MPI: MPI_T_cvar_handle_alloc({}) failed (MPI_T error {})", name, code);
+    }
+  }
+  ~ControlVariable() {
+    MPI_T_cvar_handle_free(&handle_);
+    MPI_T_finalize();
+  }
+  ControlVariable(const ControlVariable&) = delete;
+  ControlVariable& operator=(const ControlVariable&) = delete;
+
+  int read() const {
+    int value = 0;
+    tcheck(MPI_T_cvar_read(handle_, &value), "MPI_T_cvar_read");
+    return value;
+  }
+  void write(int value) { tcheck(MPI_T_cvar_write(handle_, &value), "MPI_T_cvar_write"); }
+
+ private:
+  void tcheck(int code, std::string_view what) const {
+    if (code != MPI_SUCCESS) fail("MPI: {}({}) failed (MPI_T error {})", what, name_, code);
+  }
+
+  const char* name_;
+  MPI_T_cvar_handle handle_ = MPI_T_CVAR_HANDLE_NULL;
+};
+
+constexpr int kFirstTunedAllreduce = 1;  // basic_linear
+constexpr int kLastTunedAllreduce = 6;   // rabenseifner
+
+std::string libraryVersion() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return "unknown MPI";
+  std::string version(text, static_cast<std::size_t>(length));
+  // "Open MPI v4.1.4, package: ..., ident: ...": the first phrase is the useful one.
+  version = version.substr(0, version.find_first_of(",\n"));
+  return version;
+}
+
+// ---- The communicator -------------------------------------------------------------------------------------
+
+// Owns a communicator; usable wherever an MPI_Comm is.
+class CommHandle {
+ public:
+  explicit CommHandle(MPI_Comm comm) : comm_(comm) {}
+  ~CommHandle() {
+    // A communicator that outlives MPI (a static destroyed after the atexit finaliser) has nothing to free.
+    if (comm_ != MPI_COMM_NULL && !mpiFinalized()) MPI_Comm_free(&comm_);
+  }
+  CommHandle(const CommHandle&) = delete;
+  CommHandle& operator=(const CommHandle&) = delete;
+  operator MPI_Comm() const { return comm_; }
+
+ private:
+  MPI_Comm comm_;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm`. Collective (it counts the nodes).
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), local_(makeHostLocalOps()) {
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    nodes_ = countNodes();
+  }
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  Backend backend() const override { return Backend::Mpi; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Memory memory() const override { return Memory::Host; }
+  bool supportsScaledBlocks() const override { return true; }
+  bool supports(Element element, ReduceOp op, std::string* why_not) const override {
+    return supported(element, op, why_not);
+  }
+
+  void allReduce(const void* send, void* recv, std::size_t count, Element type, ReduceOp op) override {
+    const Mapped mapped = mapReduction(type, op, "MPI allReduce");
+    const std::size_t bytes = elementBytes(type);
+    forEachPiece(count, [&](std::size_t offset, int n) {
+      const void* source = send == recv ? MPI_IN_PLACE : advance(send, offset, bytes);
+      check(MPI_Allreduce(source, advance(recv, offset, bytes), n, mapped.type, mapped.op, comm_),
+            "MPI_Allreduce");
+    });
+  }
+
+  void reduceScatter(const void* send, void* recv, std::span<const std::size_t> counts, Element type,
+                     ReduceOp op) override {
+    const Mapped mapped = mapReduction(type, op, "MPI reduceScatter");
+    const std::vector<int> int_counts = rankCounts(counts, "MPI reduceScatter");
+    check(MPI_Reduce_scatter(send == recv ? MPI_IN_PLACE : send, recv, int_counts.data(), mapped.type,
+                             mapped.op, comm_),
+          "MPI_Reduce_scatter");
+  }
+
+  void allGather(const void* send, void* recv, std::span<const std::size_t> counts, Element type) override {
+    const MPI_Datatype mapped = mapType(type, "MPI allGather");
+    const std::vector<int> int_counts = rankCounts(counts, "MPI allGather");
+    std::vector<int> displacements(int_counts.size());
+    for (std::size_t r = 1; r < int_counts.size(); ++r)
+      displacements[r] = displacements[r - 1] + int_counts[r - 1];
+    const auto me = static_cast<std::size_t>(rank_);
+    const bool in_place = send == advance(static_cast<const void*>(recv),
+                                          static_cast<std::size_t>(displacements[me]), elementBytes(type));
+    check(MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, int_counts[me], mapped, recv, int_counts.data(),
+                         displacements.data(), mapped, comm_),
+          "MPI_Allgatherv");
+  }
+
+  void reduce(const void* send, void* recv, std::size_t count, Element type, ReduceOp op, int root) override {
+    const Mapped mapped = mapReduction(type, op, "MPI reduce");
+    const std::size_t bytes = elementBytes(type);
+    const bool in_place = send == recv && rank_ == root;
+    forEachPiece(count, [&](std::size_t offset, int n) {
+      check(MPI_Reduce(in_place ? MPI_IN_PLACE : advance(send, offset, bytes),
+                       rank_ == root ? advance(recv, offset, bytes) : nullptr, n, mapped.type, mapped.op,
+                       root, comm_),
+            "MPI_Reduce");
+    });
+  }
+
+  void broadcast(void* buffer, std::size_t count, Element type, int root) override {
+    const MPI_Datatype mapped = mapType(type, "MPI broadcast");
+    const std::size_t bytes = elementBytes(type);
+    forEachPiece(count, [&](std::size_t offset, int n) {
+      check(MPI_Bcast(advance(buffer, offset, bytes), n, mapped, root, comm_), "MPI_Bcast");
+    });
+  }
+
+  void send(const void* buffer, std::size_t count, Element type, int peer) override {
+    const MPI_Datatype mapped = mapType(type, "MPI send");
+    const std::size_t bytes = elementBytes(type);
+    forEachPiece(count, [&](std::size_t offset, int n) {
+      check(MPI_Send(advance(buffer, offset, bytes), n, mapped, peer, kPointToPointTag, comm_), "MPI_Send");
+    });
+  }
+
+  void recv(void* buffer, std::size_t count, Element type, int peer) override {
+    const MPI_Datatype mapped = mapType(type, "MPI recv");
+    const std::size_t bytes = elementBytes(type);
+    forEachPiece(count, [&](std::size_t offset, int n) {
+      check(MPI_Recv(advance(buffer, offset, bytes), n, mapped, peer, kPointToPointTag, comm_,
+                     MPI_STATUS_IGNORE),
+            "MPI_Recv");
+    });
+  }
+
+  std::vector<double> allGatherScalars(double value) override {
+    std::vector<double> values(static_cast<std::size_t>(size_));
+    check(MPI_Allgather(&value, 1, MPI_DOUBLE, values.data(), 1, MPI_DOUBLE, comm_), "MPI_Allgather");
+    return values;
+  }
+
+  double allReduceMax(double value) override {
+    double result = 0;
+    check(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_MAX, comm_), "MPI_Allreduce");
+    return result;
+  }
+
+  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void synchronize() override {}
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    if (color < 0) fail("MPI split: color must be non-negative, not {}", color);
+    MPI_Comm part = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
+    return std::make_unique<MpiCommunicator>(part);
+  }
+
+  int nodeColor() override {
+    if (const std::optional<int> per_node = detail::ranksPerNode()) return rank_ / *per_node;
+    return hostNode().color;
+  }
+
+  std::unique_ptr<Communicator> withAlgorithm(int algorithm, int protocol) override {
+    if (protocol != -1)
+      fail("MPI withAlgorithm: Open MPI's algorithms take no protocol (got {}; protocols are NCCL's)",
+           protocol);
+    if (algorithm < kFirstTunedAllreduce || algorithm > kLastTunedAllreduce)
+      fail(
+          "MPI withAlgorithm: unknown coll/tuned all-reduce algorithm {} (1 basic_linear, 2 nonoverlapping, "
+          "3 recursive_doubling, 4 ring, 5 segmented_ring, 6 rabenseifner)",
+          algorithm);
+    if (ControlVariable("coll_tuned_use_dynamic_rules").read() == 0)
+      fail(
+          "MPI withAlgorithm: coll/tuned's dynamic rules are off, so a forced algorithm would be ignored; "
+          "MPI "
+          "must be started with OMPI_MCA_coll_tuned_use_dynamic_rules=1 (mpiWorld() sets it unless the "
+          "environment says otherwise or MPI was initialised before it)");
+    // coll/tuned copies the forced algorithm into a communicator's module when the communicator is
+    // created, so the variable only needs to hold the value across the duplication.
+    ControlVariable forced("coll_tuned_allreduce_algorithm");
+    const int previous = forced.read();
+    forced.write(algorithm);
+    MPI_Comm duplicate = MPI_COMM_NULL;
+    const int code = MPI_Comm_dup(comm_, &duplicate);
+    forced.write(previous);
+    check(code, "MPI_Comm_dup");
+    return std::make_unique<MpiCommunicator>(duplicate);
+  }
+
+  LocalOps& local() override { return *local_; }
+
+  std::string description() const override {
+    return fmt::format("MPI, {} rank{} on {} node{} ({})", size_, size_ == 1 ? "" : "s", nodes_,
+                       nodes_ == 1 ? "" : "s", libraryVersion());
+  }
+
+ private:
+  static constexpr int kPointToPointTag = 0x6773;  // "gs"
+
+  struct HostNode {
+    int color = 0;  // index of this rank's node, nodes ordered by their lowest rank
+    int nodes = 1;
+  };
+
+  // Ranks that share memory (MPI_COMM_TYPE_SHARED: one node) get the same color: the number of nodes
+  // whose lowest rank is below this node's lowest rank. Collective.
+  HostNode hostNode() const {
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+          "MPI_Comm_split_type");
+    int leader = rank_;
+    const int code = MPI_Bcast(&leader, 1, MPI_INT, 0, node);
+    MPI_Comm_free(&node);
+    check(code, "MPI_Bcast");
+    std::vector<int> leaders(static_cast<std::size_t>(size_));
+    check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+    std::sort(leaders.begin(), leaders.end());
+    leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
+    HostNode result;
+    result.color =
+        static_cast<int>(std::lower_bound(leaders.begin(), leaders.end(), leader) - leaders.begin());
+    result.nodes = static_cast<int>(leaders.size());
+    return result;
+  }
+
+  int countNodes() const { return hostNode().nodes; }
+
+  std::vector<int> rankCounts(std::span<const std::size_t> counts, std::string_view what) const {
+    if (counts.size() != static_cast<std::size_t>(size_))
+      fail("{}: {} counts for {} ranks", what, counts.size(), size_);
+    std::size_t total = 0;
+    std::vector<int> result;
+    result.reserve(counts.size());
+    for (const std::size_t count : counts) {
+      total += count;
+      result.push_back(intCount(count, what));
+    }
+    intCount(total, what);
+    return result;
+  }
+
+  CommHandle comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  int nodes_ = 1;
+  std::unique_ptr<LocalOps> local_;
+};
+
+void finalizeAtExit() {
+  if (!mpiFinalized()) MPI_Finalize();
+}
+
+}  // namespace
+
+bool mpiBuilt(std::string* reason) {
+  if (reason != nullptr) reason->clear();
+  return true;
+}
+
+std::unique_ptr<Communicator> mpiWorld() {
+  if (mpiFinalized()) fail("MPI: already finalised; mpiWorld() must be called before MPI_Finalize");
+  int initialized = 0;
+  check(MPI_Initialized(&initialized), "MPI_Initialized");
+  if (initialized == 0) {
+    // coll/tuned reads this once, at MPI_Init; withAlgorithm() needs it on. With no algorithm forced
+    // (the default, 0) the dynamic decision falls back to the fixed rules, so nothing else changes.
+    setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", /*overwrite=*/0);
+    int provided = 0;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    std::atexit(&finalizeAtExit);
+  }
+  // Our own duplicate: our error handler and our messages never touch the application's MPI_COMM_WORLD.
+  MPI_Comm world = MPI_COMM_NULL;
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+  return std::make_unique<MpiCommunicator>(world);
+}
+
+}  // namespace gradscope::comm
