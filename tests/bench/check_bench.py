@@ -234,16 +234,34 @@ def check_errors(args):
     print(f"check_bench: {len(cases) + 2} error cases checked")
 
 
+SKIP = 77  # ctest SKIP_RETURN_CODE
+
+
+def check_nccl(args):
+    """One NCCL rank: every NCCL strategy checked like the MPI ones; skipped (77) without a usable GPU."""
+    code, out, err = run([args.gradscope, "bench", "--backend", "nccl", "--csv"] + SWEEP)
+    if code == 2 and len(err.strip().splitlines()) == 1 and ("GPU" in err or "CUDA" in err or "NCCL" in err):
+        print(f"check_bench: SKIP: {err.strip()}")
+        return SKIP
+    if not check(code == 0, f"exit {code} from gradscope bench --backend nccl: {err.strip()[-2000:]}"):
+        return None
+    points = check_points(parse_csv(out), 1, "float", "nccl np=1")
+    check_full_grid(points, SWEEP_SIZES, "nccl np=1", ["sum/native", "sum/rs_ag", "adacons/native", "adasum/native"])
+    return None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gradscope", required=True)
     parser.add_argument("--mpiexec")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("mode", choices=["mpi", "local", "errors"])
+    parser.add_argument("mode", choices=["mpi", "local", "errors", "nccl"])
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
-    {"mpi": check_mpi, "local": check_local, "errors": check_errors}[args.mode](args)
+    status = {"mpi": check_mpi, "local": check_local, "errors": check_errors, "nccl": check_nccl}[args.mode](args)
+    if status == SKIP and not failures:
+        return SKIP
     for failure in failures:
         print(f"check_bench: FAIL: {failure}", file=sys.stderr)
     return 1 if failures else 0
