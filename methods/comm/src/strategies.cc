@@ -188,19 +188,21 @@ class SumStrategy final : public Strategy {
     return stats;
   }
 
-  // Plain fp8 codes need one scale that every rank uses: the largest finite |x| over all ranks, A, times
-  // the prescale, over the fp8 maximum. LocalOps::encode derives an fp8 scale from its block's own
-  // largest |x · prescale|, so the input is encoded as one block with A appended: that element makes
-  // the block's largest value A · prescale on every rank (rounding is monotonic, so no other element
-  // exceeds it), hence the same scale everywhere; its own code is not sent. `codes` has room for
-  // count + 1; the scale goes to scale_.
+  // Plain fp8 codes need one scale that every rank uses, and room for the sum of N codes: scale =
+  // A / fp8_max with A the largest finite |x| over all ranks, applied to x · (1/N), so every code is
+  // at most fp8_max / N and the N-rank sum of codes stays in range. (A scale from the prescaled values
+  // themselves would cancel the 1/N and let the sum saturate.) LocalOps::encode derives its scale from
+  // the block's largest |x · prescale|, so the input is encoded as one block with A · N appended: that
+  // element's v is A (to an ulp), above every other |x| / N, on every rank, hence the same scale
+  // everywhere; its own code is not sent. `codes` has room for count + 1; the scale goes to scale_.
   methods::EncodeStats encodeWithAgreedScale(methods::WireFormat format, const float* send, std::size_t count,
                                              float prescale, void* codes) {
     LocalOps& local = comm_.local();
     const auto amax = static_cast<float>(comm_.allReduceMax(local.finiteAmax(send, count)));
+    const float anchor = amax * static_cast<float>(comm_.size());
     float* staged = staging_.as<float>(local, count + 1);
     local.copy(staged, send, count * sizeof(float));
-    local.upload(staged + count, &amax, sizeof(float));
+    local.upload(staged + count, &anchor, sizeof(float));
     return local.encode(format, staged, count + 1, codes, scale_.as<float>(local, 1),
                         {.prescale = prescale, .block = count + 1});
   }
