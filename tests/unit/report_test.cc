@@ -3,6 +3,7 @@
 
 #include "gradscope/cli/report.h"
 
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -148,6 +149,50 @@ TEST(Report, EmptyTraceSaysThereAreNoCalls) {
       << bare_text;
   const auto result = runCli({"report", bare});
   EXPECT_EQ(result.exit_code, 0) << test::describe(result);
+}
+
+TEST(Report, ListsMeasuredStrategiesFastestFirstPerPoint) {
+  TempDir dir;
+  const std::string path = dir.file("bench.db");
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    storage::RunInfo run;
+    run.uuid = "bench-run";
+    run.mode = "bench";
+    run.backend = Backend::Mpi;
+    run.world_size = 2;
+    run.epoch_ns = 1'795'000'000'000'000'000;
+    const std::int64_t run_id = writer.addRun(run);
+    auto point = [&](const char* strategy, std::int64_t bytes, double median_ns,
+                     std::optional<double> error) {
+      storage::Measurement m;
+      m.run_id = run_id;
+      m.strategy = strategy;
+      m.api = Api::MpiAllreduce;
+      m.bytes = bytes;
+      m.world = 2;
+      m.reps = 20;
+      m.min_ns = m.median_ns = m.p90_ns = m.max_ns = median_ns;
+      m.algbw_gbs = m.busbw_gbs = static_cast<double>(bytes) / median_ns;
+      m.rel_l2_error = error;
+      writer.addMeasurement(m);
+    };
+    point("sum/native", 1024, 2000, 3e-8);
+    point("sum/native/bf16", 1024, 1000, 2.4e-3);
+    point("sum/rs_ag", 1 << 20, 500'000, std::nullopt);
+    writer.finish(1'000'000);
+  }
+  const std::string text = report(path);
+  EXPECT_TRUE(hasLine(text, "No collective calls were recorded.")) << text;
+  EXPECT_TRUE(hasLine(text, "(A benchmark trace: its measurements follow.)")) << text;
+  EXPECT_TRUE(hasLine(text, "Measured strategies (3 points; per size, fastest first)")) << text;
+  const auto bf16 = text.find("sum/native/bf16");
+  const auto native = text.find("sum/native ");
+  ASSERT_NE(bf16, std::string::npos) << text;
+  ASSERT_NE(native, std::string::npos) << text;
+  EXPECT_LT(bf16, native) << "the faster strategy of the 1 KiB point comes first\n" << text;
+  EXPECT_NE(text.find("2.00x"), std::string::npos) << text;  // sum/native against the point's best
+  EXPECT_NE(text.find("1 MiB"), std::string::npos) << text;
 }
 
 TEST(Report, ListsDroppedEventsAndTheirTotal) {
