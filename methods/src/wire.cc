@@ -389,11 +389,12 @@ GS_CPU_KERNEL void encodeE5M2Kernel(const float* GS_RESTRICT in, std::uint8_t* G
 }
 
 // fp8 encode written with AVX-512 intrinsics: the same two passes per block and bit-identical codes,
-// scales and counts (checked against the portable kernel on a stride of all fp32 patterns and every
-// halfway point), about three times as fast. GCC's vectorisation of encodeFp8Blocks spends ~150
-// instructions per 64 elements (it widens the selects and cannot pack four code vectors into one
-// store); here the rounding is 17 vector operations per 16 elements, the integer maximum of the scan
-// is a masked vpmaxud, and four vectors of 32-bit codes are packed into one 64-byte store.
+// scales and counts (checked against the portable kernel on a stride of all fp32 patterns, values
+// at every halfway point and random gradients, for several block sizes and prescales). GCC's
+// vectorisation of encodeFp8Blocks spends ~150 instructions per 64 elements (it widens the selects
+// and cannot pack four code vectors into one store); here the rounding is 17 vector operations per 16
+// elements, the scan one vpmaxud over all magnitudes (a block whose maximum is not finite, which is
+// rare, is rescanned by the portable code), and four vectors of codes go out in one 64-byte store.
 #if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
 // GCC 12 reports the unmasked AVX-512 intrinsics' internal _mm512_undefined_*() as maybe-uninitialized
 // once they are inlined; every value here is initialised.

@@ -66,10 +66,9 @@ ParsedArguments parseBenchArguments(int argc, const char* const* argv) {
       "gradscope bench: time aggregation strategies over a sweep of buffer sizes (nccl-tests conventions)",
       "gradscope bench"};
   app.footer(
-      "Launch: mpirun -np N gradscope bench --backend mpi ...; gradscope bench --backend nccl ... (one rank "
-      "per "
-      "GPU, under mpirun for several); gradscope bench --backend local ... (sums of K buffers in one "
-      "process).\n"
+      "Launch: mpirun -np N gradscope bench --backend mpi ...; gradscope bench --backend nccl ...\n"
+      "(one rank per GPU, under mpirun for several); gradscope bench --backend local ... (sums of K\n"
+      "buffers in one process).\n"
       "Exit status: 0 on success, 2 on an error (one line on stderr).");
 
   BenchOptions options;
