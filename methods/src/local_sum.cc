@@ -67,23 +67,20 @@ namespace {
 // sum: VCVTPH2PS quiets a signalling fp16 NaN where numeric.h keeps it signalling. Every converted value
 // goes through at least one IEEE addition, which quiets it anyway.
 
-inline float halfToFloat(std::uint16_t half) { return fp16ToFp32(half); }
-inline std::uint16_t floatToHalf(float value) { return fp32ToFp16(value); }
-
 constexpr std::size_t kHalfBlock = 32;
 
 void halfToFloatSoftware(const std::uint16_t* GS_RESTRICT in, float* GS_RESTRICT out, std::size_t n) {
   const std::size_t full = n / kHalfBlock * kHalfBlock;
   for (std::size_t block = 0; block < full; block += kHalfBlock)
-    for (std::size_t lane = 0; lane < kHalfBlock; ++lane) out[block + lane] = halfToFloat(in[block + lane]);
-  for (std::size_t i = full; i < n; ++i) out[i] = halfToFloat(in[i]);
+    for (std::size_t lane = 0; lane < kHalfBlock; ++lane) out[block + lane] = fp16ToFp32(in[block + lane]);
+  for (std::size_t i = full; i < n; ++i) out[i] = fp16ToFp32(in[i]);
 }
 
 void floatToHalfSoftware(const float* GS_RESTRICT in, std::uint16_t* GS_RESTRICT out, std::size_t n) {
   const std::size_t full = n / kHalfBlock * kHalfBlock;
   for (std::size_t block = 0; block < full; block += kHalfBlock)
-    for (std::size_t lane = 0; lane < kHalfBlock; ++lane) out[block + lane] = floatToHalf(in[block + lane]);
-  for (std::size_t i = full; i < n; ++i) out[i] = floatToHalf(in[i]);
+    for (std::size_t lane = 0; lane < kHalfBlock; ++lane) out[block + lane] = fp32ToFp16(in[block + lane]);
+  for (std::size_t i = full; i < n; ++i) out[i] = fp32ToFp16(in[i]);
 }
 
 // ---- Element types
@@ -112,8 +109,8 @@ struct Bf16Type {
 struct HalfScalar {
   using Elem = std::uint16_t;
   using Acc = float;
-  static Acc load(Elem value) { return halfToFloat(value); }
-  static Elem store(Acc value) { return floatToHalf(value); }
+  static Acc load(Elem value) { return fp16ToFp32(value); }
+  static Elem store(Acc value) { return fp32ToFp16(value); }
 };
 
 // ---- Direct kernels ---------------------------------------------------------------------------------------
@@ -564,30 +561,30 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
                    const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                     \
     std::size_t i = 0;                                                                                      \
     for (; i + kWidth <= n; i += kWidth) store(slot + i, add(loadHalf(x + i), loadHalf(y + i)));            \
-    for (; i < n; ++i) slot[i] = halfToFloat(x[i]) + halfToFloat(y[i]);                                     \
+    for (; i < n; ++i) slot[i] = fp16ToFp32(x[i]) + fp16ToFp32(y[i]);                                       \
   }                                                                                                         \
   TARGET void pairStore(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,                 \
                         const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                \
     std::size_t i = 0;                                                                                      \
     for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(x + i), loadHalf(y + i)));         \
-    for (; i < n; ++i) out[i] = floatToHalf(halfToFloat(x[i]) + halfToFloat(y[i]));                         \
+    for (; i < n; ++i) out[i] = fp32ToFp16(fp16ToFp32(x[i]) + fp16ToFp32(y[i]));                            \
   }                                                                                                         \
   TARGET void addInput(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x, std::size_t n) {        \
     std::size_t i = 0;                                                                                      \
     for (; i + kWidth <= n; i += kWidth) store(slot + i, add(load(slot + i), loadHalf(x + i)));             \
-    for (; i < n; ++i) slot[i] = slot[i] + halfToFloat(x[i]);                                               \
+    for (; i < n; ++i) slot[i] = slot[i] + fp16ToFp32(x[i]);                                                \
   }                                                                                                         \
   TARGET void addInputStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT slot,                  \
                             const std::uint16_t* GS_RESTRICT x, std::size_t n) {                            \
     std::size_t i = 0;                                                                                      \
     for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(slot + i), loadHalf(x + i)));          \
-    for (; i < n; ++i) out[i] = floatToHalf(slot[i] + halfToFloat(x[i]));                                   \
+    for (; i < n; ++i) out[i] = fp32ToFp16(slot[i] + fp16ToFp32(x[i]));                                     \
   }                                                                                                         \
   TARGET void mergeStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT other,                    \
                          const float* GS_RESTRICT slot, std::size_t n) {                                    \
     std::size_t i = 0;                                                                                      \
     for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(other + i), load(slot + i)));          \
-    for (; i < n; ++i) out[i] = floatToHalf(other[i] + slot[i]);                                            \
+    for (; i < n; ++i) out[i] = fp32ToFp16(other[i] + slot[i]);                                             \
   }                                                                                                         \
   TARGET void addNDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,                 \
                          std::size_t offset, std::size_t n) {                                               \
@@ -599,9 +596,9 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
       storeHalf(out + e, acc);                                                                              \
     }                                                                                                       \
     for (; e < offset + n; ++e) {                                                                           \
-      float acc = halfToFloat(in[0][e]) + halfToFloat(in[1][e]);                                            \
-      for (std::size_t i = 2; i < k; ++i) acc = acc + halfToFloat(in[i][e]);                                \
-      out[e] = floatToHalf(acc);                                                                            \
+      float acc = fp16ToFp32(in[0][e]) + fp16ToFp32(in[1][e]);                                              \
+      for (std::size_t i = 2; i < k; ++i) acc = acc + fp16ToFp32(in[i][e]);                                 \
+      out[e] = fp32ToFp16(acc);                                                                             \
     }                                                                                                       \
   }                                                                                                         \
   TARGET void kahanDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,                \
@@ -622,17 +619,17 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
       storeHalf(out + e, add(sum, sub(loadHalf(in[k - 1] + e), comp)));                                     \
     }                                                                                                       \
     for (; e < offset + n; ++e) {                                                                           \
-      const float a = halfToFloat(in[0][e]);                                                                \
-      const float b = halfToFloat(in[1][e]);                                                                \
+      const float a = fp16ToFp32(in[0][e]);                                                                 \
+      const float b = fp16ToFp32(in[1][e]);                                                                 \
       float sum = a + b;                                                                                    \
       float comp = (sum - a) - b;                                                                           \
       for (std::size_t i = 2; i + 1 < k; ++i) {                                                             \
-        const float y = halfToFloat(in[i][e]) - comp;                                                       \
+        const float y = fp16ToFp32(in[i][e]) - comp;                                                        \
         const float t = sum + y;                                                                            \
         comp = (t - sum) - y;                                                                               \
         sum = t;                                                                                            \
       }                                                                                                     \
-      out[e] = floatToHalf(sum + (halfToFloat(in[k - 1][e]) - comp));                                       \
+      out[e] = fp32ToFp16(sum + (fp16ToFp32(in[k - 1][e]) - comp));                                         \
     }                                                                                                       \
   }                                                                                                         \
   template <std::size_t First, std::size_t Count>                                                           \
@@ -665,13 +662,13 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
   TARGET void toFloat(const std::uint16_t* GS_RESTRICT in, float* GS_RESTRICT out, std::size_t n) {         \
     std::size_t i = 0;                                                                                      \
     for (; i + kWidth <= n; i += kWidth) store(out + i, loadHalf(in + i));                                  \
-    for (; i < n; ++i) out[i] = halfToFloat(in[i]);                                                         \
+    for (; i < n; ++i) out[i] = fp16ToFp32(in[i]);                                                          \
   }                                                                                                         \
   TARGET void accumulate(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,                \
                          std::size_t n) {                                                                   \
     std::size_t i = 0;                                                                                      \
     for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(out + i), loadHalf(x + i)));       \
-    for (; i < n; ++i) out[i] = floatToHalf(halfToFloat(out[i]) + halfToFloat(x[i]));                       \
+    for (; i < n; ++i) out[i] = fp32ToFp16(fp16ToFp32(out[i]) + fp16ToFp32(x[i]));                          \
   }
 
 // AVX-512F: 16 lanes. (The zero-masked conversions with an all-ones mask are the plain instructions; the
