@@ -51,8 +51,7 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void sumKernel(const float* const* g, std::size_
                                                double* GS_RESTRICT s, std::size_t offset, std::size_t n) {
   const std::size_t full = n / kLanes * kLanes;
   for (std::size_t block = 0; block < full; block += kLanes) {
-    for (std::size_t i = 0; i < n_grad; ++i)
-      __builtin_prefetch(g[i] + offset + block + kPrefetchBytes / sizeof(float));
+    for (std::size_t i = 0; i < n_grad; ++i) detail::prefetchAhead(g[i] + offset + block, kPrefetchBytes);
     double acc[kLanes];
     const float* g0 = g[0] + offset + block;
     for (std::size_t j = 0; j < kLanes; ++j) acc[j] = static_cast<double>(g0[j]);
@@ -103,8 +102,8 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void pairDotLanesKernel(const float* GS_RESTRICT
                                                         double* GS_RESTRICT bb) {
   const std::size_t full = n / kLanes * kLanes;
   for (std::size_t i = 0; i < full; i += kLanes) {
-    detail::prefetchAhead(a + i);
-    detail::prefetchAhead(b + i);
+    detail::prefetchAhead(a + i, kPrefetchBytes);
+    detail::prefetchAhead(b + i, kPrefetchBytes);
     for (std::size_t j = 0; j < kLanes; ++j) {
       const double x = static_cast<double>(a[i + j]);
       const double y = static_cast<double>(b[i + j]);
@@ -126,8 +125,8 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void pairDotLanesKernel(const float* GS_RESTRICT
 GS_CPU_KERNEL void scaleKernel(const float* in, std::size_t n, float factor, float* out) {
   std::size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    detail::prefetchAhead(in + i);
-    detail::prefetchForWrite(out + i);
+    detail::prefetchAhead(in + i, kPrefetchBytes);
+    detail::prefetchForWrite(out + i, kPrefetchBytes);
     for (std::size_t j = 0; j < kLanes; ++j) out[i + j] = in[i + j] * factor;
   }
   for (; i < n; ++i) out[i] = in[i] * factor;
@@ -139,8 +138,7 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void weightedSumKernel(const float* const* g, co
                                                        std::size_t n) {
   const std::size_t full_end = offset + n / kLanes * kLanes;
   for (std::size_t block = offset; block < full_end; block += kLanes) {
-    for (std::size_t i = 0; i < n_grad; ++i)
-      __builtin_prefetch(g[i] + block + kPrefetchBytes / sizeof(float));
+    for (std::size_t i = 0; i < n_grad; ++i) detail::prefetchAhead(g[i] + block, kPrefetchBytes);
     double acc[kLanes];
     const float* g0 = g[0] + block;
     for (std::size_t j = 0; j < kLanes; ++j) acc[j] = c[0] * static_cast<double>(g0[j]);
@@ -164,8 +162,7 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void meanKernel(const float* const* g, std::size
   const auto divisor = static_cast<double>(n_grad);
   const std::size_t full_end = offset + n / kLanes * kLanes;
   for (std::size_t block = offset; block < full_end; block += kLanes) {
-    for (std::size_t i = 0; i < n_grad; ++i)
-      __builtin_prefetch(g[i] + block + kPrefetchBytes / sizeof(float));
+    for (std::size_t i = 0; i < n_grad; ++i) detail::prefetchAhead(g[i] + block, kPrefetchBytes);
     double acc[kLanes];
     const float* g0 = g[0] + block;
     for (std::size_t j = 0; j < kLanes; ++j) acc[j] = static_cast<double>(g0[j]);

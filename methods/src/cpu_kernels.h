@@ -18,9 +18,11 @@
 
 namespace gradscope::methods::detail {
 
-// How far ahead of a streaming loop's reads and writes to prefetch. This VM's hardware prefetchers
-// alone leave a streaming kernel with little computation at 60-85% of memcpy's bandwidth; software
-// prefetches 4 KiB ahead bring it to memcpy's (bf16 encode 34 -> 53 GB/s, fp8 decode 42 -> 48 GB/s).
+// How far ahead of a streaming loop's reads and writes to prefetch by default. This VM's hardware
+// prefetchers alone leave a streaming kernel with little computation at 60-85% of memcpy's bandwidth;
+// software prefetches 4 KiB ahead bring it to memcpy's (bf16 encode 34 -> 53 GB/s, fp8 decode 42 -> 48
+// GB/s). Kernels that stream many inputs at once (local sums, adaptive passes) pass a shorter distance
+// per stream so that all of them stay in flight together.
 inline constexpr std::size_t kPrefetchDistance = 4096;
 
 // Prefetches the cache line `distance` bytes past `p` for reading. Integer arithmetic, so a line past

@@ -131,12 +131,12 @@ struct Lanes {
 // Software prefetch this far ahead of every input stream. The hardware prefetchers alone keep fewer
 // misses in flight than K interleaved streams need once a block costs more than a few instructions
 // (16-bit conversions, Kahan): on two cores, fp16/bf16 AddN K=8 went from ~0.8 to ~0.9-1.0 of memcpy
-// with it. (Prefetches never fault, so running past the end of a buffer is harmless.)
+// with it. (detail::prefetchAhead: a prefetch never faults, so running past a buffer's end is harmless.)
 constexpr std::size_t kPrefetchBytes = 1024;
 
 template <class Elem>
 [[gnu::always_inline]] inline void prefetchInputs(const Elem* const* in, std::size_t k, std::size_t element) {
-  for (std::size_t i = 0; i < k; ++i) __builtin_prefetch(in[i] + element + kPrefetchBytes / sizeof(Elem));
+  for (std::size_t i = 0; i < k; ++i) detail::prefetchAhead(in[i] + element, kPrefetchBytes);
 }
 
 // AddN with K only known at run time (K > kMaxFixedK).
@@ -518,8 +518,8 @@ GS_CPU_KERNEL void accumulateKernel(typename T::Elem* GS_RESTRICT out, const typ
   constexpr std::size_t lanes = 64 / sizeof(typename T::Elem);
   const std::size_t full = n / lanes * lanes;
   for (std::size_t block = 0; block < full; block += lanes) {
-    __builtin_prefetch(out + block + kPrefetchBytes / sizeof(typename T::Elem));
-    __builtin_prefetch(x + block + kPrefetchBytes / sizeof(typename T::Elem));
+    detail::prefetchAhead(out + block, kPrefetchBytes);
+    detail::prefetchAhead(x + block, kPrefetchBytes);
     for (std::size_t j = 0; j < lanes; ++j)
       out[block + j] = T::store(T::load(out[block + j]) + T::load(x[block + j]));
   }
