@@ -104,11 +104,7 @@ class HostLocalOps final : public LocalOps {
                                             {.prescale = prescale, .block = block}, serialExecutor()));
             // The unused codes of a short last block are zeros on the wire.
             std::fill(codes.begin() + static_cast<std::ptrdiff_t>(n), codes.end(), std::uint8_t{0});
-            for (std::size_t b = 0; b < n_blocks; ++b) {
-              std::uint8_t* record = out + (first + b) * record_bytes;
-              std::memcpy(record, &scales[b], sizeof(float));
-              std::memcpy(record + sizeof(float), codes.data() + b * block, block);
-            }
+            packRecords(scales.data(), codes.data(), n_blocks, block, out + first * record_bytes);
           }
           std::lock_guard lock(mutex);
           addStats(total, stats);
@@ -134,11 +130,7 @@ class HostLocalOps final : public LocalOps {
             const std::size_t n = std::min(n_blocks * block, count - first_element);
             codes.resize(n_blocks * block);
             scales.resize(n_blocks);
-            for (std::size_t b = 0; b < n_blocks; ++b) {
-              const std::uint8_t* record = in + (first + b) * record_bytes;
-              std::memcpy(&scales[b], record, sizeof(float));
-              std::memcpy(codes.data() + b * block, record + sizeof(float), block);
-            }
+            unpackRecords(in + first * record_bytes, n_blocks, block, scales.data(), codes.data());
             methods::decode(format, codes.data(), scales.data(), n, out + first_element, postscale, block,
                             serialExecutor());
           }
@@ -175,6 +167,24 @@ class HostLocalOps final : public LocalOps {
 };
 
 }  // namespace
+
+void unpackRecords(const void* records, std::size_t n, std::size_t block, float* scales,
+                   std::uint8_t* codes) {
+  const auto* record = static_cast<const std::uint8_t*>(records);
+  for (std::size_t r = 0; r < n; ++r, record += sizeof(float) + block) {
+    std::memcpy(&scales[r], record, sizeof(float));
+    std::memcpy(codes + r * block, record + sizeof(float), block);
+  }
+}
+
+void packRecords(const float* scales, const std::uint8_t* codes, std::size_t n, std::size_t block,
+                 void* records) {
+  auto* record = static_cast<std::uint8_t*>(records);
+  for (std::size_t r = 0; r < n; ++r, record += sizeof(float) + block) {
+    std::memcpy(record, &scales[r], sizeof(float));
+    std::memcpy(record + sizeof(float), codes + r * block, block);
+  }
+}
 
 std::unique_ptr<LocalOps> makeHostLocalOps() {
   return std::make_unique<HostLocalOps>();

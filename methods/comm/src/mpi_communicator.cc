@@ -110,10 +110,7 @@ void sumScaledBlocks(void* in, void* inout, int* length, MPI_Datatype* type) {
   x.resize(group * block);
   y.resize(group * block);
   auto unpack = [&](const std::uint8_t* first, std::size_t n, float* out) {
-    for (std::size_t r = 0; r < n; ++r) {
-      std::memcpy(&scales[r], first + r * record_bytes, sizeof(float));
-      std::memcpy(codes.data() + r * block, first + r * record_bytes + sizeof(float), block);
-    }
+    unpackRecords(first, n, block, scales.data(), codes.data());
     methods::decode(kFormat, codes.data(), scales.data(), n * block, out, 1.0f, block, operatorExecutor());
   };
   for (std::size_t first = 0; first < records; first += group) {
@@ -123,11 +120,7 @@ void sumScaledBlocks(void* in, void* inout, int* length, MPI_Datatype* type) {
     for (std::size_t i = 0; i < n * block; ++i) y[i] += x[i];
     methods::encode(kFormat, y.data(), n * block, codes.data(), scales.data(),
                     {.prescale = 1.0f, .block = block}, operatorExecutor());
-    for (std::size_t r = 0; r < n; ++r) {
-      std::uint8_t* record = b + (first + r) * record_bytes;
-      std::memcpy(record, &scales[r], sizeof(float));
-      std::memcpy(record + sizeof(float), codes.data() + r * block, block);
-    }
+    packRecords(scales.data(), codes.data(), n, block, b + first * record_bytes);
   }
 }
 
