@@ -207,6 +207,14 @@ void TraceWriter::setRunEnd(std::int64_t run_id, std::int64_t end_ns) {
   update.run();
 }
 
+void TraceWriter::setRunConfig(std::int64_t run_id, const std::string& config_json) {
+  impl_->begin();
+  sql::Statement update(impl_->db, "UPDATE runs SET config_json = ? WHERE id = ?");
+  update.bind(1, config_json.empty() ? std::string("{}") : config_json);
+  update.bind(2, run_id);
+  update.run();
+}
+
 std::int64_t TraceWriter::addRank(const RankInfo& rank) {
   impl_->begin();
   sql::Database& db = impl_->db;

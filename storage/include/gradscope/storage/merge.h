@@ -11,6 +11,7 @@ namespace gradscope::storage {
 struct MergeOptions {
   bool allow_different_runs = false;  // merge files of different runs (each keeps its own run row)
   bool overwrite = false;             // replace an existing output file
+  bool detect_steps = true;           // fill calls.step of ranks that have no explicit steps (steps.h)
 };
 
 struct MergeSummary {
@@ -19,6 +20,7 @@ struct MergeSummary {
   int ranks = 0;
   std::int64_t calls = 0;
   std::int64_t measurements = 0;
+  std::int64_t steps_detected = 0;  // most steps detected on one rank; 0 when none were
 };
 
 // Expands the command line's inputs: a directory stands for the trace files (*.db) directly inside it,
@@ -28,8 +30,17 @@ std::vector<std::string> expandTraceInputs(const std::vector<std::string>& input
 
 // Merges `inputs` into a new file `output`, keeping every row: calls, measurements, consensus,
 // recommendations and drops, with ids remapped and each run's times rebased onto its earliest time
-// origin. Refuses (before writing anything) files of different runs unless allowed, the same rank of
+// origin. A run's config_json is its first file's, except that the agent's statistics of every rank
+// ("agent" in a per-rank file) are gathered into "agent_ranks", one object per rank with "rank" added
+// (docs/agent.md). Refuses (before writing anything) files of different runs unless allowed, the same rank of
 // a run in two files, and unreadable inputs. The output appears only when complete.
+//
+// With detect_steps, each rank whose calls all have step -1 (no explicit markers) gets the steps
+// detectSteps() finds in its calls; ranks with any explicit step keep theirs. Detection reads each input
+// file's calls once more before copying them, so the steps are written with the calls. Memory: 8 bytes
+// (signature) per call of the file's step-less ranks, then detectSteps' 12 bytes and 8-byte result per
+// call of one rank, and 8 bytes (step) per call of the file while it is copied. A per-rank file holds
+// one rank.
 MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::string& output,
                          const MergeOptions& options);
 

@@ -41,6 +41,8 @@ class TraceWriter {
   // Metadata. add*() return the new row's file-local id.
   std::int64_t addRun(const RunInfo& run);
   void setRunEnd(std::int64_t run_id, std::int64_t end_ns);
+  // Replaces the run's configuration JSON (the agent adds its own statistics when it finishes).
+  void setRunConfig(std::int64_t run_id, const std::string& config_json);
   // Uses rank.id when non-zero, else `rank.rank` when that id is free, else the next free id.
   std::int64_t addRank(const RankInfo& rank);
   void setClockOffset(std::int64_t rank_id, std::int64_t offset_ns);
