@@ -23,6 +23,7 @@
 enum { kLargeMessageBytes = 8192 };
 
 struct options {
+  size_t min_bytes;
   size_t max_bytes;
   int iterations; /* 0: OSU's default for the size */
   int warmup;     /* -1: OSU's default for the size */
@@ -31,6 +32,7 @@ struct options {
 };
 
 static int parse_options(int argc, char** argv, struct options* options) {
+  options->min_bytes = 8;
   options->max_bytes = 1 << 20;
   options->iterations = 0;
   options->warmup = -1;
@@ -38,7 +40,9 @@ static int parse_options(int argc, char** argv, struct options* options) {
   options->funneled = 0;
   for (int i = 1; i < argc; ++i) {
     const int has_value = i + 1 < argc;
-    if (strcmp(argv[i], "-m") == 0 && has_value) {
+    if (strcmp(argv[i], "-n") == 0 && has_value) {
+      options->min_bytes = strtoull(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "-m") == 0 && has_value) {
       options->max_bytes = strtoull(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "-i") == 0 && has_value) {
       options->iterations = atoi(argv[++i]);
@@ -53,7 +57,7 @@ static int parse_options(int argc, char** argv, struct options* options) {
       return 0;
     }
   }
-  return options->max_bytes >= 8 && options->iterations >= 0;
+  return options->min_bytes >= 8 && options->max_bytes >= options->min_bytes && options->iterations >= 0;
 }
 
 int main(int argc, char** argv) {
@@ -73,7 +77,8 @@ int main(int argc, char** argv) {
   if (!parsed) {
     if (rank == 0)
       fprintf(stderr,
-              "usage: mpirun -np N %s [-m MAX_BYTES (>= 8)] [-i ITERATIONS] [-x WARMUP] [-f] [-t funneled]\n",
+              "usage: mpirun -np N %s [-n MIN_BYTES (>= 8)] [-m MAX_BYTES] [-i ITERATIONS] [-x WARMUP] [-f] "
+              "[-t funneled]\n",
               argv[0]);
     MPI_Finalize();
     return 2;
@@ -101,7 +106,7 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
 
-  for (size_t bytes = 8; bytes <= options.max_bytes; bytes *= 2) {
+  for (size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
     const int count = (int)(bytes / sizeof(float));
     const int large = bytes > kLargeMessageBytes;
     const int iterations = options.iterations > 0 ? options.iterations : large ? 100 : 1000;

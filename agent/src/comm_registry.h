@@ -1,0 +1,71 @@
+#pragma once
+
+// Communicators the agent has seen, by the job's handle (an MPI_Comm or ncclComm_t value).
+//
+// Hot path: find() compares the handle with a thread-local last hit, then scans the published
+// slots (jobs use a handful of communicators). Slots are added under a mutex (communicator creation is
+// rare) and published with a release store of the count; a freed communicator's slot is retired, so a
+// handle value the library reuses later gets a new slot (and a new row in `comms`).
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gradscope/common/types.h"
+
+namespace gradscope::agent {
+
+struct CommSlot {
+  std::atomic<const void*> handle{nullptr};
+  // Per-communicator sequence number. Collectives on one communicator are ordered by the caller (MPI
+  // and NCCL require it), so a load and a store — not a read-modify-write — suffice.
+  std::atomic<std::int64_t> seq{0};
+  // Communicators created from this one so far (same rule as seq): names the children identically on
+  // every rank.
+  std::atomic<std::int64_t> created{0};
+  std::uint32_t index = 0;  // position in the table: the id the records carry
+  int size = 0;             // ranks in the communicator
+  int rank = 0;             // this process's index in it
+};
+
+struct CommDescription {
+  Backend backend = Backend::Unknown;
+  std::string key;  // identical on every rank of the communicator
+  int size = 0;
+  int rank = 0;
+};
+
+class CommRegistry {
+ public:
+  static constexpr std::size_t kMaxComms = 4096;
+
+  CommSlot* find(const void* handle) {
+    CommSlot* last = t_last_;
+    if (last != nullptr && last->handle.load(std::memory_order_relaxed) == handle) return last;
+    return findSlow(handle);
+  }
+
+  // Adds a communicator; if the handle is already present, retires the old slot first. Returns nullptr
+  // when the table is full (its calls are then dropped and counted).
+  CommSlot* add(const void* handle, const CommDescription& description);
+  // The communicator was freed or destroyed.
+  void retire(const void* handle);
+
+  // For the background thread: descriptions of slots [from, size()).
+  std::size_t size() const { return count_.load(std::memory_order_acquire); }
+  CommDescription description(std::size_t index);
+  const CommSlot& slot(std::size_t index) const { return slots_[index]; }
+
+ private:
+  CommSlot* findSlow(const void* handle);
+
+  static thread_local CommSlot* t_last_;
+  std::mutex mutex_;  // guards add/retire and descriptions_
+  std::atomic<std::size_t> count_{0};
+  CommSlot slots_[kMaxComms];
+  std::vector<CommDescription> descriptions_;
+};
+
+}  // namespace gradscope::agent

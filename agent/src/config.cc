@@ -1,0 +1,168 @@
+#include "config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace gradscope::agent {
+namespace {
+
+std::optional<std::int64_t> parseInteger(std::string_view text) {
+  std::int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
+  return value;
+}
+
+// "50ms", "2s", "500us", "100" (ms). Nanoseconds, or nullopt.
+std::optional<std::int64_t> parseDuration(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const auto number = parseInteger(text.substr(0, digits));
+  if (!number) return std::nullopt;
+  const std::string_view unit = text.substr(digits);
+  std::int64_t scale = 0;
+  if (unit.empty() || unit == "ms") scale = 1'000'000;
+  else if (unit == "s") scale = 1'000'000'000;
+  else if (unit == "us") scale = 1'000;
+  else return std::nullopt;
+  if (*number > INT64_MAX / scale) return std::nullopt;
+  return *number * scale;
+}
+
+std::uint64_t fnv1a(std::string_view text, std::uint64_t hash = 0xcbf29ce484222325ull) {
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+std::string formatUuid(std::uint64_t high, std::uint64_t low) {
+  // Version 4 / variant 1 bits, so the result looks like any other uuid.
+  high = (high & ~0xf000ull) | 0x4000ull;
+  low = (low & ~(0xc000ull << 48)) | (0x8000ull << 48);
+  return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", high >> 32, (high >> 16) & 0xffff, high & 0xffff,
+                     low >> 48, low & 0xffffffffffffull);
+}
+
+std::optional<int> firstInteger(const Environment& env, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const char* value = env(name);
+    if (value == nullptr) continue;
+    const auto parsed = parseInteger(value);
+    if (parsed && *parsed >= 0 && *parsed <= INT32_MAX) return static_cast<int>(*parsed);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Config parseConfig(const Environment& env, std::vector<std::string>& errors) {
+  Config config;
+  auto bad = [&](const char* name, std::string_view value, std::string_view accepted) {
+    errors.push_back(
+        fmt::format("{}='{}' is not valid ({}); unset it or fix the value", name, value, accepted));
+  };
+  if (const char* value = env("GRADSCOPE_DISABLE")) {
+    const std::string_view text = value;
+    if (text == "1" || text == "true" || text == "yes") config.disabled = true;
+    else if (!(text.empty() || text == "0" || text == "false" || text == "no"))
+      bad("GRADSCOPE_DISABLE", text, "1 or 0");
+  }
+  if (const char* value = env("GRADSCOPE_MODE")) {
+    const std::string_view text = value;
+    if (text == "observe" || text.empty()) config.mode = Mode::Observe;
+    else if (text == "explore" || text == "apply")
+      errors.push_back(fmt::format(
+          "GRADSCOPE_MODE={} is not available in this build of the agent (only observe); unset it", text));
+    else bad("GRADSCOPE_MODE", text, "observe");
+  }
+  if (const char* value = env("GRADSCOPE_OUTPUT"); value != nullptr && *value != '\0') config.output = value;
+  if (const char* value = env("GRADSCOPE_COMMAND")) config.command = value;
+  if (const char* value = env("GRADSCOPE_FLUSH_INTERVAL")) {
+    const auto ns = parseDuration(value);
+    if (!ns || *ns < 1'000'000 || *ns > 10'000'000'000)
+      bad("GRADSCOPE_FLUSH_INTERVAL", value, "a duration from 1ms to 10s, e.g. 50ms");
+    else config.flush_interval_ns = *ns;
+  }
+  if (const char* value = env("GRADSCOPE_BUFFER_CALLS")) {
+    const auto calls = parseInteger(value);
+    if (!calls || *calls < 1024 || *calls > (1 << 24) || (*calls & (*calls - 1)) != 0)
+      bad("GRADSCOPE_BUFFER_CALLS", value, "a power of two from 1024 to 16777216");
+    else config.buffer_calls = static_cast<std::uint32_t>(*calls);
+  }
+  if (const char* value = env("GRADSCOPE_STEP_CALLS")) {
+    const auto calls = parseInteger(value);
+    if (!calls || *calls < 1) bad("GRADSCOPE_STEP_CALLS", value, "a positive number of calls per step");
+    else config.step_calls = *calls;
+  }
+  if (const char* value = env("GRADSCOPE_STEP_NVTX")) {
+    if (*value == '\0') bad("GRADSCOPE_STEP_NVTX", value, "the name of an NVTX range");
+    else config.step_nvtx = value;
+  }
+  if (config.step_calls > 0 && !config.step_nvtx.empty())
+    errors.push_back("GRADSCOPE_STEP_CALLS and GRADSCOPE_STEP_NVTX are both set; keep one of them");
+  config.run_id = runIdFromLauncher(env);
+  config.env_rank =
+      firstInteger(env, {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID"});
+  config.env_world_size =
+      firstInteger(env, {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", "SLURM_NTASKS"});
+  return config;
+}
+
+std::string expandOutputTemplate(const std::string& pattern, int rank, long pid, const std::string& host) {
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '%' || i + 1 == pattern.size()) {
+      out += pattern[i];
+      continue;
+    }
+    switch (pattern[++i]) {
+      case 'r': out += std::to_string(rank); break;
+      case 'p': out += std::to_string(pid); break;
+      case 'h': out += host; break;
+      case '%': out += '%'; break;
+      default: out += '%'; out += pattern[i];
+    }
+  }
+  return out;
+}
+
+std::string runIdFromLauncher(const Environment& env) {
+  if (const char* value = env("GRADSCOPE_RUN_ID"); value != nullptr && *value != '\0') return value;
+  std::string key;
+  // Open MPI gives every rank of one job the same random transport key: unique per job.
+  for (const char* name : {"OMPI_MCA_orte_precondition_transports", "PMIX_NAMESPACE", "TORCHELASTIC_RUN_ID",
+                           "SLURM_JOB_ID", "SLURM_STEP_ID"}) {
+    if (const char* value = env(name); value != nullptr && *value != '\0')
+      key += fmt::format("{}={};", name, value);
+  }
+  if (key.empty()) return {};
+  return formatUuid(fnv1a(key), fnv1a(key, 0x84222325cbf29ce4ull));
+}
+
+std::string randomUuid() {
+  std::random_device device;
+  const std::uint64_t high = (static_cast<std::uint64_t>(device()) << 32) | device();
+  const std::uint64_t low = (static_cast<std::uint64_t>(device()) << 32) | device();
+  return formatUuid(high, low);
+}
+
+std::string hostName() {
+  char buffer[256] = {};
+  if (gethostname(buffer, sizeof buffer - 1) != 0) return "host";
+  std::string host(buffer);
+  for (char& c : host)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_')) c = '_';
+  return host.empty() ? "host" : host;
+}
+
+}  // namespace gradscope::agent

@@ -1,0 +1,52 @@
+#pragma once
+
+// The agent's configuration: GRADSCOPE_* environment variables (docs/agent.md has the table).
+// Parsing is a pure function of an environment map so that tests cover every value without
+// touching the process environment.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gradscope::agent {
+
+enum class Mode { Observe };
+
+struct Config {
+  bool disabled = false;                        // GRADSCOPE_DISABLE=1
+  Mode mode = Mode::Observe;                    // GRADSCOPE_MODE
+  std::string output = "gradscope-%h-%p.db";    // GRADSCOPE_OUTPUT (template)
+  std::string run_id;                           // GRADSCOPE_RUN_ID, or derived from the launcher
+  std::string command;                          // GRADSCOPE_COMMAND, or /proc/self/cmdline
+  std::int64_t flush_interval_ns = 50'000'000;  // GRADSCOPE_FLUSH_INTERVAL
+  std::uint32_t buffer_calls = 65536;           // GRADSCOPE_BUFFER_CALLS (power of two)
+  std::int64_t step_calls = 0;                  // GRADSCOPE_STEP_CALLS, 0 = not set
+  std::string step_nvtx;                        // GRADSCOPE_STEP_NVTX, empty = not set
+  std::optional<int> env_rank, env_world_size;  // from the launcher's variables, when present
+};
+
+using Environment = std::function<const char*(const char* name)>;
+
+// Parses the configuration. Every invalid value is one line in `errors` (naming the variable, the
+// value, what is accepted); a configuration with errors must not record (fail open).
+Config parseConfig(const Environment& env, std::vector<std::string>& errors);
+
+// Expands %r (rank), %p (pid), %h (host name) and %% in an output template. A result that would
+// leave the template's directory (a host name or rank containing '/') cannot happen: host names are
+// sanitised to [A-Za-z0-9._-].
+std::string expandOutputTemplate(const std::string& pattern, int rank, long pid, const std::string& host);
+
+// A run id shared by every rank of one job without communicating: GRADSCOPE_RUN_ID, else a uuid
+// derived from the launcher's per-job values (Open MPI's per-job transport key and namespace,
+// torchrun's run id, Slurm's job and step), else empty (the caller makes a fresh one).
+std::string runIdFromLauncher(const Environment& env);
+
+// A random uuid (version 4 format).
+std::string randomUuid();
+
+// The host name, sanitised for file names.
+std::string hostName();
+
+}  // namespace gradscope::agent

@@ -1,0 +1,545 @@
+#include "recorder.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gradscope/common/error.h"
+#include "gradscope/common/version.h"
+#include "gradscope/storage/writer.h"
+
+namespace gradscope::agent {
+
+std::atomic<bool> g_recording{false};
+thread_local ThreadBuffer* t_buffer __attribute__((tls_model("initial-exec"))) = nullptr;
+StepMarker g_step_marker = StepMarker::None;
+
+namespace {
+
+// ---- state fixed at load ---------------------------------------------------------------------------
+
+Config g_config;
+std::vector<std::string> g_config_errors;
+std::atomic<std::int64_t> g_step_call_counter{0};
+std::atomic<std::int64_t> g_nvtx_steps{0};
+std::atomic<int> g_log_rank{-1};
+
+// ---- state created at activation --------------------------------------------------------------------
+
+std::mutex g_lifecycle_mutex;  // activate() and finish()
+bool g_activated = false;
+bool g_finished = false;
+pid_t g_owner_pid = 0;  // the process that activated: a forked child never touches the file
+ThreadBufferTable* g_buffers = nullptr;
+std::atomic<GpuTimer*> g_gpu_timer{nullptr};
+
+// Wake-up pipe of the background thread (byte 0 = stop, else a signal number) and the pipe on which
+// it answers a signal handler.
+int g_wake_pipe[2] = {-1, -1};
+int g_done_pipe[2] = {-1, -1};
+
+struct DropCounter {
+  const char* kind;
+  std::atomic<std::int64_t> count{0};
+};
+DropCounter g_drop_counters[] = {
+    {"thread_buffer", {}}, {"comm_table", {}}, {"gpu_timing", {}}, {"iallreduce_table", {}}, {"other", {}}};
+
+// Owns the calling thread's buffer claim: returns it to the table when the thread exits.
+struct BufferOwner {
+  ThreadBuffer* buffer = nullptr;
+  ~BufferOwner() {
+    if (buffer != nullptr) {
+      t_buffer = nullptr;
+      ThreadBufferTable::release(buffer);
+    }
+  }
+};
+thread_local BufferOwner t_owner;
+
+std::string commandLine() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!raw.empty() && raw.back() == '\0') raw.pop_back();
+  std::replace(raw.begin(), raw.end(), '\0', ' ');
+  return raw;
+}
+
+void writeAll(int fd, const void* data, std::size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+// ---- the background thread --------------------------------------------------------------------------
+
+class Flusher {
+ public:
+  Flusher(storage::TraceWriter writer, std::int64_t run_id, std::int64_t rank_id, std::int64_t epoch_ns,
+          std::string config_json)
+      : writer_(std::move(writer)),
+        run_id_(run_id),
+        rank_id_(rank_id),
+        epoch_ns_(epoch_ns),
+        config_json_(std::move(config_json)) {}
+
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    // Job signals never land here: the handlers wait for this thread.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    // Lowest priority: on a machine whose cores the job keeps busy, this thread takes at most ~1.5% of
+    // one (CFS weight 15 against 1024) instead of a full share, and calls it cannot keep up with are
+    // dropped and counted rather than slowing the job. Linux applies setpriority to one thread by tid.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+    measureHotPath();
+    const int timeout_ms =
+        static_cast<int>(std::max<std::int64_t>(1, g_config.flush_interval_ns / 1'000'000));
+    int signal_number = 0;
+    for (;;) {
+      pollfd wake{g_wake_pipe[0], POLLIN, 0};
+      const int ready = poll(&wake, 1, timeout_ms);
+      bool stop = false;
+      if (ready > 0) {
+        unsigned char byte = 0;
+        if (read(g_wake_pipe[0], &byte, 1) == 1) {
+          stop = true;
+          signal_number = byte;
+        }
+      }
+      flush(stop);
+      if (stop) break;
+    }
+    close();
+    if (signal_number != 0) {
+      const char done = 1;
+      writeAll(g_done_pipe[1], &done, 1);
+    }
+  }
+
+  // The cost of what an intercepted call adds, measured on this thread with the same operations:
+  // two clock reads, a communicator look-up and a push into a private buffer.
+  void measureHotPath() {
+    constexpr int kCalls = 20000;
+    ThreadBuffer scratch(32768);
+    CommRegistry& registry = comms();
+    CallEvent event;
+    // Twice: the first pass faults the buffer's pages in, the second is what a warm thread pays.
+    for (int pass = 0; pass < 2; ++pass) {
+      const std::int64_t t0 = monotonicNs();
+      for (int i = 0; i < kCalls; ++i) {
+        event.start = ticks();
+        event.comm = registry.find(&scratch) == nullptr ? 1u : 2u;
+        event.end = ticks();
+        event.seq = i;
+        scratch.push(event);
+      }
+      hot_path_ns_ = static_cast<double>(monotonicNs() - t0) / kCalls;
+      scratch.drain([](const CallEvent&) {});
+    }
+  }
+
+  void flush(bool final) {
+    // 1. Records, oldest first per thread. Buffers of exited threads are freed once drained.
+    events_.clear();
+    const std::size_t buffers = g_buffers->size();
+    dropped_per_buffer_.resize(buffers, 0);
+    std::int64_t new_drops = 0;
+    for (std::size_t i = 0; i < buffers; ++i) {
+      ThreadBuffer* buffer = g_buffers->at(i);
+      if (buffer == nullptr) continue;
+      const bool orphaned = buffer->state.load(std::memory_order_acquire) == ThreadBuffer::kOrphaned;
+      buffer->drain([&](const CallEvent& event) { events_.push_back(event); });
+      const std::uint64_t dropped = buffer->dropped();
+      new_drops += static_cast<std::int64_t>(dropped - dropped_per_buffer_[i]);
+      dropped_per_buffer_[i] = dropped;
+      if (orphaned) buffer->state.store(ThreadBuffer::kFree, std::memory_order_release);
+    }
+    if (failed_) return;
+    try {
+      // 2. Communicators first: every record refers to one registered before it.
+      CommRegistry& registry = comms();
+      for (std::size_t i = comm_rows_.size(); i < registry.size(); ++i) {
+        const CommDescription description = registry.description(i);
+        storage::CommInfo comm;
+        comm.rank_id = rank_id_;
+        comm.key = description.key;
+        comm.backend = description.backend;
+        comm.size = description.size;
+        comm.comm_rank = description.rank;
+        comm_rows_.push_back(writer_.addComm(comm));
+      }
+      // 3. Calls: host-timed ones now, GPU ones once their timer has the span.
+      calls_.clear();
+      GpuTimer* timer = g_gpu_timer.load(std::memory_order_acquire);
+      for (const CallEvent& event : events_) {
+        if (event.gpu_slot != 0 && timer != nullptr) pending_gpu_.push_back(event);
+        else calls_.push_back(toRecord(event, nullptr));
+      }
+      resolveGpu(timer, final);
+      std::stable_sort(
+          calls_.begin(), calls_.end(),
+          [](const storage::CallRecord& a, const storage::CallRecord& b) { return a.start_ns < b.start_ns; });
+      writer_.appendCalls(calls_);
+      calls_recorded_ += static_cast<std::int64_t>(calls_.size());
+      if (new_drops > 0) {
+        writer_.addDrops(rank_id_, "call", new_drops);
+        calls_dropped_ += new_drops;
+      }
+      for (DropCounter& counter : g_drop_counters) {
+        const std::int64_t n = counter.count.exchange(0, std::memory_order_relaxed);
+        if (n > 0) writer_.addDrops(rank_id_, counter.kind, n);
+      }
+      writer_.commit();
+      clock_.refine();
+    } catch (const std::exception& error) {
+      fail(error.what());
+    }
+  }
+
+  void resolveGpu(GpuTimer* timer, bool final) {
+    if (timer == nullptr) return;
+    timer->poll();
+    // Calls complete in order per stream, not across streams: query every pending one.
+    for (auto it = pending_gpu_.begin(); it != pending_gpu_.end();) {
+      std::int64_t start = 0, end = 0;
+      const auto status = timer->query(it->gpu_slot - 1, start, end);
+      const bool give_up = final || pending_gpu_.size() > kMaxPendingGpu;
+      if (status == GpuTimer::Status::Pending && !give_up) {
+        ++it;
+        continue;
+      }
+      std::int64_t span[2] = {start, end};
+      if (status != GpuTimer::Status::Ready) {
+        g_drop_counters[2].count.fetch_add(1, std::memory_order_relaxed);
+        calls_.push_back(toRecord(*it, nullptr));  // host enqueue times instead
+      } else {
+        calls_.push_back(toRecord(*it, span));
+      }
+      timer->release(it->gpu_slot - 1);
+      it = pending_gpu_.erase(it);
+    }
+  }
+
+  storage::CallRecord toRecord(const CallEvent& event, const std::int64_t* gpu_span) const {
+    storage::CallRecord call;
+    call.rank_id = rank_id_;
+    call.comm_id = event.comm < comm_rows_.size() ? comm_rows_[event.comm] : 0;
+    call.seq = event.seq;
+    call.step = event.step;
+    call.api = event.api;
+    call.dtype = event.dtype;
+    call.op = event.op;
+    call.count = event.count;
+    call.bytes = event.bytes;
+    call.enqueue_ns = clock_.toEpochNs(event.enqueue) - epoch_ns_;
+    if (gpu_span != nullptr) {
+      call.start_ns = gpu_span[0] - epoch_ns_;
+      call.end_ns = gpu_span[1] - epoch_ns_;
+    } else if ((event.flags & kEpochTimes) != 0) {
+      call.start_ns = static_cast<std::int64_t>(event.start) - epoch_ns_;
+      call.end_ns = static_cast<std::int64_t>(event.end) - epoch_ns_;
+    } else {
+      call.start_ns = clock_.toEpochNs(event.start) - epoch_ns_;
+      call.end_ns = clock_.toEpochNs(event.end) - epoch_ns_;
+    }
+    if (call.end_ns < call.start_ns) call.end_ns = call.start_ns;
+    call.stream = event.stream;
+    return call;
+  }
+
+  void fail(const std::string& what) {
+    if (failed_) return;
+    failed_ = true;
+    g_recording.store(false, std::memory_order_relaxed);
+    log("{}; recording stopped, the job continues (free space or choose another GRADSCOPE_OUTPUT)", what);
+  }
+
+  void close() {
+    g_recording.store(false, std::memory_order_relaxed);
+    if (failed_) {
+      try {
+        writer_.finish();
+      } catch (const std::exception&) {
+      }
+      return;
+    }
+    try {
+      timespec cpu{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+      nlohmann::json config = nlohmann::json::parse(config_json_, nullptr, false);
+      if (config.is_discarded() || !config.is_object()) config = nlohmann::json::object();
+      config["agent"] = {
+          {"calls_recorded", calls_recorded_},
+          {"calls_dropped", calls_dropped_},
+          {"hot_path_ns", hot_path_ns_},
+          {"flusher_cpu_ns", static_cast<std::int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec},
+          {"buffer_bytes", static_cast<std::int64_t>(g_buffers->size()) * g_buffers->capacity() *
+                               static_cast<std::int64_t>(sizeof(CallEvent))},
+      };
+      writer_.setRunConfig(run_id_, config.dump());
+      writer_.finish(clock_.epochNsNow() - epoch_ns_);
+    } catch (const std::exception& error) {
+      fail(error.what());
+    }
+  }
+
+  static constexpr std::size_t kMaxPendingGpu = 1 << 16;
+
+  storage::TraceWriter writer_;
+  std::int64_t run_id_, rank_id_, epoch_ns_;
+  std::string config_json_;
+  ClockConversion clock_;
+  std::thread thread_;
+  std::vector<CallEvent> events_;
+  std::vector<storage::CallRecord> calls_;
+  std::deque<CallEvent> pending_gpu_;
+  std::vector<std::int64_t> comm_rows_;
+  std::vector<std::uint64_t> dropped_per_buffer_;
+  std::int64_t calls_recorded_ = 0, calls_dropped_ = 0;
+  double hot_path_ns_ = 0;
+  bool failed_ = false;
+};
+
+Flusher* g_flusher = nullptr;
+
+// ---- signals ----------------------------------------------------------------------------------------
+
+constexpr int kFlushSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+// Async-signal-safe: write, poll, sigaction, raise. Waits at most 3 s for the file to be finished,
+// then lets the signal's default action (termination) happen as it would without the agent.
+void onTerminatingSignal(int signal_number) {
+  if (getpid() == g_owner_pid && g_wake_pipe[1] >= 0) {
+    const auto byte = static_cast<unsigned char>(signal_number);
+    writeAll(g_wake_pipe[1], &byte, 1);
+    pollfd done{g_done_pipe[0], POLLIN, 0};
+    while (poll(&done, 1, 3000) < 0 && errno == EINTR) {
+    }
+  }
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  sigaction(signal_number, &action, nullptr);
+  raise(signal_number);  // pending until this handler returns, then terminates the process
+}
+
+// Only where the job left the default action: a job's own handler (Python's SIGINT, a trainer's
+// checkpoint-on-SIGTERM) stays in charge, and its normal exit path finishes the trace.
+void installSignalHandlers() {
+  for (const int signal_number : kFlushSignals) {
+    struct sigaction current {};
+    if (sigaction(signal_number, nullptr, &current) != 0) continue;
+    if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) continue;
+    struct sigaction action {};
+    action.sa_handler = onTerminatingSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(signal_number, &action, nullptr);
+  }
+}
+
+void atExit() {
+  finish();
+}
+
+void afterForkInChild() {
+  // The child shares the parent's file handle and buffers: it must never write either.
+  g_recording.store(false, std::memory_order_relaxed);
+}
+
+bool createDirectories(const std::filesystem::path& directory, std::string& error) {
+  if (directory.empty()) return true;
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec) {
+    error = fmt::format("cannot create directory {}: {}", directory.string(), ec.message());
+    return false;
+  }
+  return true;
+}
+
+void onLoad() {
+  chooseTickSource();
+  g_config = parseConfig([](const char* name) { return static_cast<const char*>(std::getenv(name)); },
+                         g_config_errors);
+  if (g_config.step_calls > 0) g_step_marker = StepMarker::CallCount;
+  else if (!g_config.step_nvtx.empty()) g_step_marker = StepMarker::Nvtx;
+  if (g_config.env_rank) g_log_rank.store(*g_config.env_rank, std::memory_order_relaxed);
+  pthread_atfork(nullptr, nullptr, afterForkInChild);
+}
+
+// Runs when the library loads, after every global above is initialised (declaration order within
+// this file; an __attribute__((constructor)) would have no defined order against them).
+struct Loader {
+  Loader() { onLoad(); }
+} g_loader;
+
+}  // namespace
+
+ThreadBuffer* claimThreadBuffer() {
+  if (g_buffers == nullptr) return nullptr;
+  ThreadBuffer* buffer = g_buffers->claim();
+  if (buffer == nullptr) {
+    g_drop_counters[0].count.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  t_buffer = buffer;
+  t_owner.buffer = buffer;
+  return buffer;
+}
+
+std::int64_t stepForCallSlow() {
+  if (g_config.step_calls > 0)
+    return g_step_call_counter.fetch_add(1, std::memory_order_relaxed) / g_config.step_calls;
+  if (!g_config.step_nvtx.empty()) return g_nvtx_steps.load(std::memory_order_relaxed) - 1;
+  return -1;
+}
+
+void nvtxRangePushed(const char* name) {
+  if (name != nullptr && !g_config.step_nvtx.empty() && g_config.step_nvtx == name)
+    g_nvtx_steps.fetch_add(1, std::memory_order_relaxed);
+}
+
+CommRegistry& comms() {
+  // Constructed on first use (by an interposer, before or at activation) and never destroyed: job
+  // threads may still look communicators up while the process exits.
+  static CommRegistry* registry = new CommRegistry();
+  return *registry;
+}
+
+const Config& config() {
+  return g_config;
+}
+
+bool activated() {
+  const std::lock_guard lock(g_lifecycle_mutex);
+  return g_activated;
+}
+
+bool activate(const Activation& activation) {
+  const std::lock_guard lock(g_lifecycle_mutex);
+  if (g_activated) return recording();
+  g_activated = true;
+  g_owner_pid = getpid();
+  g_log_rank.store(activation.rank, std::memory_order_relaxed);
+  if (g_config.disabled) return false;
+  if (!g_config_errors.empty()) {
+    for (const std::string& error : g_config_errors)
+      log("{}; recording is off, the job runs untouched", error);
+    return false;
+  }
+  const std::string host = hostName();
+  const std::string path =
+      expandOutputTemplate(g_config.output, activation.rank, static_cast<long>(getpid()), host);
+  try {
+    std::string error;
+    if (!createDirectories(std::filesystem::path(path).parent_path(), error)) fail("{}", error);
+    storage::TraceWriter writer = storage::TraceWriter::create(path);
+    const std::int64_t epoch_ns = realtimeNs();
+    nlohmann::json config = {
+        {"mode", "observe"},
+        {"flush_interval_ns", g_config.flush_interval_ns},
+        {"buffer_calls", g_config.buffer_calls},
+        {"clock", g_ticks_are_tsc ? "tsc" : "monotonic"},
+    };
+    if (g_config.step_calls > 0) config["step_calls"] = g_config.step_calls;
+    if (!g_config.step_nvtx.empty()) config["step_nvtx"] = g_config.step_nvtx;
+    storage::RunInfo run;
+    run.uuid = g_config.run_id.empty() ? randomUuid() : g_config.run_id;
+    run.command = g_config.command.empty() ? commandLine() : g_config.command;
+    run.mode = "observe";
+    run.backend = activation.backend;
+    run.world_size = activation.world_size;
+    run.host = host;
+    run.config_json = config.dump();
+    run.tool_version = kVersion;
+    run.epoch_ns = epoch_ns;
+    run.start_ns = 0;
+    const std::int64_t run_id = writer.addRun(run);
+    storage::RankInfo rank;
+    rank.run_id = run_id;
+    rank.rank = activation.rank;
+    rank.host = host;
+    rank.pid = getpid();
+    rank.device = activation.device;
+    const std::int64_t rank_id = writer.addRank(rank);
+    writer.commit();
+    if (pipe2(g_wake_pipe, O_CLOEXEC) != 0 || pipe2(g_done_pipe, O_CLOEXEC) != 0)
+      fail("cannot create the agent's wake-up pipe: {}", errnoMessage(errno));
+    comms();
+    g_buffers = new ThreadBufferTable(g_config.buffer_calls);
+    g_flusher = new Flusher(std::move(writer), run_id, rank_id, epoch_ns, run.config_json);
+    g_flusher->start();
+  } catch (const std::exception& error) {
+    log("{}; recording is off, the job runs untouched (set GRADSCOPE_OUTPUT to a writable path)",
+        error.what());
+    return false;
+  }
+  installSignalHandlers();
+  std::atexit(atExit);
+  g_recording.store(true, std::memory_order_release);
+  return true;
+}
+
+void finish() {
+  const std::lock_guard lock(g_lifecycle_mutex);
+  if (g_flusher == nullptr || g_finished || getpid() != g_owner_pid) return;
+  g_finished = true;
+  g_recording.store(false, std::memory_order_relaxed);
+  const unsigned char stop = 0;
+  writeAll(g_wake_pipe[1], &stop, 1);
+  g_flusher->join();
+}
+
+void countDrop(const char* kind) {
+  for (DropCounter& counter : g_drop_counters)
+    if (std::strcmp(counter.kind, kind) == 0) {
+      counter.count.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  g_drop_counters[4].count.fetch_add(1, std::memory_order_relaxed);
+}
+
+void setGpuTimer(GpuTimer* timer) {
+  g_gpu_timer.store(timer, std::memory_order_release);
+}
+
+void logLine(const std::string& message) {
+  const int rank = g_log_rank.load(std::memory_order_relaxed);
+  const std::string line = rank >= 0 ? fmt::format("gradscope: rank {}: {}\n", rank, message)
+                                     : fmt::format("gradscope: {}\n", message);
+  writeAll(STDERR_FILENO, line.data(), line.size());
+}
+
+}  // namespace gradscope::agent

@@ -1,0 +1,102 @@
+#pragma once
+
+// Per-thread record buffers: a single-producer, single-consumer ring per thread that calls an
+// intercepted API, drained by the background thread.
+//
+// Hot path (push): one load of the producer's cached view of the tail, a 72-byte copy, one release
+// store of the head. When the ring is full the record is dropped and counted, never waited for.
+// Buffers are claimed from a fixed table on a thread's first call (the only allocation, once per
+// thread) and returned to it, drained, when the thread exits, so memory is bounded by the number of
+// threads alive at once × the capacity, not by the run's length.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "call_event.h"
+
+namespace gradscope::agent {
+
+class ThreadBuffer {
+ public:
+  explicit ThreadBuffer(std::uint32_t capacity);
+  ThreadBuffer(const ThreadBuffer&) = delete;
+  ThreadBuffer& operator=(const ThreadBuffer&) = delete;
+
+  // Producer (the owning thread).
+  bool push(const CallEvent& event) {
+    const std::uint64_t head = head_.load(std::memory_order_relaxed);
+    if (head - cached_tail_ >= capacity_) {
+      cached_tail_ = tail_.load(std::memory_order_acquire);
+      if (head - cached_tail_ >= capacity_) {
+        dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        return false;
+      }
+    }
+    slots_[head & mask_] = event;
+    head_.store(head + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Consumer (the background thread): calls `visit` on every published record, oldest first, then
+  // frees their slots. Returns how many were visited.
+  template <typename Visit>
+  std::size_t drain(Visit&& visit) {
+    const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
+    const std::uint64_t head = head_.load(std::memory_order_acquire);
+    for (std::uint64_t i = tail; i != head; ++i) visit(slots_[i & mask_]);
+    tail_.store(head, std::memory_order_release);
+    return static_cast<std::size_t>(head - tail);
+  }
+
+  std::uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  std::uint32_t capacity() const { return static_cast<std::uint32_t>(capacity_); }
+
+  // Ownership, for reuse after the owning thread exits.
+  enum State : int { kFree = 0, kOwned = 1, kOrphaned = 2 };
+  std::atomic<int> state{kFree};
+
+ private:
+  // Producer-side line: head and the producer's last view of the tail.
+  alignas(64) std::atomic<std::uint64_t> head_{0};
+  std::uint64_t cached_tail_ = 0;
+  std::atomic<std::uint64_t> dropped_{0};
+  // Consumer-side line.
+  alignas(64) std::atomic<std::uint64_t> tail_{0};
+  alignas(64) std::uint64_t capacity_;
+  std::uint64_t mask_;
+  // malloc'd, not new[]'d: pages become resident only as the ring first fills them.
+  struct Free {
+    void operator()(CallEvent* p) const { std::free(p); }
+  };
+  std::unique_ptr<CallEvent[], Free> slots_;
+};
+
+// The table of every buffer ever claimed (at most kMaxThreadBuffers at once; later threads' calls are
+// dropped and counted under "thread_buffer").
+class ThreadBufferTable {
+ public:
+  static constexpr std::size_t kMaxThreadBuffers = 256;
+
+  explicit ThreadBufferTable(std::uint32_t capacity) : capacity_(capacity) {}
+
+  // A free buffer for the calling thread (reusing a drained orphan), or nullptr when the table is full.
+  ThreadBuffer* claim();
+  // The owning thread is gone: the background thread frees the buffer once it is drained.
+  static void release(ThreadBuffer* buffer) {
+    buffer->state.store(ThreadBuffer::kOrphaned, std::memory_order_release);
+  }
+
+  std::size_t size() const { return count_.load(std::memory_order_acquire); }
+  ThreadBuffer* at(std::size_t i) const { return buffers_[i].load(std::memory_order_acquire); }
+  std::uint32_t capacity() const { return capacity_; }
+
+ private:
+  std::uint32_t capacity_;
+  std::atomic<std::size_t> count_{0};
+  std::atomic<ThreadBuffer*> buffers_[kMaxThreadBuffers] = {};
+};
+
+}  // namespace gradscope::agent

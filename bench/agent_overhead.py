@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Overhead of the agent's observe mode on an MPI_Allreduce loop (docs/benchmarks.md).
+
+Runs gradscope_osu_allreduce (the OSU osu_allreduce loop: MPI_Wtime around each call, then a barrier)
+with 2 ranks, in pairs: bare, then with LD_PRELOAD=libgradscope-agent.so (the order alternates from
+pair to pair), and reports per message size the median over pairs of (latency with the agent /
+latency without). Then the agent's resident memory: each rank's peak RSS with and without the agent,
+for a short and a 10x longer run, to show it does not grow with the run's length.
+
+  bench/agent_overhead.py BUILD_DIR [--pairs 15] [--ranks 2]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+# Each rank reports its peak resident set through this wrapper (getrusage of its child).
+RSS_WRAPPER = ("import resource,subprocess,sys;"
+               "rc=subprocess.run(sys.argv[1:]).returncode;"
+               "print('maxrss_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr);"
+               "sys.exit(rc)")
+
+
+def run(build, ranks, args, agent, out_dir, wrap_rss=False):
+    command = ["mpiexec", "-np", str(ranks), "--oversubscribe", "--mca", "mpi_yield_when_idle", "1"]
+    if agent:
+        command += ["-x", "LD_PRELOAD=" + os.path.join(build, "agent", "libgradscope-agent.so"),
+                    "-x", "GRADSCOPE_OUTPUT=" + os.path.join(out_dir, "rank%r-%p.db")]
+    program = [os.path.join(build, "bench", "gradscope_osu_allreduce")] + args
+    if wrap_rss:
+        program = [sys.executable, "-c", RSS_WRAPPER] + program
+    result = subprocess.run(command + program, env={**os.environ, **MPI_ENV}, capture_output=True, text=True,
+                            timeout=600)
+    if result.returncode != 0:
+        sys.exit("run failed: " + " ".join(command + program) + "\n" + result.stderr)
+    latencies = {}
+    for line in result.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0].isdigit():
+            latencies[int(fields[0])] = float(fields[1])
+    rss = [int(v) for v in re.findall(r"maxrss_kib (\d+)", result.stderr)]
+    return latencies, rss
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("build")
+    parser.add_argument("--pairs", type=int, default=15)
+    parser.add_argument("--ranks", type=int, default=2)
+    options = parser.parse_args()
+    cases = [("8 B", ["-n", "8", "-m", "8", "-i", "100000", "-x", "1000"]),
+             ("64 MiB", ["-n", str(64 << 20), "-m", str(64 << 20), "-i", "20", "-x", "3"])]
+    with tempfile.TemporaryDirectory() as out_dir:
+        for name, args in cases:
+            ratios, bare_all, agent_all = [], [], []
+            for pair in range(options.pairs):
+                order = [False, True] if pair % 2 == 0 else [True, False]
+                result = {}
+                for agent in order:
+                    result[agent] = run(options.build, options.ranks, args, agent, out_dir)[0]
+                size = next(iter(result[False]))
+                bare_all.append(result[False][size])
+                agent_all.append(result[True][size])
+                ratios.append(result[True][size] / result[False][size])
+            print(f"{name}: {options.pairs} pairs, median latency bare {statistics.median(bare_all):.3f} us, "
+                  f"with agent {statistics.median(agent_all):.3f} us; median ratio {statistics.median(ratios):.4f} "
+                  f"(min {min(ratios):.4f}, max {max(ratios):.4f})", flush=True)
+        for iterations in (20000, 200000):
+            args = ["-n", "8", "-m", "8", "-i", str(iterations), "-x", "100"]
+            _, bare = run(options.build, options.ranks, args, False, out_dir, wrap_rss=True)
+            _, agent = run(options.build, options.ranks, args, True, out_dir, wrap_rss=True)
+            print(f"peak RSS per rank, {iterations} calls: bare {max(bare) / 1024:.1f} MiB, "
+                  f"with agent {max(agent) / 1024:.1f} MiB (+{(max(agent) - max(bare)) / 1024:.1f} MiB)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

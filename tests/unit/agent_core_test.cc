@@ -1,0 +1,244 @@
+// The agent's recorder parts that need no MPI or NCCL: configuration, output templates, run ids,
+// the per-thread buffers, the communicator registry and the clock conversion.
+
+#include <map>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "clock.h"
+#include "comm_registry.h"
+#include "config.h"
+#include "thread_buffer.h"
+
+namespace gradscope::agent {
+namespace {
+
+Environment environment(const std::map<std::string, std::string>& values) {
+  return [values](const char* name) -> const char* {
+    const auto it = values.find(name);
+    return it == values.end() ? nullptr : it->second.c_str();
+  };
+}
+
+Config parse(const std::map<std::string, std::string>& values, std::vector<std::string>& errors) {
+  return parseConfig(environment(values), errors);
+}
+
+TEST(AgentConfig, DefaultsWhenNothingIsSet) {
+  std::vector<std::string> errors;
+  const Config config = parse({}, errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_FALSE(config.disabled);
+  EXPECT_EQ(config.output, "gradscope-%h-%p.db");
+  EXPECT_EQ(config.flush_interval_ns, 50'000'000);
+  EXPECT_EQ(config.buffer_calls, 65536u);
+  EXPECT_EQ(config.step_calls, 0);
+  EXPECT_TRUE(config.step_nvtx.empty());
+  EXPECT_TRUE(config.run_id.empty());
+  EXPECT_FALSE(config.env_rank.has_value());
+}
+
+TEST(AgentConfig, ParsesEveryVariable) {
+  std::vector<std::string> errors;
+  const Config config = parse({{"GRADSCOPE_OUTPUT", "/tmp/x/rank%r.db"},
+                               {"GRADSCOPE_MODE", "observe"},
+                               {"GRADSCOPE_FLUSH_INTERVAL", "2s"},
+                               {"GRADSCOPE_BUFFER_CALLS", "1024"},
+                               {"GRADSCOPE_STEP_CALLS", "7"},
+                               {"GRADSCOPE_DISABLE", "0"},
+                               {"GRADSCOPE_COMMAND", "train --fast"},
+                               {"OMPI_COMM_WORLD_RANK", "3"},
+                               {"OMPI_COMM_WORLD_SIZE", "4"}},
+                              errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(config.output, "/tmp/x/rank%r.db");
+  EXPECT_EQ(config.flush_interval_ns, 2'000'000'000);
+  EXPECT_EQ(config.buffer_calls, 1024u);
+  EXPECT_EQ(config.step_calls, 7);
+  EXPECT_EQ(config.command, "train --fast");
+  EXPECT_EQ(config.env_rank, 3);
+  EXPECT_EQ(config.env_world_size, 4);
+}
+
+TEST(AgentConfig, DurationsInEveryUnit) {
+  for (const auto& [text, ns] : std::vector<std::pair<std::string, std::int64_t>>{
+           {"50ms", 50'000'000}, {"100", 100'000'000}, {"1s", 1'000'000'000}, {"2000us", 2'000'000}}) {
+    std::vector<std::string> errors;
+    EXPECT_EQ(parse({{"GRADSCOPE_FLUSH_INTERVAL", text}}, errors).flush_interval_ns, ns) << text;
+    EXPECT_TRUE(errors.empty()) << text;
+  }
+}
+
+TEST(AgentConfig, EveryBadValueIsOneLineNamingTheVariable) {
+  const std::vector<std::pair<std::string, std::string>> bad = {{"GRADSCOPE_FLUSH_INTERVAL", "banana"},
+                                                                {"GRADSCOPE_FLUSH_INTERVAL", "0ms"},
+                                                                {"GRADSCOPE_FLUSH_INTERVAL", "20s"},
+                                                                {"GRADSCOPE_FLUSH_INTERVAL", "-5ms"},
+                                                                {"GRADSCOPE_BUFFER_CALLS", "7"},
+                                                                {"GRADSCOPE_BUFFER_CALLS", "3000"},
+                                                                {"GRADSCOPE_BUFFER_CALLS", "99999999999"},
+                                                                {"GRADSCOPE_MODE", "warp"},
+                                                                {"GRADSCOPE_MODE", "explore"},
+                                                                {"GRADSCOPE_STEP_CALLS", "0"},
+                                                                {"GRADSCOPE_STEP_CALLS", "x"},
+                                                                {"GRADSCOPE_DISABLE", "maybe"},
+                                                                {"GRADSCOPE_STEP_NVTX", ""}};
+  for (const auto& [name, value] : bad) {
+    std::vector<std::string> errors;
+    parse({{name, value}}, errors);
+    ASSERT_EQ(errors.size(), 1u) << name << "=" << value;
+    EXPECT_NE(errors[0].find(name), std::string::npos) << errors[0];
+    EXPECT_EQ(errors[0].find('\n'), std::string::npos) << errors[0];
+  }
+}
+
+TEST(AgentConfig, BothStepMarkersAreRefused) {
+  std::vector<std::string> errors;
+  parse({{"GRADSCOPE_STEP_CALLS", "4"}, {"GRADSCOPE_STEP_NVTX", "step"}}, errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("keep one"), std::string::npos);
+}
+
+TEST(AgentConfig, OutputTemplate) {
+  EXPECT_EQ(expandOutputTemplate("out/rank%r-%h-%p.db", 2, 1234, "node7"), "out/rank2-node7-1234.db");
+  EXPECT_EQ(expandOutputTemplate("100%%-%x-%", 0, 1, "h"), "100%-%x-%");
+  EXPECT_EQ(expandOutputTemplate("plain.db", 0, 1, "h"), "plain.db");
+}
+
+TEST(AgentConfig, HostNameIsSafeInAFileName) {
+  const std::string host = hostName();
+  EXPECT_FALSE(host.empty());
+  EXPECT_TRUE(std::regex_match(host, std::regex("[A-Za-z0-9._-]+"))) << host;
+}
+
+TEST(AgentConfig, RunIdIsSharedByTheRanksOfOneJobAndDiffersBetweenJobs) {
+  const std::regex uuid("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
+  const std::string job_a = runIdFromLauncher(
+      environment({{"OMPI_MCA_orte_precondition_transports", "abc-def"}, {"PMIX_NAMESPACE", "42"}}));
+  const std::string job_a_again = runIdFromLauncher(
+      environment({{"OMPI_MCA_orte_precondition_transports", "abc-def"}, {"PMIX_NAMESPACE", "42"}}));
+  const std::string job_b = runIdFromLauncher(
+      environment({{"OMPI_MCA_orte_precondition_transports", "abc-deg"}, {"PMIX_NAMESPACE", "42"}}));
+  EXPECT_TRUE(std::regex_match(job_a, uuid)) << job_a;
+  EXPECT_EQ(job_a, job_a_again);
+  EXPECT_NE(job_a, job_b);
+  EXPECT_EQ(runIdFromLauncher(environment({{"GRADSCOPE_RUN_ID", "given"}, {"PMIX_NAMESPACE", "1"}})),
+            "given");
+  EXPECT_EQ(runIdFromLauncher(environment({})), "");
+  EXPECT_TRUE(std::regex_match(randomUuid(), uuid));
+  EXPECT_NE(randomUuid(), randomUuid());
+}
+
+CallEvent event(std::int64_t seq) {
+  CallEvent e;
+  e.seq = seq;
+  e.count = seq * 3;
+  return e;
+}
+
+TEST(ThreadBuffer, DrainsInOrderAndDropsWhenFull) {
+  ThreadBuffer buffer(4);
+  for (int i = 0; i < 6; ++i) buffer.push(event(i));
+  EXPECT_EQ(buffer.dropped(), 2u);
+  std::vector<std::int64_t> seen;
+  EXPECT_EQ(buffer.drain([&](const CallEvent& e) { seen.push_back(e.seq); }), 4u);
+  EXPECT_EQ(seen, (std::vector<std::int64_t>{0, 1, 2, 3}));
+  // Space again after the drain, across the wrap-around.
+  for (int i = 6; i < 9; ++i) EXPECT_TRUE(buffer.push(event(i)));
+  seen.clear();
+  buffer.drain([&](const CallEvent& e) { seen.push_back(e.seq); });
+  EXPECT_EQ(seen, (std::vector<std::int64_t>{6, 7, 8}));
+  EXPECT_EQ(buffer.dropped(), 2u);
+}
+
+// A producer and a consumer on two threads (run under TSan in CI): every record arrives once, in
+// order, intact, or is counted as dropped.
+TEST(ThreadBuffer, ConcurrentProducerAndConsumerLoseNothingUncounted) {
+  ThreadBuffer buffer(1024);
+  constexpr std::int64_t kRecords = 200000;
+  std::atomic<bool> done{false};
+  std::thread producer([&] {
+    for (std::int64_t i = 0; i < kRecords; ++i) buffer.push(event(i));
+    done.store(true);
+  });
+  std::int64_t received = 0, last = -1;
+  bool ordered = true, intact = true;
+  auto visit = [&](const CallEvent& e) {
+    ordered = ordered && e.seq > last;
+    intact = intact && e.count == e.seq * 3;
+    last = e.seq;
+    ++received;
+  };
+  while (!done.load()) buffer.drain(visit);
+  buffer.drain(visit);
+  producer.join();
+  EXPECT_TRUE(ordered);
+  EXPECT_TRUE(intact);
+  EXPECT_EQ(received + static_cast<std::int64_t>(buffer.dropped()), kRecords);
+}
+
+TEST(ThreadBufferTable, ReusesTheBufferOfAnExitedThreadOnlyOnceFree) {
+  ThreadBufferTable table(1024);
+  ThreadBuffer* first = table.claim();
+  ASSERT_NE(first, nullptr);
+  ThreadBufferTable::release(first);
+  ThreadBuffer* second = table.claim();  // orphaned, not yet drained: not reused
+  EXPECT_NE(second, first);
+  first->state.store(ThreadBuffer::kFree);  // what the background thread does after draining it
+  EXPECT_EQ(table.claim(), first);
+  EXPECT_EQ(table.size(), 2u);
+}
+
+TEST(ThreadBufferTable, FullTableReturnsNull) {
+  ThreadBufferTable table(1024);
+  for (std::size_t i = 0; i < ThreadBufferTable::kMaxThreadBuffers; ++i) ASSERT_NE(table.claim(), nullptr);
+  EXPECT_EQ(table.claim(), nullptr);
+}
+
+TEST(CommRegistry, FindsAddsAndRetires) {
+  CommRegistry registry;
+  int a = 0, b = 0;
+  EXPECT_EQ(registry.find(&a), nullptr);
+  CommSlot* slot_a = registry.add(&a, {Backend::Mpi, "world", 4, 1});
+  ASSERT_NE(slot_a, nullptr);
+  CommSlot* slot_b = registry.add(&b, {Backend::Mpi, "world/s0@0", 2, 0});
+  EXPECT_EQ(registry.find(&a), slot_a);
+  EXPECT_EQ(registry.find(&b), slot_b);
+  EXPECT_EQ(registry.find(&a), slot_a);
+  EXPECT_EQ(slot_a->index, 0u);
+  EXPECT_EQ(slot_b->index, 1u);
+  EXPECT_EQ(slot_b->size, 2);
+  EXPECT_EQ(registry.description(1).key, "world/s0@0");
+
+  // A freed handle that the library hands out again is a new communicator: a new slot, seq from 0.
+  slot_a->seq.store(5);
+  registry.retire(&a);
+  EXPECT_EQ(registry.find(&a), nullptr);
+  CommSlot* again = registry.add(&a, {Backend::Mpi, "world/d1@0", 4, 1});
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->index, 2u);
+  EXPECT_EQ(again->seq.load(), 0);
+  EXPECT_EQ(registry.find(&a), again);
+  EXPECT_EQ(registry.size(), 3u);
+}
+
+TEST(ClockConversion, TicksConvertToTheWallClock) {
+  chooseTickSource();
+  ClockConversion clock;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  clock.refine();
+  const std::int64_t wall = realtimeNs();
+  const std::int64_t converted = clock.epochNsNow();
+  EXPECT_LT(std::llabs(converted - wall), 2'000'000) << "ticks are TSC: " << g_ticks_are_tsc;
+  // Monotonic: later ticks never convert to earlier times.
+  const std::uint64_t t0 = ticks();
+  const std::uint64_t t1 = ticks();
+  EXPECT_LE(clock.toEpochNs(t0), clock.toEpochNs(t1));
+}
+
+}  // namespace
+}  // namespace gradscope::agent
