@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "gradscope/cli/report.h"
+#include "gradscope/cli/run.h"
 #include "gradscope/common/error.h"
 #include "gradscope/common/version.h"
 #include "gradscope/storage/export.h"
@@ -60,13 +61,44 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(
       "Exit status: 0 on success, 2 on an error (one line on stderr says what and how to fix it).\n"
-      "Not built yet (later releases): run, recommend, check, and the gradscope-gui viewer.");
+      "gradscope run returns the job's exit code instead (127 when the command does not exist).\n"
+      "Not built yet (later releases): recommend, check, and the gradscope-gui viewer.");
 
   // bench: listed for --help; main() hands it to gradscope-bench before parsing.
   app.add_subcommand(
       "bench",
       "Time aggregation strategies over a sweep of sizes, nccl-tests style (MPI, NCCL or local "
       "sums; gradscope bench --help)");
+
+  // run
+  cli::RunOptions run_options;
+  int run_wait_seconds = static_cast<int>(run_options.wait.count());
+  auto* run = app.add_subcommand(
+      "run",
+      "Run a job with the agent preloaded, merge its per-rank traces and print a summary: gradscope run "
+      "[-o DIR] -- CMD [ARGS...]");
+  run->add_option("-o,--output", run_options.output_directory,
+                  "Directory for the traces (created 0700); default gradscope-YYYYmmdd-HHMMSS, or "
+                  "gradscope-<job id> when started by a launcher");
+  run->add_flag("-f,--force", run_options.force, "Use an output directory that already holds traces");
+  run->add_option("--wait", run_wait_seconds,
+                  "Started by a launcher: seconds rank 0 waits for the other ranks' traces")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  run->add_option("--top", run_options.top_calls, "Slowest calls to list in the summary")
+      ->capture_default_str();
+  // The job's command: everything from the first argument that is not one of run's options on, or after
+  // "--" (split off before CLI11 parses: CLI11 would take the job's options for its own).
+  run->prefix_command();
+  std::vector<std::string> job_command;
+  int parsed_arguments = argc;
+  if (argc >= 2 && std::string_view(argv[1]) == "run")
+    for (int i = 2; i < argc; ++i)
+      if (std::string_view(argv[i]) == "--") {
+        job_command.assign(argv + i + 1, argv + argc);
+        parsed_arguments = i;
+        break;
+      }
 
   // report
   std::string report_file;
@@ -106,10 +138,26 @@ int main(int argc, char** argv) {
   exporter->add_flag("-f,--force", export_force, "Replace the output if it exists");
 
   try {
-    app.parse(argc, argv);
+    app.parse(parsed_arguments, argv);
   } catch (const CLI::ParseError& error) {
     const int code = app.exit(error);
     return code == 0 ? 0 : kExitError;
+  }
+
+  if (*run) {
+    run_options.command = run->remaining();
+    if (!run_options.command.empty() && run_options.command.front().rfind('-', 0) == 0) {
+      fmt::print(stderr, "gradscope: run has no option {}; put the job's command after \"--\"\n",
+                 run_options.command.front());
+      return kExitError;
+    }
+    if (parsed_arguments != argc) {
+      // `gradscope run CMD ... -- ...`: the "--" was the job's.
+      if (!run_options.command.empty()) run_options.command.push_back("--");
+      run_options.command.insert(run_options.command.end(), job_command.begin(), job_command.end());
+    }
+    run_options.wait = std::chrono::seconds(run_wait_seconds);
+    return cli::runJob(run_options, std::cerr);
   }
 
   try {
@@ -121,9 +169,11 @@ int main(int argc, char** argv) {
     } else if (*merge) {
       const auto inputs = storage::expandTraceInputs(merge_inputs, merge_output);
       const auto summary = storage::mergeTraces(inputs, merge_output, merge_options);
-      fmt::print("merged {} file{} ({} run{}, {} rank{}, {} calls, {} measurements) into {}\n", summary.files,
-                 summary.files == 1 ? "" : "s", summary.runs, summary.runs == 1 ? "" : "s", summary.ranks,
-                 summary.ranks == 1 ? "" : "s", summary.calls, summary.measurements, merge_output);
+      fmt::print("merged {} file{} ({} run{}, {} rank{}, {} calls, {} measurements{}) into {}\n",
+                 summary.files, summary.files == 1 ? "" : "s", summary.runs, summary.runs == 1 ? "" : "s",
+                 summary.ranks, summary.ranks == 1 ? "" : "s", summary.calls, summary.measurements,
+                 summary.steps_detected > 0 ? fmt::format(", {} steps detected", summary.steps_detected) : "",
+                 merge_output);
     } else if (*exporter) {
       const bool chrome = export_format == "chrome-trace";
       if (export_output.empty())

@@ -9,6 +9,7 @@
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gradscope/common/units.h"
 
@@ -59,6 +60,73 @@ void writeMeasurements(std::vector<storage::Measurement> measurements, std::ostr
                        m.rel_l2_error ? fmt::format("{:.1e}", *m.rel_l2_error) : "-",
                        best_ns > 0 ? fmt::format("{:.2f}x", m.median_ns / best_ns) : "-");
   }
+}
+
+// The agent's statistics of one rank (docs/agent.md, runs.config_json).
+struct AgentStats {
+  int rank = -1;
+  double calls_recorded = 0, calls_dropped = 0, hot_path_ns = 0, flusher_cpu_ns = 0, buffer_bytes = 0;
+};
+
+// Every rank's agent statistics in the runs' configurations: "agent_ranks" in a merged file, "agent"
+// in a per-rank file (whose rank is the run's only one). Empty when the agent did not write any, as in
+// benchmark and synthetic traces.
+std::vector<AgentStats> agentStats(const std::vector<storage::RunInfo>& runs,
+                                   const std::vector<storage::RankInfo>& ranks) {
+  std::vector<AgentStats> out;
+  const auto read = [&out](const nlohmann::json& entry, int rank) {
+    if (!entry.is_object()) return;
+    const auto number = [&entry](const char* key) {
+      const auto it = entry.find(key);
+      return it != entry.end() && it->is_number() ? it->get<double>() : 0.0;
+    };
+    out.push_back({rank, number("calls_recorded"), number("calls_dropped"), number("hot_path_ns"),
+                   number("flusher_cpu_ns"), number("buffer_bytes")});
+  };
+  for (const auto& run : runs) {
+    const auto config = nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object()) continue;
+    if (const auto agent = config.find("agent"); agent != config.end()) {
+      const auto rank = std::find_if(ranks.begin(), ranks.end(),
+                                     [&](const storage::RankInfo& info) { return info.run_id == run.id; });
+      read(*agent, rank == ranks.end() ? -1 : rank->rank);
+    }
+    if (const auto entries = config.find("agent_ranks"); entries != config.end() && entries->is_array())
+      for (const auto& entry : *entries)
+        read(entry,
+             entry.contains("rank") && entry["rank"].is_number_integer() ? entry["rank"].get<int>() : -1);
+  }
+  return out;
+}
+
+// What the agent cost the job, by its own measurements: the time it added on the calling threads (its
+// measured cost of one record times the calls it saw) and the CPU time of its background thread.
+void writeAgentOverhead(const std::vector<AgentStats>& stats, std::int64_t collective_ns, std::ostream& out) {
+  if (stats.empty()) return;
+  out << "\nAgent overhead (the agent's own measurements)\n";
+  out << fmt::format("  {:>5} {:>11} {:>9} {:>10} {:>12} {:>12} {:>10}\n", "rank", "calls", "dropped",
+                     "per call", "on callers", "flusher CPU", "buffers");
+  double calls = 0, caller_ns = 0, background_ns = 0, buffer_bytes = 0;
+  for (const AgentStats& rank : stats) {
+    const double seen = rank.calls_recorded + rank.calls_dropped;
+    out << fmt::format("  {:>5} {:>11} {:>9} {:>10} {:>12} {:>12} {:>10}\n",
+                       rank.rank >= 0 ? std::to_string(rank.rank) : "-",
+                       formatCount(static_cast<std::uint64_t>(rank.calls_recorded)),
+                       formatCount(static_cast<std::uint64_t>(rank.calls_dropped)),
+                       formatDuration(rank.hot_path_ns), formatDuration(seen * rank.hot_path_ns),
+                       formatDuration(rank.flusher_cpu_ns),
+                       formatBytes(static_cast<std::uint64_t>(rank.buffer_bytes)));
+    calls += seen;
+    caller_ns += seen * rank.hot_path_ns;
+    background_ns += rank.flusher_cpu_ns;
+    buffer_bytes += rank.buffer_bytes;
+  }
+  out << fmt::format(
+      "  agent overhead: ~{} per call on the calling thread x {} calls = {} ({} of the time in "
+      "collectives); background thread {} CPU; buffers {}\n",
+      formatDuration(calls > 0 ? caller_ns / calls : 0), formatCount(static_cast<std::uint64_t>(calls)),
+      formatDuration(caller_ns), percent(caller_ns, static_cast<double>(collective_ns)),
+      formatDuration(background_ns), formatBytes(static_cast<std::uint64_t>(buffer_bytes)));
 }
 
 }  // namespace
@@ -190,6 +258,8 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
         "  {} events dropped in total: the agent's buffers were full; the totals above miss them\n",
         formatCount(static_cast<std::uint64_t>(dropped)));
   }
+
+  writeAgentOverhead(agentStats(runs, ranks), total_ns, out);
 }
 
 }  // namespace gradscope::cli

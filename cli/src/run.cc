@@ -1,0 +1,713 @@
+#include "gradscope/cli/run.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <system_error>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "gradscope/cli/report.h"
+#include "gradscope/common/error.h"
+#include "gradscope/storage/merge.h"
+#include "gradscope/storage/reader.h"
+
+extern char** environ;
+
+namespace gradscope::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kExitError = 2;
+constexpr int kExitNotFound = 127;       // as a shell: no such command
+constexpr int kExitNotExecutable = 126;  // as a shell: found, but cannot be executed
+constexpr const char* kAgentName = "libgradscope-agent.so";
+
+std::optional<std::string> lookup(const Environment& environment, const std::string& name) {
+  const auto it = environment.find(name);
+  if (it == environment.end() || it->second.empty()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<int> nonNegativeInt(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  int value = 0;
+  const auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (error != std::errc() || end != text->data() + text->size() || value < 0) return std::nullopt;
+  return value;
+}
+
+std::string baseName(const std::string& path) {
+  return fs::path(path).filename().string();
+}
+
+bool isRegularFile(const fs::path& path) {
+  std::error_code error;
+  return fs::is_regular_file(path, error);
+}
+
+// The file execve() would run for `name`: itself when it holds a '/', else the first executable
+// regular file of that name in PATH (a shell's search). Sets `error` to ENOENT or EACCES when none.
+std::string resolveExecutable(const std::string& name, const Environment& environment, int& error) {
+  error = 0;
+  const auto usable = [&error](const std::string& candidate) {
+    struct stat info {};
+    if (::stat(candidate.c_str(), &info) != 0) return false;
+    if (!S_ISREG(info.st_mode) || ::access(candidate.c_str(), X_OK) != 0) {
+      error = EACCES;  // remembered, but a later PATH entry may still have an executable one
+      return false;
+    }
+    return true;
+  };
+  if (name.empty()) {
+    error = ENOENT;
+    return {};
+  }
+  if (name.find('/') != std::string::npos) {
+    if (usable(name)) return name;
+    if (error == 0) error = ENOENT;
+    return {};
+  }
+  const std::string path = lookup(environment, "PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+  for (std::size_t begin = 0;;) {
+    const std::size_t end = path.find(':', begin);
+    const std::string directory = path.substr(begin, end == std::string::npos ? end : end - begin);
+    const std::string candidate = (directory.empty() ? std::string(".") : directory) + "/" + name;
+    if (usable(candidate)) {
+      error = 0;
+      return candidate;
+    }
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  if (error == 0) error = ENOENT;
+  return {};
+}
+
+// Shown to people: relative to the working directory when inside it, else absolute.
+std::string displayPath(const std::string& path) {
+  std::error_code error;
+  const fs::path relative = fs::relative(path, fs::current_path(error), error);
+  if (error || relative.empty() || *relative.begin() == "..") return path;
+  return relative.string();
+}
+
+std::string formatUuid(std::uint64_t high, std::uint64_t low) {
+  return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", high >> 32, (high >> 16) & 0xffff, high & 0xffff,
+                     low >> 48, low & 0xffffffffffffull);
+}
+
+// RFC 9562 layout: the version in the high nibble of byte 6, the variant (binary 10) in byte 8.
+std::string makeUuid(std::uint64_t high, std::uint64_t low, unsigned version) {
+  high = (high & ~0xf000ull) | (static_cast<std::uint64_t>(version) << 12);
+  low = (low & ~(0xc000ull << 48)) | (0x8000ull << 48);
+  return formatUuid(high, low);
+}
+
+std::uint64_t hashKey(const std::string& key, std::uint64_t seed) {
+  std::uint64_t hash = 0xcbf29ce484222325ull ^ seed;  // FNV-1a ...
+  for (char c : key) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  hash ^= hash >> 33;  // ... with a final avalanche (MurmurHash3's fmix64) so close keys differ widely
+  hash *= 0xff51afd7ed558ccdull;
+  hash ^= hash >> 33;
+  hash *= 0xc4ceb9fe1a85ec53ull;
+  return hash ^ (hash >> 33);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Signals (see run.h): the handler only reads and writes lock-free atomics and calls kill(), sigaction()
+// and raise(), all async-signal-safe.
+
+std::atomic<pid_t> g_job{0};              // the running job, 0 when none (before it starts, once it ended)
+std::atomic<int> g_signals_after_job{0};  // signals received after the job ended
+static_assert(std::atomic<pid_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+
+constexpr std::array<int, 3> kForwardedSignals = {SIGINT, SIGTERM, SIGHUP};
+
+void onSignal(int signal, siginfo_t* info, void*) {
+  const pid_t job = g_job.load();
+  if (job > 0) {
+    // si_code <= 0 (SI_USER, SI_QUEUE, SI_TKILL): another process sent it to gradscope alone, so the job
+    // has not seen it. Kernel-generated ones (the terminal's Ctrl-C, hang-up) went to the whole
+    // foreground process group, the job included: forwarding them would deliver them twice.
+    if (info == nullptr || info->si_code <= 0) {
+      const int saved_errno = errno;
+      ::kill(job, signal);
+      errno = saved_errno;
+    }
+    return;
+  }
+  if (g_signals_after_job.fetch_add(1) >= 1) {
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    ::sigaction(signal, &default_action, nullptr);
+    ::raise(signal);
+  }
+}
+
+// Installs onSignal for the forwarded signals for its lifetime and remembers what was there, which the
+// job gets back (an ignored SIGINT, as under nohup, stays ignored for it).
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    g_job.store(0);
+    g_signals_after_job.store(0);
+    struct sigaction action {};
+    action.sa_sigaction = onSignal;
+    action.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    for (std::size_t i = 0; i < kForwardedSignals.size(); ++i)
+      ::sigaction(kForwardedSignals[i], &action, &original_[i]);
+  }
+  ~SignalForwarding() {
+    for (std::size_t i = 0; i < kForwardedSignals.size(); ++i)
+      ::sigaction(kForwardedSignals[i], &original_[i], nullptr);
+  }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+
+  // In the forked child, before exec: async-signal-safe.
+  void restoreInChild() const {
+    for (std::size_t i = 0; i < kForwardedSignals.size(); ++i)
+      ::sigaction(kForwardedSignals[i], &original_[i], nullptr);
+  }
+
+ private:
+  std::array<struct sigaction, kForwardedSignals.size()> original_{};
+};
+
+struct Spawned {
+  int exec_errno = 0;  // non-zero: the job could not be started
+  int status = 0;      // wait status
+};
+
+// Runs `executable` with `arguments` and `environment` and waits for it, forwarding signals meanwhile.
+Spawned spawnAndWait(const std::string& executable, const std::vector<std::string>& arguments,
+                     const Environment& environment, const SignalForwarding& signals) {
+  // Everything the child needs is built before fork(): between fork() and exec() only async-signal-safe
+  // calls are allowed.
+  std::vector<char*> argv;
+  for (const std::string& argument : arguments) argv.push_back(const_cast<char*>(argument.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> entries;
+  for (const auto& [name, value] : environment) entries.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& entry : entries) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+
+  // The child reports a failed exec() through this pipe; a successful one closes it (O_CLOEXEC).
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) fail("cannot create a pipe: {}", errnoMessage(errno));
+
+  // Blocked across fork() so that no forwarded signal finds g_job unset while the child exists, and the
+  // child cannot run our handler before it restores the original dispositions.
+  sigset_t blocked, previous;
+  sigemptyset(&blocked);
+  for (int signal : kForwardedSignals) sigaddset(&blocked, signal);
+  ::sigprocmask(SIG_BLOCK, &blocked, &previous);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    signals.restoreInChild();
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+    ::execve(executable.c_str(), argv.data(), envp.data());
+    const int error = errno;
+    [[maybe_unused]] const ssize_t wrote = ::write(report[1], &error, sizeof error);
+    ::_exit(kExitNotFound);
+  }
+  const int fork_errno = errno;
+  if (pid > 0) g_job.store(pid);
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+  ::close(report[1]);
+  if (pid < 0) {
+    ::close(report[0]);
+    fail("cannot start the job: fork failed: {}", errnoMessage(fork_errno));
+  }
+
+  Spawned result;
+  int error = 0;
+  ssize_t got = 0;
+  while ((got = ::read(report[0], &error, sizeof error)) < 0 && errno == EINTR) {
+  }
+  ::close(report[0]);
+  if (got == static_cast<ssize_t>(sizeof error)) result.exec_errno = error;
+
+  // Wait without reaping first, so that the pid cannot be reused while the handler may still signal it.
+  siginfo_t info{};
+  while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
+  }
+  g_job.store(0);
+  while (::waitpid(pid, &result.status, 0) < 0 && errno == EINTR) {
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// After the job.
+
+struct TraceFile {
+  std::string path;
+  std::string uuid;       // of its first run; empty when unreadable
+  bool complete = false;  // runs.end_ns set: the agent's final flush happened
+  std::string error;      // why it cannot be read
+};
+
+// The per-rank files in `directory`: *.db directly inside, except the merged trace and dotfiles.
+std::vector<TraceFile> scanTraceFiles(const std::string& directory) {
+  std::vector<std::string> paths;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file(error) && entry.path().extension() == ".db" && name.front() != '.' &&
+        name != kMergedTraceName)
+      paths.push_back(entry.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<TraceFile> files;
+  for (const std::string& path : paths) {
+    TraceFile file{path, {}, false, {}};
+    try {
+      const auto runs = storage::TraceReader::open(path).runs();
+      if (runs.empty()) {
+        file.error = "it has no run yet";
+      } else {
+        file.uuid = runs.front().uuid;
+        file.complete = runs.front().end_ns.has_value();
+      }
+    } catch (const Error& failure) {
+      file.error = failure.what();
+    }
+    files.push_back(std::move(file));
+  }
+  return files;
+}
+
+bool ofRun(const TraceFile& file, const std::string& run_id) {
+  return file.error.empty() && (run_id.empty() || file.uuid == run_id);
+}
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------------------
+// Parts
+
+Environment currentEnvironment() {
+  Environment environment;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const std::size_t equals = text.find('=');
+    if (equals == std::string_view::npos || equals == 0) continue;
+    environment.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
+  }
+  return environment;
+}
+
+Launcher classifyLauncher(const std::string& name, const std::string& resolved) {
+  const std::string base = baseName(name);
+  static const std::vector<std::string> kEnvironmentPassing = {"srun", "torchrun", "mpiexec.hydra",
+                                                               "mpirun.mpich", "mpiexec.mpich"};
+  if (std::find(kEnvironmentPassing.begin(), kEnvironmentPassing.end(), base) != kEnvironmentPassing.end())
+    return Launcher::Other;
+  static const std::vector<std::string> kOpenMpiOnly = {"orterun", "prterun", "oshrun", "mpirun.openmpi",
+                                                        "mpiexec.openmpi"};
+  if (std::find(kOpenMpiOnly.begin(), kOpenMpiOnly.end(), base) != kOpenMpiOnly.end())
+    return Launcher::OpenMpi;
+  if (base != "mpirun" && base != "mpiexec") return Launcher::None;
+
+  // mpirun and mpiexec belong to several MPIs. Decide from what the name leads to (Debian's
+  // alternatives: mpirun -> mpirun.openmpi -> orterun, or -> mpiexec.hydra), else from ompi_info, which
+  // every Open MPI installs beside mpirun. Without evidence: not Open MPI, since -x would break Hydra's
+  // mpiexec, while a missing -x only loses the ranks on other nodes.
+  if (resolved.empty()) return Launcher::Other;
+  std::error_code error;
+  const fs::path target = fs::canonical(resolved, error);
+  const std::string target_name = error ? std::string() : target.filename().string();
+  if (target_name.find("hydra") != std::string::npos || target_name.find("mpich") != std::string::npos)
+    return Launcher::Other;
+  if (target_name == "orterun" || target_name == "prterun" ||
+      target_name.find("openmpi") != std::string::npos)
+    return Launcher::OpenMpi;
+  for (const fs::path& directory : {fs::path(resolved).parent_path(), target.parent_path()})
+    if (!directory.empty() && isRegularFile(directory / "ompi_info")) return Launcher::OpenMpi;
+  return Launcher::Other;
+}
+
+std::vector<std::string> launcherCommand(const std::vector<std::string>& command, Launcher launcher,
+                                         const std::vector<std::string>& variables) {
+  if (launcher != Launcher::OpenMpi || command.empty()) return command;
+  std::vector<std::string> out{command.front()};
+  for (const std::string& variable : variables) {
+    out.push_back("-x");
+    out.push_back(variable);
+  }
+  out.insert(out.end(), command.begin() + 1, command.end());
+  return out;
+}
+
+std::string sanitiseJobId(const std::string& text) {
+  std::string out = text;
+  for (char& c : out) {
+    const bool allowed = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                         c == '.' || c == '_' || c == '-';
+    if (!allowed) c = '_';
+  }
+  return out;
+}
+
+std::optional<LaunchedRank> detectLaunchedRank(const Environment& environment) {
+  const auto get = [&environment](const char* name) { return lookup(environment, name); };
+  // Launchers set several of these; the first pair present wins.
+  struct Source {
+    const char* rank;
+    const char* size;
+    const char* required;  // must be set as well (nullptr: nothing else)
+  };
+  static constexpr Source kSources[] = {
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", nullptr},
+      {"PMI_RANK", "PMI_SIZE", nullptr},
+      {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID"},
+      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID"},
+      {"RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"},
+  };
+  for (const Source& source : kSources) {
+    const auto rank = nonNegativeInt(get(source.rank));
+    const auto size = nonNegativeInt(get(source.size));
+    if (!rank || !size || *size < 1 || *rank >= *size || (source.required && !get(source.required))) continue;
+    LaunchedRank launched{*rank, *size, {}};
+    // The job id: Open MPI (4 and 5) and Slurm's PMIx set PMIX_NAMESPACE; older Open MPI the ess jobid;
+    // Slurm's steps are job.step; torchrun's run id is "none" unless given, so it is used last.
+    if (const auto ns = get("PMIX_NAMESPACE")) launched.job_id = *ns;
+    else if (const auto ompi = get("OMPI_MCA_ess_base_jobid")) launched.job_id = *ompi;
+    else if (const auto job = get("SLURM_JOB_ID"); job && get("SLURM_STEP_ID"))
+      launched.job_id = *job + "." + *get("SLURM_STEP_ID");
+    else if (const auto torch = get("TORCHELASTIC_RUN_ID"); torch && *torch != "none")
+      launched.job_id = *torch;
+    launched.job_id = sanitiseJobId(launched.job_id);
+    return launched;
+  }
+  return std::nullopt;
+}
+
+std::string randomUuid() {
+  std::random_device device;
+  const auto draw = [&device] { return (static_cast<std::uint64_t>(device()) << 32) | device(); };
+  const std::uint64_t high = draw();
+  return makeUuid(high, draw(), 4);
+}
+
+std::string uuidFromKey(const std::string& key) {
+  // Version 8 ("custom"): a hash, not a name-based (v5, SHA-1) uuid; 122 bits are ample for job ids.
+  return makeUuid(hashKey(key, 0), hashKey(key, 0x9e3779b97f4a7c15ull), 8);
+}
+
+std::string findAgent(const Environment& environment, const std::string& executable_directory) {
+  if (const auto configured = lookup(environment, "GRADSCOPE_AGENT_PATH")) {
+    if (!isRegularFile(*configured))
+      fail("GRADSCOPE_AGENT_PATH={} is not a file; point it at {} or unset it", *configured, kAgentName);
+    return fs::absolute(*configured).lexically_normal().string();
+  }
+  const fs::path bin(executable_directory);
+  std::vector<fs::path> directories = {bin / ".." / "agent", bin / ".." / "lib"};
+  const fs::path libdir(GRADSCOPE_INSTALL_LIBDIR);
+  const fs::path installed = libdir.is_absolute() ? libdir : bin / ".." / libdir;
+  if (std::find(directories.begin(), directories.end(), installed) == directories.end())
+    directories.push_back(installed);
+  std::string looked;
+  for (const fs::path& directory : directories) {
+    const fs::path candidate = (directory / kAgentName).lexically_normal();
+    if (isRegularFile(candidate)) return fs::absolute(candidate).string();
+    looked += (looked.empty() ? "" : ", ") + directory.lexically_normal().string();
+  }
+  fail(
+      "cannot find the agent {} (looked in {}); build the gradscope_agent target or set GRADSCOPE_AGENT_PATH",
+      kAgentName, looked);
+}
+
+std::string defaultOutputDirectory(const std::optional<LaunchedRank>& launched,
+                                   std::chrono::system_clock::time_point now) {
+  if (launched) {
+    if (launched->job_id.empty())
+      fail(
+          "rank {} of a launched job, but the launcher's job id is unknown (no PMIX_NAMESPACE, "
+          "OMPI_MCA_ess_base_jobid or SLURM_JOB_ID): pass -o DIR, the same directory on every rank",
+          launched->rank);
+    return "gradscope-" + launched->job_id;
+  }
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  std::tm local{};
+  ::localtime_r(&seconds, &local);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y%m%d-%H%M%S", &local);
+  return std::string("gradscope-") + text;
+}
+
+std::string prepareOutputDirectory(const std::string& directory, bool force, bool shared,
+                                   bool pick_free_name) {
+  if (directory.empty()) fail("the output directory is empty; pass -o DIR");
+  const std::string fix = "pass -o with a directory you can write to";
+  fs::path path(directory);
+  std::error_code error;
+  if (const fs::path parent = fs::absolute(path, error).parent_path(); !parent.empty()) {
+    fs::create_directories(parent, error);
+    if (error) fail("cannot create output directory {}: {}; {}", directory, error.message(), fix);
+  }
+  bool created = false;
+  for (int attempt = 1; attempt <= 100; ++attempt) {
+    const fs::path candidate = attempt == 1 ? path : fs::path(directory + "-" + std::to_string(attempt));
+    if (::mkdir(candidate.c_str(), 0700) == 0) {
+      path = candidate;
+      created = true;
+      break;
+    }
+    // EEXIST is fine: another rank of a launched job, or the user, made it.
+    if (errno != EEXIST)
+      fail("cannot create output directory {}: {}; {}", candidate.string(), errnoMessage(errno), fix);
+    if (!pick_free_name) break;
+  }
+  if (!fs::is_directory(path, error))
+    fail("output directory {} exists and is not a directory; {}", path.string(), fix);
+  if (!created && !shared && !force) {
+    for (const auto& entry : fs::directory_iterator(path, error))
+      if (entry.path().extension() == ".db")
+        fail(
+            "output directory {} already holds trace files (*.db); pass another -o DIR, or --force to add "
+            "this run to it",
+            path.string());
+  }
+  if (::access(path.c_str(), W_OK | X_OK) != 0)
+    fail("cannot write to output directory {}: {}; {}", path.string(), errnoMessage(errno), fix);
+  return fs::absolute(path).lexically_normal().string();
+}
+
+std::string shellJoin(const std::vector<std::string>& command) {
+  std::string out;
+  for (const std::string& argument : command) {
+    if (!out.empty()) out += ' ';
+    const bool plain = !argument.empty() && std::all_of(argument.begin(), argument.end(), [](char c) {
+      return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+             std::string_view("_@%+=:,./-").find(c) != std::string_view::npos;
+    });
+    if (plain) {
+      out += argument;
+      continue;
+    }
+    out += '\'';
+    for (char c : argument) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
+Environment jobEnvironment(const Environment& parent, const std::string& agent, const std::string& directory,
+                           const std::string& run_id, const std::string& command_line) {
+  Environment environment = parent;
+  // ld.so splits LD_PRELOAD on colons and spaces; the agent goes first, once — after any sanitizer
+  // runtime, which must be the first library loaded (a sanitizer build of the agent depends on it).
+  std::string sanitizers, others;
+  const std::string existing = lookup(parent, "LD_PRELOAD").value_or("");
+  for (std::size_t begin = 0; begin < existing.size();) {
+    const std::size_t end = std::min(existing.find_first_of(": ", begin), existing.size());
+    const std::string entry = existing.substr(begin, end - begin);
+    begin = end + 1;
+    if (entry.empty() || entry == agent) continue;
+    const std::string name = fs::path(entry).filename().string();
+    const bool sanitizer = name.rfind("libasan", 0) == 0 || name.rfind("libtsan", 0) == 0 ||
+                           name.rfind("libubsan", 0) == 0 || name.rfind("liblsan", 0) == 0;
+    (sanitizer ? sanitizers : others) += entry + ":";
+  }
+  environment["LD_PRELOAD"] =
+      sanitizers + agent + (others.empty() ? "" : ":" + others.substr(0, others.size() - 1));
+  environment["GRADSCOPE_OUTPUT"] = (fs::path(directory) / "rank%r-%h-%p.db").string();
+  environment["GRADSCOPE_RUN_ID"] = run_id;
+  environment["GRADSCOPE_COMMAND"] = command_line;
+  // An NVTX step marker needs the agent as the process's NVTX injection library (NVTX v3 calls only
+  // the library this variable names); one the user chose already is left alone.
+  if (lookup(parent, "GRADSCOPE_STEP_NVTX") && !lookup(parent, "NVTX_INJECTION64_PATH"))
+    environment["NVTX_INJECTION64_PATH"] = agent;
+  return environment;
+}
+
+std::vector<std::string> variablesToForward(const Environment& environment) {
+  std::vector<std::string> names{"LD_PRELOAD"};
+  for (const auto& [name, value] : environment)
+    if (name.rfind("GRADSCOPE_", 0) == 0 || name == "NVTX_INJECTION64_PATH") names.push_back(name);
+  return names;
+}
+
+int exitCode(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return kExitError;
+}
+
+std::string finishRun(const std::string& directory, const FinishOptions& options, std::ostream& log) {
+  const std::string shown = displayPath(directory);
+  const auto countOfRun = [&](const std::vector<TraceFile>& files, bool complete_only) {
+    return std::count_if(files.begin(), files.end(), [&](const TraceFile& file) {
+      return ofRun(file, options.run_id) && (!complete_only || file.complete);
+    });
+  };
+  std::vector<TraceFile> files = scanTraceFiles(directory);
+
+  // A launched job: the other ranks may still be writing. A rank's file appears at its first
+  // collective call, so when no rank of the run has written one by now, the job made none.
+  if (options.expected_ranks > 0 && countOfRun(files, false) > 0) {
+    const auto deadline = std::chrono::steady_clock::now() + options.wait;
+    for (;;) {
+      const auto complete = countOfRun(files, true);
+      if (complete >= options.expected_ranks) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        log << fmt::format(
+            "gradscope: waited {:g} s for the traces of {} ranks and {} are complete; merging what there "
+            "is (a rank may have been killed; --wait SECONDS waits longer)\n",
+            std::chrono::duration<double>(options.wait).count(), options.expected_ranks, complete);
+        break;
+      }
+      if (options.stop_waiting && options.stop_waiting()) {
+        log << fmt::format(
+            "gradscope: interrupted while waiting for the traces of {} ranks ({} complete); merging what "
+            "there is\n",
+            options.expected_ranks, complete);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      files = scanTraceFiles(directory);
+    }
+  }
+
+  std::vector<std::string> inputs;
+  std::size_t unreadable = 0, other_runs = 0;
+  const TraceFile* first_unreadable = nullptr;
+  for (const TraceFile& file : files) {
+    if (!file.error.empty()) {
+      if (unreadable++ == 0) first_unreadable = &file;
+    } else if (!ofRun(file, options.run_id)) {
+      ++other_runs;
+    } else {
+      inputs.push_back(file.path);
+    }
+  }
+  if (other_runs > 0)
+    log << fmt::format("gradscope: left out {} trace file{} of other runs in {}\n", other_runs,
+                       other_runs == 1 ? "" : "s", shown);
+  if (unreadable > 0)
+    log << fmt::format("gradscope: left out {} unreadable trace file{} ({}: {})\n", unreadable,
+                       unreadable == 1 ? "" : "s", displayPath(first_unreadable->path),
+                       first_unreadable->error);
+  if (inputs.empty()) {
+    log << fmt::format(
+        "gradscope: no collective calls were recorded: no rank wrote a trace to {} (the agent records a "
+        "process once it calls MPI or NCCL; check that the job does, and that LD_PRELOAD reaches it through "
+        "scripts and launchers)\n",
+        shown);
+    return {};
+  }
+
+  const std::string merged = (fs::path(directory) / kMergedTraceName).string();
+  try {
+    storage::MergeOptions merge_options;
+    merge_options.overwrite = true;  // with --force, a previous run's merged trace is replaced
+    storage::mergeTraces(inputs, merged, merge_options);
+  } catch (const Error& error) {
+    log << fmt::format("gradscope: cannot merge the traces in {} (the per-rank files are kept): {}\n", shown,
+                       error.what());
+    return {};
+  }
+  const std::string merged_shown = displayPath(merged);
+  try {
+    ReportOptions report_options;
+    report_options.top_calls = options.top_calls;
+    writeReport(storage::TraceReader::open(merged_shown), log, report_options);
+  } catch (const Error& error) {
+    log << fmt::format("gradscope: cannot summarise {}: {}\n", merged_shown, error.what());
+  }
+  log << fmt::format(
+      "\nTrace: {} ({} rank file{} merged; they stay in {}). Open it with: gradscope report {}, or "
+      "gradscope-gui {}\n",
+      merged_shown, inputs.size(), inputs.size() == 1 ? "" : "s", shown, merged_shown, merged_shown);
+  log.flush();
+  return merged;
+}
+
+// -----------------------------------------------------------------------------------------------------
+// The command
+
+int runJob(const RunOptions& options, std::ostream& log) {
+  if (options.command.empty()) {
+    log << "gradscope: run needs a command: gradscope run [-o DIR] -- CMD [ARGS...]\n";
+    return kExitError;
+  }
+  const Environment environment = currentEnvironment();
+  int not_runnable = 0;
+  const std::string executable = resolveExecutable(options.command.front(), environment, not_runnable);
+  if (not_runnable != 0) {
+    log << fmt::format("gradscope: cannot run '{}': {}\n", options.command.front(),
+                       errnoMessage(not_runnable));
+    return not_runnable == ENOENT ? kExitNotFound : kExitNotExecutable;
+  }
+  const Launcher launcher = classifyLauncher(options.command.front(), executable);
+  // A launcher in the command means this gradscope starts the job; otherwise it may be one rank of it.
+  const auto launched = launcher == Launcher::None ? detectLaunchedRank(environment) : std::nullopt;
+
+  std::string agent, directory, run_id;
+  try {
+    std::error_code error;
+    const fs::path self = fs::read_symlink("/proc/self/exe", error);
+    agent = findAgent(environment, self.parent_path().string());
+    const bool default_directory = options.output_directory.empty();
+    directory = prepareOutputDirectory(
+        default_directory ? defaultOutputDirectory(launched, std::chrono::system_clock::now())
+                          : options.output_directory,
+        options.force, /*shared=*/launched.has_value(), /*pick_free_name=*/default_directory && !launched);
+    // Every rank of a launched job must arrive at the same id without talking to the others.
+    if (const auto given = lookup(environment, "GRADSCOPE_RUN_ID")) run_id = *given;
+    else if (launched) run_id = uuidFromKey(launched->job_id.empty() ? directory : launched->job_id);
+    else run_id = randomUuid();
+  } catch (const Error& error) {
+    log << "gradscope: " << error.what() << "\n";
+    return kExitError;
+  }
+
+  const Environment job = jobEnvironment(environment, agent, directory, run_id, shellJoin(options.command));
+  const auto arguments = launcherCommand(options.command, launcher, variablesToForward(job));
+  // Installed until gradscope returns: after the job, a signal cuts the wait for the other ranks short.
+  SignalForwarding signals;
+  Spawned spawned;
+  try {
+    spawned = spawnAndWait(executable, arguments, job, signals);
+  } catch (const Error& error) {
+    log << "gradscope: " << error.what() << "\n";
+    return kExitError;
+  }
+  if (spawned.exec_errno != 0) {
+    log << fmt::format("gradscope: cannot run '{}': {}\n", options.command.front(),
+                       errnoMessage(spawned.exec_errno));
+    return spawned.exec_errno == ENOENT ? kExitNotFound : kExitNotExecutable;
+  }
+  const int code = exitCode(spawned.status);
+  if (launched && launched->rank != 0) return code;  // rank 0's gradscope merges
+
+  FinishOptions finish;
+  finish.run_id = run_id;
+  finish.expected_ranks = launched ? launched->world_size : 0;
+  finish.wait = options.wait;
+  finish.stop_waiting = [] { return g_signals_after_job.load() > 0; };
+  finish.top_calls = options.top_calls;
+  finishRun(directory, finish, log);
+  return code;
+}
+
+}  // namespace gradscope::cli
