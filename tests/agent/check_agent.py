@@ -1,0 +1,735 @@
+#!/usr/bin/python3
+"""Integration tests of the agent (libgradscope-agent.so) on real MPI jobs.
+
+  check_agent.py TOOLS --workdir DIR cpp --np N       C++ sample plain and under the agent: same stdout; the
+                                                      merged trace holds exactly the calls the job made
+  check_agent.py TOOLS --workdir DIR python --np N    the same for the mpi4py sample
+  check_agent.py TOOLS --workdir DIR run-outer        gradscope run -o OUT -- mpiexec -np 2 SAMPLE
+  check_agent.py TOOLS --workdir DIR run-inner        mpiexec -np 2 gradscope run -o OUT -- SAMPLE
+  check_agent.py TOOLS --workdir DIR sigterm          SIGTERM to mpiexec mid-run: every rank file complete
+  check_agent.py TOOLS --workdir DIR sigkill          SIGKILL to one rank mid-run: its file valid and recent
+  check_agent.py TOOLS --workdir DIR failopen-output  output path under a regular file   } the job's stdout,
+  check_agent.py TOOLS --workdir DIR failopen-config  bad GRADSCOPE_* values            } stderr and exit code
+  check_agent.py TOOLS --workdir DIR failopen-exit-code  the sample's --exit-code 3     } as without the agent;
+  check_agent.py TOOLS --workdir DIR failopen-non-mpi  sh, python, mpiexec preloaded    } one 'gradscope:' line
+  check_agent.py TOOLS --workdir DIR failopen-disabled  GRADSCOPE_DISABLE=1             } per rank on a problem
+  check_agent.py TOOLS --workdir DIR init-order       PMPI_Init (the agent's MPI_Init bypassed), then calls
+
+TOOLS: --agent SO --gradscope EXE --mpiexec EXE --sample EXE --python /usr/bin/python3 --python-sample PY
+--init-order EXE (each mode needs only some of them).
+
+The expected calls come from the samples (samples/mpi_train/train.cc, samples/python_mpi4py/train.py):
+one MPI_Bcast of the 12778 float32 parameters at setup, then per step, in order, MPI_Allreduce 320, 10,
+MPI_Iallreduce 4096, MPI_Allreduce 32, 8192, 128 (float32, sum) and MPI_Allreduce 1 (float64, sum).
+Every command runs in its own session with a timeout: on expiry the whole session (mpiexec and the
+ranks, which Open MPI puts in process groups of their own) is killed and the check fails.
+Exits 0 when every check passes, 1 with one "check_agent: FAIL: ..." line per failed check.
+"""
+
+import argparse
+import os
+import queue
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+
+# gradscope::Api, DType and ReduceOp codes (common/include/gradscope/common/types.h): part of the format.
+MPI_ALLREDUCE, MPI_IALLREDUCE, MPI_BCAST = 1, 2, 7
+API_NAMES = {MPI_ALLREDUCE: "MPI_Allreduce", MPI_IALLREDUCE: "MPI_Iallreduce", MPI_BCAST: "MPI_Bcast"}
+FP32, FP64 = 7, 8
+DTYPE_NAMES = {FP32: "fp32", FP64: "fp64"}
+ELEMENT_BYTES = {FP32: 4, FP64: 8}
+SUM = 0
+OP_NAMES = {SUM: "sum", None: "(no op)"}
+BACKEND_MPI = 1
+
+# (api, dtype, count, op) of the samples' calls; op None: the API has no reduction (stored as NULL).
+SETUP_CALLS = [(MPI_BCAST, FP32, 12778, None)]
+STEP_CALLS = [(MPI_ALLREDUCE, FP32, 320, SUM), (MPI_ALLREDUCE, FP32, 10, SUM), (MPI_IALLREDUCE, FP32, 4096, SUM),
+              (MPI_ALLREDUCE, FP32, 32, SUM), (MPI_ALLREDUCE, FP32, 8192, SUM), (MPI_ALLREDUCE, FP32, 128, SUM),
+              (MPI_ALLREDUCE, FP64, 1, SUM)]
+STEPS = 20  # the samples' default
+
+TIMEOUT = 60  # seconds for one command; a test makes at most a dozen, each done in one or two seconds
+
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+    return condition
+
+
+def describe(call):
+    api, dtype, count, op = call
+    return (f"{API_NAMES.get(api, f'api {api}')} {count} {DTYPE_NAMES.get(dtype, f'dtype {dtype}')} "
+            f"{OP_NAMES.get(op, f'op {op}')}")
+
+
+# ---- processes ---------------------------------------------------------------------------------------
+
+def session_members(session):
+    """Pids of the processes in a session (mpiexec's own session holds mpiexec and every rank)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # after "pid (comm)": state ppid pgrp session ...
+            pids.append(int(entry))
+    return pids
+
+
+def kill_session(session):
+    for signal_number in (signal.SIGTERM, signal.SIGKILL):
+        members = session_members(session)
+        for pid in members:
+            try:
+                os.kill(pid, signal_number)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 3
+        while session_members(session) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+class Job:
+    """A command started in its own session, its stdout and stderr read by threads (stderr line by line,
+    so a test can wait for a line while the job runs)."""
+
+    def __init__(self, command, env, cwd):
+        self.command = command
+        self.process = subprocess.Popen(command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.stdout_parts, self.stderr_lines = [], []
+        self.lines = queue.Queue()
+        self.readers = [threading.Thread(target=self._read_stdout, daemon=True),
+                        threading.Thread(target=self._read_stderr, daemon=True)]
+        for reader in self.readers:
+            reader.start()
+
+    def _read_stdout(self):
+        self.stdout_parts.append(self.process.stdout.read())
+
+    def _read_stderr(self):
+        for line in self.process.stderr:
+            self.stderr_lines.append(line)
+            self.lines.put(line)
+
+    def wait_for_lines(self, predicate, count, timeout):
+        """The first `count` stderr lines satisfying `predicate`, or fewer when `timeout` runs out."""
+        found, deadline = [], time.monotonic() + timeout
+        while len(found) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if predicate(line):
+                found.append(line)
+        return found
+
+    def finish(self, timeout=TIMEOUT):
+        """Waits for the job; returns (exit code, stdout, stderr). A job still running after `timeout`
+        is killed with its whole session, which is a failure (exit code None)."""
+        code = None
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            check(False, f"timed out after {timeout} s, killed: {' '.join(self.command)}")
+            # The session is named by the job's pid, which stays ours until the job is reaped below.
+            kill_session(self.process.pid)
+            self.process.wait()
+        # The pipes close when every process holding them has ended; a rank outliving mpiexec (it should
+        # not) would keep them open: end what is left of the session then.
+        for reader in self.readers:
+            reader.join(timeout=5)
+        if any(reader.is_alive() for reader in self.readers):
+            check(False, f"processes outlived {' '.join(self.command)}; killed")
+            kill_session(self.process.pid)
+            for reader in self.readers:
+                reader.join(timeout=5)
+        return code, "".join(self.stdout_parts), "".join(self.stderr_lines)
+
+
+def run(command, env, cwd, timeout=TIMEOUT):
+    return Job(command, env, cwd).finish(timeout)
+
+
+# ---- environment and commands --------------------------------------------------------------------------
+
+# A private TMPDIR for every command: Open MPI keeps its session directories there, and concurrent jobs
+# that share one (ctest -j) can fail when one job removes the shared top directory as another starts.
+# Under /tmp, short: PMIx puts sockets in it, whose paths must stay under 108 bytes.
+private_tmpdir = None
+
+
+def base_environment():
+    """The checker's environment without anything that would load or configure the agent."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSCOPE_") and k != "LD_PRELOAD"}
+    if private_tmpdir:
+        env["TMPDIR"] = private_tmpdir
+    # Open MPI refuses root without these (CI containers run as root); ctest sets them too.
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def mpiexec(args, np, program, options=()):
+    """mpiexec with np ranks on however many cores there are (oversubscribed, yielding while idle)."""
+    return ([args.mpiexec, "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", str(np)] + list(options)
+            + list(program))
+
+
+def sanitizer_runtime(library):
+    """The sanitizer runtime that `library` links (ASan or TSan builds), else None. An instrumented library
+    can only be preloaded after its runtime: the runtime must come first in the initial library list."""
+    try:
+        listing = subprocess.run(["ldd", library], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in listing.splitlines():
+        name, _, location = line.strip().partition(" => ")
+        if name.startswith(("libasan.so", "libtsan.so")):
+            return location.split(" (")[0]
+    return None
+
+
+def preload(args):
+    """LD_PRELOAD's value that loads the agent: the agent, after its sanitizer runtime in such builds."""
+    runtime = sanitizer_runtime(args.agent)
+    return f"{runtime}:{args.agent}" if runtime else args.agent
+
+
+def foreign_process_variables(args):
+    """Variables for a program gradscope did not build (Python) preloaded with an ASan agent: the
+    interpreter and numpy leak by design, so LeakSanitizer would fail every run of theirs."""
+    if args.preload == args.agent or "libasan" not in args.preload:
+        return {}
+    return {"ASAN_OPTIONS": ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"), "detect_leaks=0"]))}
+
+
+def agent_options(args, output, **variables):
+    """Open MPI's -x options that preload the agent into the ranks (not into mpiexec) and configure it."""
+    options = ["-x", f"LD_PRELOAD={args.preload}", "-x", f"GRADSCOPE_OUTPUT={output}"]
+    for name, value in variables.items():
+        options += ["-x", f"{name}={value}"]
+    return options
+
+
+def sample_program(args, kind):
+    if kind == "python":
+        return [args.python, args.python_sample]
+    return [args.sample]
+
+
+def fresh_directory(path):
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def trace_files(directory):
+    return sorted(name for name in os.listdir(directory) if name.endswith(".db"))
+
+
+def gradscope_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("gradscope:")]
+
+
+def other_lines(stderr):
+    return sorted(line for line in stderr.splitlines() if not line.startswith("gradscope:"))
+
+
+def tail(text, characters=2000):
+    return text.strip()[-characters:]
+
+
+# ---- trace checks --------------------------------------------------------------------------------------
+
+def open_trace(path):
+    """Opens a trace read-write: a file whose writer died keeps its last commits in the -wal file, which
+    only a connection that may write the -shm index replays."""
+    return sqlite3.connect(path, timeout=10)
+
+
+def check_file_opens(path, label):
+    """PRAGMA integrity_check is ok and the file has its runs row; returns the open connection or None."""
+    try:
+        db = open_trace(path)
+        integrity = db.execute("PRAGMA integrity_check").fetchall()
+    except sqlite3.Error as error:
+        check(False, f"{label}: {path} does not open: {error}")
+        return None
+    if not check(integrity == [("ok",)], f"{label}: {path}: integrity_check says {integrity}, expected ok"):
+        return None
+    runs = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+    if not check(runs == 1, f"{label}: {path}: {runs} rows in runs, expected 1"):
+        return None
+    return db
+
+
+def expected_calls(steps):
+    return SETUP_CALLS + STEP_CALLS * steps
+
+
+def check_job_trace(db, world, steps, label):
+    """The checks of the merged trace of one run of a sample with `world` ranks and `steps` steps."""
+    runs = db.execute("SELECT id, world_size, mode, backend, end_ns FROM runs").fetchall()
+    if not check(len(runs) == 1, f"{label}: {len(runs)} runs, expected 1"):
+        return
+    run_id, world_size, mode, backend, end_ns = runs[0]
+    ranks = list(range(world))
+    check(world_size == world, f"{label}: runs.world_size {world_size}, expected {world}")
+    check(mode == "observe", f"{label}: runs.mode '{mode}', expected 'observe'")
+    check(backend == BACKEND_MPI, f"{label}: runs.backend {backend}, expected {BACKEND_MPI} (mpi)")
+    check(end_ns is not None, f"{label}: runs.end_ns is NULL: a rank did not finish its file")
+
+    rank_rows = db.execute("SELECT id, rank, pid FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,)).fetchall()
+    check([r[1] for r in rank_rows] == ranks, f"{label}: ranks {[r[1] for r in rank_rows]}, expected {ranks}")
+    check(len({r[2] for r in rank_rows}) == len(rank_rows), f"{label}: ranks share pids: {rank_rows}")
+    drops = db.execute("SELECT rank_id, kind, count FROM drops WHERE count != 0").fetchall()
+    check(drops == [], f"{label}: drops {drops}, expected none")
+
+    expected = expected_calls(steps)
+    sequences, keys = {}, {}
+    for rank_id, rank, _ in rank_rows:
+        where = f"{label}: rank {rank}"
+        comms = db.execute("SELECT id, key, backend, size, comm_rank FROM comms WHERE rank_id = ?",
+                           (rank_id,)).fetchall()
+        if not check(len(comms) == 1, f"{where}: communicators {comms}, expected one (MPI_COMM_WORLD)"):
+            continue
+        comm_id, key, comm_backend, size, comm_rank = comms[0]
+        keys[rank] = key
+        check((comm_backend, size, comm_rank) == (BACKEND_MPI, world, rank),
+              f"{where}: comm backend/size/rank {(comm_backend, size, comm_rank)}, expected "
+              f"{(BACKEND_MPI, world, rank)}")
+        rows = db.execute("SELECT comm_id, seq, step, api, dtype, op, count, bytes, enqueue_ns, start_ns, end_ns "
+                          "FROM calls WHERE rank_id = ? ORDER BY seq, id", (rank_id,)).fetchall()
+        check(all(row[0] == comm_id for row in rows), f"{where}: calls on a communicator other than {comm_id}")
+
+        per_api = Counter(API_NAMES.get(row[3], row[3]) for row in rows)
+        expected_per_api = Counter(API_NAMES[call[0]] for call in expected)
+        check(per_api == expected_per_api, f"{where}: calls per api {dict(per_api)}, expected {dict(expected_per_api)}")
+
+        seqs = [row[1] for row in rows]
+        check(seqs == list(range(len(rows))), f"{where}: seq is not 0, 1, 2, ...: first differences at "
+              f"{[(i, s) for i, s in enumerate(seqs) if s != i][:5]}")
+        actual = [(row[3], row[4], row[6], row[5]) for row in rows]
+        check(len(actual) == len(expected), f"{where}: {len(actual)} calls, expected {len(expected)}")
+        mismatches = [(i, describe(a), describe(e)) for i, (a, e) in enumerate(zip(actual, expected)) if a != e]
+        check(not mismatches, f"{where}: calls differ from the sample's (seq, actual, expected): {mismatches[:5]}")
+        wrong_bytes = [(row[1], row[6], row[7]) for row in rows
+                       if row[4] in ELEMENT_BYTES and row[7] != row[6] * ELEMENT_BYTES[row[4]]]
+        check(not wrong_bytes, f"{where}: bytes != count x element size (seq, count, bytes): {wrong_bytes[:5]}")
+        bad_times = [(row[1], row[8], row[9], row[10]) for row in rows
+                     if None in row[8:11] or not row[8] <= row[9] <= row[10]]
+        check(not bad_times, f"{where}: not enqueue <= start <= end (seq, enqueue, start, end): {bad_times[:5]}")
+        sequences[rank] = rows
+        if rows:
+            check_steps_of_rank(rows, steps, where)
+
+    check(len(set(keys.values())) <= 1, f"{label}: communicator keys differ between ranks: {keys}")
+    # Identical sequences on every rank: what seq promises (one collective, one seq on all its ranks).
+    signatures = {rank: [(row[1], row[3], row[4], row[5], row[6]) for row in rows] for rank, rows in sequences.items()}
+    reference = signatures.get(0, [])
+    for rank, signature in signatures.items():
+        if signature != reference:
+            first = next((i for i, (a, b) in enumerate(zip(signature, reference)) if a != b),
+                         min(len(signature), len(reference)))
+            check(False, f"{label}: rank {rank}'s calls differ from rank 0's from position {first}")
+
+
+def check_steps_of_rank(rows, steps, where):
+    """Steps are detected when the files are merged, from the repeating pattern of calls: the setup call
+    has no step (NULL or -1) and every call of loop iteration i has step i."""
+    setup = len(SETUP_CALLS)
+    setup_steps = [row[2] for row in rows[:setup]]
+    check(all(step is None or step == -1 for step in setup_steps),
+          f"{where}: setup calls have steps {setup_steps}, expected none (NULL or -1)")
+    per_step = len(STEP_CALLS)
+    wrong = []
+    for iteration in range(steps):
+        group = [row[2] for row in rows[setup + iteration * per_step:setup + (iteration + 1) * per_step]]
+        if group != [iteration] * per_step:
+            wrong.append((iteration, group))
+    check(not wrong, f"{where}: steps of loop iterations (iteration, steps of its {per_step} calls) differ from "
+          f"one step per iteration numbered 0..{steps - 1}: {wrong[:3]}{' ...' if len(wrong) > 3 else ''}")
+
+
+def merge(args, directory, output, label):
+    code, out, err = run([args.gradscope, "merge", directory, "-o", output], base_environment(), directory)
+    return check(code == 0 and os.path.exists(output), f"{label}: gradscope merge exit {code}: {tail(err)}")
+
+
+# ---- modes ---------------------------------------------------------------------------------------------
+
+def plain_run(args, np, program, workdir, label, expect_code=0):
+    code, out, err = run(mpiexec(args, np, program), base_environment(), workdir)
+    check(code == expect_code, f"{label}: plain run exit {code}, expected {expect_code}: {tail(err)}")
+    return out, err
+
+
+def check_sample(args, kind):
+    """cpp / python: the job's output is bit-identical with the agent, and its trace is exactly its calls."""
+    np, label = args.np, f"{kind} np={args.np}"
+    program = sample_program(args, kind)
+    plain_out, _ = plain_run(args, np, program, args.workdir, label)
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    variables = foreign_process_variables(args) if kind == "python" else {}
+    code, out, err = run(mpiexec(args, np, program, agent_options(args, os.path.join(traces, "rank%r.db"),
+                                                                  **variables)), base_environment(), args.workdir)
+    check(code == 0, f"{label}: exit {code} under the agent: {tail(err)}")
+    check(out == plain_out, f"{label}: stdout under the agent differs from the plain run's:\n"
+          f"--- plain\n{plain_out}--- agent\n{out}")
+    check(gradscope_lines(err) == [], f"{label}: the agent printed {gradscope_lines(err)}")
+    files = trace_files(traces)
+    expected_files = [f"rank{r}.db" for r in range(np)]
+    check(files == expected_files, f"{label}: per-rank files {files}, expected {expected_files} (%r expanded)")
+    uuids = set()
+    for name in files:
+        db = check_file_opens(os.path.join(traces, name), label)
+        if db is not None:
+            uuids.update(row[0] for row in db.execute("SELECT uuid FROM runs"))
+            ends = db.execute("SELECT end_ns FROM runs").fetchall()
+            check(ends and ends[0][0] is not None, f"{label}: {name}: runs.end_ns NULL after MPI_Finalize")
+            db.close()
+    check(len(uuids) == 1, f"{label}: the per-rank files carry run uuids {uuids}, expected one")
+    merged = os.path.join(args.workdir, "merged.db")
+    if merge(args, traces, merged, label):
+        db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+        check_job_trace(db, np, STEPS, f"{label}: merged.db")
+        db.close()
+
+
+def find_merged_trace(directory, ranks):
+    """The merged file of `gradscope run`: <dir>/trace.db (cli/run.h kMergedTraceName), else any trace
+    directly in <dir> that holds `ranks` ranks."""
+    preferred = os.path.join(directory, "trace.db")
+    if os.path.exists(preferred):
+        return preferred
+    for name in trace_files(directory) if os.path.isdir(directory) else []:
+        try:
+            db = sqlite3.connect(f"file:{os.path.join(directory, name)}?mode=ro", uri=True)
+            count = db.execute("SELECT count(*) FROM ranks").fetchone()[0]
+            db.close()
+        except sqlite3.Error:
+            continue
+        if count == ranks:
+            return os.path.join(directory, name)
+    return None
+
+
+def check_gradscope_run(args, where):
+    """run-outer / run-inner: `gradscope run` around the launcher or inside it, 2 ranks."""
+    label, np = f"gradscope run ({where})", 2
+    code, out, err = run([args.gradscope, "run", "--help"], base_environment(), args.workdir)
+    if not check(code == 0, f"{label}: 'gradscope run --help' exit {code}: {tail(err)}"):
+        return
+    plain_out, _ = plain_run(args, np, [args.sample], args.workdir, label)
+
+    def command(output, sample_arguments=()):
+        job = [args.sample] + list(sample_arguments)
+        if where == "outer":
+            return [args.gradscope, "run", "-o", output, "--"] + mpiexec(args, np, job)
+        return mpiexec(args, np, [args.gradscope, "run", "-o", output, "--"] + job)
+
+    # The agent under test, named as docs/agent.md says; without --agent, gradscope finds the build
+    # tree's <build>/agent/libgradscope-agent.so itself.
+    env = base_environment()
+    if args.agent:
+        env["GRADSCOPE_AGENT_PATH"] = args.agent
+    output = os.path.join(args.workdir, "out")
+    code, out, err = run(command(output), env, args.workdir)
+    check(code == 0, f"{label}: exit {code}: {tail(err)}")
+    check(out == plain_out, f"{label}: the job's stdout differs from the plain run's:\n--- plain\n{plain_out}"
+          f"--- gradscope run\n{out}")
+    merged = find_merged_trace(output, np)
+    if check(merged is not None, f"{label}: no merged trace with {np} ranks in {output}: "
+             f"{os.listdir(output) if os.path.isdir(output) else 'no directory'}"):
+        check(merged in out + err or os.path.relpath(merged, args.workdir) in out + err,
+              f"{label}: the summary does not name the trace {merged}:\n{tail(err)}")
+        db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+        check_job_trace(db, np, STEPS, f"{label}: {os.path.basename(merged)}")
+        db.close()
+
+    # The job's exit code passes through gradscope run (and mpiexec).
+    code, out, err = run(command(os.path.join(args.workdir, "out-exit3"), ["--exit-code", "3"]), env, args.workdir)
+    check(code == 3, f"{label}: the sample's --exit-code 3 came back as exit {code}: {tail(err)}")
+
+
+def start_long_job(args, traces):
+    """The C++ sample for ~20 s under the agent, 2 ranks; returns the job and {rank: pid} once both ran
+    MPI_Init (or None)."""
+    program = [args.sample, "--steps", "1000", "--sleep-ms", "20", "--print-pid"]
+    job = Job(mpiexec(args, 2, program, agent_options(args, os.path.join(traces, "rank%r.db"))), base_environment(),
+              args.workdir)
+    lines = job.wait_for_lines(lambda line: " pid " in line, 2, timeout=30)
+    pids = {}
+    for line in lines:  # "gradscope-sample-mpi-train: rank R pid P"
+        words = line.split()
+        pids[int(words[words.index("rank") + 1])] = int(words[words.index("pid") + 1])
+    if not check(sorted(pids) == [0, 1], f"long job: ranks did not report their pids: {lines}"):
+        job.finish(timeout=1)
+        return None, None
+    return job, pids
+
+
+def check_sigterm(args):
+    """SIGTERM to mpiexec, which Open MPI forwards to the ranks: each rank's file is flushed and complete."""
+    label = "sigterm"
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    job, pids = start_long_job(args, traces)
+    if job is None:
+        return
+    time.sleep(1.0)
+    check(job.process.poll() is None, f"{label}: the job ended before the signal")
+    job.process.send_signal(signal.SIGTERM)
+    job.finish(timeout=30)
+    files = trace_files(traces)
+    check(files == ["rank0.db", "rank1.db"], f"{label}: per-rank files {files}, expected rank0.db and rank1.db")
+    for name in files:
+        db = check_file_opens(os.path.join(traces, name), f"{label}: {name}")
+        if db is None:
+            continue
+        end_ns = db.execute("SELECT end_ns FROM runs").fetchone()[0]
+        check(end_ns is not None, f"{label}: {name}: runs.end_ns is NULL: the agent did not flush at SIGTERM")
+        calls = db.execute("SELECT count(*) FROM calls").fetchone()[0]
+        check(calls > 0, f"{label}: {name}: no calls recorded")
+        db.close()
+
+
+def check_sigkill(args):
+    """SIGKILL to one rank: its file is valid and holds the calls committed before the kill (the agent
+    commits every GRADSCOPE_FLUSH_INTERVAL, 50 ms by default)."""
+    label, victim = "sigkill", 1
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    job, pids = start_long_job(args, traces)
+    if job is None:
+        return
+    time.sleep(1.0)
+    check(job.process.poll() is None, f"{label}: the job ended before the signal")
+    kill_ns = time.time_ns()
+    os.kill(pids[victim], signal.SIGKILL)
+    # Open MPI notices the lost rank and ends the job (a timeout here fails the test and kills the job).
+    job.finish(timeout=30)
+    name = f"rank{victim}.db"
+    path = os.path.join(traces, name)
+    if not check(os.path.exists(path), f"{label}: {name} missing: {trace_files(traces)}"):
+        return
+    db = check_file_opens(path, f"{label}: {name}")
+    if db is None:
+        return
+    epoch_ns, end_ns = db.execute("SELECT epoch_ns, end_ns FROM runs").fetchone()
+    check(end_ns is None, f"{label}: {name}: runs.end_ns is {end_ns} although the rank was killed")
+    calls, last_end = db.execute("SELECT count(*), max(end_ns) FROM calls").fetchone()
+    if check(calls > 0, f"{label}: {name}: no calls survived the kill"):
+        lag_ms = (kill_ns - (epoch_ns + last_end)) / 1e6
+        # Calls end every ~20 ms (the step's sleep); commits every 50 ms: the last one committed ended
+        # at most ~100 ms before the kill. 300 ms leaves room for a slow machine.
+        check(-20 <= lag_ms <= 300, f"{label}: {name}: the last recorded call ended {lag_ms:.1f} ms before the "
+              "kill, expected 0..300 ms (times relative to runs.epoch_ns)")
+        print(f"check_agent: {label}: {calls} calls survived, the last ended {lag_ms:.1f} ms before the kill")
+    db.close()
+    for other in trace_files(traces):
+        if other != name:
+            db = check_file_opens(os.path.join(traces, other), f"{label}: {other}")
+            if db is not None:
+                db.close()
+
+
+class FailOpen:
+    """The failopen cases: whatever goes wrong in the agent, the job runs untouched (same stdout, same
+    exit code, same other stderr lines as without the agent) and the agent says so in one line per rank."""
+
+    def __init__(self, args, case):
+        self.args, self.np, self.label = args, 2, f"failopen ({case})"
+        self.plain = {}  # sample arguments -> (stdout, stderr lines other than the agent's)
+
+    def plain_run(self, sample_arguments, expect_code):
+        key = tuple(sample_arguments)
+        if key not in self.plain:
+            out, err = plain_run(self.args, self.np, [self.args.sample] + list(sample_arguments), self.args.workdir,
+                                 self.label, expect_code)
+            self.plain[key] = (out, other_lines(err))
+        return self.plain[key]
+
+    def under_agent(self, output, expect_lines, expect_code=0, sample_arguments=(), mentions=(), **variables):
+        """Runs the sample under the agent; `expect_lines` 'gradscope:' lines, each naming every `mentions`."""
+        plain_out, plain_other = self.plain_run(sample_arguments, expect_code)
+        code, out, err = run(mpiexec(self.args, self.np, [self.args.sample] + list(sample_arguments),
+                                     agent_options(self.args, output, **variables)), base_environment(),
+                             self.args.workdir)
+        where = f"{self.label}{''.join(f' {k}={v}' for k, v in variables.items())}"
+        check(code == expect_code, f"{where}: exit {code}, expected {expect_code} as without the agent: {tail(err)}")
+        check(out == plain_out, f"{where}: stdout differs from the plain run's:\n--- plain\n{plain_out}"
+              f"--- agent\n{out}")
+        lines = gradscope_lines(err)
+        check(len(lines) == expect_lines, f"{where}: {len(lines)} 'gradscope:' lines on stderr, expected "
+              f"{expect_lines} (one per rank): {lines}")
+        for line in lines:
+            for word in mentions:
+                check(word in line, f"{where}: '{line}' does not name '{word}'")
+        # After a non-zero exit, mpiexec's report names the job id and the first rank to exit: they vary.
+        if expect_code == 0:
+            check(other_lines(err) == plain_other, f"{where}: other stderr lines differ from the plain run's:\n"
+                  f"--- plain\n{plain_other}\n--- agent\n{other_lines(err)}")
+        return where
+
+
+def check_failopen_output(args):
+    """An output path that cannot be created: its parent is a regular file (root writes anywhere whatever
+    the mode bits say; a file in the place of a directory stops everyone)."""
+    case = FailOpen(args, "unwritable output")
+    blocker = os.path.join(args.workdir, "not-a-dir")
+    with open(blocker, "w") as handle:
+        handle.write("a file, not a directory\n")
+    case.under_agent(os.path.join(blocker, "rank%r.db"), case.np, mentions=["not-a-dir"])
+
+
+def check_failopen_config(args):
+    """Bad configuration values: one line per rank naming the variable and the value; nothing recorded."""
+    case = FailOpen(args, "bad configuration")
+    for variable, value in (("GRADSCOPE_FLUSH_INTERVAL", "banana"), ("GRADSCOPE_BUFFER_CALLS", "7"),
+                            ("GRADSCOPE_MODE", "warp")):
+        traces = fresh_directory(os.path.join(args.workdir, f"bad-{variable}"))
+        where = case.under_agent(os.path.join(traces, "rank%r.db"), case.np, mentions=[variable, value],
+                                 **{variable: value})
+        check(trace_files(traces) == [], f"{where}: files written: {trace_files(traces)}")
+
+
+def check_failopen_exit_code(args):
+    """The job's own non-zero exit code survives the agent (and the agent records as usual)."""
+    case = FailOpen(args, "exit code 3")
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    case.under_agent(os.path.join(traces, "rank%r.db"), 0, expect_code=3, sample_arguments=["--exit-code", "3"])
+
+
+def check_failopen_non_mpi(args):
+    """Preloaded into processes that never call MPI (a shell, Python, mpiexec itself): no file, no output."""
+    case = FailOpen(args, "non-MPI processes")
+    quiet = fresh_directory(os.path.join(args.workdir, "non-mpi"))
+    env = base_environment()
+    env["LD_PRELOAD"] = args.preload
+    env["GRADSCOPE_OUTPUT"] = os.path.join(quiet, "p%p.db")  # %p: a process without a rank has a pid
+    for command in (["/bin/sh", "-c", "true"], [args.python, "-c", "pass"]):
+        code, out, err = run(command, env, quiet)
+        check((code, out, err) == (0, "", ""), f"{case.label}: preloaded into {' '.join(command)}: exit {code}, "
+              f"stdout {out!r}, stderr {err!r}; expected 0 and nothing")
+    # mpiexec starting non-MPI programs, all preloaded: the same as without the agent.
+    plain = run(mpiexec(args, case.np, ["/bin/true"]), base_environment(), quiet)
+    preloaded = run(mpiexec(args, case.np, ["/bin/true"]), env, quiet)
+    check(preloaded == plain, f"{case.label}: preloaded into mpiexec /bin/true: (exit, stdout, stderr) {preloaded}, "
+          f"without the agent {plain}")
+    check(trace_files(quiet) == [], f"{case.label}: non-MPI processes wrote {trace_files(quiet)}")
+    # mpiexec preloaded with the sample (mpiexec's environment reaches the ranks): only the ranks write,
+    # each its file named by its pid.
+    plain_out, _ = case.plain_run([], 0)
+    code, out, err = run(mpiexec(args, case.np, [args.sample, "--print-pid"]), env, quiet)
+    check(code == 0 and out == plain_out, f"{case.label}: preloaded into mpiexec and the sample: exit {code}, "
+          f"stdout:\n{out}--- expected\n{plain_out}")
+    expected = sorted(f"p{line.split()[-1]}.db" for line in err.splitlines() if " pid " in line)
+    check(len(expected) == case.np and trace_files(quiet) == expected,
+          f"{case.label}: preloaded into mpiexec and the sample: files {trace_files(quiet)}, expected the ranks' "
+          f"only: {expected}")
+
+
+def check_failopen_disabled(args):
+    """GRADSCOPE_DISABLE=1: loaded, records nothing, says nothing."""
+    case = FailOpen(args, "GRADSCOPE_DISABLE=1")
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    where = case.under_agent(os.path.join(traces, "rank%r.db"), 0, GRADSCOPE_DISABLE="1")
+    check(trace_files(traces) == [], f"{where}: files written: {trace_files(traces)}")
+
+
+def check_init_order(args):
+    """MPI started with PMPI_Init: the agent's MPI_Init never runs; it must notice MPI at the first call."""
+    np, label, calls = 2, "init order", 5
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    code, out, err = run(mpiexec(args, np, [args.init_order], agent_options(args, os.path.join(traces, "rank%r.db"))),
+                         base_environment(), args.workdir)
+    check(code == 0, f"{label}: exit {code}: {tail(err)}")
+    check("init_order: ok" in out, f"{label}: the program's results are wrong under the agent: {out!r}")
+    files = trace_files(traces)
+    check(files == [f"rank{r}.db" for r in range(np)], f"{label}: per-rank files {files}")
+    for rank, name in enumerate(files):
+        db = check_file_opens(os.path.join(traces, name), f"{label}: {name}")
+        if db is None:
+            continue
+        rows = db.execute("SELECT seq, api, dtype, op, count FROM calls ORDER BY seq").fetchall()
+        check(rows == [(seq, MPI_ALLREDUCE, FP32, SUM, 16) for seq in range(calls)],
+              f"{label}: {name}: calls (seq, api, dtype, op, count) {rows}, expected {calls} MPI_Allreduce of 16 "
+              "fp32 with seq 0..4")
+        check(db.execute("SELECT end_ns FROM runs").fetchone()[0] is not None,
+              f"{label}: {name}: runs.end_ns NULL: MPI_Finalize did not finish the file")
+        db.close()
+
+
+# mode: (function, the options it needs)
+MODES = {
+    "cpp": (lambda args: check_sample(args, "cpp"), ["agent", "gradscope", "sample"]),
+    "python": (lambda args: check_sample(args, "python"), ["agent", "gradscope", "python", "python_sample"]),
+    "run-outer": (lambda args: check_gradscope_run(args, "outer"), ["gradscope", "sample"]),
+    "run-inner": (lambda args: check_gradscope_run(args, "inner"), ["gradscope", "sample"]),
+    "sigterm": (check_sigterm, ["agent", "sample"]),
+    "sigkill": (check_sigkill, ["agent", "sample"]),
+    "failopen-output": (check_failopen_output, ["agent", "sample"]),
+    "failopen-config": (check_failopen_config, ["agent", "sample"]),
+    "failopen-exit-code": (check_failopen_exit_code, ["agent", "sample"]),
+    "failopen-non-mpi": (check_failopen_non_mpi, ["agent", "sample", "python"]),
+    "failopen-disabled": (check_failopen_disabled, ["agent", "sample"]),
+    "init-order": (check_init_order, ["agent", "init_order"]),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agent")
+    parser.add_argument("--gradscope")
+    parser.add_argument("--mpiexec", default="mpiexec")
+    parser.add_argument("--sample")
+    parser.add_argument("--python", default="/usr/bin/python3")
+    parser.add_argument("--python-sample")
+    parser.add_argument("--init-order")
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("mode", choices=sorted(MODES))
+    args = parser.parse_args()
+    function, needs = MODES[args.mode]
+    missing = [f"--{name.replace('_', '-')}" for name in needs if not getattr(args, name)]
+    if missing:
+        parser.error(f"{args.mode} needs {' '.join(missing)}")
+    # Every command runs in a work directory: make paths to files absolute.
+    for name in ("agent", "gradscope", "mpiexec", "sample", "python", "python_sample", "init_order"):
+        value = getattr(args, name)
+        if value and os.sep in value:
+            setattr(args, name, os.path.abspath(value))
+    args.workdir = fresh_directory(os.path.abspath(args.workdir))
+    args.preload = preload(args) if args.agent else None
+    global private_tmpdir
+    private_tmpdir = tempfile.mkdtemp(prefix="gs-agent-")
+    try:
+        function(args)
+    finally:
+        shutil.rmtree(private_tmpdir, ignore_errors=True)
+    print(f"check_agent: {args.mode}: {'FAILED' if failures else 'passed'}")
+    for failure in failures:
+        print(f"check_agent: FAIL: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
