@@ -81,6 +81,12 @@ class ThreadBufferTable {
   static constexpr std::size_t kMaxThreadBuffers = 256;
 
   explicit ThreadBufferTable(std::uint32_t capacity) : capacity_(capacity) {}
+  // The agent never destroys its table (job threads may record while the process exits); tests do.
+  ~ThreadBufferTable() {
+    for (std::size_t i = 0; i < size(); ++i) delete at(i);
+  }
+  ThreadBufferTable(const ThreadBufferTable&) = delete;
+  ThreadBufferTable& operator=(const ThreadBufferTable&) = delete;
 
   // A free buffer for the calling thread (reusing a drained orphan), or nullptr when the table is full.
   ThreadBuffer* claim();

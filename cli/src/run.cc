@@ -1,6 +1,7 @@
 #include "gradscope/cli/run.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -246,8 +247,14 @@ Spawned spawnAndWait(const std::string& executable, const std::vector<std::strin
   if (got == static_cast<ssize_t>(sizeof error)) result.exec_errno = error;
 
   // Wait without reaping first, so that the pid cannot be reused while the handler may still signal it.
-  siginfo_t info{};
-  while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
+  // Polled every 10 ms rather than blocking in waitid(): ThreadSanitizer runs signal handlers only when
+  // the program next enters a function it intercepts, which a blocking waitid() never does.
+  for (;;) {
+    siginfo_t info{};
+    const int waited = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT | WNOHANG);
+    if (waited == 0 && info.si_pid == pid) break;
+    if (waited != 0 && errno != EINTR) break;
+    ::poll(nullptr, 0, 10);
   }
   g_job.store(0);
   while (::waitpid(pid, &result.status, 0) < 0 && errno == EINTR) {

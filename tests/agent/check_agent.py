@@ -452,6 +452,12 @@ def check_gradscope_run(args, where):
     env = base_environment()
     if args.agent:
         env["GRADSCOPE_AGENT_PATH"] = args.agent
+    # An ASan build's agent needs its runtime first in LD_PRELOAD: gradscope run keeps a sanitizer runtime
+    # it finds there ahead of the agent. mpiexec then runs with ASan too, and Open MPI leaks by design.
+    runtime = sanitizer_runtime(args.agent) if args.agent else None
+    if runtime and "libasan" in runtime:
+        env["LD_PRELOAD"] = runtime
+        env["ASAN_OPTIONS"] = ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"), "detect_leaks=0"]))
     output = os.path.join(args.workdir, "out")
     code, out, err = run(command(output), env, args.workdir)
     check(code == 0, f"{label}: exit {code}: {tail(err)}")
