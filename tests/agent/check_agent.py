@@ -9,6 +9,7 @@
   check_agent.py TOOLS --workdir DIR sigterm          SIGTERM to mpiexec mid-run: every rank file complete
   check_agent.py TOOLS --workdir DIR sigkill          SIGKILL to one rank mid-run: its file valid and recent
   check_agent.py TOOLS --workdir DIR failopen-output  output path under a regular file   } the job's stdout,
+  check_agent.py TOOLS --workdir DIR failopen-disk-full  a 1.5 MB tmpfs fills up       }
   check_agent.py TOOLS --workdir DIR failopen-config  bad GRADSCOPE_* values            } stderr and exit code
   check_agent.py TOOLS --workdir DIR failopen-exit-code  the sample's --exit-code 3     } as without the agent;
   check_agent.py TOOLS --workdir DIR failopen-non-mpi  sh, python, mpiexec preloaded    } one 'gradscope:' line
@@ -38,6 +39,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
+
+SKIPPED = 77  # exit code ctest reads as 'skipped' (SKIP_RETURN_CODE)
 
 # gradscope::Api, DType and ReduceOp codes (common/include/gradscope/common/types.h): part of the format.
 MPI_ALLREDUCE, MPI_IALLREDUCE, MPI_BCAST = 1, 2, 7
@@ -606,6 +609,31 @@ def check_failopen_output(args):
     case.under_agent(os.path.join(blocker, "rank%r.db"), case.np, mentions=["not-a-dir"])
 
 
+def check_failopen_disk_full(args):
+    """The output's file system fills up while the job runs (a 1.5 MB tmpfs; needs root, skipped
+    otherwise): one line per rank, the job runs on, the files stay valid and keep what was committed."""
+    tiny = os.path.join(args.workdir, "tiny")
+    os.makedirs(tiny, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1500k", "tmpfs", tiny], capture_output=True,
+                             text=True, timeout=30)
+    if mounted.returncode != 0:
+        print(f"check_agent: skipped: cannot mount a small tmpfs ({mounted.stderr.strip()})")
+        sys.exit(SKIPPED)
+    try:
+        case = FailOpen(args, "disk full")
+        case.under_agent(os.path.join(tiny, "rank%r.db"), case.np, sample_arguments=["--steps", "6000"],
+                         mentions=["disk full"], GRADSCOPE_FLUSH_INTERVAL="5ms")
+        for rank in range(case.np):
+            path = os.path.join(tiny, f"rank{rank}.db")
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            check(db.execute("PRAGMA integrity_check").fetchone()[0] == "ok", f"{path}: integrity_check fails")
+            calls = db.execute("SELECT count(*) FROM calls").fetchone()[0]
+            check(calls > 0, f"{path}: no calls kept from before the disk filled up")
+            db.close()
+    finally:
+        subprocess.run(["umount", tiny], capture_output=True, timeout=30)
+
+
 def check_failopen_config(args):
     """Bad configuration values: one line per rank naming the variable and the value; nothing recorded."""
     case = FailOpen(args, "bad configuration")
@@ -694,6 +722,7 @@ MODES = {
     "sigkill": (check_sigkill, ["agent", "sample"]),
     "failopen-output": (check_failopen_output, ["agent", "sample"]),
     "failopen-config": (check_failopen_config, ["agent", "sample"]),
+    "failopen-disk-full": (check_failopen_disk_full, ["agent", "sample"]),
     "failopen-exit-code": (check_failopen_exit_code, ["agent", "sample"]),
     "failopen-non-mpi": (check_failopen_non_mpi, ["agent", "sample", "python"]),
     "failopen-disabled": (check_failopen_disabled, ["agent", "sample"]),
