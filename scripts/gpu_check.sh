@@ -6,7 +6,9 @@
 #
 # OUT_DIR receives nvidia-smi.txt, configure.log, build.log, cuda_tests.log, cuda_tests.json (gtest),
 # cuda_bench.log, cuda_bench.json (Google Benchmark), nccl_bench.csv (gradscope bench --backend nccl,
-# one rank) and summary.txt.
+# one rank), the agent on real NCCL jobs (agent_build.log, agent_nccl.log; agent_nccl/ and
+# agent_nccl-nvtx/ with the trace and its report; agent_ddp/ for PyTorch DDP where torch is installed)
+# and summary.txt.
 #
 # Environment:
 #   GRADSCOPE_SKIP_BOOTSTRAP=1    never run scripts/bootstrap.sh (GPU machines often have no package
@@ -205,6 +207,96 @@ if [ "${GRADSCOPE_SKIP_BENCH:-0}" != 1 ]; then
     wrong=$(awk -F, 'NR > 1 && $14 != "" && $14 != "0" { n++ } END { print n + 0 }' "$out_dir/nccl_bench.csv")
     echo "nccl:   $(($(wc -l <"$out_dir/nccl_bench.csv") - 1)) points, $wrong with #wrong > 0 (nccl_bench.csv)" >>"$out_dir/summary.txt"
     [ "$wrong" -eq 0 ] || status=1
+  fi
+fi
+
+# ---- The agent on real NCCL jobs --------------------------------------------------------------------------
+# tests/agent/nccl/nccl_job.cc built on the real NCCL (gradscope_nccl_job_real), run plain and under the
+# agent by check_nccl.py: same output, the exact calls and communicators, CUDA-event spans; then with the
+# NVTX step marker. Results in agent_nccl/ and agent_nccl-nvtx/ (trace, report.txt), log in agent_nccl.log.
+say "agent on a one-rank NCCL job (check_nccl.py real, real-nvtx)"
+agent_so=$build_dir/agent/libgradscope-agent.so
+gradscope_bin=$build_dir/cli/gradscope
+if ! cmake --build "$build_dir" --parallel "$jobs" --target gradscope_agent gradscope gradscope_nccl_job_real \
+  >"$out_dir/agent_build.log" 2>&1; then
+  tail -n 5 "$out_dir/agent_build.log" >&2
+  say "agent NCCL check FAILED to build (is tests/agent/nccl in the build?); see $out_dir/agent_build.log"
+  echo "agent:  NCCL job FAILED to build (agent_build.log)" >>"$out_dir/summary.txt"
+  status=1
+else
+  job_bin=$(find "$build_dir/tests" -name nccl-job-real -type f | head -n 1)
+  agent_status=0
+  for mode in real real-nvtx; do
+    python3 tests/agent/nccl/check_nccl.py --agent "$agent_so" --job "$job_bin" --gradscope "$gradscope_bin" \
+      --workdir "$out_dir/agent_nccl${mode#real}" "$mode" >>"$out_dir/agent_nccl.log" 2>&1 || agent_status=1
+  done
+  if [ "$agent_status" -ne 0 ]; then
+    grep 'FAIL' "$out_dir/agent_nccl.log" | head -n 10 >&2 || true
+    say "agent NCCL check FAILED; see $out_dir/agent_nccl.log"
+    echo "agent:  NCCL job FAILED (agent_nccl.log)" >>"$out_dir/summary.txt"
+    grep 'FAIL' "$out_dir/agent_nccl.log" | head -n 10 >>"$out_dir/summary.txt" || true
+    status=1
+  else
+    echo "agent:  NCCL job ok: exact calls, GPU spans, NVTX steps (agent_nccl.log, agent_nccl*/report.txt)" >>"$out_dir/summary.txt"
+  fi
+
+  # PyTorch DDP, one rank, under the agent with the NVTX step marker; then `gradscope report` on the trace.
+  if python3 -c 'import torch, torch.distributed as d; assert torch.cuda.is_available() and d.is_nccl_available()' \
+    >/dev/null 2>&1; then
+    say "agent on a one-rank PyTorch DDP job"
+    ddp_dir=$out_dir/agent_ddp
+    rm -rf "$ddp_dir" && mkdir -p "$ddp_dir"
+    ddp_status=0
+    env LD_PRELOAD="$agent_so" GRADSCOPE_OUTPUT="$ddp_dir/trace-%p.db" GRADSCOPE_STEP_NVTX=step \
+      NVTX_INJECTION64_PATH="$agent_so" python3 -c '
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+torch.manual_seed(0)
+torch.cuda.set_device(0)
+dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29531", rank=0, world_size=1)
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).cuda()
+ddp = DDP(model, device_ids=[0], bucket_cap_mb=1)
+optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+for step in range(5):
+    torch.cuda.nvtx.range_push("step")
+    x, y = torch.randn(64, 256, device="cuda"), torch.randint(0, 10, (64,), device="cuda")
+    loss = torch.nn.functional.cross_entropy(ddp(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    torch.cuda.nvtx.range_pop()
+torch.cuda.synchronize()
+dist.destroy_process_group()
+print("ddp: done, loss %.4f" % loss.item())
+' >"$ddp_dir/ddp.log" 2>&1 || ddp_status=$?
+    trace=$(find "$ddp_dir" -name "trace-*.db" -type f | head -n 1)
+    if [ "$ddp_status" -eq 0 ] && [ -n "$trace" ] && "$gradscope_bin" report "$trace" >"$ddp_dir/report.txt" 2>&1; then
+      # At least one NCCL all-reduce in each of the 5 steps, with a GPU span, on a CUDA device.
+      if python3 - "$trace" >>"$ddp_dir/ddp.log" 2>&1 <<'PYTHON'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute("SELECT step, count(*), min(end_ns - start_ns) FROM calls WHERE api = 16 GROUP BY step").fetchall()
+device = db.execute("SELECT device FROM ranks").fetchone()[0]
+print("ddp: all-reduces per step (step, calls, shortest span ns):", rows, "device:", device)
+steps = [row for row in rows if row[0] is not None]
+sys.exit(0 if len(steps) >= 5 and all(row[2] > 0 for row in steps) and device.startswith("cuda") else 1)
+PYTHON
+      then
+        echo "agent:  PyTorch DDP ok (agent_ddp/report.txt)" >>"$out_dir/summary.txt"
+      else
+        say "agent DDP check FAILED (expected NCCL all-reduces in 5 NVTX steps); see $ddp_dir/ddp.log"
+        echo "agent:  PyTorch DDP FAILED: no all-reduces per step in the trace (agent_ddp/ddp.log; NCCL linked statically into torch?)" >>"$out_dir/summary.txt"
+        status=1
+      fi
+    else
+      tail -n 10 "$ddp_dir/ddp.log" >&2
+      say "agent DDP job FAILED (exit $ddp_status); see $ddp_dir/ddp.log"
+      echo "agent:  PyTorch DDP FAILED (exit $ddp_status; agent_ddp/ddp.log)" >>"$out_dir/summary.txt"
+      status=1
+    fi
+  else
+    say "agent DDP check skipped: no PyTorch with CUDA and NCCL (python3 -c 'import torch')"
+    echo "agent:  PyTorch DDP skipped (no torch with CUDA and NCCL)" >>"$out_dir/summary.txt"
   fi
 fi
 

@@ -60,7 +60,8 @@ struct DropCounter {
   std::atomic<std::int64_t> count{0};
 };
 DropCounter g_drop_counters[] = {
-    {"thread_buffer", {}}, {"comm_table", {}}, {"gpu_timing", {}}, {"iallreduce_table", {}}, {"other", {}}};
+    {"thread_buffer", {}}, {"comm_table", {}},  {"gpu_timing", {}}, {"iallreduce_table", {}},
+    {"stream_table", {}},  {"group_table", {}}, {"other", {}}};
 
 // Owns the calling thread's buffer claim: returns it to the table when the thread exits.
 struct BufferOwner {
@@ -282,7 +283,7 @@ class Flusher {
     if (failed_) return;
     failed_ = true;
     g_recording.store(false, std::memory_order_relaxed);
-    log("{}; recording stopped, the job continues (free space or choose another GRADSCOPE_OUTPUT)", what);
+    log("{}; recording stopped, the job continues", what);
   }
 
   void close() {
@@ -528,7 +529,7 @@ void countDrop(const char* kind) {
       counter.count.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-  g_drop_counters[4].count.fetch_add(1, std::memory_order_relaxed);
+  std::end(g_drop_counters)[-1].count.fetch_add(1, std::memory_order_relaxed);  // "other"
 }
 
 void setGpuTimer(GpuTimer* timer) {

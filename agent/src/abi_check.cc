@@ -1,0 +1,187 @@
+// Compile-time proof that the agent's own declarations of NCCL, CUDA driver and NVTX facts (nccl_abi.h,
+// nccl_functions.def, cuda_driver.h, nvtx_abi.h) match the real headers: type sizes and layouts,
+// enumerator values, and the exact function type of every NCCL function in the table and every driver
+// function the agent looks up. Built only where the CUDA toolkit's headers are found (agent/CMakeLists.txt);
+// it generates no code, and the agent's build depends on it, so a mismatch fails the build.
+
+#include <nvtx3/nvToolsExt.h>
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#include <cuda.h>
+#include <nccl.h>
+
+#include "cuda_driver.h"
+#include "nccl_abi.h"
+#include "nvtx_abi.h"
+
+namespace gradscope::agent::abi_check {
+
+// Real<T>::type: the real headers' type for one of the agent's; other types map to themselves, and
+// pointers, const and function pointers map part by part.
+template <typename T>
+struct Real {
+  using type = T;
+};
+template <typename T>
+using RealT = typename Real<T>::type;
+template <typename T>
+struct Real<T*> {
+  using type = RealT<T>*;
+};
+template <typename T>
+struct Real<const T> {
+  using type = const RealT<T>;
+};
+template <typename R, typename... Args>
+struct Real<R (*)(Args...)> {
+  using type = RealT<R> (*)(RealT<Args>...);
+};
+#define GS_REAL_TYPE(OURS, THEIRS) \
+  template <>                      \
+  struct Real<OURS> {              \
+    using type = THEIRS;           \
+  };
+GS_REAL_TYPE(nccl::ncclResult_t, ::ncclResult_t)
+GS_REAL_TYPE(nccl::ncclDataType_t, ::ncclDataType_t)
+GS_REAL_TYPE(nccl::ncclRedOp_t, ::ncclRedOp_t)
+GS_REAL_TYPE(nccl::ncclComm, ::ncclComm)
+GS_REAL_TYPE(nccl::ncclUniqueId, ::ncclUniqueId)
+GS_REAL_TYPE(nccl::ncclConfig_t, ::ncclConfig_t)
+GS_REAL_TYPE(nccl::ncclSimInfo_t, ::ncclSimInfo_t)
+GS_REAL_TYPE(cuda::CUresult, ::CUresult)
+GS_REAL_TYPE(cuda::CUstreamCaptureStatus, ::CUstreamCaptureStatus)
+GS_REAL_TYPE(cuda::CUstreamCaptureMode, ::CUstreamCaptureMode)
+GS_REAL_TYPE(cuda::CUctx_st, ::CUctx_st)
+GS_REAL_TYPE(cuda::CUevent_st, ::CUevent_st)
+GS_REAL_TYPE(cuda::CUstream_st, ::CUstream_st)
+GS_REAL_TYPE(nvtx::CallbackModule, ::NvtxCallbackModule)
+#undef GS_REAL_TYPE
+
+// Enumerations: same size and underlying type (so the same calling convention), and the same values.
+template <typename Ours, typename Theirs>
+constexpr bool kSameEnum = sizeof(Ours) == sizeof(Theirs) &&
+                           std::is_same_v<std::underlying_type_t<Ours>, std::underlying_type_t<Theirs>>;
+static_assert(kSameEnum<nccl::ncclResult_t, ::ncclResult_t>);
+static_assert(kSameEnum<nccl::ncclDataType_t, ::ncclDataType_t>);
+static_assert(kSameEnum<nccl::ncclRedOp_t, ::ncclRedOp_t>);
+static_assert(kSameEnum<cuda::CUresult, ::CUresult>);
+static_assert(kSameEnum<cuda::CUstreamCaptureStatus, ::CUstreamCaptureStatus>);
+static_assert(kSameEnum<cuda::CUstreamCaptureMode, ::CUstreamCaptureMode>);
+static_assert(kSameEnum<nvtx::CallbackModule, ::NvtxCallbackModule>);
+
+#define GS_SAME_VALUE(OURS, THEIRS)                                             \
+  static_assert(static_cast<long long>(OURS) == static_cast<long long>(THEIRS), \
+                #OURS " differs from " #THEIRS);
+GS_SAME_VALUE(nccl::ncclSuccess, ::ncclSuccess)
+GS_SAME_VALUE(nccl::ncclUnhandledCudaError, ::ncclUnhandledCudaError)
+GS_SAME_VALUE(nccl::ncclSystemError, ::ncclSystemError)
+GS_SAME_VALUE(nccl::ncclInternalError, ::ncclInternalError)
+GS_SAME_VALUE(nccl::ncclInvalidArgument, ::ncclInvalidArgument)
+GS_SAME_VALUE(nccl::ncclInvalidUsage, ::ncclInvalidUsage)
+GS_SAME_VALUE(nccl::ncclRemoteError, ::ncclRemoteError)
+GS_SAME_VALUE(nccl::ncclInProgress, ::ncclInProgress)
+GS_SAME_VALUE(nccl::ncclNumResults, ::ncclNumResults)
+GS_SAME_VALUE(nccl::ncclInt8, ::ncclInt8)
+GS_SAME_VALUE(nccl::ncclChar, ::ncclChar)
+GS_SAME_VALUE(nccl::ncclUint8, ::ncclUint8)
+GS_SAME_VALUE(nccl::ncclInt32, ::ncclInt32)
+GS_SAME_VALUE(nccl::ncclInt, ::ncclInt)
+GS_SAME_VALUE(nccl::ncclUint32, ::ncclUint32)
+GS_SAME_VALUE(nccl::ncclInt64, ::ncclInt64)
+GS_SAME_VALUE(nccl::ncclUint64, ::ncclUint64)
+GS_SAME_VALUE(nccl::ncclFloat16, ::ncclFloat16)
+GS_SAME_VALUE(nccl::ncclHalf, ::ncclHalf)
+GS_SAME_VALUE(nccl::ncclFloat32, ::ncclFloat32)
+GS_SAME_VALUE(nccl::ncclFloat, ::ncclFloat)
+GS_SAME_VALUE(nccl::ncclFloat64, ::ncclFloat64)
+GS_SAME_VALUE(nccl::ncclDouble, ::ncclDouble)
+GS_SAME_VALUE(nccl::ncclBfloat16, ::ncclBfloat16)
+GS_SAME_VALUE(nccl::ncclFloat8e4m3, ::ncclFloat8e4m3)
+GS_SAME_VALUE(nccl::ncclFloat8e5m2, ::ncclFloat8e5m2)
+GS_SAME_VALUE(nccl::ncclNumTypes, ::ncclNumTypes)
+GS_SAME_VALUE(nccl::ncclSum, ::ncclSum)
+GS_SAME_VALUE(nccl::ncclProd, ::ncclProd)
+GS_SAME_VALUE(nccl::ncclMax, ::ncclMax)
+GS_SAME_VALUE(nccl::ncclMin, ::ncclMin)
+GS_SAME_VALUE(nccl::ncclAvg, ::ncclAvg)
+GS_SAME_VALUE(nccl::ncclNumOps, ::ncclNumOps)
+GS_SAME_VALUE(nccl::ncclMaxRedOp, ::ncclMaxRedOp)
+GS_SAME_VALUE(nccl::kUniqueIdBytes, NCCL_UNIQUE_ID_BYTES)
+GS_SAME_VALUE(nccl::kSplitNoColor, NCCL_SPLIT_NOCOLOR)
+GS_SAME_VALUE(cuda::CUDA_SUCCESS, ::CUDA_SUCCESS)
+GS_SAME_VALUE(cuda::CUDA_ERROR_INVALID_VALUE, ::CUDA_ERROR_INVALID_VALUE)
+GS_SAME_VALUE(cuda::CUDA_ERROR_DEINITIALIZED, ::CUDA_ERROR_DEINITIALIZED)
+GS_SAME_VALUE(cuda::CUDA_ERROR_INVALID_CONTEXT, ::CUDA_ERROR_INVALID_CONTEXT)
+GS_SAME_VALUE(cuda::CUDA_ERROR_INVALID_HANDLE, ::CUDA_ERROR_INVALID_HANDLE)
+GS_SAME_VALUE(cuda::CUDA_ERROR_NOT_READY, ::CUDA_ERROR_NOT_READY)
+GS_SAME_VALUE(cuda::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+GS_SAME_VALUE(cuda::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, ::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+GS_SAME_VALUE(cuda::CU_STREAM_CAPTURE_STATUS_NONE, ::CU_STREAM_CAPTURE_STATUS_NONE)
+GS_SAME_VALUE(cuda::CU_STREAM_CAPTURE_STATUS_ACTIVE, ::CU_STREAM_CAPTURE_STATUS_ACTIVE)
+GS_SAME_VALUE(cuda::CU_STREAM_CAPTURE_STATUS_INVALIDATED, ::CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+GS_SAME_VALUE(cuda::CU_STREAM_CAPTURE_MODE_GLOBAL, ::CU_STREAM_CAPTURE_MODE_GLOBAL)
+GS_SAME_VALUE(cuda::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, ::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+GS_SAME_VALUE(cuda::CU_STREAM_CAPTURE_MODE_RELAXED, ::CU_STREAM_CAPTURE_MODE_RELAXED)
+GS_SAME_VALUE(cuda::kEventDefault, ::CU_EVENT_DEFAULT)
+GS_SAME_VALUE(cuda::kStreamNonBlocking, ::CU_STREAM_NON_BLOCKING)
+GS_SAME_VALUE(nvtx::kExportTableCallbacks, ::NVTX_ETID_CALLBACKS)
+GS_SAME_VALUE(nvtx::kExportTableVersionInfo, ::NVTX_ETID_VERSIONINFO)
+GS_SAME_VALUE(nvtx::kModuleCore, ::NVTX_CB_MODULE_CORE)
+GS_SAME_VALUE(nvtx::kModuleCore2, ::NVTX_CB_MODULE_CORE2)
+GS_SAME_VALUE(nvtx::kCoreRangePushEx, ::NVTX_CBID_CORE_RangePushEx)
+GS_SAME_VALUE(nvtx::kCoreRangePushA, ::NVTX_CBID_CORE_RangePushA)
+GS_SAME_VALUE(nvtx::kCoreRangePushW, ::NVTX_CBID_CORE_RangePushW)
+GS_SAME_VALUE(nvtx::kCore2DomainRangePushEx, ::NVTX_CBID_CORE2_DomainRangePushEx)
+GS_SAME_VALUE(nvtx::kVersion, NVTX_VERSION)
+GS_SAME_VALUE(nvtx::kMessageAscii, ::NVTX_MESSAGE_TYPE_ASCII)
+GS_SAME_VALUE(nvtx::kMessageUnicode, ::NVTX_MESSAGE_TYPE_UNICODE)
+GS_SAME_VALUE(nvtx::kNoPushPopTracking, NVTX_NO_PUSH_POP_TRACKING)
+#undef GS_SAME_VALUE
+
+// Structures: same size and, where the agent reads fields, the same offsets.
+static_assert(sizeof(nccl::ncclUniqueId) == sizeof(::ncclUniqueId) &&
+              alignof(nccl::ncclUniqueId) == alignof(::ncclUniqueId));
+static_assert(sizeof(nvtx::EventAttributes) == sizeof(::nvtxEventAttributes_t));
+static_assert(offsetof(nvtx::EventAttributes, payload) == offsetof(::nvtxEventAttributes_t, payload));
+static_assert(offsetof(nvtx::EventAttributes, messageType) == offsetof(::nvtxEventAttributes_t, messageType));
+static_assert(offsetof(nvtx::EventAttributes, message) == offsetof(::nvtxEventAttributes_t, message));
+static_assert(sizeof(nvtx::ExportTableCallbacks) == sizeof(::NvtxExportTableCallbacks));
+static_assert(offsetof(nvtx::ExportTableCallbacks, GetModuleFunctionTable) ==
+              offsetof(::NvtxExportTableCallbacks, GetModuleFunctionTable));
+static_assert(std::is_same_v<RealT<decltype(nvtx::ExportTableCallbacks::GetModuleFunctionTable)>,
+                             decltype(::NvtxExportTableCallbacks::GetModuleFunctionTable)>);
+static_assert(sizeof(nvtx::ExportTableVersionInfo) == sizeof(::NvtxExportTableVersionInfo));
+static_assert(offsetof(nvtx::ExportTableVersionInfo, SetInjectionNvtxVersion) ==
+              offsetof(::NvtxExportTableVersionInfo, SetInjectionNvtxVersion));
+static_assert(std::is_same_v<nvtx::FunctionTable, ::NvtxFunctionTable>);
+static_assert(std::is_same_v<nvtx::GetExportTable, ::NvtxGetExportTableFunc_t>);
+static_assert(std::is_same_v<nvtx::InitializeInjection, ::NvtxInitializeInjectionNvtxFunc_t>);
+static_assert(std::is_same_v<RealT<nccl::cudaStream_t>, ::cudaStream_t>);
+static_assert(std::is_same_v<RealT<cuda::CUstream>, ::CUstream>);
+static_assert(std::is_same_v<cuda::CUdevice, ::CUdevice>);
+
+}  // namespace gradscope::agent::abi_check
+
+// Functions: every row of the tables, with the agent's types mapped to the real ones, has exactly the
+// type of the real declaration. (Expanded inside the agent's namespaces so that the rows' unqualified
+// type names are the agent's.)
+namespace gradscope::agent::nccl {
+#define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS)                                      \
+  static_assert(std::is_same_v<abi_check::RealT<RESULT(*) PARAMS>, decltype(&::NAME)>,    \
+                #NAME " in nccl_functions.def differs from nccl.h");                      \
+  static_assert(std::is_same_v<abi_check::RealT<RESULT(*) PARAMS>, decltype(&::p##NAME)>, \
+                "p" #NAME " in nccl_functions.def differs from nccl.h");
+#include "nccl_functions.def"
+#undef GS_NCCL_FUNCTION
+}  // namespace gradscope::agent::nccl
+
+namespace gradscope::agent::cuda {
+#define GS_CUDA_DRIVER_CHECK(MEMBER, SYMBOL, FALLBACK, RESULT, PARAMS)                   \
+  static_assert(std::is_same_v<abi_check::RealT<RESULT(*) PARAMS>, decltype(&::SYMBOL)>, \
+                #SYMBOL " in cuda_driver.h differs from cuda.h");
+GS_CUDA_DRIVER_FUNCTIONS(GS_CUDA_DRIVER_CHECK)
+#undef GS_CUDA_DRIVER_CHECK
+}  // namespace gradscope::agent::cuda

@@ -1,0 +1,390 @@
+// NCCL interposition: the wrappers of nccl_functions.def (collectives, communicator creation and
+// destruction) and the one-of-a-kind ones (ncclCommInitAll, ncclCommSplit, the group calls).
+//
+// Built against nccl_abi.h only: the real functions (pncclX, the strong aliases of NCCL's weak ncclX)
+// are looked up at run time (symbols.h), and CUDA is used only through the libcuda.so.1 the job has
+// loaded (cuda_driver.h), so the agent loads into processes without either.
+//
+// Hot path of a collective: a communicator look-up, a stream look-up, a capture check and two pooled
+// event records (when the stream's context is timed), two clock reads and one record(); no lock, no
+// allocation, no string. Inside a group a member only reads the clock and waits in its thread's group
+// state; the outermost ncclGroupEnd times the group (gpu_timer.h) and records every member.
+//
+// Recording starts (activate) at the first communicator the process creates. Communicators are named
+// identically on all their ranks (nccl_state.h): by the hash of the unique id, by the ordinal of the
+// ncclCommInitAll call, or by the parent, its creation ordinal and the colour for ncclCommSplit.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_driver.h"
+#include "gpu_timer.h"
+#include "nccl_abi.h"
+#include "nccl_state.h"
+#include "recorder.h"
+#include "symbols.h"
+
+#define GS_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace gradscope::agent {
+namespace {
+
+using namespace nccl;
+
+// ---- real functions ---------------------------------------------------------------------------------
+
+#define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS) using NAME##_function = RESULT(*) PARAMS;
+#include "nccl_functions.def"
+#undef GS_NCCL_FUNCTION
+
+template <typename Function>
+Function resolve(const char* name) {
+  return reinterpret_cast<Function>(findNextSymbol(name));
+}
+
+// Looked up on first use (thread-safe static initialisation: one predictable branch afterwards). NCCL
+// exports every API function as a weak ncclX and a strong pncclX: the agent's ncclX comes first in the
+// search order, pncclX is the library's.
+#define GS_NCCL_REAL(NAME) static const auto real_##NAME = resolve<NAME##_function>("p" #NAME)
+
+ncclResult_t missingFunction(const char* name) {
+  log("{} not found in any loaded NCCL library; the call fails with ncclInternalError", name);
+  return ncclInternalError;
+}
+
+// A marker for the collectives without a reduction.
+struct NoOp {};
+constexpr NoOp kNoOp{};
+ReduceOp reduceOpOf(NoOp) {
+  return ReduceOp::None;
+}
+
+// ---- GPU timing ---------------------------------------------------------------------------------------
+
+StreamTable g_streams;
+cuda::Driver g_driver;
+// Set once (before any stream is given a domain); read on the hot path after a domain.
+std::atomic<CudaEventTimer*> g_timer{nullptr};
+
+void logTimingOff(const std::string& why) {
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) log("no GPU timing ({}); the NCCL calls concerned are timed on the host", why);
+}
+
+CudaEventTimer* gpuTimer() {
+  static CudaEventTimer* const timer = []() -> CudaEventTimer* {
+    std::string why;
+    if (!cuda::loadDriver(g_driver, why)) {
+      logTimingOff(why);
+      return nullptr;
+    }
+    auto* created = new CudaEventTimer(g_driver);  // lives as long as the process: records may refer to it
+    g_timer.store(created, std::memory_order_release);
+    return created;
+  }();
+  return timer;
+}
+
+// Slow path (first sight of a stream, or a retry after it was capturing): the timer's domain for it.
+int timingDomain(StreamTable::Entry& entry, cudaStream_t stream) {
+  CudaEventTimer* timer = gpuTimer();
+  int domain = CudaEventTimer::kNoDomain;
+  if (timer != nullptr) {
+    std::string error;
+    domain = timer->domainOf(stream, error);
+    if (domain >= 0) setGpuTimer(timer);
+    if (!error.empty()) logTimingOff(error);
+  }
+  entry.domain.store(domain, std::memory_order_release);
+  return domain;
+}
+
+// The stream's index for the record and its timing domain (kNoDomain: host timing).
+int streamOf(cudaStream_t stream, CallEvent& event) {
+  StreamTable::Entry* entry = g_streams.find(stream);
+  if (entry == nullptr) {
+    countDrop("stream_table");
+    return CudaEventTimer::kNoDomain;
+  }
+  event.stream = entry->index;
+  const int domain = entry->domain.load(std::memory_order_acquire);
+  if (__builtin_expect(domain >= CudaEventTimer::kNoDomain, 1)) return domain;
+  return timingDomain(*entry, stream);
+}
+
+// ---- groups -------------------------------------------------------------------------------------------
+
+thread_local GroupState t_group __attribute__((tls_model("initial-exec")));
+
+// Times and records a call outside a group; inside one, parks it until the outermost ncclGroupEnd.
+template <typename Call>
+ncclResult_t timed(CallEvent& event, cudaStream_t stream, Call&& call) {
+  const int domain = streamOf(stream, event);
+  event.enqueue = event.start = ticks();
+  if (t_group.depth() > 0) {
+    if (__builtin_expect(t_group.add(event, stream, domain), 1)) return call();
+    countDrop("group_table");  // the group is full: this member is timed on its own, on the host
+    const ncclResult_t rc = call();
+    event.end = ticks();
+    record(event);
+    return rc;
+  }
+  bool captured = false;
+  CudaEventTimer* const timer = domain >= 0 ? g_timer.load(std::memory_order_relaxed) : nullptr;
+  std::uint32_t gpu_slot = timer != nullptr ? timer->start(domain, stream, captured) : 0;
+  const ncclResult_t rc = call();
+  if (gpu_slot != 0) {
+    // ncclInProgress (a nonblocking communicator): NCCL enqueues the work later, after this event.
+    if (rc == ncclInProgress) {
+      timer->abandon(gpu_slot);
+      gpu_slot = 0;
+    } else {
+      timer->stop(gpu_slot, stream);
+    }
+  }
+  event.end = ticks();
+  event.gpu_slot = gpu_slot;
+  if (captured) event.flags |= kGraphCaptured;
+  record(event);
+  return rc;
+}
+
+// ---- communicators ------------------------------------------------------------------------------------
+
+CommSlot* registerComm(ncclComm_t comm, const std::string& key, int size, int rank) {
+  static std::mutex mutex;
+  static std::set<std::string> keys;
+  CommDescription description;
+  description.backend = Backend::Nccl;
+  {
+    const std::lock_guard lock(mutex);
+    description.key = distinctKey(keys, key, rank);
+  }
+  description.size = size;
+  description.rank = rank;
+  CommSlot* slot = comms().add(comm, description);
+  if (slot == nullptr) countDrop("comm_table");
+  return slot;
+}
+
+// Size and rank from NCCL (0 when it cannot tell yet, e.g. a nonblocking communicator still in progress).
+std::pair<int, int> sizeAndRank(ncclComm_t comm) {
+  GS_NCCL_REAL(ncclCommCount);
+  GS_NCCL_REAL(ncclCommUserRank);
+  int size = 0, rank = 0;
+  if (real_ncclCommCount == nullptr || real_ncclCommCount(comm, &size) != ncclSuccess) size = 0;
+  if (real_ncclCommUserRank == nullptr || real_ncclCommUserRank(comm, &rank) != ncclSuccess) rank = 0;
+  return {size, rank};
+}
+
+// A communicator the agent did not see being created (by a function it does not wrap, such as
+// ncclCommShrink): named by its size and how many such communicators of that size came before.
+CommSlot* registerUnseenComm(ncclComm_t comm) {
+  static std::mutex mutex;
+  static std::vector<std::pair<int, int>> seen;  // (size, communicators of that size so far)
+  const auto [size, rank] = sizeAndRank(comm);
+  int ordinal = 0;
+  {
+    const std::lock_guard lock(mutex);
+    bool found = false;
+    for (auto& [known_size, n] : seen)
+      if (known_size == size) {
+        ordinal = n++;
+        found = true;
+      }
+    if (!found) seen.emplace_back(size, 1);
+  }
+  return registerComm(comm, unseenKey(size, ordinal), size, rank);
+}
+
+CommSlot* commSlot(ncclComm_t comm) {
+  if (CommSlot* slot = comms().find(comm)) return slot;
+  if (comm == nullptr) return nullptr;
+  return registerUnseenComm(comm);
+}
+
+// "cuda:<ordinal> <name>" as far as NCCL and the driver can tell.
+std::string deviceOf(ncclComm_t comm) {
+  GS_NCCL_REAL(ncclCommCuDevice);
+  int ordinal = -1;
+  // Inside a group NCCL initialises communicators only at ncclGroupEnd: do not ask it yet.
+  if (t_group.depth() > 0 || real_ncclCommCuDevice == nullptr ||
+      real_ncclCommCuDevice(comm, &ordinal) != ncclSuccess)
+    ordinal = -1;
+  cuda::Driver driver;
+  std::string why;
+  if (!cuda::loadDriver(driver, why)) return ordinal >= 0 ? fmt::format("cuda:{}", ordinal) : "cuda";
+  cuda::CUdevice device = 0;
+  if (ordinal >= 0) {
+    if (driver.deviceGet(&device, ordinal) != cuda::CUDA_SUCCESS) return fmt::format("cuda:{}", ordinal);
+  } else {
+    if (driver.ctxGetDevice(&device) != cuda::CUDA_SUCCESS) return "cuda";
+    ordinal = device;
+  }
+  char name[256] = {};
+  if (driver.deviceGetName(name, sizeof name - 1, device) != cuda::CUDA_SUCCESS)
+    return fmt::format("cuda:{}", ordinal);
+  return fmt::format("cuda:{} {}", ordinal, name);
+}
+
+// Recording starts at the first communicator: this rank and the world are the launcher's when it says,
+// else the communicator's.
+void activateAt(ncclComm_t comm, int nranks, int rank) {
+  if (activated()) return;
+  Activation activation;
+  activation.backend = Backend::Nccl;
+  activation.rank = config().env_rank.value_or(rank);
+  activation.world_size = config().env_world_size.value_or(nranks);
+  activation.device = deviceOf(comm);
+  activate(activation);
+}
+
+void onCreated(ncclResult_t rc, ncclComm_t* newcomm, int nranks, int rank, const ncclUniqueId* ids,
+               int count) {
+  // ncclInProgress: a nonblocking communicator, usable once NCCL says so; its handle is set already.
+  if ((rc != ncclSuccess && rc != ncclInProgress) || newcomm == nullptr || *newcomm == nullptr) return;
+  activateAt(*newcomm, nranks, rank);
+  if (recording() && ids != nullptr && count > 0)
+    registerComm(*newcomm, uniqueIdKey(ids, count), nranks, rank);
+}
+
+}  // namespace
+}  // namespace gradscope::agent
+
+using namespace gradscope;
+using namespace gradscope::agent;
+using namespace gradscope::agent::nccl;
+
+// ---- the collectives and communicator life cycle (generated) ---------------------------------------
+
+#define GS_NCCL_COLLECTIVE(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM, STREAM)        \
+  GS_EXPORT ncclResult_t NAME PARAMS {                                                                  \
+    GS_NCCL_REAL(NAME);                                                                                 \
+    if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("p" #NAME);                 \
+    if (__builtin_expect(!recording(), 0)) return real_##NAME ARGS;                                     \
+    CommSlot* const slot = commSlot(COMM);                                                              \
+    if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                                  \
+    CallEvent event;                                                                                    \
+    event.api = Api::API;                                                                               \
+    event.comm = slot->index;                                                                           \
+    event.dtype = dtypeOf(DATATYPE);                                                                    \
+    event.op = reduceOpOf(OP);                                                                          \
+    event.count = static_cast<std::int64_t>(COUNT);                                                     \
+    event.bytes = static_cast<std::int64_t>(ELEMENTS) * static_cast<std::int64_t>(sizeOf(event.dtype)); \
+    event.seq = slot->seq.load(std::memory_order_relaxed);                                              \
+    slot->seq.store(event.seq + 1, std::memory_order_relaxed);                                          \
+    event.step = stepForCall();                                                                         \
+    return timed(event, STREAM, [&] { return real_##NAME ARGS; });                                      \
+  }
+
+#define GS_NCCL_COMM_INIT(NAME, PARAMS, ARGS, NEWCOMM, NRANKS, RANK, IDS, NIDS) \
+  GS_EXPORT ncclResult_t NAME PARAMS {                                          \
+    GS_NCCL_REAL(NAME);                                                         \
+    if (real_##NAME == nullptr) return missingFunction("p" #NAME);              \
+    const ncclResult_t rc = real_##NAME ARGS;                                   \
+    onCreated(rc, NEWCOMM, NRANKS, RANK, IDS, NIDS);                            \
+    return rc;                                                                  \
+  }
+
+// The slot is retired before NCCL frees the handle, so a communicator created meanwhile at the same
+// address is a new one.
+#define GS_NCCL_COMM_END(NAME, PARAMS, ARGS, COMM)                 \
+  GS_EXPORT ncclResult_t NAME PARAMS {                             \
+    GS_NCCL_REAL(NAME);                                            \
+    if (real_##NAME == nullptr) return missingFunction("p" #NAME); \
+    if (COMM != nullptr) comms().retire(COMM);                     \
+    return real_##NAME ARGS;                                       \
+  }
+
+#define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS)
+#include "nccl_functions.def"
+#undef GS_NCCL_FUNCTION
+
+// ---- communicators (one of a kind) -------------------------------------------------------------------
+
+GS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  GS_NCCL_REAL(ncclCommInitAll);
+  if (real_ncclCommInitAll == nullptr) return missingFunction("pncclCommInitAll");
+  const ncclResult_t rc = real_ncclCommInitAll(comm, ndev, devlist);
+  // One process holds every rank, so the ordinal of the call names the communicators.
+  static std::atomic<std::int64_t> calls{0};
+  const std::int64_t ordinal = calls.fetch_add(1, std::memory_order_relaxed);
+  if (rc != ncclSuccess || comm == nullptr || ndev <= 0) return rc;
+  activateAt(comm[0], ndev, 0);
+  if (!recording()) return rc;
+  for (int i = 0; i < ndev; ++i)
+    if (comm[i] != nullptr) registerComm(comm[i], initAllKey(ordinal), ndev, i);
+  return rc;
+}
+
+GS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                     ncclConfig_t* config) {
+  GS_NCCL_REAL(ncclCommSplit);
+  if (real_ncclCommSplit == nullptr) return missingFunction("pncclCommSplit");
+  const ncclResult_t rc = real_ncclCommSplit(comm, color, key, newcomm, config);
+  if (!recording()) return rc;
+  CommSlot* parent = commSlot(comm);
+  if (parent == nullptr) return rc;
+  // Every rank of the parent takes part in the split (with NCCL_SPLIT_NOCOLOR too), so the ordinal is
+  // the same on all of them.
+  const std::int64_t ordinal = parent->created.load(std::memory_order_relaxed);
+  parent->created.store(ordinal + 1, std::memory_order_relaxed);
+  if ((rc != ncclSuccess && rc != ncclInProgress) || newcomm == nullptr || *newcomm == nullptr ||
+      color == kSplitNoColor)
+    return rc;
+  const auto [size, rank] = sizeAndRank(*newcomm);
+  registerComm(*newcomm, splitKey(comms().description(parent->index).key, ordinal, color), size, rank);
+  return rc;
+}
+
+// ---- groups --------------------------------------------------------------------------------------------
+
+GS_EXPORT ncclResult_t ncclGroupStart() {
+  GS_NCCL_REAL(ncclGroupStart);
+  if (real_ncclGroupStart == nullptr) return missingFunction("pncclGroupStart");
+  t_group.start();
+  return real_ncclGroupStart();
+}
+
+GS_EXPORT ncclResult_t ncclGroupEnd() {
+  GS_NCCL_REAL(ncclGroupEnd);
+  if (real_ncclGroupEnd == nullptr) return missingFunction("pncclGroupEnd");
+  if (!t_group.end() || t_group.members().empty()) return real_ncclGroupEnd();
+  // The outermost end launches the group's work: time it on each distinct stream.
+  cudaStream_t streams[GroupState::kMaxStreams];
+  int domains[GroupState::kMaxStreams];
+  const int n = t_group.distinctStreams(streams, domains);
+  CudaEventTimer* const timer = g_timer.load(std::memory_order_acquire);
+  CudaEventTimer::Group timing;
+  if (timer != nullptr) timer->startGroup(timing, domains, streams, n);
+  const std::uint64_t start = ticks();
+  const ncclResult_t rc = real_ncclGroupEnd();
+  const auto members = t_group.members();
+  // With nonblocking communicators (ncclInProgress) NCCL launches the group later: timed on the host.
+  if (timer != nullptr)
+    timer->stopGroup(timing, rc == ncclInProgress ? 0 : static_cast<std::int32_t>(members.size()));
+  const std::uint64_t end = ticks();
+  for (GroupState::Member& member : members) {
+    member.event.start = start;
+    member.event.end = end;
+    member.event.gpu_slot = timing.leader;
+    if (timing.captured) member.event.flags |= kGraphCaptured;
+    record(member.event);
+  }
+  t_group.clear();
+  return rc;
+}
+
+// Ends the group without launching it: its members never run, so they are not recorded.
+GS_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  GS_NCCL_REAL(ncclGroupSimulateEnd);
+  if (real_ncclGroupSimulateEnd == nullptr) return missingFunction("pncclGroupSimulateEnd");
+  if (t_group.end()) t_group.clear();
+  return real_ncclGroupSimulateEnd(simInfo);
+}

@@ -1,0 +1,332 @@
+#!/usr/bin/python3
+"""Integration tests of the agent's NCCL interposer on nccl_job (tests/agent/nccl/nccl_job.cc).
+
+  check_nccl.py TOOLS --workdir DIR host      fake NCCL, no CUDA driver: host timing; exact calls, keys,
+                                              sequence numbers, streams; group members share one span
+  check_nccl.py TOOLS --workdir DIR gpu       fake NCCL and the fake driver (libcuda.so.1, kernels of
+                                              10 ms): CUDA-event timing; every span is its kernels'
+                                              length, a group's members share the group's span, the
+                                              graph-captured call is timed on the host, no job stream is
+                                              ever synchronised, no event is recorded on a capturing stream
+  check_nccl.py TOOLS --workdir DIR nvtx      GRADSCOPE_STEP_NVTX=step with the agent as the NVTX
+                                              injection library: the step of every call
+  check_nccl.py TOOLS --workdir DIR disabled  GRADSCOPE_DISABLE=1: no trace, the job untouched
+  check_nccl.py TOOLS --workdir DIR real      the job on the real NCCL and a GPU (scripts/gpu_check.sh):
+                                              the same calls, keys from NCCL's random unique ids, GPU
+                                              spans that start after their call; `gradscope report`
+                                              on the trace when --gradscope is given
+  check_nccl.py TOOLS --workdir DIR real-nvtx the same with the NVTX step marker
+
+TOOLS: --agent SO --job EXE [--fake-cuda SO] [--gradscope EXE]. Every mode also runs the job without the
+agent and requires the same stdout and exit status. Exits 0 when every check passes, 1 with one
+"check_nccl: FAIL: ..." line per failed check.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+# gradscope::Api, DType, ReduceOp codes (common/include/gradscope/common/types.h).
+ALLREDUCE, REDUCESCATTER, ALLGATHER, REDUCE, BROADCAST = 16, 17, 18, 19, 20
+INT8, UINT8, INT32, FP32, FP64, BF16 = 0, 1, 2, 7, 8, 9
+SUM, PROD, MAX, MIN, AVG = 0, 1, 2, 3, 4
+BACKEND_NCCL = 2
+
+# The job's calls in order: (communicator, api, dtype, op, count, bytes, stream, group, captured).
+# op None: no reduction (NULL). group: index of the ncclGroupStart/End block, or None.
+STEPS = 3
+MAIN, SPLIT, ALL, CONFIG, PAIR0, PAIR1 = "main", "split", "all", "config", "pair0", "pair1"
+# (size, rank) of each communicator.
+SHAPES = {MAIN: (1, 0), SPLIT: (1, 0), ALL: (1, 0), CONFIG: (1, 0), PAIR0: (2, 0), PAIR1: (2, 1)}
+
+
+def expected_calls(fake=True):
+    calls = []
+    for step in range(STEPS):
+        calls += [
+            (MAIN, ALLREDUCE, FP32, SUM, 1000, 4000, 1, None, False),
+            (MAIN, ALLREDUCE, FP64, MAX, 10, 80, 1, None, False),
+            (MAIN, ALLREDUCE, INT32, SUM, 4096, 16384, 2, None, False),
+            (MAIN, ALLREDUCE, BF16, AVG, 2048, 4096, 1, None, False),
+            (MAIN, ALLREDUCE, FP32, SUM, 256, 1024, 1, step, False),
+            (MAIN, ALLREDUCE, FP32, PROD, 512, 2048, 1, step, False),
+            (MAIN, BROADCAST, INT8, None, 100, 100, 1, step, False),
+        ]
+    calls += [
+        (MAIN, REDUCESCATTER, FP32, SUM, 64, 256, 1, None, False),  # recvcount 64 x 1 rank x 4 bytes
+        (MAIN, ALLGATHER, FP32, None, 32, 128, 1, None, False),
+        (MAIN, BROADCAST, UINT8, None, 200, 200, 2, None, False),
+        (MAIN, REDUCE, FP64, MIN, 16, 128, 1, None, False),
+        (MAIN, ALLREDUCE, FP32, SUM, 128, 512, 1, None, True),
+        (SPLIT, ALLREDUCE, FP32, SUM, 8, 32, 1, None, False),
+        (ALL, ALLREDUCE, FP32, SUM, 4, 16, 1, None, False),
+        (CONFIG, ALLREDUCE, FP32, SUM, 16, 64, 1, None, False),
+    ]
+    if fake:  # the fake NCCL's two-rank communicator, both ranks in the job's process
+        calls += [
+            (PAIR1, REDUCESCATTER, FP32, SUM, 8, 64, 1, None, False),  # recvcount 8 x 2 ranks x 4 bytes
+            (PAIR0, ALLGATHER, FP32, None, 8, 32, 1, None, False),
+        ]
+    return calls
+
+
+def expected_step(index):
+    """The step of call `index` with the NVTX marker: the steps pushed so far - 1."""
+    return min(index // 7, STEPS - 1)
+
+
+def fnv1a(data):
+    value = 0xcbf29ce484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return value
+
+
+def fake_unique_id_key(n):
+    """The agent's key for the fake NCCL's n-th unique id (fake_nccl.cc: byte i = 7i + 13n mod 256)."""
+    return "nccl:%016x" % fnv1a(bytes((7 * i + 13 * n) & 0xFF for i in range(128)))
+
+
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+    return condition
+
+
+def run(command, env, cwd, timeout=120):
+    return subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=timeout)
+
+
+def base_environment():
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GRADSCOPE_") and k not in ("LD_PRELOAD", "NVTX_INJECTION64_PATH")}
+    env["GRADSCOPE_FLUSH_INTERVAL"] = "10ms"
+    return env
+
+
+def run_pair(args, workdir, env, label):
+    """The job without and with the agent; returns (the agent run's stderr, the trace file or None)."""
+    plain = run([args.job], env, workdir)
+    check(plain.returncode == 0, f"{label}: the job fails without the agent ({plain.returncode}): {plain.stderr[-800:]}")
+    agent_env = dict(env, LD_PRELOAD=args.agent, GRADSCOPE_OUTPUT=os.path.join(workdir, "trace-%p.db"))
+    traced = run([args.job], agent_env, workdir)
+    check(traced.returncode == plain.returncode,
+          f"{label}: exit status {traced.returncode} under the agent, {plain.returncode} without")
+    check(traced.stdout == plain.stdout, f"{label}: stdout differs under the agent:\n{traced.stdout}\n---\n{plain.stdout}")
+    check("nccl_job: done" in traced.stdout, f"{label}: the job did not finish: {traced.stdout[-400:]}")
+    other = [line for line in traced.stderr.splitlines() if not line.startswith("gradscope: ")]
+    check(not other, f"{label}: unexpected stderr under the agent: {other[:5]}")
+    files = sorted(f for f in os.listdir(workdir) if f.startswith("trace-") and f.endswith(".db"))
+    return traced.stderr, (os.path.join(workdir, files[0]) if len(files) == 1 else files)
+
+
+def load_trace(path):
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    calls = db.execute(
+        "SELECT c.id, m.key, c.seq, c.step, c.api, c.dtype, c.op, c.count, c.bytes, c.enqueue_ns, c.start_ns, "
+        "c.end_ns, coalesce(g.stream, 0) FROM calls c JOIN comms m ON m.id = c.comm_id "
+        "LEFT JOIN gpu_calls g ON g.call_id = c.id ORDER BY c.id").fetchall()
+    comms = {key: (backend, size, rank) for key, backend, size, rank in
+             db.execute("SELECT key, backend, size, comm_rank FROM comms")}
+    drops = dict(db.execute("SELECT kind, count FROM drops"))
+    run_row = db.execute("SELECT backend, world_size, end_ns FROM runs").fetchone()
+    device = db.execute("SELECT device FROM ranks").fetchone()[0]
+    db.close()
+    return calls, comms, drops, run_row, device
+
+
+def check_trace(path, label, keys, nvtx=False):
+    """The calls of the trace against expected_calls(); returns the rows in the job's order, each with
+    its expectation, for the timing checks."""
+    calls, comms, drops, run_row, device = load_trace(path)
+    check(run_row is not None and run_row[0] == BACKEND_NCCL and run_row[1] == 1 and run_row[2] is not None,
+          f"{label}: runs row {run_row} (expected backend nccl, world 1, complete)")
+    wanted_keys = set(keys.values())
+    check(set(comms) == wanted_keys, f"{label}: communicator keys {sorted(comms)}, expected {sorted(wanted_keys)}")
+    for tag, key in keys.items():
+        if key in comms:
+            check(comms[key] == (BACKEND_NCCL,) + SHAPES[tag],
+                  f"{label}: communicator {key}: (backend, size, rank) {comms[key]}, expected {(BACKEND_NCCL,) + SHAPES[tag]}")
+    check(not drops.get("call") and not drops.get("thread_buffer"), f"{label}: dropped calls {drops}")
+    expected = expected_calls(fake=PAIR0 in keys)
+    check(len(calls) == len(expected), f"{label}: {len(calls)} calls recorded, {len(expected)} made")
+    # The job's order is each communicator's seq order. (Not enqueue_ns: ticks are converted to times when a
+    # record is written, GPU-timed ones once their events complete, with the clock calibration of the
+    # moment, so calls microseconds apart may swap.)
+    by_comm = {}
+    for row in sorted(calls, key=lambda r: (r[1], r[2])):
+        by_comm.setdefault(row[1], []).append(row)
+    seqs = {}
+    rows = []
+    for index, want in enumerate(expected):
+        comm, w_api, w_dtype, w_op, w_count, w_bytes, w_stream, group, captured = want
+        taken = seqs.get(comm, 0)
+        seqs[comm] = taken + 1
+        mine = by_comm.get(keys[comm], [])
+        if not check(taken < len(mine), f"{label}: call {index}: no call {taken} on {keys[comm]} ({comm})"):
+            continue
+        row = mine[taken]
+        _, key, seq, step, api, dtype, op, count, nbytes, enqueue, start, end, stream = row
+        where = f"{label}: call {index} ({key} seq {seq})"
+        check(seq == taken, f"{where}: seq {seq}, expected {taken}")
+        check((api, dtype, op, count, nbytes) == (w_api, w_dtype, w_op, w_count, w_bytes),
+              f"{where}: (api, dtype, op, count, bytes) = {(api, dtype, op, count, nbytes)}, "
+              f"expected {(w_api, w_dtype, w_op, w_count, w_bytes)}")
+        check(stream == w_stream, f"{where}: stream {stream}, expected {w_stream}")
+        wanted_step = expected_step(index) if nvtx else None
+        check(step == wanted_step, f"{where}: step {step}, expected {wanted_step}")
+        check(start <= end and enqueue <= end, f"{where}: times enqueue {enqueue} start {start} end {end}")
+        rows.append((row, want))
+    # Members of one group share one span; calls outside groups have their own.
+    for group in range(STEPS):
+        spans = {(r[10], r[11]) for r, w in rows if w[7] == group}
+        check(len(spans) == 1, f"{label}: the members of group {group} have spans {sorted(spans)}, expected one")
+    return rows, drops, device
+
+
+# ---- modes -----------------------------------------------------------------------------------------------
+
+def fake_keys():
+    main = fake_unique_id_key(0)
+    return {MAIN: main, SPLIT: main + "/split0:3", ALL: "nccl:all#0", CONFIG: fake_unique_id_key(1),
+            PAIR0: "nccl:all#1", PAIR1: "nccl:all#1@1"}
+
+
+def check_host(args, workdir):
+    stderr, trace = run_pair(args, workdir, base_environment(), "host")
+    if not check(isinstance(trace, str), f"host: expected one trace file, found {trace}"):
+        return
+    lines = [line for line in stderr.splitlines() if line.startswith("gradscope: ")]
+    check(len(lines) <= 1 and all("no GPU timing" in line for line in lines),
+          f"host: at most one 'no GPU timing' line expected on stderr: {lines}")
+    rows, drops, device = check_trace(trace, "host", fake_keys())
+    check(device == "cuda:0", f"host: device {device!r}, expected 'cuda:0' (NCCL's device, no driver to name it)")
+    check(not drops.get("gpu_timing"), f"host: gpu_timing drops {drops}")
+
+
+def check_gpu(args, workdir):
+    # Long enough that the host-timed (graph-captured) call stays far below it on a busy machine.
+    kernel_ns = 10_000_000
+    stats = os.path.join(workdir, "fake-cuda-stats.txt")
+    env = dict(base_environment(), GRADSCOPE_FAKE_CUDA=args.fake_cuda, GRADSCOPE_FAKE_KERNEL_NS=str(kernel_ns),
+               GRADSCOPE_FAKE_CUDA_STATS=stats)
+    stderr, trace = run_pair(args, workdir, env, "gpu")
+    if not check(isinstance(trace, str), f"gpu: expected one trace file, found {trace}"):
+        return
+    check("gradscope: " not in stderr, f"gpu: the agent wrote to stderr: {stderr[-600:]}")
+    rows, drops, device = check_trace(trace, "gpu", fake_keys())
+    check(device == "cuda:0 Gradscope Fake GPU", f"gpu: device {device!r}")
+    check(not drops.get("gpu_timing"), f"gpu: gpu_timing drops {drops}")
+    tolerance = 100_000  # spans: both ends use one reference, so only float milliseconds round
+    reference_width = 1_000_000  # GPU vs host times: the reference's host time is known within its width
+    for index, (row, want) in enumerate(rows):
+        enqueue, start, end = row[9], row[10], row[11]
+        group, captured = want[7], want[8]
+        where = f"gpu: call {index}"
+        if captured:
+            check(end - start < kernel_ns // 2,
+                  f"{where} (graph-captured): span {end - start} ns, expected host timing (< {kernel_ns // 2})")
+            continue
+        kernels = 3 if group is not None else 1
+        check(abs((end - start) - kernels * kernel_ns) < tolerance,
+              f"{where}: span {end - start} ns, expected {kernels} kernels of {kernel_ns} ns")
+        check(start >= enqueue - reference_width, f"{where}: GPU start {start} before the call was made ({enqueue})")
+    counts = {}
+    with open(stats) as f:
+        for line in f:
+            name, value = line.split()
+            counts[name] = int(value)
+    check(counts.get("job_stream_syncs") == 0, f"gpu: the agent synchronised a job stream: {counts}")
+    check(counts.get("capture_records") == 0, f"gpu: the agent recorded on a capturing stream: {counts}")
+    check(counts.get("streams_created") == 1, f"gpu: the agent created {counts.get('streams_created')} streams, expected 1")
+    # Events are pooled: created once, never per call.
+    created = counts.get("events_created", 0)
+    check(0 < created <= 2 * 4096 + 256, f"gpu: {created} events created, expected one pool")
+
+
+def check_nvtx(args, workdir):
+    if not args.nvtx:
+        print("check_nccl: SKIP nvtx: the job was built without NVTX v3 headers")
+        return
+    env = dict(base_environment(), GRADSCOPE_STEP_NVTX="step", NVTX_INJECTION64_PATH=args.agent)
+    plain_env = dict(env)
+    _, trace = run_pair(args, workdir, plain_env, "nvtx")
+    if check(isinstance(trace, str), f"nvtx: expected one trace file, found {trace}"):
+        check_trace(trace, "nvtx", fake_keys(), nvtx=True)
+
+
+def check_disabled(args, workdir):
+    env = dict(base_environment(), GRADSCOPE_DISABLE="1")
+    stderr, trace = run_pair(args, workdir, env, "disabled")
+    check(trace == [], f"disabled: trace files {trace}")
+    check("gradscope: " not in stderr, f"disabled: the agent wrote to stderr: {stderr[-400:]}")
+
+
+def check_real(args, workdir, nvtx=False):
+    env = base_environment()
+    label = "real-nvtx" if nvtx else "real"
+    if nvtx:
+        env.update(GRADSCOPE_STEP_NVTX="step", NVTX_INJECTION64_PATH=args.agent)
+    stderr, trace = run_pair(args, workdir, env, label)
+    if not check(isinstance(trace, str), f"{label}: expected one trace file, found {trace}"):
+        return
+    check("gradscope: " not in stderr, f"{label}: the agent wrote to stderr: {stderr[-600:]}")
+    calls, comms, _, _, _ = load_trace(trace)
+    ids = sorted(k for k in comms if re.fullmatch(r"nccl:[0-9a-f]{16}", k))
+    # The first unique id made the first communicator: its key is the one with the most calls.
+    by_key = {}
+    for row in calls:
+        by_key[row[1]] = by_key.get(row[1], 0) + 1
+    if check(len(ids) == 2, f"{label}: communicator keys {sorted(comms)}"):
+        main = max(ids, key=lambda k: by_key.get(k, 0))
+        config = min(ids, key=lambda k: by_key.get(k, 0))
+        keys = {MAIN: main, SPLIT: main + "/split0:3", ALL: "nccl:all#0", CONFIG: config}
+        rows, drops, device = check_trace(trace, label, keys, nvtx=nvtx)
+        check(device.startswith("cuda:"), f"{label}: device {device!r}")
+        check(not drops.get("gpu_timing"), f"{label}: gpu_timing drops {drops}")
+        # Spans are positive and start after the call was made (GPU spans; the graph-captured call's is the host's).
+        for index, (row, want) in enumerate(rows):
+            enqueue, start, end = row[9], row[10], row[11]
+            check(end > start and start >= enqueue - 100_000,
+                  f"{label}: call {index}: enqueue {enqueue} start {start} end {end}")
+        if args.gradscope:
+            report = run([args.gradscope, "report", trace], env, workdir)
+            check(report.returncode == 0, f"{label}: gradscope report failed: {report.stderr[-400:]}")
+            with open(os.path.join(workdir, "report.txt"), "w") as f:
+                f.write(report.stdout)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--agent", required=True)
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--fake-cuda")
+    parser.add_argument("--gradscope")
+    parser.add_argument("--nvtx", action="store_true", help="the job marks steps with NVTX")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("mode", choices=["host", "gpu", "nvtx", "disabled", "real", "real-nvtx"])
+    args = parser.parse_args()
+    for name in ("agent", "job", "fake_cuda", "gradscope", "workdir"):
+        if getattr(args, name):
+            setattr(args, name, os.path.abspath(getattr(args, name)))
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    {"host": check_host, "gpu": check_gpu, "nvtx": check_nvtx, "disabled": check_disabled, "real": check_real,
+     "real-nvtx": lambda a, w: check_real(a, w, nvtx=True)}[args.mode](args, args.workdir)
+    for failure in failures:
+        print(f"check_nccl: FAIL: {failure}")
+    if not failures:
+        print(f"check_nccl: {args.mode}: all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

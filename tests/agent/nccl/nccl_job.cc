@@ -1,0 +1,313 @@
+// A one-rank NCCL job that makes every NCCL call the agent interposes, for the agent's tests:
+// check_nccl.py runs it with and without the agent and compares its output and the trace with the
+// calls listed in check_nccl.py (keep the two in step).
+//
+// Two builds of the same source:
+// - against the fake NCCL (libgradscope-fake-nccl.so) on host memory, with no CUDA at all: streams are
+//   plain handles, and the fake driver (when the test loads it) times them;
+// - with GRADSCOPE_JOB_REAL_NCCL, against the real NCCL and CUDA runtime on one GPU (scripts/gpu_check.sh).
+// With GRADSCOPE_JOB_NVTX the steps are marked with NVTX ranges named "step" (NVTX v3, header-only).
+//
+// Prints one line per result buffer: what it was and a checksum of its bytes. Exit status 0, or 1 with
+// the failing call on stderr.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#ifdef GRADSCOPE_JOB_REAL_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#else
+#include <dlfcn.h>
+
+#include "nccl_abi.h"
+using namespace gradscope::agent::nccl;
+#define NCCL_SPLIT_NOCOLOR kSplitNoColor
+extern "C" {
+#define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS) RESULT NAME PARAMS;
+#include "nccl_functions.def"
+#undef GS_NCCL_FUNCTION
+}
+#endif
+
+#ifdef GRADSCOPE_JOB_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+namespace {
+
+[[noreturn]] void fail(const char* what, const char* detail) {
+  std::fprintf(stderr, "nccl_job: %s failed: %s\n", what, detail);
+  std::exit(1);
+}
+
+void check(ncclResult_t rc, const char* what) {
+  if (rc != ncclSuccess) fail(what, ncclGetErrorString(rc));
+}
+
+// ---- device memory and streams ------------------------------------------------------------------------
+
+#ifdef GRADSCOPE_JOB_REAL_NCCL
+void checkCuda(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) fail(what, cudaGetErrorString(rc));
+}
+void* deviceAlloc(std::size_t bytes) {
+  void* p = nullptr;
+  checkCuda(cudaMalloc(&p, bytes), "cudaMalloc");
+  return p;
+}
+void deviceFree(void* p) {
+  checkCuda(cudaFree(p), "cudaFree");
+}
+void upload(void* to, const void* from, std::size_t bytes) {
+  checkCuda(cudaMemcpy(to, from, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+}
+void download(void* to, const void* from, std::size_t bytes) {
+  checkCuda(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+}
+cudaStream_t newStream() {
+  cudaStream_t stream = nullptr;
+  checkCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  return stream;
+}
+void synchronize(cudaStream_t stream) {
+  checkCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+// Captures what `enqueue` puts on `stream` into a CUDA graph, then runs the graph once.
+template <typename Enqueue>
+void captured(cudaStream_t stream, Enqueue&& enqueue) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  checkCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  enqueue();
+  checkCuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  checkCuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  checkCuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  synchronize(stream);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+#else
+void* deviceAlloc(std::size_t bytes) {
+  void* p = std::calloc(1, bytes);
+  if (p == nullptr) fail("calloc", "out of memory");
+  return p;
+}
+void deviceFree(void* p) {
+  std::free(p);
+}
+void upload(void* to, const void* from, std::size_t bytes) {
+  std::memcpy(to, from, bytes);
+}
+void download(void* to, const void* from, std::size_t bytes) {
+  std::memcpy(to, from, bytes);
+}
+// The fake driver's functions, when the test loaded it (through the fake NCCL).
+template <typename Function>
+Function fakeDriver(const char* name) {
+  return reinterpret_cast<Function>(dlsym(RTLD_DEFAULT, name));
+}
+cudaStream_t newStream() {
+  static int tokens[8];
+  static int used = 0;
+  return reinterpret_cast<cudaStream_t>(&tokens[used++]);
+}
+void synchronize(cudaStream_t stream) {
+  if (auto sync = fakeDriver<int (*)(cudaStream_t)>("cuStreamSynchronize")) sync(stream);
+}
+template <typename Enqueue>
+void captured(cudaStream_t stream, Enqueue&& enqueue) {
+  auto begin = fakeDriver<int (*)(cudaStream_t, int)>("cuStreamBeginCapture_v2");
+  auto end = fakeDriver<int (*)(cudaStream_t, void**)>("cuStreamEndCapture");
+  if (begin != nullptr) begin(stream, 0);
+  enqueue();
+  if (end != nullptr) end(stream, nullptr);
+  synchronize(stream);
+}
+#endif
+
+// ---- buffers ---------------------------------------------------------------------------------------------
+
+std::size_t elementSize(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8:
+    case ncclUint8: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    default: return 8;
+  }
+}
+
+// A send buffer with distinct, exactly representable contents and a receive buffer, on the device.
+struct Buffers {
+  Buffers(const char* label, std::size_t send_elements, std::size_t recv_elements, ncclDataType_t type)
+      : name(label), bytes(recv_elements * elementSize(type)) {
+    const std::size_t send_bytes = send_elements * elementSize(type);
+    std::vector<unsigned char> host(send_bytes);
+    // Small integers in every element type: bytes 0..63 keep floats finite and bf16/fp16 exact.
+    for (std::size_t i = 0; i < send_bytes; ++i) host[i] = static_cast<unsigned char>((i * 37 + 11) % 64);
+    send = deviceAlloc(send_bytes);
+    recv = deviceAlloc(bytes);
+    upload(send, host.data(), send_bytes);
+  }
+  ~Buffers() {
+    deviceFree(send);
+    deviceFree(recv);
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+
+  void print() const {
+    std::vector<unsigned char> host(bytes);
+    download(host.data(), recv, bytes);
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < bytes; ++i) sum = sum * 31 + host[i];
+    std::printf("%-28s %8zu bytes  checksum %016llx\n", name, bytes, static_cast<unsigned long long>(sum));
+  }
+
+  const char* name;
+  std::size_t bytes;
+  void* send = nullptr;
+  void* recv = nullptr;
+};
+
+// ---- steps ----------------------------------------------------------------------------------------------
+
+constexpr int kSteps = 3;
+
+// Step s starts with a push of the range "step", in one of NVTX's three forms, and has a nested range
+// of another name that must not count as a step.
+void startStep([[maybe_unused]] int step) {
+#ifdef GRADSCOPE_JOB_NVTX
+  if (step % 3 == 0) {
+    nvtxRangePushA("step");
+  } else if (step % 3 == 1) {
+    nvtxEventAttributes_t attributes = {};
+    attributes.version = NVTX_VERSION;
+    attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    attributes.message.ascii = "step";
+    nvtxRangePushEx(&attributes);
+  } else {
+    nvtxRangePushW(L"step");
+  }
+  nvtxRangePushA("forward");
+  nvtxRangePop();
+#endif
+}
+
+void endStep() {
+#ifdef GRADSCOPE_JOB_NVTX
+  nvtxRangePop();
+#endif
+}
+
+}  // namespace
+
+int main() {
+  cudaStream_t first = newStream();
+  cudaStream_t second = newStream();
+
+  ncclUniqueId id;
+  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  ncclComm_t comm = nullptr;
+  check(ncclCommInitRank(&comm, 1, id, 0), "ncclCommInitRank");
+
+  Buffers f32("allreduce fp32 1000", 1000, 1000, ncclFloat32);
+  Buffers f64("allreduce fp64 10 max", 10, 10, ncclFloat64);
+  Buffers i32("allreduce int32 4096", 4096, 4096, ncclInt32);
+  Buffers bf16("allreduce bf16 2048 avg", 2048, 2048, ncclBfloat16);
+  Buffers group_a("group allreduce fp32 256", 256, 256, ncclFloat32);
+  Buffers group_b("group allreduce fp32 512", 512, 512, ncclFloat32);
+  Buffers group_c("group broadcast int8 100", 100, 100, ncclInt8);
+  for (int step = 0; step < kSteps; ++step) {
+    startStep(step);
+    check(ncclAllReduce(f32.send, f32.recv, 1000, ncclFloat32, ncclSum, comm, first), "ncclAllReduce");
+    check(ncclAllReduce(f64.send, f64.recv, 10, ncclFloat64, ncclMax, comm, first), "ncclAllReduce");
+    check(ncclAllReduce(i32.send, i32.recv, 4096, ncclInt32, ncclSum, comm, second), "ncclAllReduce");
+    check(ncclAllReduce(bf16.send, bf16.recv, 2048, ncclBfloat16, ncclAvg, comm, first), "ncclAllReduce");
+    check(ncclGroupStart(), "ncclGroupStart");
+    check(ncclAllReduce(group_a.send, group_a.recv, 256, ncclFloat32, ncclSum, comm, first), "ncclAllReduce");
+    check(ncclGroupStart(), "ncclGroupStart");  // nested: still one group
+    check(ncclAllReduce(group_b.send, group_b.recv, 512, ncclFloat32, ncclProd, comm, first),
+          "ncclAllReduce");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    check(ncclBroadcast(group_c.send, group_c.recv, 100, ncclInt8, 0, comm, first), "ncclBroadcast");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    endStep();
+  }
+
+  Buffers reduce_scatter("reducescatter fp32 64", 64, 64, ncclFloat32);
+  Buffers all_gather("allgather fp32 32", 32, 32, ncclFloat32);
+  Buffers broadcast("broadcast uint8 200", 200, 200, ncclUint8);
+  Buffers reduce("reduce fp64 16 min", 16, 16, ncclFloat64);
+  Buffers graph("captured allreduce fp32 128", 128, 128, ncclFloat32);
+  check(ncclReduceScatter(reduce_scatter.send, reduce_scatter.recv, 64, ncclFloat32, ncclSum, comm, first),
+        "ncclReduceScatter");
+  check(ncclAllGather(all_gather.send, all_gather.recv, 32, ncclFloat32, comm, first), "ncclAllGather");
+  check(ncclBroadcast(broadcast.send, broadcast.recv, 200, ncclUint8, 0, comm, second), "ncclBroadcast");
+  check(ncclReduce(reduce.send, reduce.recv, 16, ncclFloat64, ncclMin, 0, comm, first), "ncclReduce");
+  synchronize(first);
+  synchronize(second);
+  captured(first, [&] {
+    check(ncclAllReduce(graph.send, graph.recv, 128, ncclFloat32, ncclSum, comm, first), "ncclAllReduce");
+  });
+
+  // A split (colour 3), and one this rank stays out of.
+  ncclComm_t child = nullptr, none = nullptr;
+  check(ncclCommSplit(comm, 3, 0, &child, nullptr), "ncclCommSplit");
+  check(ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr), "ncclCommSplit");
+  if (child == nullptr || none != nullptr) fail("ncclCommSplit", "unexpected communicators");
+  Buffers split("split allreduce fp32 8", 8, 8, ncclFloat32);
+  check(ncclAllReduce(split.send, split.recv, 8, ncclFloat32, ncclSum, child, first), "ncclAllReduce");
+
+  // ncclCommInitAll over the one device, and ncclCommInitRankConfig with NCCL's default configuration.
+  ncclComm_t all = nullptr;
+  const int devices[] = {0};
+  check(ncclCommInitAll(&all, 1, devices), "ncclCommInitAll");
+  Buffers init_all("initall allreduce fp32 4", 4, 4, ncclFloat32);
+  check(ncclAllReduce(init_all.send, init_all.recv, 4, ncclFloat32, ncclSum, all, first), "ncclAllReduce");
+  ncclUniqueId config_id;
+  check(ncclGetUniqueId(&config_id), "ncclGetUniqueId");
+  ncclComm_t configured = nullptr;
+  check(ncclCommInitRankConfig(&configured, 1, config_id, 0, nullptr), "ncclCommInitRankConfig");
+  Buffers config("config allreduce fp32 16", 16, 16, ncclFloat32);
+  check(ncclAllReduce(config.send, config.recv, 16, ncclFloat32, ncclSum, configured, first),
+        "ncclAllReduce");
+#ifndef GRADSCOPE_JOB_REAL_NCCL
+  // The fake NCCL only: one process holding both ranks of a two-rank communicator (as with one thread
+  // per GPU), whose collectives the fake runs locally. Checks the keys of ranks sharing a process and
+  // the bytes of a reduce-scatter over more than one rank.
+  ncclComm_t pair[2] = {nullptr, nullptr};
+  const int two_devices[] = {0, 1};
+  check(ncclCommInitAll(pair, 2, two_devices), "ncclCommInitAll");
+  Buffers pair_scatter("pair reducescatter fp32 8", 16, 8, ncclFloat32);
+  Buffers pair_gather("pair allgather fp32 8", 8, 8, ncclFloat32);
+  check(ncclReduceScatter(pair_scatter.send, pair_scatter.recv, 8, ncclFloat32, ncclSum, pair[1], first),
+        "ncclReduceScatter");
+  check(ncclAllGather(pair_gather.send, pair_gather.recv, 8, ncclFloat32, pair[0], first), "ncclAllGather");
+  pair_scatter.print();
+  pair_gather.print();
+  check(ncclCommDestroy(pair[0]), "ncclCommDestroy");
+  check(ncclCommDestroy(pair[1]), "ncclCommDestroy");
+#endif
+  synchronize(first);
+  synchronize(second);
+
+  for (const Buffers* buffers : {&f32, &f64, &i32, &bf16, &group_a, &group_b, &group_c, &reduce_scatter,
+                                 &all_gather, &broadcast, &reduce, &graph, &split, &init_all, &config})
+    buffers->print();
+
+  check(ncclCommDestroy(child), "ncclCommDestroy");
+  check(ncclCommDestroy(all), "ncclCommDestroy");
+  check(ncclCommAbort(configured), "ncclCommAbort");
+  check(ncclCommDestroy(comm), "ncclCommDestroy");
+  std::printf("nccl_job: done\n");
+  return 0;
+}

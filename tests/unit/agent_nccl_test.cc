@@ -1,0 +1,536 @@
+// The NCCL interposer's pure parts (agent/src/nccl_state.h) and the CUDA-event GPU timer
+// (agent/src/gpu_timer.h) on a fake driver: a GPU clock the test advances by hand, streams whose work
+// ends at a cursor, events that complete when the clock passes them. No CUDA, no GPU.
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "clock.h"
+#include "gpu_timer.h"
+#include "nccl_state.h"
+
+namespace gradscope::agent {
+
+// The fake driver's objects.
+struct cuda::CUevent_st {
+  std::int64_t time_ns = 0;
+  bool recorded = false;
+  cuda::CUstream stream = nullptr;
+};
+
+namespace {
+
+using cuda::CUresult;
+using cuda::CUstream;
+
+// ---- communicator keys and codes ---------------------------------------------------------------------
+
+nccl::ncclUniqueId patternId(int n) {
+  nccl::ncclUniqueId id;
+  for (std::size_t i = 0; i < nccl::kUniqueIdBytes; ++i)
+    id.internal[i] = static_cast<char>((7 * i + 13 * static_cast<std::size_t>(n)) & 0xff);
+  return id;
+}
+
+TEST(AgentNcclKeys, UniqueIdKeyIsTheFnvHashOfTheIdBytes) {
+  // Computed independently by tests/agent/nccl/check_nccl.py for the fake NCCL's first id.
+  const nccl::ncclUniqueId id = patternId(0);
+  EXPECT_EQ(uniqueIdKey(&id, 1), "nccl:c184c66f3c78b125");
+  const nccl::ncclUniqueId other = patternId(1);
+  EXPECT_NE(uniqueIdKey(&other, 1), uniqueIdKey(&id, 1));
+  const nccl::ncclUniqueId both[] = {id, other};
+  EXPECT_NE(uniqueIdKey(both, 2), uniqueIdKey(&id, 1));
+  EXPECT_EQ(uniqueIdKey(both, 2), uniqueIdKey(both, 2));
+}
+
+TEST(AgentNcclKeys, DerivedKeys) {
+  EXPECT_EQ(initAllKey(0), "nccl:all#0");
+  EXPECT_EQ(initAllKey(12), "nccl:all#12");
+  EXPECT_EQ(splitKey("nccl:00000000000000ab", 1, 3), "nccl:00000000000000ab/split1:3");
+  EXPECT_EQ(splitKey(splitKey("nccl:x", 0, 1), 0, 0), "nccl:x/split0:1/split0:0");
+  EXPECT_EQ(unseenKey(8, 2), "nccl:unseen:8#2");
+}
+
+TEST(AgentNcclKeys, SeveralRanksOfOneCommunicatorInAProcessGetDistinctKeys) {
+  std::set<std::string> used;
+  EXPECT_EQ(distinctKey(used, "nccl:all#0", 0), "nccl:all#0");
+  EXPECT_EQ(distinctKey(used, "nccl:all#0", 1), "nccl:all#0@1");
+  EXPECT_EQ(distinctKey(used, "nccl:all#0", 1), "nccl:all#0@1#1");
+  EXPECT_EQ(distinctKey(used, "nccl:all#1", 1), "nccl:all#1");
+  EXPECT_EQ(used.size(), 4u);
+}
+
+TEST(AgentNcclCodes, DataTypesAndOperators) {
+  EXPECT_EQ(dtypeOf(nccl::ncclInt8), DType::Int8);
+  EXPECT_EQ(dtypeOf(nccl::ncclFloat16), DType::Fp16);
+  EXPECT_EQ(dtypeOf(nccl::ncclFloat32), DType::Fp32);
+  EXPECT_EQ(dtypeOf(nccl::ncclBfloat16), DType::Bf16);
+  EXPECT_EQ(dtypeOf(nccl::ncclFloat8e5m2), DType::Fp8E5M2);
+  for (int code = 0; code < nccl::ncclNumTypes; ++code)
+    EXPECT_EQ(static_cast<int>(dtypeOf(static_cast<nccl::ncclDataType_t>(code))), code);
+  EXPECT_EQ(dtypeOf(nccl::ncclNumTypes), DType::Other);
+  EXPECT_EQ(sizeOf(dtypeOf(nccl::ncclFloat64)), 8u);
+
+  EXPECT_EQ(reduceOpOf(nccl::ncclSum), ReduceOp::Sum);
+  EXPECT_EQ(reduceOpOf(nccl::ncclProd), ReduceOp::Prod);
+  EXPECT_EQ(reduceOpOf(nccl::ncclMax), ReduceOp::Max);
+  EXPECT_EQ(reduceOpOf(nccl::ncclMin), ReduceOp::Min);
+  EXPECT_EQ(reduceOpOf(nccl::ncclAvg), ReduceOp::Avg);
+  EXPECT_EQ(reduceOpOf(nccl::ncclNumOps), ReduceOp::Other);  // the first ncclRedOpCreatePreMulSum operator
+  EXPECT_EQ(reduceOpOf(nccl::ncclMaxRedOp), ReduceOp::Other);
+}
+
+// ---- streams ------------------------------------------------------------------------------------------
+
+const void* handle(std::uintptr_t value) {
+  return reinterpret_cast<const void*>(value);
+}
+
+TEST(AgentNcclStreams, NumberedInFirstSeenOrder) {
+  auto table = std::make_unique<StreamTable>();
+  StreamTable::Entry* a = table->find(handle(0x5000));
+  StreamTable::Entry* none = table->find(nullptr);  // the legacy default stream is a stream too
+  StreamTable::Entry* b = table->find(handle(0x6000));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(none, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(a->index, 1);
+  EXPECT_EQ(none->index, 2);
+  EXPECT_EQ(b->index, 3);
+  EXPECT_EQ(table->find(handle(0x5000)), a);
+  EXPECT_EQ(table->find(handle(0x5000)), a);  // the thread's last hit
+  EXPECT_EQ(table->find(nullptr), none);
+  EXPECT_EQ(a->domain.load(), StreamTable::kDomainUnknown);
+  EXPECT_EQ(table->size(), 3u);
+}
+
+TEST(AgentNcclStreams, TablesDoNotShareTheLastHit) {
+  auto first = std::make_unique<StreamTable>();
+  auto second = std::make_unique<StreamTable>();
+  first->find(handle(1));
+  StreamTable::Entry* in_second = second->find(handle(2));
+  EXPECT_EQ(first->find(handle(2))->index, 2);
+  EXPECT_EQ(second->find(handle(2)), in_second);
+  EXPECT_EQ(in_second->index, 1);
+}
+
+TEST(AgentNcclStreams, BoundedAndDropsBeyond) {
+  auto table = std::make_unique<StreamTable>();
+  for (std::uintptr_t i = 1; i <= StreamTable::kMaxStreams; ++i) ASSERT_NE(table->find(handle(i)), nullptr);
+  EXPECT_EQ(table->find(handle(StreamTable::kMaxStreams + 1)), nullptr);
+  EXPECT_EQ(table->find(handle(StreamTable::kMaxStreams))->index, StreamTable::kMaxStreams);
+}
+
+TEST(AgentNcclStreams, ConcurrentFirstSightsGiveOneEntryPerStream) {
+  auto table = std::make_unique<StreamTable>();
+  constexpr int kThreads = 4, kStreams = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&table, t] {
+      for (int i = 0; i < kStreams; ++i)
+        table->find(handle(static_cast<std::uintptr_t>(1 + (i * (t + 1)) % kStreams)));
+    });
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(table->size(), static_cast<std::size_t>(kStreams));
+  std::set<int> indices;
+  for (int i = 1; i <= kStreams; ++i)
+    indices.insert(table->find(handle(static_cast<std::uintptr_t>(i)))->index);
+  EXPECT_EQ(indices.size(), static_cast<std::size_t>(kStreams));
+  EXPECT_EQ(*indices.begin(), 1);
+  EXPECT_EQ(*indices.rbegin(), kStreams);
+}
+
+// ---- groups -------------------------------------------------------------------------------------------
+
+TEST(AgentNcclGroups, NestedGroupsEndAtTheOutermost) {
+  GroupState group;
+  EXPECT_FALSE(group.end());  // an end without a start: the depth stays at 0
+  group.start();
+  group.start();
+  EXPECT_EQ(group.depth(), 2);
+  EXPECT_FALSE(group.end());
+  EXPECT_TRUE(group.end());
+  EXPECT_EQ(group.depth(), 0);
+}
+
+TEST(AgentNcclGroups, MembersAndTheirDistinctStreams) {
+  GroupState group;
+  const auto s1 = reinterpret_cast<nccl::cudaStream_t>(0x10), s2 = reinterpret_cast<nccl::cudaStream_t>(0x20);
+  CallEvent event;
+  for (int i = 0; i < 3; ++i) {
+    event.seq = i;
+    ASSERT_TRUE(group.add(event, i == 1 ? s2 : s1, i == 1 ? 1 : 0));
+  }
+  ASSERT_EQ(group.members().size(), 3u);
+  EXPECT_EQ(group.members()[2].event.seq, 2);
+  nccl::cudaStream_t streams[GroupState::kMaxStreams];
+  int domains[GroupState::kMaxStreams];
+  ASSERT_EQ(group.distinctStreams(streams, domains), 2);
+  EXPECT_EQ(streams[0], s1);
+  EXPECT_EQ(domains[0], 0);
+  EXPECT_EQ(streams[1], s2);
+  EXPECT_EQ(domains[1], 1);
+  group.clear();
+  EXPECT_TRUE(group.members().empty());
+  for (std::uintptr_t i = 1; i <= 20; ++i) group.add(event, reinterpret_cast<nccl::cudaStream_t>(i), 0);
+  EXPECT_EQ(group.distinctStreams(streams, domains), GroupState::kMaxStreams);
+}
+
+TEST(AgentNcclGroups, BoundedMembers) {
+  GroupState group;
+  CallEvent event;
+  for (std::size_t i = 0; i < GroupState::kMaxMembers; ++i) ASSERT_TRUE(group.add(event, nullptr, 0));
+  EXPECT_FALSE(group.add(event, nullptr, 0));
+  EXPECT_EQ(group.members().size(), GroupState::kMaxMembers);
+}
+
+// ---- the GPU timer on a fake driver ------------------------------------------------------------------
+
+// The fake GPU: one clock, advanced by the test; a stream's work ends at its cursor.
+struct FakeGpu {
+  std::int64_t now_ns = 5'000'000'000;
+  std::map<CUstream, std::int64_t> cursor;
+  std::set<CUstream> capturing;
+  std::set<CUstream> own_streams;  // created through the driver (the timer's)
+  std::map<CUstream, cuda::CUcontext> contexts;
+  cuda::CUcontext current = nullptr;
+  int events_created = 0;
+  int fail_event_create_at = -1;  // the n-th creation fails
+  bool fail_record = false;
+  int records = 0;
+  int job_stream_syncs = 0;
+  std::vector<cuda::CUevent> events;
+
+  void launch(CUstream stream, std::int64_t ns) { cursor[stream] = std::max(now_ns, cursor[stream]) + ns; }
+  void advance(std::int64_t ns) { now_ns += ns; }
+};
+FakeGpu* g_gpu = nullptr;
+
+cuda::CUcontext contextObject(std::uintptr_t n) {
+  return reinterpret_cast<cuda::CUcontext>(0x1000 * n);
+}
+
+cuda::Driver fakeDriver() {
+  cuda::Driver d;
+  d.ctxGetCurrent = [](cuda::CUcontext* context) {
+    *context = g_gpu->current;
+    return cuda::CUDA_SUCCESS;
+  };
+  d.ctxSetCurrent = [](cuda::CUcontext context) {
+    g_gpu->current = context;
+    return cuda::CUDA_SUCCESS;
+  };
+  d.ctxGetDevice = [](cuda::CUdevice* device) {
+    *device = 0;
+    return cuda::CUDA_SUCCESS;
+  };
+  d.deviceGet = [](cuda::CUdevice* device, int ordinal) {
+    *device = ordinal;
+    return cuda::CUDA_SUCCESS;
+  };
+  d.deviceGetName = [](char* name, int, cuda::CUdevice) {
+    name[0] = '\0';
+    return cuda::CUDA_SUCCESS;
+  };
+  d.streamCreate = [](CUstream* stream, unsigned) {
+    *stream = reinterpret_cast<CUstream>(0xF000 + g_gpu->own_streams.size());
+    g_gpu->own_streams.insert(*stream);
+    return cuda::CUDA_SUCCESS;
+  };
+  d.streamDestroy = [](CUstream) { return cuda::CUDA_SUCCESS; };
+  d.streamGetCtx = [](CUstream stream, cuda::CUcontext* context) {
+    const auto it = g_gpu->contexts.find(stream);
+    *context = it != g_gpu->contexts.end() ? it->second : contextObject(1);
+    return cuda::CUDA_SUCCESS;
+  };
+  d.streamIsCapturing = [](CUstream stream, cuda::CUstreamCaptureStatus* status) {
+    *status = g_gpu->capturing.count(stream) != 0 ? cuda::CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                                  : cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+    return cuda::CUDA_SUCCESS;
+  };
+  d.threadExchangeStreamCaptureMode = [](cuda::CUstreamCaptureMode*) { return cuda::CUDA_SUCCESS; };
+  d.eventCreate = [](cuda::CUevent* event, unsigned) {
+    if (g_gpu->events_created++ == g_gpu->fail_event_create_at) return cuda::CUDA_ERROR_INVALID_VALUE;
+    *event = new cuda::CUevent_st;
+    g_gpu->events.push_back(*event);
+    return cuda::CUDA_SUCCESS;
+  };
+  d.eventDestroy = [](cuda::CUevent event) {
+    g_gpu->events.erase(std::find(g_gpu->events.begin(), g_gpu->events.end(), event));
+    delete event;
+    return cuda::CUDA_SUCCESS;
+  };
+  d.eventRecord = [](cuda::CUevent event, CUstream stream) {
+    if (g_gpu->fail_record) return cuda::CUDA_ERROR_INVALID_HANDLE;
+    ++g_gpu->records;
+    std::int64_t& cursor = g_gpu->cursor[stream];
+    cursor = std::max(cursor, g_gpu->now_ns);
+    *event = {cursor, true, stream};
+    return cuda::CUDA_SUCCESS;
+  };
+  d.eventQuery = [](cuda::CUevent event) {
+    return event->time_ns <= g_gpu->now_ns ? cuda::CUDA_SUCCESS : cuda::CUDA_ERROR_NOT_READY;
+  };
+  d.eventSynchronize = [](cuda::CUevent event) {
+    if (g_gpu->own_streams.count(event->stream) == 0) ++g_gpu->job_stream_syncs;
+    g_gpu->now_ns = std::max(g_gpu->now_ns, event->time_ns);
+    return cuda::CUDA_SUCCESS;
+  };
+  d.eventElapsedTime = [](float* ms, cuda::CUevent start, cuda::CUevent end) {
+    if (!start->recorded || !end->recorded) return cuda::CUDA_ERROR_INVALID_HANDLE;
+    if (start->time_ns > g_gpu->now_ns || end->time_ns > g_gpu->now_ns) return cuda::CUDA_ERROR_NOT_READY;
+    *ms = static_cast<float>(static_cast<double>(end->time_ns - start->time_ns) / 1e6);
+    return cuda::CUDA_SUCCESS;
+  };
+  return d;
+}
+
+class AgentGpuTimer : public ::testing::Test {
+ protected:
+  void SetUp() override { g_gpu = &gpu_; }
+  void TearDown() override { g_gpu = nullptr; }
+
+  std::unique_ptr<CudaEventTimer> timer(CudaEventTimer::Options options = {}) {
+    return std::make_unique<CudaEventTimer>(driver_, options);
+  }
+
+  int domainOf(CudaEventTimer& timer, CUstream stream) {
+    std::string error;
+    const int domain = timer.domainOf(stream, error);
+    EXPECT_TRUE(error.empty()) << error;
+    return domain;
+  }
+
+  FakeGpu gpu_;
+  const cuda::Driver driver_ = fakeDriver();
+  const CUstream s1_ = reinterpret_cast<CUstream>(0x100);
+  const CUstream s2_ = reinterpret_cast<CUstream>(0x200);
+};
+
+TEST_F(AgentGpuTimer, CallSpanIsItsKernelsInEpochTime) {
+  auto t = timer();
+  const int domain = domainOf(*t, s1_);
+  ASSERT_EQ(domain, 0);
+  bool captured = false;
+  const std::uint32_t slot = t->start(domain, s1_, captured);
+  ASSERT_NE(slot, 0u);
+  EXPECT_FALSE(captured);
+  gpu_.launch(s1_, 3'000'000);
+  t->stop(slot, s1_);
+  std::int64_t start = 0, end = 0;
+  EXPECT_EQ(t->query(slot - 1, start, end), GpuTimer::Status::Pending);
+  gpu_.advance(2'999'999);
+  EXPECT_EQ(t->query(slot - 1, start, end), GpuTimer::Status::Pending);
+  gpu_.advance(1);
+  ASSERT_EQ(t->query(slot - 1, start, end), GpuTimer::Status::Ready);
+  EXPECT_NEAR(static_cast<double>(end - start), 3e6, 1e3);
+  // The reference was taken at the host's time of set-up: the span is near now, in Unix-epoch ns.
+  EXPECT_NEAR(static_cast<double>(start), static_cast<double>(realtimeNs()), 1e9);
+  EXPECT_EQ(t->pairsInUse(), 1u);
+  t->release(slot - 1);
+  EXPECT_EQ(t->pairsInUse(), 0u);
+  EXPECT_EQ(gpu_.job_stream_syncs, 0);
+  EXPECT_EQ(gpu_.own_streams.size(), 1u);
+}
+
+TEST_F(AgentGpuTimer, CallsQueuedBehindOthersStartWhenTheStreamGetsToThem) {
+  auto t = timer();
+  const int domain = domainOf(*t, s1_);
+  bool captured = false;
+  const std::uint32_t first = t->start(domain, s1_, captured);
+  gpu_.launch(s1_, 1'000'000);
+  t->stop(first, s1_);
+  const std::uint32_t second = t->start(domain, s1_, captured);
+  gpu_.launch(s1_, 2'000'000);
+  t->stop(second, s1_);
+  gpu_.advance(3'000'000);
+  std::int64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+  ASSERT_EQ(t->query(second - 1, b0, b1), GpuTimer::Status::Ready);  // any order
+  ASSERT_EQ(t->query(first - 1, a0, a1), GpuTimer::Status::Ready);
+  EXPECT_NEAR(static_cast<double>(a1 - a0), 1e6, 1e3);
+  EXPECT_NEAR(static_cast<double>(b0 - a1), 0, 1e3);
+  EXPECT_NEAR(static_cast<double>(b1 - b0), 2e6, 1e3);
+}
+
+TEST_F(AgentGpuTimer, CapturingStreamIsHostTimed) {
+  auto t = timer();
+  const int domain = domainOf(*t, s1_);
+  const int records = gpu_.records;
+  gpu_.capturing.insert(s1_);
+  bool captured = false;
+  EXPECT_EQ(t->start(domain, s1_, captured), 0u);
+  EXPECT_TRUE(captured);
+  EXPECT_EQ(gpu_.records, records);  // nothing recorded on the capturing stream
+  EXPECT_EQ(t->pairsInUse(), 0u);
+}
+
+TEST_F(AgentGpuTimer, StreamFirstSeenWhileCapturingIsSetUpLater) {
+  auto t = timer();
+  gpu_.capturing.insert(s1_);
+  EXPECT_EQ(domainOf(*t, s1_), CudaEventTimer::kDomainLater);
+  EXPECT_EQ(gpu_.events_created, 0);
+  gpu_.capturing.clear();
+  EXPECT_EQ(domainOf(*t, s1_), 0);
+}
+
+TEST_F(AgentGpuTimer, ExhaustedPoolFallsBackToHostTiming) {
+  auto t = timer({.pairs_per_domain = 4});
+  const int domain = domainOf(*t, s1_);
+  bool captured = false;
+  std::vector<std::uint32_t> slots;
+  for (int i = 0; i < 4; ++i) {
+    slots.push_back(t->start(domain, s1_, captured));
+    ASSERT_NE(slots.back(), 0u);
+    t->stop(slots.back(), s1_);
+  }
+  EXPECT_EQ(t->start(domain, s1_, captured), 0u);
+  EXPECT_FALSE(captured);
+  t->release(slots[2] - 1);
+  const std::uint32_t again = t->start(domain, s1_, captured);
+  EXPECT_EQ(again, slots[2]);
+  EXPECT_EQ(std::set<std::uint32_t>(slots.begin(), slots.end()).size(), 4u);
+}
+
+TEST_F(AgentGpuTimer, GroupMembersShareTheUnionOfItsStreamsSpans) {
+  auto t = timer();
+  const int domains[] = {domainOf(*t, s1_), domainOf(*t, s2_)};
+  const CUstream streams[] = {s1_, s2_};
+  CudaEventTimer::Group group;
+  t->startGroup(group, domains, streams, 2);
+  ASSERT_NE(group.leader, 0u);
+  EXPECT_EQ(group.count, 2);
+  gpu_.launch(s1_, 2'000'000);
+  gpu_.launch(s2_, 5'000'000);
+  t->stopGroup(group, 3);
+  EXPECT_EQ(t->pairsInUse(), 2u);
+  gpu_.advance(4'000'000);
+  std::int64_t start = 0, end = 0;
+  EXPECT_EQ(t->query(group.leader - 1, start, end), GpuTimer::Status::Pending);  // s2 still running
+  gpu_.advance(1'000'000);
+  ASSERT_EQ(t->query(group.leader - 1, start, end), GpuTimer::Status::Ready);
+  EXPECT_NEAR(static_cast<double>(end - start), 5e6, 1e3);
+  std::int64_t again_start = 0, again_end = 0;
+  ASSERT_EQ(t->query(group.leader - 1, again_start, again_end), GpuTimer::Status::Ready);
+  EXPECT_EQ(again_start, start);
+  EXPECT_EQ(again_end, end);
+  t->release(group.leader - 1);
+  t->release(group.leader - 1);
+  EXPECT_EQ(t->pairsInUse(), 2u);
+  t->release(group.leader - 1);  // the last member frees the leader and its sibling
+  EXPECT_EQ(t->pairsInUse(), 0u);
+}
+
+TEST_F(AgentGpuTimer, GroupWithACapturingStreamIsHostTimed) {
+  auto t = timer();
+  const int domains[] = {domainOf(*t, s1_), domainOf(*t, s2_)};
+  const CUstream streams[] = {s1_, s2_};
+  gpu_.capturing.insert(s2_);
+  CudaEventTimer::Group group;
+  t->startGroup(group, domains, streams, 2);
+  EXPECT_EQ(group.leader, 0u);
+  EXPECT_TRUE(group.captured);
+  t->stopGroup(group, 3);
+  EXPECT_EQ(t->pairsInUse(), 0u);
+}
+
+TEST_F(AgentGpuTimer, GroupOfUntimedStreamsOrWithoutMembers) {
+  auto t = timer();
+  const int untimed[] = {CudaEventTimer::kNoDomain};
+  const CUstream streams[] = {s1_};
+  CudaEventTimer::Group group;
+  t->startGroup(group, untimed, streams, 1);
+  EXPECT_EQ(group.leader, 0u);
+  const int domains[] = {domainOf(*t, s1_)};
+  t->startGroup(group, domains, streams, 1);
+  ASSERT_NE(group.leader, 0u);
+  t->stopGroup(group, 0);  // nobody will carry it
+  EXPECT_EQ(group.leader, 0u);
+  EXPECT_EQ(t->pairsInUse(), 0u);
+}
+
+TEST_F(AgentGpuTimer, FailedRecordMakesTheCallHostTimed) {
+  auto t = timer();
+  const int domain = domainOf(*t, s1_);
+  bool captured = false;
+  gpu_.fail_record = true;
+  EXPECT_EQ(t->start(domain, s1_, captured), 0u);
+  EXPECT_EQ(t->pairsInUse(), 0u);
+  gpu_.fail_record = false;
+  const std::uint32_t slot = t->start(domain, s1_, captured);
+  gpu_.fail_record = true;
+  t->stop(slot, s1_);
+  gpu_.fail_record = false;
+  std::int64_t start = 0, end = 0;
+  EXPECT_EQ(t->query(slot - 1, start, end), GpuTimer::Status::Failed);
+  t->release(slot - 1);
+  EXPECT_EQ(t->pairsInUse(), 0u);
+}
+
+TEST_F(AgentGpuTimer, AbandonedCallGivesItsPairBack) {
+  auto t = timer({.pairs_per_domain = 1});
+  const int domain = domainOf(*t, s1_);
+  bool captured = false;
+  const std::uint32_t slot = t->start(domain, s1_, captured);
+  ASSERT_NE(slot, 0u);
+  t->abandon(slot);  // e.g. ncclInProgress: NCCL enqueues the work after the end event would be
+  EXPECT_EQ(t->pairsInUse(), 0u);
+  EXPECT_EQ(t->start(domain, s1_, captured), slot);
+}
+
+TEST_F(AgentGpuTimer, SetUpFailureIsReportedOnceAndLeavesTheContextUntimed) {
+  gpu_.fail_event_create_at = 10;
+  auto t = timer();
+  std::string error;
+  EXPECT_EQ(t->domainOf(s1_, error), CudaEventTimer::kNoDomain);
+  EXPECT_NE(error.find("cuEventCreate"), std::string::npos) << error;
+  error.clear();
+  EXPECT_EQ(t->domainOf(s2_, error), CudaEventTimer::kNoDomain);  // same context
+  EXPECT_TRUE(error.empty()) << error;
+  EXPECT_TRUE(gpu_.events.empty());  // what was created is destroyed again
+}
+
+TEST_F(AgentGpuTimer, OneDomainPerContextAndBounded) {
+  auto t = timer({.pairs_per_domain = 2});
+  for (std::uintptr_t i = 0; i <= CudaEventTimer::kMaxDomains; ++i)
+    gpu_.contexts[reinterpret_cast<CUstream>(0x100 * (i + 1))] = contextObject(i + 1);
+  for (int i = 0; i < CudaEventTimer::kMaxDomains; ++i)
+    EXPECT_EQ(domainOf(*t, reinterpret_cast<CUstream>(0x100 * static_cast<std::uintptr_t>(i + 1))), i);
+  EXPECT_EQ(domainOf(*t, s1_), 0);  // 0x100: context 1 again
+  std::string error;
+  EXPECT_EQ(t->domainOf(reinterpret_cast<CUstream>(0x100 * (CudaEventTimer::kMaxDomains + 1)), error),
+            CudaEventTimer::kNoDomain);
+  EXPECT_FALSE(error.empty());
+  // A call in the second domain is timed with that domain's events.
+  bool captured = false;
+  const std::uint32_t slot = t->start(1, s2_, captured);
+  ASSERT_NE(slot, 0u);
+  EXPECT_EQ((slot - 1) / 2, 1u);
+}
+
+TEST_F(AgentGpuTimer, ReferencesAreRenewedAndAnOverwrittenOneFailsTheCall) {
+  auto t = timer({.pairs_per_domain = 8, .reference_interval_ns = 0});
+  const int domain = domainOf(*t, s1_);
+  bool captured = false;
+  const std::uint32_t old_call = t->start(domain, s1_, captured);
+  t->stop(old_call, s1_);
+  for (std::uint32_t i = 0; i < CudaEventTimer::kReferences; ++i) t->poll();
+  const std::uint32_t new_call = t->start(domain, s1_, captured);
+  gpu_.launch(s1_, 1'000'000);
+  t->stop(new_call, s1_);
+  gpu_.advance(1'000'000);
+  std::int64_t start = 0, end = 0;
+  EXPECT_EQ(t->query(old_call - 1, start, end), GpuTimer::Status::Failed);
+  ASSERT_EQ(t->query(new_call - 1, start, end), GpuTimer::Status::Ready);
+  EXPECT_NEAR(static_cast<double>(end - start), 1e6, 1e3);
+  EXPECT_EQ(gpu_.job_stream_syncs, 0);  // references are synchronised on the timer's own stream only
+}
+
+}  // namespace
+}  // namespace gradscope::agent
