@@ -29,6 +29,7 @@ struct options {
   int warmup;     /* -1: OSU's default for the size */
   int full;
   int funneled;
+  int digits; /* decimals of the latencies: OSU prints 2 */
 };
 
 static int parse_options(int argc, char** argv, struct options* options) {
@@ -38,6 +39,7 @@ static int parse_options(int argc, char** argv, struct options* options) {
   options->warmup = -1;
   options->full = 0;
   options->funneled = 0;
+  options->digits = 2;
   for (int i = 1; i < argc; ++i) {
     const int has_value = i + 1 < argc;
     if (strcmp(argv[i], "-n") == 0 && has_value) {
@@ -48,6 +50,9 @@ static int parse_options(int argc, char** argv, struct options* options) {
       options->iterations = atoi(argv[++i]);
     } else if (strcmp(argv[i], "-x") == 0 && has_value) {
       options->warmup = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "-p") == 0 && has_value) {
+      options->digits = atoi(argv[++i]);
+      if (options->digits < 0 || options->digits > 6) return 0;
     } else if (strcmp(argv[i], "-f") == 0) {
       options->full = 1;
     } else if (strcmp(argv[i], "-t") == 0 && has_value && strcmp(argv[i + 1], "funneled") == 0) {
@@ -78,7 +83,7 @@ int main(int argc, char** argv) {
     if (rank == 0)
       fprintf(stderr,
               "usage: mpirun -np N %s [-n MIN_BYTES (>= 8)] [-m MAX_BYTES] [-i ITERATIONS] [-x WARMUP] [-f] "
-              "[-t funneled]\n",
+              "[-t funneled] [-p DIGITS]\n",
               argv[0]);
     MPI_Finalize();
     return 2;
@@ -130,8 +135,9 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       const double average = sum_latency / ranks;
       if (options.full)
-        printf("%-10zu%18.2f%18.2f%18.2f%12d\n", bytes, average, min_latency, max_latency, iterations);
-      else printf("%-10zu%18.2f\n", bytes, average);
+        printf("%-10zu%18.*f%18.*f%18.*f%12d\n", bytes, options.digits, average, options.digits, min_latency,
+               options.digits, max_latency, iterations);
+      else printf("%-10zu%18.*f\n", bytes, options.digits, average);
       fflush(stdout);
     }
   }

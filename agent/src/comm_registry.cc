@@ -6,7 +6,7 @@ namespace {
 const void* const kRetired = reinterpret_cast<const void*>(~std::uintptr_t{0});
 }  // namespace
 
-thread_local CommSlot* CommRegistry::t_last_ = nullptr;
+constinit thread_local CommSlot* CommRegistry::t_last_ = nullptr;
 
 CommSlot* CommRegistry::findSlow(const void* handle) {
   const std::size_t n = size();

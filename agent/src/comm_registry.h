@@ -59,9 +59,9 @@ class CommRegistry {
   const CommSlot& slot(std::size_t index) const { return slots_[index]; }
 
  private:
-  CommSlot* findSlow(const void* handle);
+  __attribute__((noinline)) CommSlot* findSlow(const void* handle);
 
-  static thread_local CommSlot* t_last_;
+  static constinit thread_local CommSlot* t_last_;
   std::mutex mutex_;  // guards add/retire and descriptions_
   std::atomic<std::size_t> count_{0};
   CommSlot slots_[kMaxComms];

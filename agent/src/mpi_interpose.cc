@@ -45,6 +45,10 @@ struct Predefined {
   std::array<std::pair<MPI_Op, ReduceOp>, 4> ops{};
 };
 
+// The predefined reduction handles, for the hot path without predefined()'s initialisation guard:
+// filled by predefined(), which activation calls before any call is recorded.
+std::array<std::pair<MPI_Op, ReduceOp>, 4> g_reduce_ops{};
+
 const Predefined& predefined() {
   static const Predefined handles = [] {
     Predefined p;
@@ -63,6 +67,7 @@ const Predefined& predefined() {
               {MPI_MIN, ReduceOp::Min},
               {MPI_PROD, ReduceOp::Prod}}};
 #endif
+    g_reduce_ops = p.ops;
     return p;
   }();
   return handles;
@@ -78,7 +83,7 @@ ReduceOp reduceOpOf(NoOp) {
   return ReduceOp::None;
 }
 ReduceOp reduceOpOf(MPI_Op op) {
-  for (const auto& [handle, code] : predefined().ops)
+  for (const auto& [handle, code] : g_reduce_ops)
     if (handle == op) return code;
   return ReduceOp::Other;
 }
@@ -166,14 +171,14 @@ class TypeCache {
     return remember(type, info);
   }
 
-  static thread_local MPI_Datatype t_last_type_;
-  static thread_local TypeInfo t_last_info_;
+  static constinit thread_local MPI_Datatype t_last_type_;
+  static constinit thread_local TypeInfo t_last_info_;
   std::mutex mutex_;
   std::atomic<std::size_t> count_{0};
   std::array<Entry, 64> entries_{};
 };
-thread_local MPI_Datatype TypeCache::t_last_type_{};
-thread_local TypeInfo TypeCache::t_last_info_{};
+constinit thread_local MPI_Datatype TypeCache::t_last_type_{};
+constinit thread_local TypeInfo TypeCache::t_last_info_{};
 TypeCache g_types;
 
 std::int64_t sumOfCounts(const int counts[], int n) {
@@ -237,7 +242,8 @@ CommSlot* registerUnknownComm(MPI_Comm comm) {
   return registerComm(comm, fmt::format("mpi:{}:{}#{}", leader, size, ordinal));
 }
 
-CommSlot* commSlot(MPI_Comm comm) {
+// Hot path: inlined into every wrapper; the registration is the cold call.
+__attribute__((always_inline)) inline CommSlot* commSlot(MPI_Comm comm) {
   if (CommSlot* slot = comms().find(comm)) return slot;
   return registerUnknownComm(comm);
 }
@@ -351,6 +357,26 @@ int withCompletion(MPI_Request* requests, int n, Call&& call) {
   return rc;
 }
 
+// Every field of a host-timed call's record (the ring's slot holds an older record).
+inline void fillHostCall(CallEvent& event, Api api, std::uint32_t comm, DType dtype, ReduceOp op,
+                         std::int64_t count, std::int64_t bytes, std::int64_t seq, std::int64_t step,
+                         std::uint64_t start, std::uint64_t end) {
+  event.enqueue = start;
+  event.start = start;
+  event.end = end;
+  event.count = count;
+  event.bytes = bytes;
+  event.seq = seq;
+  event.step = step;
+  event.comm = comm;
+  event.gpu_slot = 0;
+  event.stream = 0;
+  event.api = api;
+  event.dtype = dtype;
+  event.op = op;
+  event.flags = 0;
+}
+
 }  // namespace
 }  // namespace gradscope::agent
 
@@ -359,29 +385,28 @@ using namespace gradscope::agent;
 
 // ---- the collectives (generated) ---------------------------------------------------------------------
 
-#define GS_MPI_BLOCKING(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM)   \
-  GS_EXPORT int NAME PARAMS {                                                           \
-    GS_REAL(NAME);                                                                      \
-    if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("P" #NAME); \
-    if (__builtin_expect(!recording(), 0) && !activateLate()) return real_##NAME ARGS;  \
-    CommSlot* const slot = commSlot(COMM);                                              \
-    if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                  \
-    CallEvent event;                                                                    \
-    const TypeInfo type = g_types.lookup(DATATYPE);                                     \
-    event.api = Api::API;                                                               \
-    event.comm = slot->index;                                                           \
-    event.dtype = type.dtype;                                                           \
-    event.op = reduceOpOf(OP);                                                          \
-    event.count = COUNT;                                                                \
-    event.bytes = static_cast<std::int64_t>(ELEMENTS) * type.size;                      \
-    event.seq = slot->seq.load(std::memory_order_relaxed);                              \
-    slot->seq.store(event.seq + 1, std::memory_order_relaxed);                          \
-    event.step = stepForCall();                                                         \
-    event.enqueue = event.start = ticks();                                              \
-    const int rc = real_##NAME ARGS;                                                    \
-    event.end = ticks();                                                                \
-    record(event);                                                                      \
-    return rc;                                                                          \
+#define GS_MPI_BLOCKING(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM)                       \
+  GS_EXPORT int NAME PARAMS {                                                                               \
+    GS_REAL(NAME);                                                                                          \
+    if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("P" #NAME);                     \
+    if (__builtin_expect(!recording(), 0) && !activateLate()) return real_##NAME ARGS;                      \
+    CommSlot* const slot = commSlot(COMM);                                                                  \
+    if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                                      \
+    const TypeInfo type = g_types.lookup(DATATYPE);                                                         \
+    const ReduceOp op_code = reduceOpOf(OP);                                                                \
+    const std::int64_t count_value = COUNT;                                                                 \
+    const std::int64_t bytes = static_cast<std::int64_t>(ELEMENTS) * type.size;                             \
+    const std::int64_t seq = slot->seq.load(std::memory_order_relaxed);                                     \
+    slot->seq.store(seq + 1, std::memory_order_relaxed);                                                    \
+    const std::int64_t step = stepForCall();                                                                \
+    const std::uint64_t start = ticks();                                                                    \
+    const int rc = real_##NAME ARGS;                                                                        \
+    const std::uint64_t end = ticks();                                                                      \
+    recordInPlace([&](CallEvent& event) {                                                                   \
+      fillHostCall(event, Api::API, slot->index, type.dtype, op_code, count_value, bytes, seq, step, start, \
+                   end);                                                                                    \
+    });                                                                                                     \
+    return rc;                                                                                              \
   }
 #include "mpi_functions.def"
 #undef GS_MPI_BLOCKING

@@ -34,7 +34,7 @@ std::string distinctKey(std::set<std::string>& used, const std::string& key, int
   return candidate;
 }
 
-thread_local StreamTable::LastHit StreamTable::t_last_;
+constinit thread_local StreamTable::LastHit StreamTable::t_last_;
 
 StreamTable::Entry* StreamTable::findSlow(const void* stream) {
   std::size_t n = size();

@@ -90,7 +90,7 @@ class StreamTable {
     const StreamTable* table = nullptr;
     Entry* entry = nullptr;
   };
-  static thread_local LastHit t_last_;
+  static constinit thread_local LastHit t_last_;
   std::mutex mutex_;  // guards appends
   std::atomic<std::size_t> count_{0};
   Entry entries_[kMaxStreams];

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -28,7 +29,8 @@
 namespace gradscope::agent {
 
 std::atomic<bool> g_recording{false};
-thread_local ThreadBuffer* t_buffer __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local ThreadBuffer* t_buffer __attribute__((tls_model("initial-exec"))) = nullptr;
+CommRegistry* const g_comm_registry = new CommRegistry();
 StepMarker g_step_marker = StepMarker::None;
 
 namespace {
@@ -119,10 +121,14 @@ class Flusher {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    // Lowest priority: on a machine whose cores the job keeps busy, this thread takes at most ~1.5% of
-    // one (CFS weight 15 against 1024) instead of a full share, and calls it cannot keep up with are
-    // dropped and counted rather than slowing the job. Linux applies setpriority to one thread by tid.
-    setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+    // Idle priority: on a machine whose cores the job keeps busy, this thread takes about 0.3% of one
+    // (SCHED_IDLE's CFS weight is 3 against a normal thread's 1024) instead of a full share, and calls
+    // it cannot keep up with are dropped and counted rather than slowing the job: with ranks that spin
+    // in MPI, every moment this thread runs in a rank's place stalls all the ranks. Where SCHED_IDLE is
+    // refused, nice 19 (weight 15). Both apply to this thread only.
+    sched_param idle{};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle) != 0)
+      setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
     measureHotPath();
     const int timeout_ms =
         static_cast<int>(std::max<std::int64_t>(1, g_config.flush_interval_ns / 1'000'000));
@@ -170,25 +176,54 @@ class Flusher {
     }
   }
 
+  // Drains every buffer in batches of at most kBatch records, so that the background thread's memory
+  // does not depend on how far behind it is.
   void flush(bool final) {
-    // 1. Records, oldest first per thread. Buffers of exited threads are freed once drained.
-    events_.clear();
     const std::size_t buffers = g_buffers->size();
     dropped_per_buffer_.resize(buffers, 0);
+    bool more = true;
+    while (more) {
+      // 1. Records, oldest first per thread. Buffers of exited threads are freed once drained.
+      more = false;
+      events_.clear();
+      for (std::size_t i = 0; i < buffers && events_.size() < kBatch; ++i) {
+        ThreadBuffer* buffer = g_buffers->at(i);
+        if (buffer == nullptr) continue;
+        const bool orphaned = buffer->state.load(std::memory_order_acquire) == ThreadBuffer::kOrphaned;
+        const std::size_t room = kBatch - events_.size();
+        if (buffer->drain([&](const CallEvent& event) { events_.push_back(event); }, room) == room)
+          more = true;
+        else if (orphaned) buffer->state.store(ThreadBuffer::kFree, std::memory_order_release);
+      }
+      if (!failed_) writeBatch(final && !more);
+    }
     std::int64_t new_drops = 0;
     for (std::size_t i = 0; i < buffers; ++i) {
-      ThreadBuffer* buffer = g_buffers->at(i);
-      if (buffer == nullptr) continue;
-      const bool orphaned = buffer->state.load(std::memory_order_acquire) == ThreadBuffer::kOrphaned;
-      buffer->drain([&](const CallEvent& event) { events_.push_back(event); });
-      const std::uint64_t dropped = buffer->dropped();
+      const std::uint64_t dropped = g_buffers->at(i)->dropped();
       new_drops += static_cast<std::int64_t>(dropped - dropped_per_buffer_[i]);
       dropped_per_buffer_[i] = dropped;
-      if (orphaned) buffer->state.store(ThreadBuffer::kFree, std::memory_order_release);
     }
     if (failed_) return;
     try {
-      // 2. Communicators first: every record refers to one registered before it.
+      if (new_drops > 0) {
+        writer_.addDrops(rank_id_, "call", new_drops);
+        calls_dropped_ += new_drops;
+      }
+      for (DropCounter& counter : g_drop_counters) {
+        const std::int64_t n = counter.count.exchange(0, std::memory_order_relaxed);
+        if (n > 0) writer_.addDrops(rank_id_, counter.kind, n);
+      }
+      writer_.commit();
+      clock_.refine();
+    } catch (const std::exception& error) {
+      fail(error.what());
+    }
+  }
+
+  // Writes events_ (committed with the flush): communicators first, then the calls.
+  void writeBatch(bool final) {
+    try {
+      // Every record refers to a communicator registered before it.
       CommRegistry& registry = comms();
       for (std::size_t i = comm_rows_.size(); i < registry.size(); ++i) {
         const CommDescription description = registry.description(i);
@@ -200,7 +235,7 @@ class Flusher {
         comm.comm_rank = description.rank;
         comm_rows_.push_back(writer_.addComm(comm));
       }
-      // 3. Calls: host-timed ones now, GPU ones once their timer has the span.
+      // Host-timed calls now, GPU ones once their timer has the span.
       calls_.clear();
       GpuTimer* timer = g_gpu_timer.load(std::memory_order_acquire);
       for (const CallEvent& event : events_) {
@@ -213,16 +248,6 @@ class Flusher {
           [](const storage::CallRecord& a, const storage::CallRecord& b) { return a.start_ns < b.start_ns; });
       writer_.appendCalls(calls_);
       calls_recorded_ += static_cast<std::int64_t>(calls_.size());
-      if (new_drops > 0) {
-        writer_.addDrops(rank_id_, "call", new_drops);
-        calls_dropped_ += new_drops;
-      }
-      for (DropCounter& counter : g_drop_counters) {
-        const std::int64_t n = counter.count.exchange(0, std::memory_order_relaxed);
-        if (n > 0) writer_.addDrops(rank_id_, counter.kind, n);
-      }
-      writer_.commit();
-      clock_.refine();
     } catch (const std::exception& error) {
       fail(error.what());
     }
@@ -316,6 +341,7 @@ class Flusher {
   }
 
   static constexpr std::size_t kMaxPendingGpu = 1 << 16;
+  static constexpr std::size_t kBatch = 8192;
 
   storage::TraceWriter writer_;
   std::int64_t run_id_, rank_id_, epoch_ns_;
@@ -432,13 +458,6 @@ void nvtxRangePushed(const char* name) {
     g_nvtx_steps.fetch_add(1, std::memory_order_relaxed);
 }
 
-CommRegistry& comms() {
-  // Constructed on first use (by an interposer, before or at activation) and never destroyed: job
-  // threads may still look communicators up while the process exits.
-  static CommRegistry* registry = new CommRegistry();
-  return *registry;
-}
-
 const Config& config() {
   return g_config;
 }
@@ -498,7 +517,6 @@ bool activate(const Activation& activation) {
     writer.commit();
     if (pipe2(g_wake_pipe, O_CLOEXEC) != 0 || pipe2(g_done_pipe, O_CLOEXEC) != 0)
       fail("cannot create the agent's wake-up pipe: {}", errnoMessage(errno));
-    comms();
     g_buffers = new ThreadBufferTable(g_config.buffer_calls);
     g_flusher = new Flusher(std::move(writer), run_id, rank_id, epoch_ns, run.config_json);
     g_flusher->start();

@@ -34,7 +34,7 @@ namespace gradscope::agent {
 extern std::atomic<bool> g_recording;
 // Buffer of the calling thread, claimed on its first record (initial-exec: the library is loaded at
 // start-up with LD_PRELOAD, so the fast TLS model applies).
-extern thread_local ThreadBuffer* t_buffer __attribute__((tls_model("initial-exec")));
+extern constinit thread_local ThreadBuffer* t_buffer __attribute__((tls_model("initial-exec")));
 
 inline bool recording() {
   return g_recording.load(std::memory_order_relaxed);
@@ -49,6 +49,18 @@ inline void record(const CallEvent& event) {
   if (buffer != nullptr) buffer->push(event);
 }
 
+// Hot path, in place: `fill` writes every field of the record straight into the thread's ring.
+template <typename Fill>
+inline void recordInPlace(Fill&& fill) {
+  ThreadBuffer* buffer = t_buffer;
+  if (__builtin_expect(buffer == nullptr, 0)) buffer = claimThreadBuffer();
+  if (buffer == nullptr) return;
+  if (CallEvent* slot = buffer->reserve()) {
+    fill(*slot);
+    buffer->publish();
+  }
+}
+
 // The step of the call being recorded, from the explicit markers (GRADSCOPE_STEP_CALLS: counts this
 // call; GRADSCOPE_STEP_NVTX: the steps started so far − 1), or -1 when none is configured (steps are
 // then detected from the pattern of calls when the files are merged).
@@ -61,7 +73,12 @@ inline std::int64_t stepForCall() {
 // An NVTX range push: starts a new step when `name` is the configured marker.
 void nvtxRangePushed(const char* name);
 
-CommRegistry& comms();
+// Created when the library loads (before any interposed call) and never destroyed: job threads may
+// still look communicators up while the process exits.
+extern CommRegistry* const g_comm_registry;
+inline CommRegistry& comms() {
+  return *g_comm_registry;
+}
 const Config& config();
 
 struct Activation {

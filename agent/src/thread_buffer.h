@@ -21,31 +21,49 @@ namespace gradscope::agent {
 
 class ThreadBuffer {
  public:
+  static constexpr std::uint64_t kFullRecheck = 64;
+
   explicit ThreadBuffer(std::uint32_t capacity);
   ThreadBuffer(const ThreadBuffer&) = delete;
   ThreadBuffer& operator=(const ThreadBuffer&) = delete;
 
   // Producer (the owning thread).
   bool push(const CallEvent& event) {
-    const std::uint64_t head = head_.load(std::memory_order_relaxed);
-    if (head - cached_tail_ >= capacity_) {
-      cached_tail_ = tail_.load(std::memory_order_acquire);
-      if (head - cached_tail_ >= capacity_) {
-        dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        return false;
-      }
-    }
-    slots_[head & mask_] = event;
-    head_.store(head + 1, std::memory_order_release);
+    CallEvent* slot = reserve();
+    if (slot == nullptr) return false;
+    *slot = event;
+    publish();
     return true;
   }
 
-  // Consumer (the background thread): calls `visit` on every published record, oldest first, then
-  // frees their slots. Returns how many were visited.
+  // push() in two halves, so that the caller writes the record straight into the ring: the slot to fill
+  // (nullptr when the ring is full: dropped and counted), then publish() makes it visible. Nothing may be
+  // pushed on this thread in between.
+  //
+  // While the ring is full, the consumer's tail is re-read only every kFullRecheck drops: reading it
+  // on every call would fetch a cache line the consumer keeps writing, which made a dropped call cost
+  // more than a recorded one. At most kFullRecheck − 1 calls are dropped after space was freed.
+  CallEvent* reserve() {
+    const std::uint64_t head = head_.load(std::memory_order_relaxed);
+    if (head - cached_tail_ >= capacity_) {
+      const std::uint64_t dropped = dropped_.load(std::memory_order_relaxed);
+      if (dropped % kFullRecheck == 0) cached_tail_ = tail_.load(std::memory_order_acquire);
+      if (head - cached_tail_ >= capacity_) {
+        dropped_.store(dropped + 1, std::memory_order_relaxed);
+        return nullptr;
+      }
+    }
+    return &slots_[head & mask_];
+  }
+  void publish() { head_.store(head_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+
+  // Consumer (the background thread): calls `visit` on at most `max` published records, oldest first,
+  // then frees their slots. Returns how many were visited.
   template <typename Visit>
-  std::size_t drain(Visit&& visit) {
+  std::size_t drain(Visit&& visit, std::size_t max = SIZE_MAX) {
     const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
-    const std::uint64_t head = head_.load(std::memory_order_acquire);
+    std::uint64_t head = head_.load(std::memory_order_acquire);
+    if (head - tail > max) head = tail + max;
     for (std::uint64_t i = tail; i != head; ++i) visit(slots_[i & mask_]);
     tail_.store(head, std::memory_order_release);
     return static_cast<std::size_t>(head - tail);
