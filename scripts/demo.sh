@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The Quick start's main command: installs what is missing, builds, produces the trace of a sample
-# data-parallel job (4 ranks, one file per rank, as the agent writes them), merges it, prints the
-# report and exports a timeline for Perfetto; then times every aggregation strategy on 2 MPI ranks
-# (gradscope bench) into build/demo/bench.db.
-#
-# Until the LD_PRELOAD agent lands, the sample job is synthetic (gradscope-synth); later releases
-# profile a real MPI job here end to end and print the recommendation.
+# The Quick start's main command: installs what is missing, builds, profiles a real data-parallel MPI
+# job (samples/mpi_train, 2 ranks) with `gradscope run` — the LD_PRELOAD agent records every gradient
+# all-reduce, gradscope merges the per-rank traces and prints the summary — exports its timeline for
+# Perfetto, then times every aggregation strategy on 2 MPI ranks (gradscope bench) into
+# build/demo/bench.db.
 #
 #   scripts/demo.sh [OUTPUT_DIR]     # default: build/demo
 set -euo pipefail
@@ -19,25 +17,24 @@ bin=build/default
 rm -rf "$out"
 mkdir -p "$out"
 
-echo "==> sample job: 4 ranks, 50 steps of a 100 MiB model (synthetic)"
-"$bin/tests/support/gradscope-synth" -o "$out/ranks" --ranks 4 --steps 50
-echo "==> merging the per-rank traces"
-"$bin/cli/gradscope" merge "$out/ranks" -o "$out/run.db"
-echo "==> report"
-"$bin/cli/gradscope" report "$out/run.db"
+# Open MPI refuses root unless told; the demo may run as root in a container.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "==> profiling a sample job: 2 MPI ranks training an MLP for 200 steps, under gradscope run"
+"$bin/cli/gradscope" run -o "$out/run" -- \
+  mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np 2 \
+  "$bin/samples/mpi_train/gradscope-sample-mpi-train" --steps 200 --print-every 50
 echo "==> exporting the timeline"
-"$bin/cli/gradscope" export "$out/run.db" --format chrome-trace -o "$out/run.json"
-"$bin/cli/gradscope" export "$out/run.db" --format csv -o "$out/run.csv"
+"$bin/cli/gradscope" export "$out/run/trace.db" --format chrome-trace -o "$out/run.json"
+"$bin/cli/gradscope" export "$out/run/trace.db" --format csv -o "$out/run.csv"
 if [ -x "$bin/cli/gradscope-bench" ] && command -v mpirun >/dev/null 2>&1; then
   echo "==> every aggregation strategy on 2 MPI ranks, 8 B .. 4 MiB (gradscope bench)"
-  # Open MPI refuses root unless told; the demo may run as root in a container.
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np 2 \
+  mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np 2 \
     "$bin/cli/gradscope" bench --backend mpi -b 8 -e 4M -f 32 -n 10 -w 2 --no-progress -o "$out/bench.db"
 fi
 cat <<MSG
 
-Trace:     $out/run.db (SQLite; try: sqlite3 $out/run.db 'SELECT * FROM call_view LIMIT 5')
+Trace:     $out/run/trace.db (SQLite; try: $bin/cli/gradscope report $out/run/trace.db,
+           or sqlite3 $out/run/trace.db 'SELECT * FROM call_view LIMIT 5')
 Timeline:  $out/run.json (open in Perfetto or chrome://tracing)
 CSV:       $out/run.csv
 MSG
