@@ -11,9 +11,11 @@
 #include <utility>
 
 #include <cuda.h>
+#include <cupti.h>
 #include <nccl.h>
 
 #include "cuda_driver.h"
+#include "cupti_abi.h"
 #include "nccl_abi.h"
 #include "nvtx_abi.h"
 
@@ -58,6 +60,12 @@ GS_REAL_TYPE(cuda::CUctx_st, ::CUctx_st)
 GS_REAL_TYPE(cuda::CUevent_st, ::CUevent_st)
 GS_REAL_TYPE(cuda::CUstream_st, ::CUstream_st)
 GS_REAL_TYPE(nvtx::CallbackModule, ::NvtxCallbackModule)
+GS_REAL_TYPE(cupti::CUptiResult, ::CUptiResult)
+GS_REAL_TYPE(cupti::CUpti_ActivityKind, ::CUpti_ActivityKind)
+GS_REAL_TYPE(cupti::CUpti_ExternalCorrelationKind, ::CUpti_ExternalCorrelationKind)
+GS_REAL_TYPE(cupti::CUpti_Activity, ::CUpti_Activity)
+GS_REAL_TYPE(cupti::CUpti_BuffersCallbackRequestFunc, ::CUpti_BuffersCallbackRequestFunc)
+GS_REAL_TYPE(cupti::CUpti_BuffersCallbackCompleteFunc, ::CUpti_BuffersCallbackCompleteFunc)
 #undef GS_REAL_TYPE
 
 // Enumerations: same size and underlying type (so the same calling convention), and the same values.
@@ -71,6 +79,9 @@ static_assert(kSameEnum<cuda::CUresult, ::CUresult>);
 static_assert(kSameEnum<cuda::CUstreamCaptureStatus, ::CUstreamCaptureStatus>);
 static_assert(kSameEnum<cuda::CUstreamCaptureMode, ::CUstreamCaptureMode>);
 static_assert(kSameEnum<nvtx::CallbackModule, ::NvtxCallbackModule>);
+static_assert(kSameEnum<cupti::CUptiResult, ::CUptiResult>);
+static_assert(kSameEnum<cupti::CUpti_ActivityKind, ::CUpti_ActivityKind>);
+static_assert(kSameEnum<cupti::CUpti_ExternalCorrelationKind, ::CUpti_ExternalCorrelationKind>);
 
 #define GS_SAME_VALUE(OURS, THEIRS)                                             \
   static_assert(static_cast<long long>(OURS) == static_cast<long long>(THEIRS), \
@@ -139,6 +150,13 @@ GS_SAME_VALUE(nvtx::kVersion, NVTX_VERSION)
 GS_SAME_VALUE(nvtx::kMessageAscii, ::NVTX_MESSAGE_TYPE_ASCII)
 GS_SAME_VALUE(nvtx::kMessageUnicode, ::NVTX_MESSAGE_TYPE_UNICODE)
 GS_SAME_VALUE(nvtx::kNoPushPopTracking, NVTX_NO_PUSH_POP_TRACKING)
+GS_SAME_VALUE(cupti::CUPTI_SUCCESS, ::CUPTI_SUCCESS)
+GS_SAME_VALUE(cupti::CUPTI_ERROR_MAX_LIMIT_REACHED, ::CUPTI_ERROR_MAX_LIMIT_REACHED)
+GS_SAME_VALUE(cupti::CUPTI_ERROR_UNKNOWN, ::CUPTI_ERROR_UNKNOWN)
+GS_SAME_VALUE(cupti::CUPTI_ACTIVITY_KIND_KERNEL, ::CUPTI_ACTIVITY_KIND_KERNEL)
+GS_SAME_VALUE(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, ::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
+GS_SAME_VALUE(cupti::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, ::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)
+GS_SAME_VALUE(cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, ::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
 #undef GS_SAME_VALUE
 
 // Structures: same size and, where the agent reads fields, the same offsets.
@@ -162,6 +180,31 @@ static_assert(std::is_same_v<nvtx::InitializeInjection, ::NvtxInitializeInjectio
 static_assert(std::is_same_v<RealT<nccl::cudaStream_t>, ::cudaStream_t>);
 static_assert(std::is_same_v<RealT<cuda::CUstream>, ::CUstream>);
 static_assert(std::is_same_v<cuda::CUdevice, ::CUdevice>);
+// CUPTI's activity records: the fields the agent reads, at the real offsets.
+static_assert(sizeof(cupti::CUpti_Activity) == sizeof(::CUpti_Activity));
+static_assert(cupti::kKernelRecordSize == sizeof(::CUpti_ActivityKernel10));
+#define GS_SAME_OFFSET(OURS, THEIRS, FIELD)                                                     \
+  static_assert(offsetof(OURS, FIELD) == offsetof(THEIRS, FIELD) &&                             \
+                    sizeof(std::declval<OURS>().FIELD) == sizeof(std::declval<THEIRS>().FIELD), \
+                #OURS "::" #FIELD " differs from " #THEIRS);
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, kind)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, start)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, end)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, completed)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, deviceId)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, contextId)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, streamId)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, correlationId)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, gridId)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, name)
+static_assert(sizeof(cupti::KernelRecordHead) <= sizeof(::CUpti_ActivityKernel10));
+static_assert(sizeof(cupti::CUpti_ActivityExternalCorrelation) ==
+              sizeof(::CUpti_ActivityExternalCorrelation));
+GS_SAME_OFFSET(cupti::CUpti_ActivityExternalCorrelation, ::CUpti_ActivityExternalCorrelation, kind)
+GS_SAME_OFFSET(cupti::CUpti_ActivityExternalCorrelation, ::CUpti_ActivityExternalCorrelation, externalKind)
+GS_SAME_OFFSET(cupti::CUpti_ActivityExternalCorrelation, ::CUpti_ActivityExternalCorrelation, externalId)
+GS_SAME_OFFSET(cupti::CUpti_ActivityExternalCorrelation, ::CUpti_ActivityExternalCorrelation, correlationId)
+#undef GS_SAME_OFFSET
 
 }  // namespace gradscope::agent::abi_check
 
@@ -185,3 +228,11 @@ namespace gradscope::agent::cuda {
 GS_CUDA_DRIVER_FUNCTIONS(GS_CUDA_DRIVER_CHECK)
 #undef GS_CUDA_DRIVER_CHECK
 }  // namespace gradscope::agent::cuda
+
+namespace gradscope::agent::cupti {
+#define GS_CUPTI_CHECK(MEMBER, SYMBOL, PARAMS)                                                \
+  static_assert(std::is_same_v<abi_check::RealT<CUptiResult(*) PARAMS>, decltype(&::SYMBOL)>, \
+                #SYMBOL " in cupti_abi.h differs from cupti_activity.h");
+GS_CUPTI_FUNCTIONS(GS_CUPTI_CHECK)
+#undef GS_CUPTI_CHECK
+}  // namespace gradscope::agent::cupti

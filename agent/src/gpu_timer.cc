@@ -190,6 +190,10 @@ CudaEventTimer::Pair* CudaEventTimer::claim(int domain_index, std::uint32_t& slo
       pair.reference = domain.current.load(std::memory_order_acquire);
       pair.failed = false;
       pair.resolved = false;
+      pair.settled = false;
+      ++pair.generation;
+      pair.cupti_drops = cupti_ != nullptr ? cupti_->drops() : 0;
+      pair.cupti_deadline = 0;
       pair.siblings = 0;
       slot = static_cast<std::uint32_t>(domain_index) * pairs + index;
       return &pair;
@@ -302,6 +306,21 @@ GpuTimer::Status CudaEventTimer::query(std::uint32_t slot, std::int64_t& start_e
     leader.start_ns = first;
     leader.end_ns = last;
     leader.resolved = true;
+    leader.settled = cupti_ == nullptr;
+  }
+  if (!leader.settled) {
+    std::int64_t start = 0, end = 0;
+    if (cupti_->drops() != leader.cupti_drops) {
+      leader.settled = true;  // records may be missing: a partial span would be wrong, the events' is not
+    } else if (cupti_->span(correlationOf(slot), start, end)) {
+      leader.start_ns = start;
+      leader.end_ns = end;
+      leader.settled = true;
+    } else {
+      if (leader.cupti_deadline == 0) leader.cupti_deadline = cupti_->flushes() + kGraceFlushes;
+      if (cupti_->flushes() < leader.cupti_deadline) return Status::Pending;
+      leader.settled = true;
+    }
   }
   start_epoch_ns = leader.start_ns;
   end_epoch_ns = leader.end_ns;
@@ -309,10 +328,13 @@ GpuTimer::Status CudaEventTimer::query(std::uint32_t slot, std::int64_t& start_e
 }
 
 void CudaEventTimer::release(std::uint32_t slot) {
-  if (pair(slot).refs.fetch_sub(1, std::memory_order_acq_rel) == 1) free(slot);
+  if (pair(slot).refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (cupti_ != nullptr) cupti_->forget(correlationOf(slot));
+  free(slot);
 }
 
 void CudaEventTimer::poll() {
+  if (cupti_ != nullptr) cupti_->flush();
   const int n = domain_count_.load(std::memory_order_acquire);
   const std::int64_t now = monotonicNs();
   for (int i = 0; i < n; ++i) {

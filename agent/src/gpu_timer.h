@@ -25,6 +25,12 @@
 // error while setting a domain up leaves that context's calls host-timed (the caller logs it once);
 // an error while recording or querying makes that call host-timed ("gpu_timing" drop).
 //
+// CUPTI. With a CuptiTracer (useCupti), the pair's id (correlationOf) is pushed as CUPTI's external
+// correlation id around the real NCCL call (enterCall/leaveCall), and query() prefers the span of the
+// kernels CUPTI reports for it (exact, and from the kernels themselves rather than the events around
+// them). The events stay the fallback: when CUPTI dropped records since the call was made, or has no
+// kernel of it kGraceFlushes flushes after the events completed, the events' span is used.
+//
 // Threads. start/stop/startGroup/stopGroup: any job thread, lock-free, no allocation. domainOf: any
 // thread, serialised by a mutex (first sight of a stream). query/release/poll: the background thread
 // only, which keeps the context of the domain it works on current and uses the relaxed capture mode,
@@ -37,6 +43,7 @@
 #include <string>
 
 #include "cuda_driver.h"
+#include "cupti_tracer.h"
 #include "recorder.h"
 
 namespace gradscope::agent {
@@ -49,6 +56,9 @@ class CudaEventTimer final : public GpuTimer {
   // A renewed reference is kept only when the host clock reads around it are this close: half of it
   // is the reference's uncertainty.
   static constexpr std::int64_t kReferenceWidthNs = 250'000;
+  // Flushes of CUPTI's buffers after a call's events completed before its events' span is used instead
+  // of CUPTI's (a kernel record can be delivered a flush after the events are seen complete).
+  static constexpr std::uint64_t kGraceFlushes = 2;
 
   // domainOf() results other than a domain index.
   static constexpr int kNoDomain = -1;     // not timed on the GPU
@@ -77,6 +87,20 @@ class CudaEventTimer final : public GpuTimer {
   std::uint32_t start(int domain, cuda::CUstream stream, bool& captured);
   // Records the end event of a start() that returned `gpu_slot` != 0, on the same stream.
   void stop(std::uint32_t gpu_slot, cuda::CUstream stream);
+  // Hot path, around the real NCCL call (or the group's real ncclGroupEnd, with the leader): the call's
+  // CUPTI external correlation, when CUPTI is in use and the call is GPU-timed.
+  void enterCall(std::uint32_t gpu_slot) const {
+    if (cupti_ != nullptr && gpu_slot != 0) cupti_->push(correlationOf(gpu_slot - 1));
+  }
+  void leaveCall(std::uint32_t gpu_slot) const {
+    if (cupti_ != nullptr && gpu_slot != 0) cupti_->pop();
+  }
+  // Before any call is timed. The timer does not own the tracer.
+  void useCupti(CuptiTracer* tracer) { cupti_ = tracer; }
+  // CUPTI's external id of a claimed pair: its generation (bumped at each claim) and index.
+  std::uint64_t correlationOf(std::uint32_t slot) const {
+    return (static_cast<std::uint64_t>(pair(slot).generation) << 32) | slot;
+  }
   // Gives the pair of a start() back instead, when the call turns out not to be timed on the GPU.
   void abandon(std::uint32_t gpu_slot) { free(gpu_slot - 1); }
 
@@ -110,7 +134,11 @@ class CudaEventTimer final : public GpuTimer {
     cuda::CUevent end = nullptr;
     std::uint32_t reference = 0;  // generation of the domain's reference when the start was recorded
     bool failed = false;
-    bool resolved = false;  // start_ns/end_ns hold the span (set by query)
+    bool resolved = false;             // start_ns/end_ns hold the events' span (set by query)
+    bool settled = false;              // start_ns/end_ns are final (CUPTI's span, or the events' one)
+    std::uint32_t generation = 0;      // claims of this pair so far
+    std::uint64_t cupti_drops = 0;     // CUPTI's drop count when claimed
+    std::uint64_t cupti_deadline = 0;  // CUPTI flush count after which the events' span is used
     std::int64_t start_ns = 0, end_ns = 0;
     int siblings = 0;
     std::uint32_t sibling[kMaxGroupStreams - 1] = {};
@@ -152,6 +180,7 @@ class CudaEventTimer final : public GpuTimer {
   // Background thread: the context it made current and whether it switched to the relaxed capture mode.
   cuda::CUcontext background_context_ = nullptr;
   bool background_relaxed_ = false;
+  CuptiTracer* cupti_ = nullptr;
 };
 
 }  // namespace gradscope::agent

@@ -6,9 +6,10 @@
 // loaded (cuda_driver.h), so the agent loads into processes without either.
 //
 // Hot path of a collective: a communicator look-up, a stream look-up, a capture check and two pooled
-// event records (when the stream's context is timed), two clock reads and one record(); no lock, no
-// allocation, no string. Inside a group a member only reads the clock and waits in its thread's group
-// state; the outermost ncclGroupEnd times the group (gpu_timer.h) and records every member.
+// event records (when the stream's context is timed) with a CUPTI correlation push/pop around the call
+// (when CUPTI is in use), two clock reads and one record(); no lock, no allocation, no string. Inside a
+// group a member only reads the clock and waits in its thread's group state; the outermost ncclGroupEnd
+// times the group (gpu_timer.h) and records every member.
 //
 // Recording starts (activate) at the first communicator the process creates. Communicators are named
 // identically on all their ranks (nccl_state.h): by the hash of the unique id, by the ordinal of the
@@ -16,6 +17,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -85,6 +88,17 @@ CudaEventTimer* gpuTimer() {
       return nullptr;
     }
     auto* created = new CudaEventTimer(g_driver);  // lives as long as the process: records may refer to it
+    // CUPTI's kernel records give exact spans; GRADSCOPE_CUPTI=0 keeps to the events.
+    const char* cupti = std::getenv("GRADSCOPE_CUPTI");
+    if (cupti == nullptr || std::strcmp(cupti, "0") != 0) {
+      std::string cupti_why;
+      CuptiTracer* tracer = CuptiTracer::start(cupti_why);
+      if (tracer != nullptr) created->useCupti(tracer);
+      if (tracer == nullptr && !cupti_why.empty())
+        log("no CUPTI kernel spans ({}); NCCL calls are timed with CUDA events (GRADSCOPE_CUPTI=0 "
+            "silences this)",
+            cupti_why);
+    }
     g_timer.store(created, std::memory_order_release);
     return created;
   }();
@@ -138,7 +152,9 @@ ncclResult_t timed(CallEvent& event, cudaStream_t stream, Call&& call) {
   bool captured = false;
   CudaEventTimer* const timer = domain >= 0 ? g_timer.load(std::memory_order_relaxed) : nullptr;
   std::uint32_t gpu_slot = timer != nullptr ? timer->start(domain, stream, captured) : 0;
+  if (timer != nullptr) timer->enterCall(gpu_slot);
   const ncclResult_t rc = call();
+  if (timer != nullptr) timer->leaveCall(gpu_slot);
   if (gpu_slot != 0) {
     // ncclInProgress (a nonblocking communicator): NCCL enqueues the work later, after this event.
     if (rc == ncclInProgress) {
@@ -364,7 +380,9 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
   CudaEventTimer::Group timing;
   if (timer != nullptr) timer->startGroup(timing, domains, streams, n);
   const std::uint64_t start = ticks();
+  if (timer != nullptr) timer->enterCall(timing.leader);
   const ncclResult_t rc = real_ncclGroupEnd();
+  if (timer != nullptr) timer->leaveCall(timing.leader);
   const auto members = t_group.members();
   // With nonblocking communicators (ncclInProgress) NCCL launches the group later: timed on the host.
   if (timer != nullptr)

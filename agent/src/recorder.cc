@@ -61,9 +61,9 @@ struct DropCounter {
   const char* kind;
   std::atomic<std::int64_t> count{0};
 };
-DropCounter g_drop_counters[] = {
-    {"thread_buffer", {}}, {"comm_table", {}},  {"gpu_timing", {}}, {"iallreduce_table", {}},
-    {"stream_table", {}},  {"group_table", {}}, {"other", {}}};
+DropCounter g_drop_counters[] = {{"thread_buffer", {}},    {"comm_table", {}},   {"gpu_timing", {}},
+                                 {"iallreduce_table", {}}, {"stream_table", {}}, {"group_table", {}},
+                                 {"cupti_record", {}},     {"other", {}}};
 
 // Owns the calling thread's buffer claim: returns it to the table when the thread exits.
 struct BufferOwner {

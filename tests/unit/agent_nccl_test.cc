@@ -1,9 +1,11 @@
 // The NCCL interposer's pure parts (agent/src/nccl_state.h) and the CUDA-event GPU timer
 // (agent/src/gpu_timer.h) on a fake driver: a GPU clock the test advances by hand, streams whose work
-// ends at a cursor, events that complete when the clock passes them. No CUDA, no GPU.
+// ends at a cursor, events that complete when the clock passes them; and the join of CUPTI's activity
+// records into spans (agent/src/cupti_tracer.h). No CUDA, no GPU.
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -530,6 +532,104 @@ TEST_F(AgentGpuTimer, ReferencesAreRenewedAndAnOverwrittenOneFailsTheCall) {
   ASSERT_EQ(t->query(new_call - 1, start, end), GpuTimer::Status::Ready);
   EXPECT_NEAR(static_cast<double>(end - start), 1e6, 1e3);
   EXPECT_EQ(gpu_.job_stream_syncs, 0);  // references are synchronised on the timer's own stream only
+}
+
+}  // namespace
+}  // namespace gradscope::agent
+
+// ---- CUPTI's records joined into spans (cupti_tracer.h) ------------------------------------------------
+
+namespace gradscope::agent {
+namespace {
+
+TEST(AgentCuptiSpans, KernelsOfOneIdGiveMinStartToMaxEnd) {
+  KernelSpans spans;
+  spans.addExternal(7, 42);
+  spans.addExternal(8, 42);  // a group: two kernels under one id
+  spans.addKernel(7, 1000, 2000);
+  spans.addKernel(8, 1500, 3000);
+  std::uint64_t start = 0, end = 0;
+  ASSERT_TRUE(spans.span(42, start, end));
+  EXPECT_EQ(start, 1000u);
+  EXPECT_EQ(end, 3000u);
+  EXPECT_FALSE(spans.span(43, start, end));
+  spans.forget(42);
+  EXPECT_FALSE(spans.span(42, start, end));
+}
+
+TEST(AgentCuptiSpans, AKernelBeforeItsCorrelationWaits) {
+  KernelSpans spans;
+  spans.addKernel(9, 500, 600);  // delivered in an earlier buffer than its correlation
+  std::uint64_t start = 0, end = 0;
+  EXPECT_FALSE(spans.span(5, start, end));
+  spans.addExternal(9, 5);
+  ASSERT_TRUE(spans.span(5, start, end));
+  EXPECT_EQ(start, 500u);
+  EXPECT_EQ(end, 600u);
+}
+
+TEST(AgentCuptiSpans, ANewerIdReplacesTheOldOneInItsEntry) {
+  KernelSpans spans;
+  const std::uint64_t old_id = (std::uint64_t{1} << 32) | 3, new_id = (std::uint64_t{2} << 32) | 3;
+  spans.addExternal(1, old_id);
+  spans.addKernel(1, 10, 20);
+  spans.addExternal(2, new_id);
+  spans.addKernel(2, 30, 40);
+  std::uint64_t start = 0, end = 0;
+  EXPECT_FALSE(spans.span(old_id, start, end));
+  ASSERT_TRUE(spans.span(new_id, start, end));
+  EXPECT_EQ(start, 30u);
+}
+
+// A buffer of records as CUPTI lays them out, walked by a stand-in for cuptiActivityGetNextRecord.
+cupti::CUptiResult nextRecord(std::uint8_t* buffer, std::size_t valid, cupti::CUpti_Activity** record) {
+  std::uint8_t* next = buffer;
+  if (*record != nullptr)
+    next = reinterpret_cast<std::uint8_t*>(*record) +
+           ((*record)->kind == cupti::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION
+                ? sizeof(cupti::CUpti_ActivityExternalCorrelation)
+                : cupti::kKernelRecordSize);
+  if (next >= buffer + valid) return cupti::CUPTI_ERROR_MAX_LIMIT_REACHED;
+  *record = reinterpret_cast<cupti::CUpti_Activity*>(next);
+  return cupti::CUPTI_SUCCESS;
+}
+
+TEST(AgentCuptiSpans, ParsesNcclKernelsAndCustomCorrelationsOnly) {
+  alignas(8) std::uint8_t buffer[4 * cupti::kKernelRecordSize] = {};
+  std::size_t used = 0;
+  auto external = [&](std::uint32_t correlation, std::uint64_t id,
+                      cupti::CUpti_ExternalCorrelationKind kind) {
+    cupti::CUpti_ActivityExternalCorrelation record{};
+    record.kind = cupti::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+    record.externalKind = kind;
+    record.externalId = id;
+    record.correlationId = correlation;
+    std::memcpy(buffer + used, &record, sizeof record);
+    used += sizeof record;
+  };
+  auto kernel = [&](std::uint32_t correlation, const char* name, std::uint64_t start, std::uint64_t end) {
+    cupti::KernelRecordHead record{};
+    record.kind = cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    record.correlationId = correlation;
+    record.name = name;
+    record.start = start;
+    record.end = end;
+    std::memcpy(buffer + used, &record, sizeof record);
+    used += cupti::kKernelRecordSize;
+  };
+  external(1, 77, cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
+  external(2, 88, static_cast<cupti::CUpti_ExternalCorrelationKind>(1));  // another tool's kind
+  kernel(1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 200);
+  kernel(1, "vectorAdd", 50, 900);  // not NCCL's
+  cupti::Library library;
+  library.activityGetNextRecord = &nextRecord;
+  KernelSpans spans;
+  EXPECT_EQ(parseActivityBuffer(library, buffer, used, spans), 4);
+  std::uint64_t start = 0, end = 0;
+  ASSERT_TRUE(spans.span(77, start, end));
+  EXPECT_EQ(start, 100u);
+  EXPECT_EQ(end, 200u);
+  EXPECT_FALSE(spans.span(88, start, end));
 }
 
 }  // namespace

@@ -8,6 +8,11 @@
                                               length, a group's members share the group's span, the
                                               graph-captured call is timed on the host, no job stream is
                                               ever synchronised, no event is recorded on a capturing stream
+  check_nccl.py TOOLS --workdir DIR cupti     the same with the fake CUPTI (libcupti.so.13): every span is
+                                              exactly its kernels' from CUPTI's records (groups included);
+                                              with GRADSCOPE_CUPTI=0 the events give the same spans; a
+                                              buffer pool that runs dry counts cupti_record drops and
+                                              falls back to the events
   check_nccl.py TOOLS --workdir DIR nvtx      GRADSCOPE_STEP_NVTX=step with the agent as the NVTX
                                               injection library: the step of every call
   check_nccl.py TOOLS --workdir DIR disabled  GRADSCOPE_DISABLE=1: no trace, the job untouched
@@ -17,7 +22,7 @@
                                               on the trace when --gradscope is given
   check_nccl.py TOOLS --workdir DIR real-nvtx the same with the NVTX step marker
 
-TOOLS: --agent SO --job EXE [--fake-cuda SO] [--gradscope EXE]. Every mode also runs the job without the
+TOOLS: --agent SO --job EXE [--fake-cuda SO] [--fake-cupti SO] [--gradscope EXE]. Every mode also runs the job without the
 agent and requires the same stdout and exit status. Exits 0 when every check passes, 1 with one
 "check_nccl: FAIL: ..." line per failed check.
 """
@@ -212,31 +217,34 @@ def check_host(args, workdir):
     check(not drops.get("gpu_timing"), f"host: gpu_timing drops {drops}")
 
 
-def check_gpu(args, workdir):
+def check_gpu(args, workdir, label="gpu", extra_env=None, exact=False):
+    """The fake driver's kernels are the calls' spans: within float-millisecond rounding from CUDA events,
+    to the nanosecond (`exact`) from CUPTI's kernel records. Returns the rows and the drops."""
     # Long enough that the host-timed (graph-captured) call stays far below it on a busy machine.
     kernel_ns = 10_000_000
     stats = os.path.join(workdir, "fake-cuda-stats.txt")
     env = dict(base_environment(), GRADSCOPE_FAKE_CUDA=args.fake_cuda, GRADSCOPE_FAKE_KERNEL_NS=str(kernel_ns),
-               GRADSCOPE_FAKE_CUDA_STATS=stats)
-    stderr, trace = run_pair(args, workdir, env, "gpu")
-    if not check(isinstance(trace, str), f"gpu: expected one trace file, found {trace}"):
-        return
-    check("gradscope: " not in stderr, f"gpu: the agent wrote to stderr: {stderr[-600:]}")
-    rows, drops, device = check_trace(trace, "gpu", fake_keys())
-    check(device == "cuda:0 Gradscope Fake GPU", f"gpu: device {device!r}")
-    check(not drops.get("gpu_timing"), f"gpu: gpu_timing drops {drops}")
-    tolerance = 100_000  # spans: both ends use one reference, so only float milliseconds round
+               GRADSCOPE_FAKE_CUDA_STATS=stats, GRADSCOPE_CUPTI="0")
+    env.update(extra_env or {})
+    stderr, trace = run_pair(args, workdir, env, label)
+    if not check(isinstance(trace, str), f"{label}: expected one trace file, found {trace}"):
+        return [], {}
+    check("gradscope: " not in stderr, f"{label}: the agent wrote to stderr: {stderr[-600:]}")
+    rows, drops, device = check_trace(trace, label, fake_keys())
+    check(device == "cuda:0 Gradscope Fake GPU", f"{label}: device {device!r}")
+    check(not drops.get("gpu_timing"), f"{label}: gpu_timing drops {drops}")
+    tolerance = 0 if exact else 100_000  # events: both ends use one reference, so only float milliseconds round
     reference_width = 1_000_000  # GPU vs host times: the reference's host time is known within its width
     for index, (row, want) in enumerate(rows):
         enqueue, start, end = row[9], row[10], row[11]
         group, captured = want[7], want[8]
-        where = f"gpu: call {index}"
+        where = f"{label}: call {index}"
         if captured:
             check(end - start < kernel_ns // 2,
                   f"{where} (graph-captured): span {end - start} ns, expected host timing (< {kernel_ns // 2})")
             continue
         kernels = 3 if group is not None else 1
-        check(abs((end - start) - kernels * kernel_ns) < tolerance,
+        check(abs((end - start) - kernels * kernel_ns) <= tolerance,
               f"{where}: span {end - start} ns, expected {kernels} kernels of {kernel_ns} ns")
         check(start >= enqueue - reference_width, f"{where}: GPU start {start} before the call was made ({enqueue})")
     counts = {}
@@ -250,6 +258,59 @@ def check_gpu(args, workdir):
     # Events are pooled: created once, never per call.
     created = counts.get("events_created", 0)
     check(0 < created <= 2 * 4096 + 256, f"gpu: {created} events created, expected one pool")
+    return rows, drops
+
+
+def read_kernel_log(path):
+    """The fake CUPTI's kernels: [(external id, start, end)] in launch order."""
+    with open(path) as f:
+        return [tuple(int(v) for v in line.split()) for line in f if line.strip()]
+
+
+def check_cupti(args, workdir):
+    if not check(args.fake_cupti is not None, "cupti: --fake-cupti is required"):
+        return
+    library_path = os.path.dirname(args.fake_cupti)
+    env_path = library_path + (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")
+
+    def fake_cupti(name, **extra):
+        os.makedirs(os.path.join(workdir, name))
+        log = os.path.join(workdir, name, "kernels.txt")
+        return os.path.join(workdir, name), log, dict(LD_LIBRARY_PATH=env_path, GRADSCOPE_FAKE_CUPTI_LOG=log, **extra)
+
+    # 1. CUPTI's kernel records: every span is exactly its kernels' (groups included).
+    where, log, env = fake_cupti("records", GRADSCOPE_CUPTI="1")
+    rows, drops = check_gpu(args, where, "cupti", env, exact=True)
+    check(not drops.get("cupti_record"), f"cupti: cupti_record drops {drops}")
+    kernels = read_kernel_log(log)
+    # One kernel per call; every call the agent times on the GPU carries an id, grouped calls share one;
+    # the graph-captured one (host-timed) carries none.
+    expected = [w for _, w in rows]
+    check(len(kernels) == len(expected), f"cupti: {len(kernels)} fake kernels, {len(expected)} calls")
+    ids = [k[0] for k in kernels]
+    check(sum(1 for i in ids if i == 0) == sum(1 for w in expected if w[8]),
+          f"cupti: kernels without a correlation id: {ids}")
+    singles = sum(1 for w in expected if w[7] is None and not w[8])
+    check(len({i for i in ids if i != 0}) <= singles + STEPS,
+          f"cupti: {len(set(ids))} distinct ids for {singles} calls and {STEPS} groups")
+
+    # 2. GRADSCOPE_CUPTI=0: the events give the same spans (within their rounding); no id is ever pushed.
+    where, log, env = fake_cupti("events", GRADSCOPE_CUPTI="0")
+    event_rows, _ = check_gpu(args, where, "cupti=0", env)
+    check(not os.path.exists(log) or all(k[0] == 0 for k in read_kernel_log(log)),
+          "cupti=0: correlation ids were pushed")
+    if len(event_rows) == len(rows):
+        for index, ((a, want), (b, _)) in enumerate(zip(rows, event_rows)):
+            if not want[8]:
+                check(abs((a[11] - a[10]) - (b[11] - b[10])) < 100_000,
+                      f"cupti: call {index}: span {a[11] - a[10]} with CUPTI, {b[11] - b[10]} with events")
+
+    # 3. A pool that runs dry (one record a buffer, buffers never handed back): records are dropped and
+    # counted, and the events time every call instead.
+    where, _, env = fake_cupti("dry", GRADSCOPE_CUPTI="1", GRADSCOPE_FAKE_CUPTI_RECORDS_PER_BUFFER="1",
+                                GRADSCOPE_FAKE_CUPTI_HOLD="1")
+    _, drops = check_gpu(args, where, "cupti-dry", env)
+    check(drops.get("cupti_record", 0) > 0, f"cupti-dry: no cupti_record drops counted: {drops}")
 
 
 def check_nvtx(args, workdir):
@@ -309,17 +370,18 @@ def main():
     parser.add_argument("--agent", required=True)
     parser.add_argument("--job", required=True)
     parser.add_argument("--fake-cuda")
+    parser.add_argument("--fake-cupti")
     parser.add_argument("--gradscope")
     parser.add_argument("--nvtx", action="store_true", help="the job marks steps with NVTX")
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("mode", choices=["host", "gpu", "nvtx", "disabled", "real", "real-nvtx"])
+    parser.add_argument("mode", choices=["host", "gpu", "cupti", "nvtx", "disabled", "real", "real-nvtx"])
     args = parser.parse_args()
-    for name in ("agent", "job", "fake_cuda", "gradscope", "workdir"):
+    for name in ("agent", "job", "fake_cuda", "fake_cupti", "gradscope", "workdir"):
         if getattr(args, name):
             setattr(args, name, os.path.abspath(getattr(args, name)))
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
-    {"host": check_host, "gpu": check_gpu, "nvtx": check_nvtx, "disabled": check_disabled, "real": check_real,
+    {"host": check_host, "gpu": check_gpu, "cupti": check_cupti, "nvtx": check_nvtx, "disabled": check_disabled, "real": check_real,
      "real-nvtx": lambda a, w: check_real(a, w, nvtx=True)}[args.mode](args, args.workdir)
     for failure in failures:
         print(f"check_nccl: FAIL: {failure}")

@@ -7,7 +7,9 @@
 // ends. fakeCudaLaunch(stream, ns) queues a kernel of `ns` after the cursor (the fake NCCL calls it for
 // every collective it runs). An event recorded on a stream completes at max(now, cursor); queries and
 // elapsed times are answered from the host's monotonic clock, so work really completes later than it
-// is enqueued, as on a GPU. Graph capture is cuStreamBeginCapture_v2/cuStreamEndCapture on a handle.
+// is enqueued, as on a GPU. fakeCudaSetKernelHook installs a function told of every kernel's start and
+// end (the fake CUPTI's kernel records). Graph capture is cuStreamBeginCapture_v2/cuStreamEndCapture on a
+// handle.
 //
 // It also watches what the agent must never do, and writes the counts at exit to the file named by
 // GRADSCOPE_FAKE_CUDA_STATS: synchronising an event of a stream it did not create (a job's stream),
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -92,10 +95,23 @@ bool completed(const CUevent_st& event) {
 
 // ---- the fake's own entry points (used by the fake NCCL and the test job) ----------------------------
 
+// Told of every kernel queued, on the launching thread: the fake CUPTI (fake_cupti.cc) installs it.
+using KernelHook = void (*)(CUstream stream, std::int64_t start_ns, std::int64_t end_ns);
+std::atomic<KernelHook> g_kernel_hook{nullptr};
+
+FAKE_EXPORT void fakeCudaSetKernelHook(KernelHook hook) {
+  g_kernel_hook.store(hook);
+}
+
 FAKE_EXPORT void fakeCudaLaunch(CUstream stream, std::int64_t duration_ns) {
-  const std::lock_guard lock(g_mutex);
-  StreamState& state = g_streams[stream];
-  state.cursor_ns = std::max(nowNs(), state.cursor_ns) + duration_ns;
+  std::int64_t start = 0, end = 0;
+  {
+    const std::lock_guard lock(g_mutex);
+    StreamState& state = g_streams[stream];
+    start = std::max(nowNs(), state.cursor_ns);
+    end = state.cursor_ns = start + duration_ns;
+  }
+  if (const KernelHook hook = g_kernel_hook.load()) hook(stream, start, end);
 }
 
 // ---- driver API ---------------------------------------------------------------------------------------

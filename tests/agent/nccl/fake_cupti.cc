@@ -1,0 +1,234 @@
+// A fake CUPTI for the agent's NCCL tests on machines without a GPU: built as libcupti.so.13 in a folder
+// of its own, which the test puts first on LD_LIBRARY_PATH so that the agent's dlopen finds it.
+//
+// Model: the fake driver (fake_cuda.cc) reports every fake kernel it queues (fakeCudaSetKernelHook) with
+// its start and end on the fake GPU's clock, CLOCK_MONOTONIC, which is also cuptiGetTimestamp's here.
+// For each kernel the fake writes, on the launching thread, an EXTERNAL_CORRELATION record when a
+// CUSTOM0 id is pushed on that thread (ready at once) and a CONCURRENT_KERNEL record named
+// "ncclDevKernel_Fake" (ready when the kernel has ended). cuptiActivityFlushAll(0) copies the ready
+// records into buffers asked for through the registered request callback and hands them back through
+// the completion callback; a record finding no buffer is dropped and counted.
+//
+// Knobs (environment): GRADSCOPE_FAKE_CUPTI_RECORDS_PER_BUFFER=N: at most N records a buffer;
+// GRADSCOPE_FAKE_CUPTI_HOLD=1: filled buffers are kept, never handed back (the client's pool runs dry);
+// GRADSCOPE_FAKE_CUPTI_LOG=FILE: at exit, one line per kernel: "<external id> <start> <end>" (0: none).
+
+#include <dlfcn.h>
+#include <time.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "cupti_abi.h"
+
+using namespace gradscope::agent;
+using namespace gradscope::agent::cupti;
+
+namespace {
+
+struct Record {
+  std::vector<std::uint8_t> bytes;
+  std::int64_t ready_ns = 0;
+};
+
+struct Kernel {
+  std::uint64_t id;
+  std::int64_t start, end;
+};
+
+struct State {
+  std::mutex mutex;
+  CUpti_BuffersCallbackRequestFunc request = nullptr;
+  CUpti_BuffersCallbackCompleteFunc complete = nullptr;
+  bool kernels = false, externals = false;
+  std::deque<Record> pending;
+  std::uint32_t next_correlation = 0;
+  std::size_t dropped = 0;
+  std::vector<Kernel> log;
+};
+// Never destroyed: the agent's background thread may flush while the process exits.
+State& g_state = *new State;
+
+// Writes the kernel log at exit.
+struct LogWriter {
+  ~LogWriter() {
+    const char* path = std::getenv("GRADSCOPE_FAKE_CUPTI_LOG");
+    if (path == nullptr) return;
+    const std::lock_guard lock(g_state.mutex);
+    if (FILE* out = std::fopen(path, "w")) {
+      for (const Kernel& kernel : g_state.log)
+        std::fprintf(out, "%llu %lld %lld\n", static_cast<unsigned long long>(kernel.id),
+                     static_cast<long long>(kernel.start), static_cast<long long>(kernel.end));
+      std::fclose(out);
+    }
+  }
+} g_log_writer;
+thread_local std::vector<std::uint64_t> t_ids;
+
+std::int64_t nowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::size_t recordSize(CUpti_ActivityKind kind) {
+  return kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION ? sizeof(CUpti_ActivityExternalCorrelation)
+                                                          : kKernelRecordSize;
+}
+
+const char kKernelName[] = "ncclDevKernel_Fake";
+
+// Called by the fake driver, on the launching thread, for every kernel it queues.
+void onKernel(gradscope::agent::cuda::CUstream, std::int64_t start, std::int64_t end) {
+  const std::lock_guard lock(g_state.mutex);
+  const std::uint64_t id = t_ids.empty() ? 0 : t_ids.back();
+  g_state.log.push_back({id, start, end});
+  if (!g_state.kernels) return;
+  const std::uint32_t correlation = ++g_state.next_correlation;
+  if (id != 0 && g_state.externals) {
+    CUpti_ActivityExternalCorrelation external{};
+    external.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+    external.externalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
+    external.externalId = id;
+    external.correlationId = correlation;
+    Record record{std::vector<std::uint8_t>(sizeof external), 0};
+    std::memcpy(record.bytes.data(), &external, sizeof external);
+    g_state.pending.push_back(std::move(record));
+  }
+  KernelRecordHead kernel{};
+  kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  kernel.start = static_cast<std::uint64_t>(start);
+  kernel.end = static_cast<std::uint64_t>(end);
+  kernel.completed = kernel.end;
+  kernel.correlationId = correlation;
+  kernel.name = kKernelName;
+  Record record{std::vector<std::uint8_t>(kKernelRecordSize), end};
+  std::memcpy(record.bytes.data(), &kernel, sizeof kernel);
+  g_state.pending.push_back(std::move(record));
+}
+
+void installHook() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    using Hook = void (*)(gradscope::agent::cuda::CUstream, std::int64_t, std::int64_t);
+    // The fake driver is loaded RTLD_GLOBAL by the fake NCCL before the agent starts CUPTI.
+    if (auto set = reinterpret_cast<void (*)(Hook)>(dlsym(RTLD_DEFAULT, "fakeCudaSetKernelHook")))
+      set(&onKernel);
+  });
+}
+
+}  // namespace
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+FAKE_EXPORT CUptiResult cuptiGetTimestamp(std::uint64_t* timestamp) {
+  *timestamp = static_cast<std::uint64_t>(nowNs());
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
+  installHook();
+  const std::lock_guard lock(g_state.mutex);
+  if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) g_state.kernels = true;
+  else if (kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) g_state.externals = true;
+  else return CUPTI_ERROR_UNKNOWN;
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
+  const std::lock_guard lock(g_state.mutex);
+  if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) g_state.kernels = false;
+  if (kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) g_state.externals = false;
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
+                                                       CUpti_BuffersCallbackCompleteFunc complete) {
+  const std::lock_guard lock(g_state.mutex);
+  g_state.request = request;
+  g_state.complete = complete;
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiActivityGetNextRecord(std::uint8_t* buffer, std::size_t valid,
+                                                   CUpti_Activity** record) {
+  std::uint8_t* next =
+      *record == nullptr ? buffer : reinterpret_cast<std::uint8_t*>(*record) + recordSize((*record)->kind);
+  if (next >= buffer + valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+  *record = reinterpret_cast<CUpti_Activity*>(next);
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiActivityGetNumDroppedRecords(gradscope::agent::cuda::CUcontext, std::uint32_t,
+                                                          std::size_t* dropped) {
+  const std::lock_guard lock(g_state.mutex);
+  *dropped = std::exchange(g_state.dropped, 0);
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiActivityFlushAll(std::uint32_t) {
+  static const char* per_buffer_text = std::getenv("GRADSCOPE_FAKE_CUPTI_RECORDS_PER_BUFFER");
+  static const std::size_t per_buffer =
+      per_buffer_text != nullptr ? std::strtoull(per_buffer_text, nullptr, 10) : SIZE_MAX;
+  static const bool hold = std::getenv("GRADSCOPE_FAKE_CUPTI_HOLD") != nullptr;
+  std::vector<std::pair<std::uint8_t*, std::size_t>> done;
+  CUpti_BuffersCallbackCompleteFunc complete = nullptr;
+  {
+    const std::lock_guard lock(g_state.mutex);
+    if (g_state.request == nullptr) return CUPTI_ERROR_UNKNOWN;
+    complete = g_state.complete;
+    const std::int64_t now = nowNs();
+    std::uint8_t* buffer = nullptr;
+    std::size_t size = 0, used = 0, records = 0;
+    auto finish = [&] {
+      if (buffer != nullptr && !hold) done.emplace_back(buffer, used);
+      buffer = nullptr;
+    };
+    for (auto it = g_state.pending.begin(); it != g_state.pending.end();) {
+      if (it->ready_ns > now) {
+        ++it;
+        continue;
+      }
+      if (buffer != nullptr && (used + it->bytes.size() > size || records == per_buffer)) finish();
+      if (buffer == nullptr) {
+        std::size_t max_records = 0;
+        g_state.request(&buffer, &size, &max_records);
+        used = records = 0;
+        if (buffer == nullptr || size < it->bytes.size()) {
+          buffer = nullptr;
+          ++g_state.dropped;
+          it = g_state.pending.erase(it);
+          continue;
+        }
+      }
+      std::memcpy(buffer + used, it->bytes.data(), it->bytes.size());
+      used += it->bytes.size();
+      ++records;
+      it = g_state.pending.erase(it);
+    }
+    finish();
+  }
+  for (const auto& [buffer, used] : done) complete(nullptr, 0, buffer, 0, used);
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
+                                                               std::uint64_t id) {
+  if (kind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) return CUPTI_ERROR_UNKNOWN;
+  t_ids.push_back(id);
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
+                                                              std::uint64_t* last) {
+  if (kind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 || t_ids.empty()) return CUPTI_ERROR_UNKNOWN;
+  *last = t_ids.back();
+  t_ids.pop_back();
+  return CUPTI_SUCCESS;
+}
