@@ -9,7 +9,7 @@
   check_agent.py TOOLS --workdir DIR sigterm          SIGTERM to mpiexec mid-run: every rank file complete
   check_agent.py TOOLS --workdir DIR sigkill          SIGKILL to one rank mid-run: its file valid and recent
   check_agent.py TOOLS --workdir DIR failopen-output  output path under a regular file   } the job's stdout,
-  check_agent.py TOOLS --workdir DIR failopen-disk-full  a 1.5 MB tmpfs fills up       }
+  check_agent.py TOOLS --workdir DIR failopen-disk-full  a 1 MB tmpfs fills up         }
   check_agent.py TOOLS --workdir DIR failopen-config  bad GRADSCOPE_* values            } stderr and exit code
   check_agent.py TOOLS --workdir DIR failopen-exit-code  the sample's --exit-code 3     } as without the agent;
   check_agent.py TOOLS --workdir DIR failopen-non-mpi  sh, python, mpiexec preloaded    } one 'gradscope:' line
@@ -39,6 +39,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
+
+from sanitizers import preload, sanitizer_runtime
 
 SKIPPED = 77  # exit code ctest reads as 'skipped' (SKIP_RETURN_CODE)
 
@@ -195,26 +197,6 @@ def mpiexec(args, np, program, options=()):
     """mpiexec with np ranks on however many cores there are (oversubscribed, yielding while idle)."""
     return ([args.mpiexec, "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", str(np)] + list(options)
             + list(program))
-
-
-def sanitizer_runtime(library):
-    """The sanitizer runtime that `library` links (ASan or TSan builds), else None. An instrumented library
-    can only be preloaded after its runtime: the runtime must come first in the initial library list."""
-    try:
-        listing = subprocess.run(["ldd", library], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    for line in listing.splitlines():
-        name, _, location = line.strip().partition(" => ")
-        if name.startswith(("libasan.so", "libtsan.so")):
-            return location.split(" (")[0]
-    return None
-
-
-def preload(args):
-    """LD_PRELOAD's value that loads the agent: the agent, after its sanitizer runtime in such builds."""
-    runtime = sanitizer_runtime(args.agent)
-    return f"{runtime}:{args.agent}" if runtime else args.agent
 
 
 def foreign_process_variables(args):
@@ -610,18 +592,19 @@ def check_failopen_output(args):
 
 
 def check_failopen_disk_full(args):
-    """The output's file system fills up while the job runs (a 1.5 MB tmpfs; needs root, skipped
-    otherwise): one line per rank, the job runs on, the files stay valid and keep what was committed."""
+    """The output's file system fills up while the job runs (a 1 MB tmpfs, of which the two new files take
+    about 700 kB; needs root, skipped otherwise): one line per rank, the job runs on, the files stay valid
+    and keep what was committed. 1000 steps: enough to fill it, few enough for sanitizer builds."""
     tiny = os.path.join(args.workdir, "tiny")
     os.makedirs(tiny, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1500k", "tmpfs", tiny], capture_output=True,
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1000k", "tmpfs", tiny], capture_output=True,
                              text=True, timeout=30)
     if mounted.returncode != 0:
         print(f"check_agent: skipped: cannot mount a small tmpfs ({mounted.stderr.strip()})")
         sys.exit(SKIPPED)
     try:
         case = FailOpen(args, "disk full")
-        case.under_agent(os.path.join(tiny, "rank%r.db"), case.np, sample_arguments=["--steps", "6000"],
+        case.under_agent(os.path.join(tiny, "rank%r.db"), case.np, sample_arguments=["--steps", "1000"],
                          mentions=["disk full"], GRADSCOPE_FLUSH_INTERVAL="5ms")
         for rank in range(case.np):
             path = os.path.join(tiny, f"rank{rank}.db")
@@ -753,7 +736,7 @@ def main():
         if value and os.sep in value:
             setattr(args, name, os.path.abspath(value))
     args.workdir = fresh_directory(os.path.abspath(args.workdir))
-    args.preload = preload(args) if args.agent else None
+    args.preload = preload(args.agent) if args.agent else None
     global private_tmpdir
     private_tmpdir = tempfile.mkdtemp(prefix="gs-agent-")
     try:
