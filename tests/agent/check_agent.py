@@ -222,6 +222,11 @@ def sample_program(args, kind):
 
 
 def fresh_directory(path):
+    # A file system the disk-full case mounted stays mounted when ctest killed that run (a timeout).
+    for root, directories, _ in os.walk(path):
+        for name in directories:
+            if os.path.ismount(os.path.join(root, name)):
+                subprocess.run(["umount", os.path.join(root, name)], capture_output=True, timeout=30)
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
     return path
