@@ -599,7 +599,8 @@ def check_failopen_output(args):
 def check_failopen_disk_full(args):
     """The output's file system fills up while the job runs (a 1 MB tmpfs, of which the two new files take
     about 700 kB; needs root, skipped otherwise): one line per rank, the job runs on, the files stay valid
-    and keep what was committed. 1000 steps: enough to fill it, few enough for sanitizer builds."""
+    and keep what was committed. 1000 steps of 1 ms or more: commits of a few steps each (so some land
+    before the disk is full, however slow the build), enough of them to fill it."""
     tiny = os.path.join(args.workdir, "tiny")
     os.makedirs(tiny, exist_ok=True)
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1000k", "tmpfs", tiny], capture_output=True,
@@ -609,7 +610,7 @@ def check_failopen_disk_full(args):
         sys.exit(SKIPPED)
     try:
         case = FailOpen(args, "disk full")
-        case.under_agent(os.path.join(tiny, "rank%r.db"), case.np, sample_arguments=["--steps", "1000"],
+        case.under_agent(os.path.join(tiny, "rank%r.db"), case.np, sample_arguments=["--steps", "1000", "--sleep-ms", "1"],
                          mentions=["disk full"], GRADSCOPE_FLUSH_INTERVAL="5ms")
         for rank in range(case.np):
             path = os.path.join(tiny, f"rank{rank}.db")
