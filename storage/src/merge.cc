@@ -70,15 +70,16 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
     const Source& source, const std::map<std::int64_t, std::string>& comm_keys) {
   std::map<std::int64_t, std::vector<std::uint64_t>> signatures;  // by rank id, in id order
   std::map<std::int64_t, std::vector<std::int64_t>> enqueued;     // the calls' enqueue times, likewise
-  std::set<std::int64_t> marked;                                  // ranks with an explicit step
+  std::map<std::int64_t, std::vector<std::pair<std::int64_t, std::int64_t>>> comm_seq;  // (comm id, seq)
+  std::set<std::int64_t> marked;  // ranks with an explicit step
   std::int64_t current_rank = -1;
   std::vector<std::uint64_t>* current = nullptr;  // signatures of current_rank; null once marked
   const std::string no_comm;                      // calls whose communicator the file does not name
   sql::Database db(source.path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
-  sql::Statement query(
-      db,
-      "SELECT rank_id, coalesce(step, -1) >= 0, comm_id, api, dtype, coalesce(op, 255), count, enqueue_ns "
-      "FROM calls ORDER BY id");
+  sql::Statement query(db,
+                       "SELECT rank_id, coalesce(step, -1) >= 0, comm_id, api, dtype, coalesce(op, 255), "
+                       "count, enqueue_ns, seq "
+                       "FROM calls ORDER BY id");
   while (query.step()) {
     if (query.int64(0) != current_rank) {
       current_rank = query.int64(0);
@@ -88,6 +89,7 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
       marked.insert(current_rank);
       signatures.erase(current_rank);
       enqueued.erase(current_rank);
+      comm_seq.erase(current_rank);
       current = nullptr;
     }
     if (current) {
@@ -97,6 +99,7 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
                                        static_cast<Api>(query.int32(3)), static_cast<DType>(query.int32(4)),
                                        static_cast<ReduceOp>(query.int32(5)), query.int64(6)));
       enqueued[current_rank].push_back(query.int64(7));
+      comm_seq[current_rank].emplace_back(query.int64(2), query.int64(8));
     }
   }
   // The pattern is the order in which the rank issued its calls (enqueue time), which is not always the
@@ -109,6 +112,23 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
     std::iota(order.begin(), order.end(), 0u);
     std::stable_sort(order.begin(), order.end(),
                      [&](std::uint32_t a, std::uint32_t b) { return times[a] < times[b]; });
+    // Within a communicator the sequence number is the exact issue order; enqueue times only interleave
+    // communicators. (The agent converts times batch by batch with a clock rate it refines between
+    // batches, so calls microseconds apart can swap.) Each communicator's calls keep the places the
+    // times gave them, in seq order.
+    const auto& calls = comm_seq[rank_id];
+    std::map<std::int64_t, std::vector<std::size_t>> places;  // comm id -> places in `order`
+    for (std::size_t place = 0; place < order.size(); ++place)
+      places[calls[order[place]].first].push_back(place);
+    std::vector<std::uint32_t> members;
+    for (const auto& [comm, where] : places) {
+      members.clear();
+      for (const std::size_t place : where) members.push_back(order[place]);
+      std::stable_sort(members.begin(), members.end(),
+                       [&](std::uint32_t a, std::uint32_t b) { return calls[a].second < calls[b].second; });
+      for (std::size_t k = 0; k < where.size(); ++k) order[where[k]] = members[k];
+    }
+    comm_seq.erase(rank_id);
     std::vector<std::uint64_t> issued(rank_signatures.size());
     for (std::size_t i = 0; i < order.size(); ++i) issued[i] = rank_signatures[order[i]];
     rank_signatures = {};  // freed as soon as it is reordered

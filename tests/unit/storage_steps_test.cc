@@ -190,7 +190,7 @@ const Steps kLoopSteps = {-1, -1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3
 // the issue order).
 void writeRankFile(const std::string& path, int rank, const std::vector<LoopCall>& loop,
                    const std::vector<std::int64_t>& explicit_steps, int unrelated_comms,
-                   bool late_pipeline = false) {
+                   bool late_pipeline = false, bool skewed_times = false) {
   TraceWriter writer = TraceWriter::create(path);
   RunInfo run;
   run.uuid = "00000000-0000-4000-8000-00000000abcd";
@@ -218,6 +218,9 @@ void writeRankFile(const std::string& path, int rank, const std::vector<LoopCall
     call.bytes = 4 * call.count;
     call.start_ns = 1'000 * static_cast<std::int64_t>(i);
     call.enqueue_ns = call.start_ns;
+    // Some calls' enqueue times a little before their predecessor's on the same communicator.
+    if (skewed_times && i % 3 == 1 && loop[i].comm == "world" && loop[i - 1].comm == "world")
+      call.enqueue_ns -= 1'500;
     call.end_ns = call.start_ns + 500;
     calls.push_back(call);
   }
@@ -275,6 +278,16 @@ TEST(MergeSteps, NonblockingCallsWrittenAtCompletionKeepTheirStep) {
   const MergeSummary summary = mergeTraces({dir.file("rank-0.db")}, dir.file("merged.db"), {});
   EXPECT_EQ(summary.steps_detected, 6);
   // Each swap stays within a step, so the steps in written order are the loop's.
+  EXPECT_EQ(stepsByRank(dir.file("merged.db")).at(0), kLoopSteps);
+}
+
+// Enqueue times that disagree with the sequence numbers within a communicator (the agent converts
+// times batch by batch, with a refined clock rate): seq decides.
+TEST(MergeSteps, SequenceNumbersOrderTheCallsOfACommunicator) {
+  test::TempDir dir;
+  writeRankFile(dir.file("rank-0.db"), 0, loopCalls(), {}, 0, /*late_pipeline=*/false, /*skewed_times=*/true);
+  const MergeSummary summary = mergeTraces({dir.file("rank-0.db")}, dir.file("merged.db"), {});
+  EXPECT_EQ(summary.steps_detected, 6);
   EXPECT_EQ(stepsByRank(dir.file("merged.db")).at(0), kLoopSteps);
 }
 
