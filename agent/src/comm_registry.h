@@ -22,6 +22,12 @@ struct CommSlot {
   // Per-communicator sequence number. Collectives on one communicator are ordered by the caller (MPI
   // and NCCL require it), so a load and a store — not a read-modify-write — suffice.
   std::atomic<std::int64_t> seq{0};
+  // The next call's sequence number (see seq).
+  std::int64_t nextSeq() {
+    const std::int64_t value = seq.load(std::memory_order_relaxed);
+    seq.store(value + 1, std::memory_order_relaxed);
+    return value;
+  }
   // Communicators created from this one so far (same rule as seq): names the children identically on
   // every rank.
   std::atomic<std::int64_t> created{0};

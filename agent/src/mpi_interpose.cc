@@ -396,8 +396,7 @@ using namespace gradscope::agent;
     const ReduceOp op_code = reduceOpOf(OP);                                                                \
     const std::int64_t count_value = COUNT;                                                                 \
     const std::int64_t bytes = static_cast<std::int64_t>(ELEMENTS) * type.size;                             \
-    const std::int64_t seq = slot->seq.load(std::memory_order_relaxed);                                     \
-    slot->seq.store(seq + 1, std::memory_order_relaxed);                                                    \
+    const std::int64_t seq = slot->nextSeq();                                                               \
     const std::int64_t step = stepForCall();                                                                \
     const std::uint64_t start = ticks();                                                                    \
     const int rc = real_##NAME ARGS;                                                                        \
@@ -419,18 +418,10 @@ GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_
     return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   CommSlot* const slot = commSlot(comm);
   if (slot == nullptr) return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
-  CallEvent event;
   const TypeInfo type = g_types.lookup(datatype);
-  event.api = Api::MpiIallreduce;
-  event.comm = slot->index;
-  event.dtype = type.dtype;
-  event.op = reduceOpOf(op);
-  event.count = count;
-  event.bytes = std::int64_t{count} * type.size;
-  event.seq = slot->seq.load(std::memory_order_relaxed);
-  slot->seq.store(event.seq + 1, std::memory_order_relaxed);
-  event.step = stepForCall();
-  event.enqueue = event.start = ticks();
+  CallEvent event;
+  fillHostCall(event, Api::MpiIallreduce, slot->index, type.dtype, reduceOpOf(op), count,
+               std::int64_t{count} * type.size, slot->nextSeq(), stepForCall(), ticks(), 0);
   const int rc = real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   if (rc == MPI_SUCCESS && request != nullptr) {
     g_pending.add(*request, event);

@@ -293,8 +293,7 @@ using namespace gradscope::agent::nccl;
     event.op = reduceOpOf(OP);                                                                          \
     event.count = static_cast<std::int64_t>(COUNT);                                                     \
     event.bytes = static_cast<std::int64_t>(ELEMENTS) * static_cast<std::int64_t>(sizeOf(event.dtype)); \
-    event.seq = slot->seq.load(std::memory_order_relaxed);                                              \
-    slot->seq.store(event.seq + 1, std::memory_order_relaxed);                                          \
+    event.seq = slot->nextSeq();                                                                        \
     event.step = stepForCall();                                                                         \
     return timed(event, STREAM, [&] { return real_##NAME ARGS; });                                      \
   }
