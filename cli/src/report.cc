@@ -1,9 +1,14 @@
 #include "gradscope/cli/report.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <iterator>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -60,6 +65,165 @@ void writeMeasurements(std::vector<storage::Measurement> measurements, std::ostr
                        m.rel_l2_error ? fmt::format("{:.1e}", *m.rel_l2_error) : "-",
                        best_ns > 0 ? fmt::format("{:.2f}x", m.median_ns / best_ns) : "-");
   }
+}
+
+// Size bucket of a buffer as the time table groups calls (TraceReader::callStatistics): [2^k, 2^(k+1)).
+int log2Bucket(std::int64_t bytes) {
+  return bytes > 0 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes))) - 1 : -1;
+}
+
+// Lossless as comm::Strategy::lossless() defines it: a sum without a wire precision, "sum/<transport>".
+// The report reads the name because gradscope does not link the strategies (they need MPI or NCCL).
+bool isLossless(std::string_view strategy) {
+  return strategy.starts_with("sum/") && strategy.find('/', 4) == std::string_view::npos;
+}
+
+constexpr std::string_view kBaselineStrategy = "sum/native";
+// Strategies listed per bucket: the fastest ones. A bucket of an explore run can hold every applicable
+// strategy (dozens); the baseline and the fastest lossless one are listed as well when slower.
+constexpr std::size_t kStrategiesPerBucket = 8;
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t half = values.size() / 2;
+  return values.size() % 2 == 1 ? values[half] : (values[half - 1] + values[half]) / 2;
+}
+
+// Strategies the agent timed on the job's own calls (explore mode: measurements with a call_id): per
+// API, dtype and size bucket, each strategy's median time over its measurements, fastest first, with
+// its speed relative to the backend's own all-reduce and its worst error.
+void writeExplored(const std::vector<storage::Measurement>& measurements, std::ostream& out) {
+  struct Timed {
+    std::vector<double> median_ns;
+    std::optional<double> worst_error;
+  };
+  using Bucket = std::tuple<Api, DType, int>;
+  std::map<Bucket, std::map<std::string, Timed>> buckets;
+  std::set<std::int64_t> calls;
+  std::size_t count = 0;
+  for (const storage::Measurement& m : measurements) {
+    if (!m.call_id) continue;  // a benchmark point: "Measured strategies"
+    ++count;
+    calls.insert(*m.call_id);
+    Timed& timed = buckets[{m.api, m.dtype, log2Bucket(m.bytes)}][m.strategy];
+    timed.median_ns.push_back(m.median_ns);
+    if (m.rel_l2_error)
+      timed.worst_error = std::max(timed.worst_error.value_or(*m.rel_l2_error), *m.rel_l2_error);
+  }
+  if (count == 0) return;
+
+  out << fmt::format(
+      "\nStrategies measured (explore): {} measurements on {} calls; per API, dtype and size, fastest "
+      "first\n",
+      formatCount(count), formatCount(calls.size()));
+  out << fmt::format("    {:<32} {:>8} {:>10} {:>9} {:>10}\n", "strategy", "rows", "median", "speedup",
+                     "worst err");
+  bool any_marked = false;
+  for (const auto& [bucket, strategies] : buckets) {
+    struct Row {
+      std::string_view strategy;
+      std::size_t rows;
+      double median_ns;
+      std::optional<double> worst_error;
+    };
+    std::vector<Row> rows;
+    for (const auto& [strategy, timed] : strategies)
+      rows.push_back({strategy, timed.median_ns.size(), median(timed.median_ns), timed.worst_error});
+    // Fastest first; equal times keep the names' order (the map's), so the output is deterministic.
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const Row& a, const Row& b) { return a.median_ns < b.median_ns; });
+    const auto baseline = std::find_if(rows.begin(), rows.end(),
+                                       [](const Row& row) { return row.strategy == kBaselineStrategy; });
+    const auto lossless =
+        std::find_if(rows.begin(), rows.end(), [](const Row& row) { return isLossless(row.strategy); });
+    const auto& [api, dtype, log2_bytes] = bucket;
+    out << fmt::format("  {} {}, {}\n", name(api), name(dtype), sizeRange(log2_bytes));
+    std::size_t hidden = 0;
+    for (auto row = rows.begin(); row != rows.end(); ++row) {
+      if (static_cast<std::size_t>(row - rows.begin()) >= kStrategiesPerBucket && row != baseline &&
+          row != lossless) {
+        ++hidden;
+        continue;
+      }
+      any_marked = any_marked || row == lossless;
+      out << fmt::format("  {} {:<32} {:>8} {:>10} {:>9} {:>10}\n", row == lossless ? '*' : ' ',
+                         row->strategy, formatCount(row->rows), formatDuration(row->median_ns),
+                         baseline != rows.end() && row->median_ns > 0
+                             ? fmt::format("{:.2f}x", baseline->median_ns / row->median_ns)
+                             : std::string("-"),
+                         row->worst_error ? fmt::format("{:.1e}", *row->worst_error) : std::string("-"));
+    }
+    if (hidden > 0) out << fmt::format("    ... {} more\n", hidden);
+  }
+  out << fmt::format("  speedup: median time of {} over the strategy's, on the same API, dtype and size\n",
+                     kBaselineStrategy);
+  if (any_marked)
+    out << "  *: the fastest lossless strategy (a sum without a wire precision) of its API, dtype and size\n";
+}
+
+// How much the ranks' gradients agreed in the reductions explore mode looked at (AdaCons diagnostics,
+// docs/methods.md). `world` is the job's size: the diversity of identical gradients is 1/world.
+void writeConsensus(const std::vector<storage::ConsensusRecord>& rows, int world, std::ostream& out) {
+  if (rows.empty()) return;
+  std::set<std::int64_t> steps, ranks;
+  std::size_t without_step = 0;
+  double alpha = 0, min_alpha = rows.front().alpha, cosine = 0, diversity = 0;
+  for (const storage::ConsensusRecord& row : rows) {
+    if (row.step >= 0) steps.insert(row.step);
+    else ++without_step;
+    ranks.insert(row.rank_id);
+    alpha += row.alpha;
+    min_alpha = std::min(min_alpha, row.alpha);
+    cosine += row.cosine_to_mean;
+    diversity += row.diversity;
+  }
+  const auto n = static_cast<double>(rows.size());
+  alpha /= n;
+  cosine /= n;
+  diversity /= n;
+  out << "\nConsensus (per rank and explored reduction)\n";
+  out << fmt::format(
+      "  {} rows, {} step{} with rows, {} rank{}{}\n", formatCount(rows.size()), formatCount(steps.size()),
+      steps.size() == 1 ? "" : "s", ranks.size(), ranks.size() == 1 ? "" : "s",
+      without_step > 0 ? fmt::format(" ({} rows without a step)", formatCount(without_step)) : std::string());
+  out << fmt::format("  alpha            mean {:.3f}, min {:.3f}\n", alpha, min_alpha);
+  out << fmt::format("  cosine to mean   mean {:.3f}\n", cosine);
+  out << fmt::format("  diversity        mean {:.3f}{}\n", diversity,
+                     world > 1 ? fmt::format(" (1/{} = {:.3f} when the ranks' gradients are identical, 1 "
+                                             "when orthogonal)",
+                                             world, 1.0 / world)
+                               : std::string());
+  // The mean cosine is the plainest sign: near 1 every rank pushes the same way and a plain sum loses
+  // nothing; below 0.5 the ranks pull apart, where weighting them (AdaCons, AdaSum) can change training.
+  out << (cosine < 0.5 ? "  ranks disagree strongly: adaptive aggregation (adacons/adasum) may matter -- see "
+                         "docs/methods.md\n"
+                       : "  ranks agree: plain sum is fine\n");
+}
+
+// What apply mode changed: the calls it ran with a recommended strategy instead, per strategy, and the
+// reductions it left alone.
+void writeApplied(const storage::TraceReader::AppliedSummary& applied, bool apply_mode, std::ostream& out) {
+  if (applied.strategies.empty()) {
+    if (apply_mode)
+      out << "\nApplied (apply mode)\n  no call was replaced: every call ran as the job issued it\n";
+    return;
+  }
+  std::int64_t replaced = 0;
+  for (const auto& strategy : applied.strategies) replaced += strategy.calls;
+  out << fmt::format("\nApplied (apply mode): {} call{} replaced with a recommended strategy\n",
+                     formatCount(static_cast<std::uint64_t>(replaced)), replaced == 1 ? "" : "s");
+  out << fmt::format("  {:<32} {:>11} {:>10} {:>10}\n", "strategy", "calls", "total", "mean");
+  for (const auto& strategy : applied.strategies)
+    out << fmt::format(
+        "  {:<32} {:>11} {:>10} {:>10}\n", strategy.strategy,
+        formatCount(static_cast<std::uint64_t>(strategy.calls)),
+        formatDuration(static_cast<double>(strategy.total_ns)),
+        formatDuration(static_cast<double>(strategy.total_ns) / static_cast<double>(strategy.calls)));
+  out << fmt::format("  untouched: {} reduction{} ran as the job issued {}\n",
+                     formatCount(static_cast<std::uint64_t>(applied.untouched_reductions)),
+                     applied.untouched_reductions == 1 ? "" : "s",
+                     applied.untouched_reductions == 1 ? "it" : "them");
 }
 
 // The agent's statistics of one rank (docs/agent.md, runs.config_json).
@@ -241,7 +405,21 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     }
   }
 
-  writeMeasurements(reader.measurements(), out);
+  // Benchmark points; then, in a section of their own, what explore mode timed on the job's calls.
+  const auto measurements = reader.measurements();
+  std::vector<storage::Measurement> points;
+  std::copy_if(measurements.begin(), measurements.end(), std::back_inserter(points),
+               [](const storage::Measurement& m) { return !m.call_id; });
+  writeMeasurements(std::move(points), out);
+  writeExplored(measurements, out);
+  int world = 0;
+  bool apply_mode = false;
+  for (const auto& run : runs) {
+    world = std::max(world, run.world_size);
+    apply_mode = apply_mode || run.mode == "apply";
+  }
+  writeConsensus(reader.consensus(), world, out);
+  writeApplied(reader.appliedSummary(), apply_mode, out);
 
   const auto drops = reader.drops();
   out << "\nDropped events\n";

@@ -291,6 +291,12 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
               std::max(summary.steps_detected, *std::max_element(rank.steps.begin(), rank.steps.end()) + 1);
       std::int64_t detected_rank = -1;
       DetectedSteps* rank_steps = nullptr;  // detected[detected_rank], if any
+      // Consensus rows the agent wrote without a step take their call's step, known once the call is
+      // copied (detection may have given it one): old call id -> merged step.
+      std::vector<ConsensusRecord> consensus = source.reader.consensus();
+      std::map<std::int64_t, std::int64_t> step_of_call;
+      for (const ConsensusRecord& row : consensus)
+        if (row.step < 0 && row.call_id) step_of_call.emplace(*row.call_id, -1);
       std::vector<CallRecord> batch;
       batch.reserve(4096);
       source.reader.forEachCall([&](const CallRecord& original) {
@@ -316,6 +322,9 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
         // being written, keeps step -1.)
         if (rank_steps && call.step < 0 && rank_steps->next < rank_steps->steps.size())
           call.step = rank_steps->steps[rank_steps->next++];
+        if (!step_of_call.empty())
+          if (const auto wanted = step_of_call.find(original.id); wanted != step_of_call.end())
+            wanted->second = call.step;
         batch.push_back(call);
         if (batch.size() == batch.capacity()) {
           writer.appendCalls(batch);
@@ -334,9 +343,16 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
         writer.addMeasurement(m);
         ++summary.measurements;
       }
-      std::vector<ConsensusRecord> consensus = source.reader.consensus();
-      for (ConsensusRecord& row : consensus) row.rank_id = remapRank(row.rank_id);
+      for (ConsensusRecord& row : consensus) {
+        row.rank_id = remapRank(row.rank_id);
+        if (!row.call_id) continue;
+        if (row.step < 0) row.step = step_of_call.at(*row.call_id);
+        row.call_id = *row.call_id + call_offset;
+      }
       writer.appendConsensus(consensus);
+      std::vector<AppliedCall> applied = source.reader.appliedCalls();
+      for (AppliedCall& row : applied) row.call_id += call_offset;
+      writer.appendApplied(applied);
       for (RecommendationRecord recommendation : source.reader.recommendations()) {
         recommendation.run_id = run_ids.count(recommendation.run_id) ? run_ids[recommendation.run_id] : 0;
         writer.addRecommendation(recommendation);

@@ -599,8 +599,8 @@ std::vector<Measurement> TraceReader::measurements(const std::string& strategy) 
 std::vector<ConsensusRecord> TraceReader::consensus() const {
   std::vector<ConsensusRecord> out;
   sql::Statement query(impl_->db,
-                       "SELECT id, rank_id, step, alpha, cosine_to_mean, grad_norm, diversity FROM consensus "
-                       "ORDER BY step, rank_id, id");
+                       "SELECT id, rank_id, step, alpha, cosine_to_mean, grad_norm, diversity, call_id "
+                       "FROM consensus ORDER BY step, rank_id, id");
   while (query.step()) {
     ConsensusRecord row;
     row.id = query.int64(0);
@@ -610,9 +610,33 @@ std::vector<ConsensusRecord> TraceReader::consensus() const {
     row.cosine_to_mean = query.real(4);
     row.grad_norm = query.real(5);
     row.diversity = query.real(6);
+    row.call_id = query.optionalInt64(7);
     out.push_back(row);
   }
   return out;
+}
+
+std::vector<AppliedCall> TraceReader::appliedCalls() const {
+  std::vector<AppliedCall> out;
+  sql::Statement query(impl_->db, "SELECT call_id, strategy FROM applied_calls ORDER BY call_id");
+  while (query.step()) out.push_back({query.int64(0), query.text(1)});
+  return out;
+}
+
+TraceReader::AppliedSummary TraceReader::appliedSummary() const {
+  AppliedSummary summary;
+  // Aggregated in SQL: apply mode may replace every reduction of a long job.
+  sql::Statement per_strategy(impl_->db,
+                              "SELECT a.strategy, count(*), coalesce(sum(c.end_ns - c.start_ns), 0) "
+                              "FROM applied_calls a LEFT JOIN calls c ON c.id = a.call_id "
+                              "GROUP BY a.strategy ORDER BY count(*) DESC, a.strategy");
+  while (per_strategy.step())
+    summary.strategies.push_back({per_strategy.text(0), per_strategy.int64(1), per_strategy.int64(2)});
+  if (summary.strategies.empty()) return summary;
+  summary.untouched_reductions = impl_->db.queryInt(
+      "SELECT count(*) FROM calls c WHERE c.op IS NOT NULL AND "
+      "NOT EXISTS (SELECT 1 FROM applied_calls a WHERE a.call_id = c.id)");
+  return summary;
 }
 
 std::vector<RecommendationRecord> TraceReader::recommendations() const {

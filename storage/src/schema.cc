@@ -10,9 +10,9 @@
 namespace gradscope::storage {
 namespace {
 
-constexpr std::array<std::string_view, 11> kTables = {
-    "names",      "runs",         "ranks",     "comms",           "calls", "gpu_calls",
-    "call_tiles", "measurements", "consensus", "recommendations", "drops"};
+constexpr std::array<std::string_view, 12> kTables = {
+    "names",      "runs",         "ranks",     "comms",         "calls",           "gpu_calls",
+    "call_tiles", "measurements", "consensus", "applied_calls", "recommendations", "drops"};
 
 // Tables whose layout is the same in every schema version so far.
 constexpr std::string_view kCommonTables = R"sql(
@@ -89,18 +89,6 @@ CREATE TABLE measurements (
 );
 CREATE INDEX measurements_by_strategy ON measurements (strategy, dtype, bytes);
 
--- Consensus diagnostics: one row per step and rank.
-CREATE TABLE consensus (
-  id             INTEGER PRIMARY KEY,
-  rank_id        INTEGER NOT NULL REFERENCES ranks(id),
-  step           INTEGER NOT NULL,  -- training step
-  alpha          REAL NOT NULL,     -- AdaCons alpha of this rank
-  cosine_to_mean REAL NOT NULL,     -- cosine of this rank's gradient to the mean gradient
-  grad_norm      REAL NOT NULL,     -- L2 norm of this rank's gradient
-  diversity      REAL NOT NULL      -- gradient diversity of the step: sum ||g_i||^2 / ||sum g_i||^2
-);
-CREATE INDEX consensus_by_step ON consensus (step, rank_id);
-
 -- Recommendations made from the run.
 CREATE TABLE recommendations (
   id         INTEGER PRIMARY KEY,
@@ -118,7 +106,7 @@ CREATE TABLE drops (
 ) WITHOUT ROWID;
 )sql";
 
-// calls in schema v2: GPU facts live in gpu_calls; call_tiles is the time index.
+// calls since schema v2: GPU facts live in gpu_calls; call_tiles is the time index.
 constexpr std::string_view kCallTablesV2 = R"sql(
 -- One row per intercepted collective on a rank. Kept narrow on purpose: the agent writes millions.
 -- Columns other than step and op are never NULL; the writer guarantees it (NOT NULL checks cost
@@ -163,13 +151,41 @@ CREATE TABLE call_tiles (
   last_id  INTEGER NOT NULL,  -- largest calls.id among them
   PRIMARY KEY (level, rank_id, tile, api)
 ) WITHOUT ROWID;
+)sql";
 
--- Calls with names instead of codes, for people querying with the sqlite3 shell.
+// Tables of the agent's explore and apply modes, since schema v3 (consensus existed before, without
+// call_id: v2 -> v3 rebuilds it).
+constexpr std::string_view kExploreApplyTablesV3 = R"sql(
+-- Consensus diagnostics: one row per rank and explored reduction (call_id), grouped by step.
+CREATE TABLE consensus (
+  id             INTEGER PRIMARY KEY,
+  rank_id        INTEGER NOT NULL REFERENCES ranks(id),
+  step           INTEGER NOT NULL,  -- training step; -1 when unknown (merge takes call_id's step)
+  alpha          REAL NOT NULL,     -- AdaCons alpha of this rank
+  cosine_to_mean REAL NOT NULL,     -- cosine of this rank's gradient to the mean gradient
+  grad_norm      REAL NOT NULL,     -- L2 norm of this rank's gradient
+  diversity      REAL NOT NULL,     -- gradient diversity of the step: sum ||g_i||^2 / ||sum g_i||^2
+  call_id        INTEGER REFERENCES calls(id)  -- explored call whose buffer it was computed on; NULL: v2 row
+);
+CREATE INDEX consensus_by_step ON consensus (step, rank_id);
+
+-- Calls that apply mode replaced with a recommended strategy, and which. A call without a row ran as the
+-- job issued it.
+CREATE TABLE applied_calls (
+  call_id  INTEGER PRIMARY KEY REFERENCES calls(id),
+  strategy TEXT NOT NULL  -- strategy that ran instead, e.g. 'sum/rs_ag/bf16' (DESIGN.md)
+);
+)sql";
+
+// The view over calls, as of schema v3 (v3 added applied_calls.strategy); a migration recreates it.
+constexpr std::string_view kCallView = R"sql(
+-- Calls with names instead of codes, for people querying with the sqlite3 shell; `strategy` is what
+-- apply mode ran instead of the call, NULL when the call ran as the job issued it.
 CREATE VIEW call_view AS
 SELECT c.id, r.run_id, r.rank, r.host, m.key AS comm, c.seq, c.step,
        na.name AS api, nd.name AS dtype, no.name AS op, c.count, c.bytes,
        c.enqueue_ns, c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns,
-       g.stream, ng.name AS algo, np.name AS proto, g.channels
+       g.stream, ng.name AS algo, np.name AS proto, g.channels, a.strategy
 FROM calls c
 JOIN ranks r ON r.id = c.rank_id
 LEFT JOIN comms m ON m.id = c.comm_id
@@ -178,7 +194,8 @@ LEFT JOIN names nd ON nd.domain = 'dtype' AND nd.code = c.dtype
 LEFT JOIN names no ON no.domain = 'op' AND no.code = c.op
 LEFT JOIN gpu_calls g ON g.call_id = c.id
 LEFT JOIN names ng ON ng.domain = 'nccl_algo' AND ng.code = g.algo
-LEFT JOIN names np ON np.domain = 'nccl_proto' AND np.code = g.proto;
+LEFT JOIN names np ON np.domain = 'nccl_proto' AND np.code = g.proto
+LEFT JOIN applied_calls a ON a.call_id = c.id;
 )sql";
 
 void fillNames(sql::Database& db) {
@@ -220,6 +237,24 @@ void migrateV1ToV2(sql::Database& db) {
   detail::rebuildTiles(db);
 }
 
+void migrateV2ToV3(sql::Database& db) {
+  // consensus gains call_id. Rebuilt rather than ALTERed (it holds a few rows per explored call): ALTER
+  // TABLE ADD COLUMN would store a definition without the column comments, and a migrated file is to
+  // store the documented text like a new one.
+  db.exec(R"sql(
+    DROP VIEW IF EXISTS call_view;
+    DROP INDEX consensus_by_step;
+    ALTER TABLE consensus RENAME TO consensus_v2;
+  )sql");
+  db.exec(kExploreApplyTablesV3);
+  db.exec(R"sql(
+    INSERT INTO consensus (id, rank_id, step, alpha, cosine_to_mean, grad_norm, diversity)
+      SELECT id, rank_id, step, alpha, cosine_to_mean, grad_norm, diversity FROM consensus_v2 ORDER BY id;
+    DROP TABLE consensus_v2;
+  )sql");
+  db.exec(kCallView);
+}
+
 }  // namespace
 
 std::span<const std::string_view> tableNames() {
@@ -231,6 +266,8 @@ namespace detail {
 void createSchema(sql::Database& db) {
   db.exec(kCommonTables);
   db.exec(kCallTablesV2);
+  db.exec(kExploreApplyTablesV3);
+  db.exec(kCallView);
   fillNames(db);
   stampVersion(db, kSchemaVersion);
 }
@@ -238,7 +275,12 @@ void createSchema(sql::Database& db) {
 void migrate(sql::Database& db, int from) {
   if (from < kOldestMigratableVersion || from > kSchemaVersion)
     fail("{}: cannot upgrade a trace of schema version {}", db.path(), from);
-  if (from == 1) migrateV1ToV2(db);
+  // Without legacy_alter_table, SQLite (3.26+) rewrites every reference to a renamed table, so moving
+  // a table aside would point measurements.call_id and the like at the copy that is dropped next.
+  db.exec("PRAGMA legacy_alter_table = ON");
+  if (from <= 1) migrateV1ToV2(db);
+  if (from <= 2) migrateV2ToV3(db);
+  db.exec("PRAGMA legacy_alter_table = OFF");
   fillNames(db);
   stampVersion(db, kSchemaVersion);
 }

@@ -1,7 +1,8 @@
 #pragma once
 
 // Internal: the DDL of the current schema and the migrations from older ones. The DDL of older
-// versions is frozen in tests/data/schema_v<N>.sql, which the migration tests build old files from.
+// versions is frozen where the migration tests build old files from it: v1 in tests/data/schema_v1.sql,
+// v2 in tests/unit/storage_roundtrip_test.cc (kSchemaV2).
 
 #include <string_view>
 

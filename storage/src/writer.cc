@@ -364,8 +364,8 @@ void TraceWriter::appendConsensus(std::span<const ConsensusRecord> rows) {
   if (rows.empty()) return;
   impl_->begin();
   sql::Statement insert(impl_->db,
-                        "INSERT INTO consensus (rank_id, step, alpha, cosine_to_mean, grad_norm, diversity) "
-                        "VALUES (?, ?, ?, ?, ?, ?)");
+                        "INSERT INTO consensus (rank_id, step, alpha, cosine_to_mean, grad_norm, diversity, "
+                        "call_id) VALUES (?, ?, ?, ?, ?, ?, ?)");
   for (const ConsensusRecord& row : rows) {
     insert.bind(1, row.rank_id);
     insert.bind(2, row.step);
@@ -373,6 +373,18 @@ void TraceWriter::appendConsensus(std::span<const ConsensusRecord> rows) {
     insert.bind(4, row.cosine_to_mean);
     insert.bind(5, row.grad_norm);
     insert.bind(6, row.diversity);
+    insert.bind(7, row.call_id);
+    insert.run();
+  }
+}
+
+void TraceWriter::appendApplied(std::span<const AppliedCall> rows) {
+  if (rows.empty()) return;
+  impl_->begin();
+  sql::Statement insert(impl_->db, "INSERT INTO applied_calls (call_id, strategy) VALUES (?, ?)");
+  for (const AppliedCall& row : rows) {
+    insert.bind(1, row.call_id);
+    insert.bind(2, row.strategy);
     insert.run();
   }
 }

@@ -3,6 +3,7 @@
 
 #include "gradscope/cli/report.h"
 
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -233,6 +234,216 @@ TEST(Report, DropsAccumulatedByTheWriterAreReported) {
   EXPECT_TRUE(hasLine(
       text, "  11 events dropped in total: the agent's buffers were full; the totals above miss them"))
       << text;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Explore and apply modes
+
+// A trace of `mode` on `world` ranks (rank ids 0..world-1, communicator "world" on each) with
+// `calls_per_rank` all-reduces of `bytes` per rank, 1 ms each, and one all-gather per rank. Calls get
+// ids rank * (calls_per_rank + 1) + 1.. in order. `fill` adds more rows before the file is finished.
+void writeModeTrace(const std::string& path, const std::string& mode, int world, int calls_per_rank,
+                    std::int64_t bytes, const std::function<void(TraceWriter&, std::int64_t run_id)>& fill) {
+  TraceWriter writer = TraceWriter::create(path);
+  storage::RunInfo run;
+  run.uuid = mode + "-run";
+  run.mode = mode;
+  run.backend = Backend::Mpi;
+  run.world_size = world;
+  run.host = "h";
+  run.epoch_ns = 1'795'000'000'000'000'000;
+  const std::int64_t run_id = writer.addRun(run);
+  for (int rank = 0; rank < world; ++rank) {
+    const std::int64_t rank_id = writer.addRank({0, run_id, rank, "h", 100 + rank, "cpu", 0});
+    const std::int64_t comm_id = writer.addComm({0, rank_id, "world", Backend::Mpi, world, rank});
+    std::vector<storage::CallRecord> calls;
+    for (int i = 0; i <= calls_per_rank; ++i) {
+      storage::CallRecord call;
+      call.rank_id = rank_id;
+      call.comm_id = comm_id;
+      call.seq = i;
+      call.step = i;
+      const bool gather = i == calls_per_rank;
+      call.api = gather ? Api::MpiAllgather : Api::MpiAllreduce;
+      call.dtype = DType::Fp32;
+      call.op = gather ? ReduceOp::None : ReduceOp::Sum;
+      call.bytes = gather ? 64 : bytes;
+      call.count = call.bytes / 4;
+      call.start_ns = 10'000'000 * (i + 1);
+      call.enqueue_ns = call.start_ns;
+      call.end_ns = call.start_ns + 1'000'000;
+      calls.push_back(call);
+    }
+    writer.appendCalls(calls);
+  }
+  fill(writer, run_id);
+  writer.finish(1'000'000'000);
+}
+
+// Adds a measurement of `strategy` timed on call `call_id` in `median_ns`.
+void measure(TraceWriter& writer, std::int64_t run_id, std::int64_t call_id, const std::string& strategy,
+             DType dtype, std::int64_t bytes, double median_ns, std::optional<double> error) {
+  storage::Measurement m;
+  m.run_id = run_id;
+  m.rank_id = 0;
+  m.call_id = call_id;
+  m.strategy = strategy;
+  m.api = Api::MpiAllreduce;
+  m.dtype = dtype;
+  m.bytes = bytes;
+  m.world = 4;
+  m.reps = 5;
+  m.min_ns = m.median_ns = m.p90_ns = m.max_ns = median_ns;
+  m.rel_l2_error = error;
+  writer.addMeasurement(m);
+}
+
+// The lines of one section: from its title (the line starting with `title`) to the next blank line.
+std::vector<std::string> section(const std::string& text, const std::string& title) {
+  const auto all = lines(text);
+  auto begin =
+      std::find_if(all.begin(), all.end(), [&](const std::string& line) { return line.starts_with(title); });
+  auto end = std::find(begin, all.end(), "");
+  return {begin, end};
+}
+
+TEST(Report, ExploreModeStrategiesPerBucketAgainstSumNative) {
+  TempDir dir;
+  const std::string path = dir.file("explore.db");
+  constexpr std::int64_t kBig = 25 << 20, kScalar = 4;
+  writeModeTrace(path, "explore", 4, 3, kBig, [&](TraceWriter& writer, std::int64_t run_id) {
+    // 25 MiB fp32: eight lossy strategies faster than every lossless one, which the listing must still show:
+    // the fastest lossless (sum/rs_ag) and the baseline (sum/native, the median of four rows).
+    for (double ms : {4.0, 4.0, 4.4, 9.0})
+      measure(writer, run_id, 1, "sum/native", DType::Fp32, kBig, ms * 1e6, 1e-7);
+    measure(writer, run_id, 1, "sum/rs_ag", DType::Fp32, kBig, 3.0e6, 2e-7);
+    measure(writer, run_id, 2, "sum/rs_ag", DType::Fp32, kBig, 3.0e6, 1e-7);
+    measure(writer, run_id, 1, "sum/hier", DType::Fp32, kBig, 3.5e6, 1e-7);
+    double ms = 1.0;
+    for (const char* lossy : {"sum/rs_ag/fp8e4m3", "sum/rs_ag/fp8e5m2", "sum/native/fp8e4m3",
+                              "sum/native/fp8e5m2", "sum/hier/bf16", "sum/hier/fp16", "sum/rs_ag/fp16",
+                              "adasum/native", "adacons/native", "sum/rs_ag/bf16"}) {
+      measure(writer, run_id, 1, lossy, DType::Fp32, kBig, ms * 1e6, 1e-3);
+      ms += 0.1;
+    }
+    measure(writer, run_id, 2, "sum/rs_ag/bf16", DType::Fp32, kBig, 2.0e6, 2.4e-3);  // worst error of its two
+    // 4 B fp32: the baseline is the fastest lossless strategy.
+    measure(writer, run_id, 3, "sum/native", DType::Fp32, kScalar, 20'000, 0.0);
+    measure(writer, run_id, 3, "sum/rs_ag", DType::Fp32, kScalar, 30'000, std::nullopt);
+    // 1 MiB bf16 without a baseline: no speedup to show.
+    measure(writer, run_id, 5, "sum/rs_ag", DType::Bf16, 1 << 20, 500'000, std::nullopt);
+    // A benchmark point (no call) stays in "Measured strategies".
+    storage::Measurement point;
+    point.run_id = run_id;
+    point.strategy = "sum/ring-bench";
+    point.api = Api::MpiAllreduce;
+    point.bytes = 1024;
+    point.world = 4;
+    point.median_ns = 1000;
+    writer.addMeasurement(point);
+  });
+  const std::string text = report(path);
+  EXPECT_EQ(
+      section(text, "Strategies measured (explore)"),
+      (std::vector<std::string>{
+          "Strategies measured (explore): 21 measurements on 4 calls; per API, dtype and size, fastest first",
+          "    strategy                             rows     median   speedup  worst err",
+          "  MPI_Allreduce fp32, 4 B - 8 B",
+          "  * sum/native                              1    20.0 us     1.00x    0.0e+00",
+          "    sum/rs_ag                               1    30.0 us     0.67x          -",
+          "  MPI_Allreduce fp32, 16 MiB - 32 MiB",
+          "    sum/rs_ag/fp8e4m3                       1    1.00 ms     4.20x    1.0e-03",
+          "    sum/rs_ag/fp8e5m2                       1    1.10 ms     3.82x    1.0e-03",
+          "    sum/native/fp8e4m3                      1    1.20 ms     3.50x    1.0e-03",
+          "    sum/native/fp8e5m2                      1    1.30 ms     3.23x    1.0e-03",
+          "    sum/hier/bf16                           1    1.40 ms     3.00x    1.0e-03",
+          "    sum/hier/fp16                           1    1.50 ms     2.80x    1.0e-03",
+          "    sum/rs_ag/fp16                          1    1.60 ms     2.62x    1.0e-03",
+          "    adasum/native                           1    1.70 ms     2.47x    1.0e-03",
+          "  * sum/rs_ag                               2    3.00 ms     1.40x    2.0e-07",
+          "    sum/native                              4    4.20 ms     1.00x    1.0e-07",
+          "    ... 3 more",
+          "  MPI_Allreduce bf16, 1 MiB - 2 MiB",
+          "  * sum/rs_ag                               1     500 us         -          -",
+          "  speedup: median time of sum/native over the strategy's, on the same API, dtype and size",
+          "  *: the fastest lossless strategy (a sum without a wire precision) of its API, dtype and size",
+      }))
+      << text;
+  EXPECT_TRUE(hasLine(text, "Measured strategies (1 points; per size, fastest first)")) << text;
+  EXPECT_EQ(section(text, "Measured strategies").size(), 3u) << "the title, the header, the benchmark point\n"
+                                                             << text;
+  EXPECT_EQ(text.find("\nConsensus"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\nApplied"), std::string::npos) << text;
+}
+
+TEST(Report, ConsensusSummaryAndItsReading) {
+  const auto consensusReport = [](double cosine) {
+    TempDir dir;
+    const std::string path = dir.file("consensus.db");
+    writeModeTrace(path, "explore", 4, 3, 1 << 20, [&](TraceWriter& writer, std::int64_t) {
+      std::vector<storage::ConsensusRecord> rows;
+      // Three explored reductions (steps 0..2) on four ranks, and one whose step the agent did not know.
+      for (std::int64_t call = 0; call < 4; ++call)
+        for (std::int64_t rank = 0; rank < 4; ++rank)
+          rows.push_back({0, rank, call < 3 ? call : -1, 0.1 * static_cast<double>(rank + 1), cosine, 1.0,
+                          0.25 + 0.1 * static_cast<double>(call), rank * 4 + call + 1});
+      writer.appendConsensus(rows);
+    });
+    return report(path);
+  };
+  const std::string agree = consensusReport(0.9);
+  EXPECT_EQ(section(agree, "Consensus"),
+            (std::vector<std::string>{
+                "Consensus (per rank and explored reduction)",
+                "  16 rows, 3 steps with rows, 4 ranks (4 rows without a step)",
+                "  alpha            mean 0.250, min 0.100",
+                "  cosine to mean   mean 0.900",
+                "  diversity        mean 0.400 (1/4 = 0.250 when the ranks' gradients are identical, 1 when "
+                "orthogonal)",
+                "  ranks agree: plain sum is fine",
+            }))
+      << agree;
+  const std::string disagree = consensusReport(0.3);
+  EXPECT_TRUE(hasLine(disagree, "  cosine to mean   mean 0.300")) << disagree;
+  EXPECT_TRUE(hasLine(disagree,
+                      "  ranks disagree strongly: adaptive aggregation (adacons/adasum) may matter -- see "
+                      "docs/methods.md"))
+      << disagree;
+  EXPECT_EQ(disagree.find("plain sum is fine"), std::string::npos) << disagree;
+}
+
+TEST(Report, AppliedCallsPerStrategyAndTheReductionsLeftAlone) {
+  TempDir dir;
+  const std::string path = dir.file("apply.db");
+  // Two ranks of five all-reduces and one all-gather: rank 0's calls are ids 1..6, rank 1's 7..12.
+  writeModeTrace(path, "apply", 2, 5, 1 << 20, [](TraceWriter& writer, std::int64_t) {
+    writer.appendApplied(std::vector<storage::AppliedCall>{{1, "sum/rs_ag/bf16"},
+                                                           {2, "sum/rs_ag/bf16"},
+                                                           {3, "sum/rs_ag/bf16"},
+                                                           {7, "sum/rs_ag/bf16"},
+                                                           {8, "sum/native/bf16"},
+                                                           {9, "sum/native/bf16"}});
+  });
+  const std::string text = report(path);
+  EXPECT_EQ(section(text, "Applied (apply mode)"),
+            (std::vector<std::string>{
+                "Applied (apply mode): 6 calls replaced with a recommended strategy",
+                "  strategy                               calls      total       mean",
+                "  sum/rs_ag/bf16                             4    4.00 ms    1.00 ms",
+                "  sum/native/bf16                            2    2.00 ms    1.00 ms",
+                "  untouched: 4 reductions ran as the job issued them",
+            }))
+      << text;
+
+  // Apply mode that replaced nothing says so; other modes have no such section.
+  const std::string idle = dir.file("idle.db");
+  writeModeTrace(idle, "apply", 2, 5, 1 << 20, [](TraceWriter&, std::int64_t) {});
+  EXPECT_EQ(section(report(idle), "Applied (apply mode)"),
+            (std::vector<std::string>{"Applied (apply mode)",
+                                      "  no call was replaced: every call ran as the job issued it"}));
+  const std::string observe = dir.file("observe.db");
+  writeModeTrace(observe, "observe", 2, 5, 1 << 20, [](TraceWriter&, std::int64_t) {});
+  EXPECT_EQ(report(observe).find("Applied"), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -243,6 +243,65 @@ TEST_F(MergeTest, RemapsReferencesToCallsRanksAndRuns) {
   EXPECT_EQ(recommendations[0].json, R"({"r":2})");
 }
 
+// Explore mode's consensus rows and apply mode's applied calls name calls of their file: merged, they
+// name the same calls, and a consensus row without a step takes its call's.
+TEST_F(MergeTest, ConsensusRowsAndAppliedCallsFollowTheirCalls) {
+  constexpr std::int64_t kSeq = 17;
+  std::int64_t call_in_file = 0;
+  {
+    RawDb db(inputs_[2]);
+    call_in_file = db.integer(fmt::format("SELECT id FROM calls WHERE seq = {}", kSeq));
+    db.exec(fmt::format(
+        "INSERT INTO consensus (id, rank_id, step, alpha, cosine_to_mean, grad_norm, diversity, call_id) "
+        "VALUES (1, 2, -1, 0.1, 0.25, 2, 0.75, {0}), (2, 2, 7, 0.2, 0.25, 2, 0.75, {0}), "
+        "(3, 2, -1, 0.3, 0.25, 2, 0.75, NULL)",
+        call_in_file));
+    db.exec(fmt::format("INSERT INTO applied_calls VALUES ({}, 'sum/rs_ag/bf16'), ({}, 'sum/native')",
+                        call_in_file, call_in_file + 1));
+  }
+  {
+    RawDb db(inputs_[0]);
+    db.exec("INSERT INTO applied_calls VALUES (1, 'sum/native')");
+  }
+  ASSERT_GT(call_in_file, 0);
+
+  const std::string output = dir_.file("merged.db");
+  mergeTraces(inputs_, output, {});
+  const TraceReader merged = TraceReader::open(output);
+  const std::int64_t merged_call = callIdOf(merged, 2, kSeq);
+  ASSERT_GT(merged_call, 0);
+  ASSERT_NE(merged_call, call_in_file);
+  std::int64_t step = -1;
+  merged.forEachCall([&](const CallRecord& call) {
+    if (call.id == merged_call) step = call.step;
+    return call.id < merged_call;
+  });
+  ASSERT_GE(step, 0) << "the synthetic job marks its steps";
+  ASSERT_NE(step, 7);
+
+  auto consensus = merged.consensus();
+  // Identified by alpha: the rows of a step-less call move when they get a step.
+  std::sort(consensus.begin(), consensus.end(),
+            [](const ConsensusRecord& a, const ConsensusRecord& b) { return a.alpha < b.alpha; });
+  ASSERT_EQ(consensus.size(), 3u);
+  EXPECT_EQ(consensus[0].step, step);  // -1 in the file: the call's step
+  EXPECT_EQ(consensus[0].call_id, merged_call);
+  EXPECT_EQ(consensus[1].step, 7);  // a step the agent knew is kept
+  EXPECT_EQ(consensus[1].call_id, merged_call);
+  EXPECT_EQ(consensus[2].step, -1);  // no call to take it from
+  EXPECT_FALSE(consensus[2].call_id.has_value());
+  for (const ConsensusRecord& row : consensus) EXPECT_EQ(row.rank_id, 2);
+
+  const auto applied = merged.appliedCalls();
+  ASSERT_EQ(applied.size(), 3u);
+  EXPECT_EQ(applied[0].call_id, 1);  // rank 0's file comes first: its ids stay
+  EXPECT_EQ(applied[0].strategy, "sum/native");
+  EXPECT_EQ(applied[1].call_id, merged_call);
+  EXPECT_EQ(applied[1].strategy, "sum/rs_ag/bf16");
+  EXPECT_EQ(applied[2].call_id, merged_call + 1);
+  EXPECT_EQ(applied[2].strategy, "sum/native");
+}
+
 TEST_F(MergeTest, AnOpenRankKeepsTheMergedRunOpen) {
   {
     RawDb db(inputs_[1]);

@@ -1,6 +1,7 @@
 // storage/: TraceWriter → file → TraceReader round trips of every table, the writer's file-level
 // promises (mode 0600, never clobbering, no WAL left after finish, crash safety), the self-describing
-// schema, and the v1 → v2 migration (built from the frozen tests/data/schema_v1.sql).
+// schema, and the migrations v1 → v3 (built from the frozen tests/data/schema_v1.sql) and v2 → v3
+// (built from kSchemaV2 below).
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -42,6 +43,7 @@ struct WrittenTrace {
   std::vector<CallRecord> calls;
   std::vector<Measurement> measurements;
   std::vector<ConsensusRecord> consensus;
+  std::vector<AppliedCall> applied;
   std::vector<RecommendationRecord> recommendations;
   std::vector<DropRecord> drops;
   std::int64_t before_ns = 0, after_ns = 0;  // around the default created_ns of a recommendation
@@ -217,13 +219,19 @@ WrittenTrace writeEveryTable(const std::string& path) {
   EXPECT_EQ(bare.id, 2);
   expected.measurements = {bare, full};  // ordered by strategy
 
-  std::vector<ConsensusRecord> consensus = {{0, r1.id, 4, 0.5, 0.75, 12.5, 1.25},
-                                            {0, r0.id, 4, 0.25, 0.875, 3.0, 1.25},
-                                            {0, r0.id, 3, 1.0, 1.0, 2.0, 1.0}};
+  // Explore mode's rows name their call; the step may be unknown (-1) until a merge.
+  std::vector<ConsensusRecord> consensus = {{0, r1.id, 4, 0.5, 0.75, 12.5, 1.25, 3},
+                                            {0, r0.id, 4, 0.25, 0.875, 3.0, 1.25, 1},
+                                            {0, r0.id, 3, 1.0, 1.0, 2.0, 1.0, std::nullopt},
+                                            {0, r1.id, -1, 0.75, 0.5, 1.5, 0.5, 101}};
   writer.appendConsensus(consensus);
   writer.appendConsensus(std::vector<ConsensusRecord>{});
   for (std::size_t i = 0; i < consensus.size(); ++i) consensus[i].id = static_cast<std::int64_t>(i) + 1;
-  expected.consensus = {consensus[2], consensus[1], consensus[0]};  // by step, then rank
+  expected.consensus = {consensus[3], consensus[2], consensus[1], consensus[0]};  // by step, then rank
+
+  expected.applied = {{1, "sum/rs_ag/bf16"}, {4, "sum/native"}};
+  writer.appendApplied(std::vector<AppliedCall>{expected.applied[1], expected.applied[0]});
+  writer.appendApplied(std::vector<AppliedCall>{});
 
   RecommendationRecord rec_a{0, run_a.id, 1'234, R"({"version":1,"rules":[]})"};
   rec_a.id = writer.addRecommendation(rec_a);
@@ -265,7 +273,17 @@ TEST(StorageRoundTrip, EveryTableReadsBackFieldByField) {
   EXPECT_EQ(describeAll(reader.measurements("sum/rs_ag/bf16")),
             describeAll(std::vector{expected.measurements[1]}));
   EXPECT_TRUE(reader.measurements("no such strategy").empty());
-  EXPECT_EQ(describeAll(reader.consensus()), describeAll(expected.consensus));
+  const auto consensus = reader.consensus();
+  EXPECT_EQ(describeAll(consensus), describeAll(expected.consensus));
+  ASSERT_EQ(consensus.size(), expected.consensus.size());
+  for (std::size_t i = 0; i < consensus.size(); ++i)
+    EXPECT_EQ(consensus[i].call_id, expected.consensus[i].call_id) << describe(consensus[i]);
+  const auto applied = reader.appliedCalls();
+  ASSERT_EQ(applied.size(), expected.applied.size());
+  for (std::size_t i = 0; i < applied.size(); ++i) {
+    EXPECT_EQ(applied[i].call_id, expected.applied[i].call_id);
+    EXPECT_EQ(applied[i].strategy, expected.applied[i].strategy);
+  }
   const auto recommendations = reader.recommendations();
   ASSERT_EQ(recommendations.size(), 2u);
   EXPECT_EQ(describe(recommendations[0]), describe(expected.recommendations[0]));
@@ -300,6 +318,13 @@ TEST(StorageRoundTrip, UnknownValuesAreStoredAsNull) {
       db.rows("SELECT rank_id, call_id, rel_l2_error, max_abs_error, cosine FROM measurements WHERE id = 2"),
       (std::vector<std::vector<std::string>>{{"NULL", "NULL", "NULL", "NULL", "NULL"}}));
   EXPECT_EQ(db.text("SELECT run_id FROM recommendations WHERE id = 2"), "NULL");
+  EXPECT_EQ(db.rows("SELECT id, step, call_id FROM consensus ORDER BY id"),
+            (std::vector<std::vector<std::string>>{
+                {"1", "4", "3"}, {"2", "4", "1"}, {"3", "3", "NULL"}, {"4", "-1", "101"}}));
+  // The call_view names what apply mode ran instead of a call, NULL for calls that ran as issued.
+  EXPECT_EQ(db.rows("SELECT id, strategy FROM call_view WHERE id <= 4 ORDER BY id"),
+            (std::vector<std::vector<std::string>>{
+                {"1", "sum/rs_ag/bf16"}, {"2", "NULL"}, {"3", "NULL"}, {"4", "sum/native"}}));
   // The call_view resolves codes through the names table.
   EXPECT_EQ(db.rows("SELECT rank, comm, api, dtype, op, dur_ns, stream, algo, proto, channels FROM call_view "
                     "WHERE id IN (1, 2) ORDER BY id"),
@@ -522,6 +547,18 @@ TEST(StorageWriter, RefusesExplicitCallIdsThatGoBackwards) {
             (std::vector<std::vector<std::string>>{{"10"}, {"11"}}));
 }
 
+TEST(StorageWriter, ACallIsRecordedAsAppliedOnce) {
+  TempDir dir;
+  const std::string path = dir.file("trace.db");
+  TraceWriter writer = TraceWriter::create(path);
+  writer.appendApplied(std::vector<AppliedCall>{{5, "sum/rs_ag"}});
+  EXPECT_GRADSCOPE_ERROR(writer.appendApplied(std::vector<AppliedCall>{{5, "sum/native"}}), path,
+                         "applied_calls");
+  writer.finish();
+  ASSERT_EQ(TraceReader::open(path).appliedCalls().size(), 1u);
+  EXPECT_EQ(TraceReader::open(path).appliedCalls()[0].strategy, "sum/rs_ag");
+}
+
 TEST(StorageWriter, UseAfterFinishIsAnErrorNotACrash) {
   TempDir dir;
   const std::string path = dir.file("trace.db");
@@ -548,6 +585,10 @@ TEST(StorageSchema, TheFileCarriesTheCommentedSchema) {
   EXPECT_NE(runs.find("-- time origin of every *_ns column"), std::string::npos) << runs;
   const std::string tiles = db.text("SELECT sql FROM sqlite_master WHERE name = 'call_tiles'");
   EXPECT_NE(tiles.find("-- tile width is 2^level ns"), std::string::npos) << tiles;
+  const std::string consensus = db.text("SELECT sql FROM sqlite_master WHERE name = 'consensus'");
+  EXPECT_NE(consensus.find("-- explored call whose buffer"), std::string::npos) << consensus;
+  const std::string applied = db.text("SELECT sql FROM sqlite_master WHERE name = 'applied_calls'");
+  EXPECT_NE(applied.find("-- strategy that ran instead"), std::string::npos) << applied;
 
   std::set<std::string> tables;
   // sqlite_stat1 (PRAGMA optimize) belongs to SQLite.
@@ -558,6 +599,7 @@ TEST(StorageSchema, TheFileCarriesTheCommentedSchema) {
   for (std::string_view name : tableNames()) expected.insert(std::string(name));
   EXPECT_EQ(tables, expected);
   EXPECT_EQ(db.text("SELECT type FROM sqlite_master WHERE name = 'call_view'"), "view");
+  EXPECT_EQ(db.integer("SELECT count(*) FROM pragma_table_info('call_view') WHERE name = 'strategy'"), 1);
   EXPECT_EQ(db.integer("PRAGMA application_id"), 0x47534350);
   EXPECT_EQ(db.integer("SELECT count(*) FROM names"), 47);
   EXPECT_EQ(db.text("SELECT name FROM names WHERE domain = 'nccl_proto' AND code = 2"), "Simple");
@@ -565,6 +607,21 @@ TEST(StorageSchema, TheFileCarriesTheCommentedSchema) {
 
 // ---------------------------------------------------------------------------------------------------
 // Migration from schema v1
+
+// Every schema object of a file (type, name, table, DDL text): a migrated file must store the same
+// definitions as a new one, comments and references to other tables included.
+std::vector<std::vector<std::string>> schemaObjects(const std::string& path) {
+  RawDb db(path, SQLITE_OPEN_READONLY);
+  return db.rows(
+      "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite%' "
+      "ORDER BY type, name");
+}
+
+std::vector<std::vector<std::string>> newFileSchemaObjects(const TempDir& dir) {
+  const std::string path = dir.file("new.db");
+  if (!test::exists(path)) TraceWriter::create(path).finish();
+  return schemaObjects(path);
+}
 
 // A v1 trace built from the frozen DDL, with calls of both ranks, some carrying GPU columns.
 std::vector<CallRecord> makeV1Trace(const std::string& path, int count = 2'000) {
@@ -656,7 +713,7 @@ TEST(StorageMigration, OpeningAV1TraceUpgradesItInPlace) {
   }
 
   const TraceReader reader = TraceReader::open(path);
-  EXPECT_EQ(reader.schemaVersion(), 2);
+  EXPECT_EQ(reader.schemaVersion(), kSchemaVersion);
   EXPECT_EQ(reader.callCount(), static_cast<std::int64_t>(expected.size()));
   std::vector<CallRecord> calls;
   reader.forEachCall([&](const CallRecord& call) {
@@ -674,7 +731,9 @@ TEST(StorageMigration, OpeningAV1TraceUpgradesItInPlace) {
   EXPECT_EQ(reader.comms().size(), 2u);
   ASSERT_EQ(reader.measurements().size(), 1u);
   EXPECT_EQ(reader.measurements()[0].call_id, 7);
-  EXPECT_EQ(reader.consensus().size(), 1u);
+  ASSERT_EQ(reader.consensus().size(), 1u);
+  EXPECT_FALSE(reader.consensus()[0].call_id.has_value());
+  EXPECT_TRUE(reader.appliedCalls().empty());
   EXPECT_EQ(reader.recommendations().size(), 1u);
   EXPECT_EQ(describeAll(reader.drops()), describeAll(std::vector<DropRecord>{{1, "call", 17}}));
 
@@ -703,9 +762,12 @@ TEST(StorageMigration, OpeningAV1TraceUpgradesItInPlace) {
     }
   }
 
+  EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
   RawDb db(path, SQLITE_OPEN_READONLY);
-  EXPECT_EQ(db.integer("PRAGMA user_version"), 2);
+  EXPECT_EQ(db.integer("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(db.integer("PRAGMA application_id"), kApplicationId);
+  // Moving calls aside did not leave references to the copy (measurements.call_id -> calls).
+  EXPECT_TRUE(db.rows("PRAGMA foreign_key_check").empty());
   EXPECT_EQ(db.integer("SELECT count(*) FROM sqlite_master WHERE name IN ('calls_v1', 'calls_by_rank_time')"),
             0);
   EXPECT_GT(db.integer("SELECT count(*) FROM call_tiles"), 0);
@@ -729,7 +791,7 @@ TEST(StorageMigration, ReopeningAnUpgradedTraceChangesNothing) {
   const std::int64_t count = TraceReader::open(path).callCount();
   const std::string bytes = test::readFile(path);
   const TraceReader again = TraceReader::open(path);
-  EXPECT_EQ(again.schemaVersion(), 2);
+  EXPECT_EQ(again.schemaVersion(), kSchemaVersion);
   EXPECT_EQ(again.callCount(), count);
   EXPECT_EQ(test::readFile(path), bytes);
 }
@@ -785,6 +847,288 @@ TEST(StorageMigration, AV1TraceInAReadOnlyDirectoryIsRefusedWithAClearMessage) {
   EXPECT_EQ(child.text.find('\n'), std::string::npos) << child.text;
   RawDb db(path, SQLITE_OPEN_READONLY);
   EXPECT_EQ(db.integer("PRAGMA user_version"), 1);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Migration from schema v2
+
+// The schema v2 writers created, frozen (storage/src/schema.cc at v2: kCommonTables + kCallTablesV2;
+// `names` is refilled by every migration). Migration tests build old files from this text, so it must
+// never change, whatever storage/ does.
+constexpr std::string_view kSchemaV2 = R"sql(
+-- Human-readable names of the integer codes stored in other tables (api, dtype, op, backend,
+-- nccl_algo, nccl_proto). Codes never change meaning; see common/include/gradscope/common/types.h.
+CREATE TABLE names (
+  domain TEXT NOT NULL,     -- which column family the code belongs to, e.g. 'api'
+  code   INTEGER NOT NULL,  -- the stored value
+  name   TEXT NOT NULL,     -- e.g. 'MPI_Allreduce', 'fp32', 'sum'
+  PRIMARY KEY (domain, code)
+) WITHOUT ROWID;
+
+-- One row per profiled run or benchmark.
+CREATE TABLE runs (
+  id           INTEGER PRIMARY KEY,  -- file-local run id
+  uuid         TEXT NOT NULL UNIQUE, -- identifies the run across its per-rank files
+  command      TEXT NOT NULL,        -- command line that was profiled, or the benchmark's
+  mode         TEXT NOT NULL,        -- observe | explore | apply | bench | synthetic
+  backend      INTEGER NOT NULL,     -- names.domain 'backend': 1 mpi, 2 nccl, 3 local, 0 unknown
+  world_size   INTEGER NOT NULL,     -- ranks in the job
+  host         TEXT NOT NULL,        -- host of the process that created the run's first file
+  config_json  TEXT NOT NULL,        -- gradscope configuration in effect, as JSON
+  tool_version TEXT NOT NULL,        -- gradscope version that wrote the run
+  epoch_ns     INTEGER NOT NULL,     -- time origin of every *_ns column of this run, in Unix-epoch ns
+  start_ns     INTEGER NOT NULL,     -- run start, relative to epoch_ns
+  end_ns       INTEGER               -- run end, relative to epoch_ns; NULL while written or if the job died
+);
+
+-- One row per rank (process) of a run.
+CREATE TABLE ranks (
+  id              INTEGER PRIMARY KEY,           -- file-local id; equals rank in single-run files
+  run_id          INTEGER NOT NULL REFERENCES runs(id),
+  rank            INTEGER NOT NULL,              -- rank in the job's world
+  host            TEXT NOT NULL,                 -- host the rank ran on
+  pid             INTEGER NOT NULL,              -- process id
+  device          TEXT NOT NULL,                 -- 'cpu' or 'cuda:N <device name>'
+  clock_offset_ns INTEGER NOT NULL DEFAULT 0,    -- add to this rank's times to align them with rank 0
+  UNIQUE (run_id, rank)
+);
+
+-- One row per communicator seen on a rank.
+CREATE TABLE comms (
+  id        INTEGER PRIMARY KEY,                 -- file-local id, referenced by calls.comm_id
+  rank_id   INTEGER NOT NULL REFERENCES ranks(id),
+  key       TEXT NOT NULL,                       -- equal on every rank of the communicator
+  backend   INTEGER NOT NULL,                    -- names.domain 'backend'
+  size      INTEGER NOT NULL,                    -- ranks in the communicator
+  comm_rank INTEGER NOT NULL,                    -- this rank's index in the communicator
+  UNIQUE (rank_id, key)
+);
+
+-- One row per strategy timed on an intercepted call (explore) or a benchmark point (bench).
+CREATE TABLE measurements (
+  id             INTEGER PRIMARY KEY,
+  run_id         INTEGER NOT NULL REFERENCES runs(id),
+  rank_id        INTEGER REFERENCES ranks(id),  -- rank that measured; NULL when aggregated over ranks
+  call_id        INTEGER REFERENCES calls(id),  -- call the strategy was timed on; NULL for benchmarks
+  strategy       TEXT NOT NULL,                 -- strategy name, e.g. 'sum/rs_ag/bf16' (DESIGN.md)
+  api            INTEGER NOT NULL,              -- names.domain 'api': the collective measured
+  dtype          INTEGER NOT NULL,              -- names.domain 'dtype': the job's element type
+  bytes          INTEGER NOT NULL,              -- buffer size in bytes
+  world          INTEGER NOT NULL,              -- ranks taking part
+  reps           INTEGER NOT NULL,              -- timed repetitions (after warm-up)
+  min_ns         REAL NOT NULL,                 -- fastest repetition
+  median_ns      REAL NOT NULL,
+  p90_ns         REAL NOT NULL,
+  max_ns         REAL NOT NULL,
+  algbw_gbs      REAL NOT NULL,                 -- bytes / median time, decimal GB/s (nccl-tests)
+  busbw_gbs      REAL NOT NULL,                 -- algbw times the collective's bus factor
+  rel_l2_error   REAL,                          -- ||result - fp64 reference|| / ||reference||; NULL if not checked
+  max_abs_error  REAL,                          -- largest element-wise absolute error
+  cosine         REAL,                          -- cosine similarity to the reference
+  overflow_count INTEGER NOT NULL DEFAULT 0     -- elements that overflowed or became NaN
+);
+CREATE INDEX measurements_by_strategy ON measurements (strategy, dtype, bytes);
+
+-- Consensus diagnostics: one row per step and rank.
+CREATE TABLE consensus (
+  id             INTEGER PRIMARY KEY,
+  rank_id        INTEGER NOT NULL REFERENCES ranks(id),
+  step           INTEGER NOT NULL,  -- training step
+  alpha          REAL NOT NULL,     -- AdaCons alpha of this rank
+  cosine_to_mean REAL NOT NULL,     -- cosine of this rank's gradient to the mean gradient
+  grad_norm      REAL NOT NULL,     -- L2 norm of this rank's gradient
+  diversity      REAL NOT NULL      -- gradient diversity of the step: sum ||g_i||^2 / ||sum g_i||^2
+);
+CREATE INDEX consensus_by_step ON consensus (step, rank_id);
+
+-- Recommendations made from the run.
+CREATE TABLE recommendations (
+  id         INTEGER PRIMARY KEY,
+  run_id     INTEGER REFERENCES runs(id),
+  created_ns INTEGER NOT NULL,  -- Unix-epoch ns
+  json       TEXT NOT NULL      -- the versioned recommendation file (DESIGN.md)
+);
+
+-- Events the agent dropped because its bounded buffers were full.
+CREATE TABLE drops (
+  rank_id INTEGER NOT NULL REFERENCES ranks(id),
+  kind    TEXT NOT NULL,     -- what was dropped: 'call', 'cupti_record', ...
+  count   INTEGER NOT NULL,  -- how many
+  PRIMARY KEY (rank_id, kind)
+) WITHOUT ROWID;
+
+-- One row per intercepted collective on a rank. Kept narrow on purpose: the agent writes millions.
+-- Columns other than step and op are never NULL; the writer guarantees it (NOT NULL checks cost
+-- about 5% of the insert rate).
+CREATE TABLE calls (
+  id         INTEGER PRIMARY KEY,  -- file-local; increases with insertion, contiguous per rank file
+  rank_id    INTEGER,  -- ranks.id of the calling rank
+  comm_id    INTEGER,  -- comms.id of the communicator
+  seq        INTEGER,  -- per-communicator sequence number: equal on all ranks for one collective
+  step       INTEGER,  -- training step; NULL when unknown
+  api        INTEGER,  -- names.domain 'api'
+  dtype      INTEGER,  -- names.domain 'dtype'
+  op         INTEGER,  -- names.domain 'op'; NULL when the API has no reduction
+  count      INTEGER,  -- elements, as passed to the API
+  bytes      INTEGER,  -- bytes of the send buffer
+  enqueue_ns INTEGER,  -- host time of the API call (relative to runs.epoch_ns)
+  start_ns   INTEGER,  -- operation start (GPU time for NCCL when known)
+  end_ns     INTEGER   -- operation end
+);
+
+-- GPU-side facts of calls enqueued on a CUDA stream; absent for host (MPI) calls.
+CREATE TABLE gpu_calls (
+  call_id  INTEGER PRIMARY KEY REFERENCES calls(id),
+  stream   INTEGER NOT NULL,  -- per-rank stream index (0 = unknown)
+  algo     INTEGER,           -- names.domain 'nccl_algo'; NULL unknown
+  proto    INTEGER,           -- names.domain 'nccl_proto'; NULL unknown
+  channels INTEGER            -- channels NCCL used; NULL unknown
+);
+
+-- Aggregates of the calls that start in each 2^level-ns tile, per rank and API: the zoomed-out
+-- timeline, and the time index of calls (first_id..last_id). Levels: schema.h kTileLevels.
+CREATE TABLE call_tiles (
+  level    INTEGER NOT NULL,  -- tile width is 2^level ns
+  rank_id  INTEGER NOT NULL,  -- ranks.id
+  tile     INTEGER NOT NULL,  -- start_ns >> level
+  api      INTEGER NOT NULL,  -- names.domain 'api'
+  calls    INTEGER NOT NULL,  -- calls starting in the tile
+  busy_ns  INTEGER NOT NULL,  -- sum of their durations (may exceed the tile width)
+  bytes    INTEGER NOT NULL,  -- sum of their bytes
+  max_ns   INTEGER NOT NULL,  -- longest duration among them
+  first_id INTEGER NOT NULL,  -- smallest calls.id among them
+  last_id  INTEGER NOT NULL,  -- largest calls.id among them
+  PRIMARY KEY (level, rank_id, tile, api)
+) WITHOUT ROWID;
+
+-- Calls with names instead of codes, for people querying with the sqlite3 shell.
+CREATE VIEW call_view AS
+SELECT c.id, r.run_id, r.rank, r.host, m.key AS comm, c.seq, c.step,
+       na.name AS api, nd.name AS dtype, no.name AS op, c.count, c.bytes,
+       c.enqueue_ns, c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns,
+       g.stream, ng.name AS algo, np.name AS proto, g.channels
+FROM calls c
+JOIN ranks r ON r.id = c.rank_id
+LEFT JOIN comms m ON m.id = c.comm_id
+LEFT JOIN names na ON na.domain = 'api' AND na.code = c.api
+LEFT JOIN names nd ON nd.domain = 'dtype' AND nd.code = c.dtype
+LEFT JOIN names no ON no.domain = 'op' AND no.code = c.op
+LEFT JOIN gpu_calls g ON g.call_id = c.id
+LEFT JOIN names ng ON ng.domain = 'nccl_algo' AND ng.code = g.algo
+LEFT JOIN names np ON np.domain = 'nccl_proto' AND np.code = g.proto;
+PRAGMA application_id = 1196639056;  -- 0x47534350, 'GSCP'
+PRAGMA user_version = 2;
+)sql";
+
+// A v2 trace: a run of two ranks with a few calls (their tiles as the v2 writer kept them), a
+// measurement of one of them, consensus rows whose ids have gaps, a recommendation and drops.
+void makeV2Trace(const std::string& path) {
+  RawDb db(path);
+  db.exec(std::string(kSchemaV2));
+  db.exec(R"sql(
+    INSERT INTO runs VALUES (1, 'v2-run', 'old job', 'explore', 2, 2, 'h0', '{}', '0.0.2', 1795000000000000000, 0,
+                             900000000);
+    INSERT INTO ranks VALUES (0, 1, 0, 'h0', 10, 'cpu', 0), (1, 1, 1, 'h0', 11, 'cpu', 35);
+    INSERT INTO comms VALUES (1, 0, 'world', 2, 2, 0), (2, 1, 'world', 2, 2, 1);
+    INSERT INTO calls VALUES (1, 0, 1, 0, 0, 16, 7, 0, 1024, 4096, 100, 110, 500),
+                             (2, 1, 2, 0, 0, 16, 7, 0, 1024, 4096, 120, 130, 450),
+                             (3, 0, 1, 1, NULL, 18, 7, NULL, 16, 64, 600, 610, 700),
+                             (4, 1, 2, 1, NULL, 18, 7, NULL, 16, 64, 640, 650, 720);
+    INSERT INTO gpu_calls VALUES (2, 1, 1, 2, 8);
+    INSERT INTO call_tiles SELECT 38, rank_id, start_ns >> 38, api, count(*), sum(end_ns - start_ns), sum(bytes),
+                                  max(end_ns - start_ns), min(id), max(id)
+                           FROM calls GROUP BY rank_id, start_ns >> 38, api;
+    INSERT INTO measurements (run_id, rank_id, call_id, strategy, api, dtype, bytes, world, reps, min_ns, median_ns,
+                              p90_ns, max_ns, algbw_gbs, busbw_gbs)
+      VALUES (1, 0, 1, 'sum/rs_ag', 16, 7, 4096, 2, 10, 1, 2, 3, 4, 5, 6);
+    INSERT INTO consensus VALUES (5, 0, 0, 0.5, 0.25, 2, 0.75), (9, 1, 0, 1.5, 0.125, 3, 0.75);
+    INSERT INTO recommendations (run_id, created_ns, json) VALUES (1, 42, '{}');
+    INSERT INTO drops VALUES (1, 'call', 17);
+  )sql");
+}
+
+TEST(StorageMigration, OpeningAV2TraceUpgradesItInPlace) {
+  TempDir dir;
+  const std::string path = dir.file("v2.db");
+  makeV2Trace(path);
+  {
+    RawDb db(path, SQLITE_OPEN_READONLY);
+    ASSERT_EQ(db.integer("PRAGMA user_version"), 2);
+  }
+
+  const TraceReader reader = TraceReader::open(path);
+  EXPECT_EQ(reader.schemaVersion(), kSchemaVersion);
+  // Calls, their GPU facts and their time index are untouched.
+  std::vector<std::string> calls;
+  reader.forEachCall([&](const CallRecord& call) {
+    calls.push_back(describe(call));
+    return true;
+  });
+  ASSERT_EQ(calls.size(), 4u);
+  CallRecord second = makeCall(1, 2, 0, Api::NcclAllReduce, DType::Fp32, ReduceOp::Sum, 1024, 130, 320);
+  second.id = 2;
+  second.step = 0;
+  second.enqueue_ns = 120;
+  second.stream = 1;
+  second.nccl_algo = 1;
+  second.nccl_proto = 2;
+  second.nccl_channels = 8;
+  EXPECT_EQ(calls[1], describe(second));
+  ASSERT_EQ(reader.callsInWindow(1, 0, 1'000).size(), 2u);
+  EXPECT_EQ(reader.callsInWindow(1, 0, 1'000)[1].id, 4);
+
+  // Consensus rows keep their ids and values, without a call; nothing was applied.
+  const auto consensus = reader.consensus();
+  ASSERT_EQ(consensus.size(), 2u);
+  EXPECT_EQ(describe(consensus[0]), describe(ConsensusRecord{5, 0, 0, 0.5, 0.25, 2, 0.75, std::nullopt}));
+  EXPECT_EQ(describe(consensus[1]), describe(ConsensusRecord{9, 1, 0, 1.5, 0.125, 3, 0.75, std::nullopt}));
+  EXPECT_FALSE(consensus[0].call_id.has_value());
+  EXPECT_FALSE(consensus[1].call_id.has_value());
+  EXPECT_TRUE(reader.appliedCalls().empty());
+  EXPECT_TRUE(reader.appliedSummary().strategies.empty());
+
+  // Other tables are untouched.
+  ASSERT_EQ(reader.runs().size(), 1u);
+  EXPECT_EQ(reader.runs()[0].uuid, "v2-run");
+  EXPECT_EQ(reader.ranks().at(1).clock_offset_ns, 35);
+  EXPECT_EQ(reader.comms().size(), 2u);
+  ASSERT_EQ(reader.measurements().size(), 1u);
+  EXPECT_EQ(reader.measurements()[0].call_id, 1);
+  EXPECT_EQ(reader.recommendations().size(), 1u);
+  EXPECT_EQ(describeAll(reader.drops()), describeAll(std::vector<DropRecord>{{1, "call", 17}}));
+
+  // The file now stores exactly what a new file does, and nothing of the move.
+  EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
+  RawDb db(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(db.integer("PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM sqlite_master WHERE name = 'consensus_v2'"), 0);
+  EXPECT_TRUE(db.rows("PRAGMA foreign_key_check").empty());
+  EXPECT_EQ(db.rows("SELECT id, api, strategy FROM call_view ORDER BY id"),
+            (std::vector<std::vector<std::string>>{{"1", "ncclAllReduce", "NULL"},
+                                                   {"2", "ncclAllReduce", "NULL"},
+                                                   {"3", "ncclAllGather", "NULL"},
+                                                   {"4", "ncclAllGather", "NULL"}}));
+  EXPECT_EQ(db.text("PRAGMA integrity_check"), "ok");
+}
+
+TEST(StorageMigration, AFailedUpgradeLeavesTheV2FileAsItWas) {
+  TempDir dir;
+  const std::string path = dir.file("v2.db");
+  makeV2Trace(path);
+  {
+    RawDb db(path);
+    db.exec("CREATE TABLE applied_calls (x)");  // clashes with a table v3 creates: the upgrade must fail
+  }
+  EXPECT_GRADSCOPE_ERROR(TraceReader::open(path), path, "applied_calls");
+  RawDb db(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(db.integer("PRAGMA user_version"), 2);
+  EXPECT_EQ(db.rows("SELECT id FROM consensus ORDER BY id"),
+            (std::vector<std::vector<std::string>>{{"5"}, {"9"}}));
+  EXPECT_EQ(db.integer("SELECT count(*) FROM pragma_table_info('consensus') WHERE name = 'call_id'"), 0);
+  EXPECT_EQ(
+      db.integer("SELECT count(*) FROM sqlite_master WHERE name IN ('consensus_v2', 'consensus_by_step', "
+                 "'call_view')"),
+      2);
 }
 
 }  // namespace

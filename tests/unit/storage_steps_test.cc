@@ -324,5 +324,55 @@ TEST(MergeSteps, ARankWithSomeMarkersIsLeftAlone) {
   EXPECT_EQ(stepsByRank(dir.file("merged.db")).at(0), partly);
 }
 
+// Explore mode writes consensus rows with step -1 when the job marks no steps: merge gives them the step
+// it detected for their call (the row's call_id), in every file, whatever the file's id offset.
+TEST(MergeSteps, ConsensusRowsWithoutAStepTakeTheDetectedStepOfTheirCall) {
+  test::TempDir dir;
+  const std::vector<LoopCall> loop = loopCalls();
+  writeRankFile(dir.file("rank-0.db"), 0, loop, {}, 0);
+  writeRankFile(dir.file("rank-1.db"), 1, loop, {}, 2);
+  // Calls are ids 1.. in each file, in loop order: loop index i is id i + 1.
+  for (const char* name : {"rank-0.db", "rank-1.db"}) {
+    test::RawDb db(dir.file(name));
+    const std::int64_t rank_id = db.integer("SELECT id FROM ranks");
+    db.exec(fmt::format(
+        "INSERT INTO consensus (rank_id, step, alpha, cosine_to_mean, grad_norm, diversity, call_id) "
+        "VALUES ({0}, -1, 0.1, 1, 1, 0.5, 1), ({0}, -1, 0.2, 1, 1, 0.5, 6), ({0}, -1, 0.3, 1, 1, 0.5, 24)",
+        rank_id));
+  }
+  const std::int64_t offset =
+      static_cast<std::int64_t>(loop.size());  // rank 1's ids move up by rank 0's calls
+
+  const auto consensusOf = [](const std::string& path) {
+    const TraceReader reader = TraceReader::open(path);
+    std::map<std::pair<std::int64_t, double>, std::pair<std::int64_t, std::int64_t>> out;  // (rank, alpha)
+    for (const ConsensusRecord& row : reader.consensus())
+      out[{row.rank_id, row.alpha}] = {row.step, row.call_id.value_or(0)};
+    return out;
+  };
+  mergeTraces({dir.file("rank-0.db"), dir.file("rank-1.db")}, dir.file("merged.db"), {});
+  // Loop index 0 is a setup call (no step), 5 is in step 0, 23 in step 5 (kLoopSteps).
+  using Rows = std::map<std::pair<std::int64_t, double>, std::pair<std::int64_t, std::int64_t>>;
+  EXPECT_EQ(consensusOf(dir.file("merged.db")), (Rows{{{0, 0.1}, {-1, 1}},
+                                                      {{0, 0.2}, {kLoopSteps[5], 6}},
+                                                      {{0, 0.3}, {kLoopSteps[23], 24}},
+                                                      {{1, 0.1}, {-1, 1 + offset}},
+                                                      {{1, 0.2}, {kLoopSteps[5], 6 + offset}},
+                                                      {{1, 0.3}, {kLoopSteps[23], 24 + offset}}}));
+  EXPECT_EQ(kLoopSteps[5], 0);
+  EXPECT_EQ(kLoopSteps[23], 5);
+
+  // Without detection the steps stay unknown; the calls are still followed.
+  MergeOptions without;
+  without.detect_steps = false;
+  mergeTraces({dir.file("rank-0.db"), dir.file("rank-1.db")}, dir.file("plain.db"), without);
+  EXPECT_EQ(consensusOf(dir.file("plain.db")), (Rows{{{0, 0.1}, {-1, 1}},
+                                                     {{0, 0.2}, {-1, 6}},
+                                                     {{0, 0.3}, {-1, 24}},
+                                                     {{1, 0.1}, {-1, 1 + offset}},
+                                                     {{1, 0.2}, {-1, 6 + offset}},
+                                                     {{1, 0.3}, {-1, 24 + offset}}}));
+}
+
 }  // namespace
 }  // namespace gradscope::storage

@@ -14,9 +14,12 @@ struct ReportOptions {
 };
 
 // Writes the report of `reader` to `out`: the run, time in collectives per API and size bucket, the
-// slowest calls, the per-rank spread (time in collectives, lateness against the other ranks) and the
-// events the agent dropped, and, when the trace holds the agent's own statistics (docs/agent.md), the
-// agent's overhead per rank and in total. Deterministic for a given file (golden-tested).
+// slowest calls, the per-rank spread (time in collectives, lateness against the other ranks), the
+// strategies benchmarked, and the events the agent dropped. Sections appear when the trace has what
+// they show: the strategies explore mode timed on the job's calls (per API, dtype and size, against
+// sum/native), the consensus diagnostics of those calls, the calls apply mode replaced (per strategy,
+// and the reductions it left alone), and the agent's overhead per rank and in total (docs/agent.md).
+// Deterministic for a given file (golden-tested).
 void writeReport(const storage::TraceReader& reader, std::ostream& out, const ReportOptions& options = {});
 
 }  // namespace gradscope::cli

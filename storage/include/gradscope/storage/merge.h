@@ -28,12 +28,14 @@ struct MergeSummary {
 std::vector<std::string> expandTraceInputs(const std::vector<std::string>& inputs,
                                            const std::string& exclude);
 
-// Merges `inputs` into a new file `output`, keeping every row: calls, measurements, consensus,
-// recommendations and drops, with ids remapped and each run's times rebased onto its earliest time
-// origin. A run's config_json is its first file's, except that the agent's statistics of every rank
-// ("agent" in a per-rank file) are gathered into "agent_ranks", one object per rank with "rank" added
-// (docs/agent.md). Refuses (before writing anything) files of different runs unless allowed, the same rank of
-// a run in two files, and unreadable inputs. The output appears only when complete.
+// Merges `inputs` into a new file `output`, keeping every row: calls, measurements, consensus, applied
+// calls, recommendations and drops, with ids remapped and each run's times rebased onto its earliest time
+// origin. A consensus row without a step (-1) that names its call takes that call's step in the output
+// (explicit or detected; it stays -1 when the call has none). A run's config_json is its first file's,
+// except that the agent's statistics of every rank ("agent" in a per-rank file) are gathered into
+// "agent_ranks", one object per rank with "rank" added (docs/agent.md). Refuses (before writing anything)
+// files of different runs unless allowed, the same rank of a run in two files, and unreadable inputs. The
+// output appears only when complete.
 //
 // With detect_steps, each rank whose calls all have step -1 (no explicit markers) gets the steps
 // detectSteps() finds in its calls; ranks with any explicit step keep theirs. Detection reads each input

@@ -110,7 +110,22 @@ class TraceReader {
 
   // Other tables. `strategy` empty = all.
   std::vector<Measurement> measurements(const std::string& strategy = {}) const;
-  std::vector<ConsensusRecord> consensus() const;
+  std::vector<ConsensusRecord> consensus() const;  // ordered by step (-1 first), rank id, id
+  std::vector<AppliedCall> appliedCalls() const;   // ordered by call id
+  // What apply mode did: per strategy, the calls it replaced and their summed duration (most calls
+  // first), and the reductions (calls with a reduction op) it left as the job issued them, counted only
+  // when it replaced any (a scan of the calls, skipped for traces of the other modes). Aggregated in
+  // SQL, without reading the calls into memory.
+  struct AppliedStrategy {
+    std::string strategy;
+    std::int64_t calls = 0;
+    std::int64_t total_ns = 0;
+  };
+  struct AppliedSummary {
+    std::vector<AppliedStrategy> strategies;
+    std::int64_t untouched_reductions = 0;
+  };
+  AppliedSummary appliedSummary() const;
   std::vector<RecommendationRecord> recommendations() const;
   std::vector<DropRecord> drops() const;
 

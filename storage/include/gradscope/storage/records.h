@@ -87,14 +87,24 @@ struct Measurement {
   std::int64_t overflow_count = 0;
 };
 
+// One per rank and explored reduction (explore mode), grouped by step.
 struct ConsensusRecord {
   std::int64_t id = 0;
   std::int64_t rank_id = 0;
-  std::int64_t step = 0;
+  std::int64_t step = 0;      // -1 when the agent did not know it; merge takes call_id's step
   double alpha = 0;           // AdaCons alpha of this rank
   double cosine_to_mean = 0;  // cosine of this rank's gradient to the mean gradient
   double grad_norm = 0;
   double diversity = 0;  // gradient diversity of the step (same on every rank)
+  // The explored call whose gradient buffer the row was computed on; unset in rows from before schema
+  // v3. Last, so that the positions of the fields before it stay as they were.
+  std::optional<std::int64_t> call_id;
+};
+
+// A call that apply mode replaced with a recommended strategy (calls without one ran as issued).
+struct AppliedCall {
+  std::int64_t call_id = 0;
+  std::string strategy;  // what ran instead, e.g. "sum/rs_ag/bf16"
 };
 
 struct RecommendationRecord {

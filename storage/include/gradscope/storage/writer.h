@@ -56,6 +56,8 @@ class TraceWriter {
 
   std::int64_t addMeasurement(const Measurement& measurement);
   void appendConsensus(std::span<const ConsensusRecord> rows);
+  // Records calls that apply mode replaced; a call can be recorded once (a second row for it throws).
+  void appendApplied(std::span<const AppliedCall> rows);
   std::int64_t addRecommendation(const RecommendationRecord& recommendation);
   // Adds `count` to the drops of this kind on this rank.
   void addDrops(std::int64_t rank_id, const std::string& kind, std::int64_t count);
