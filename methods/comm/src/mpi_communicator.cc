@@ -305,16 +305,24 @@ void* advance(void* base, std::size_t elements, std::size_t element_bytes) {
 
 // ---- MPI_T: forcing coll/tuned's all-reduce algorithm -----------------------------------------------------
 
-// One MPI_T session with a handle to one integer control variable (MPI_T is reference counted, so
-// nested sessions are fine).
+// MPI_T, initialised once for the process and never finalised: Open MPI rebuilds its variable
+// tables at every first MPI_T_init_thread (hundreds of ms), and withAlgorithm() is called once per
+// engine strategy. MPI_T is reference counted, so the application's own sessions are unaffected.
+void ensureToolInterface() {
+  static const int code = [] {
+    int provided = 0;
+    return MPI_T_init_thread(MPI_THREAD_SINGLE, &provided);
+  }();
+  if (code != MPI_SUCCESS) fail("MPI: MPI_T_init_thread failed (MPI_T error {})", code);
+}
+
+// A handle to one integer control variable.
 class ControlVariable {
  public:
   explicit ControlVariable(const char* name) : name_(name) {
-    int provided = 0;
-    tcheck(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), "MPI_T_init_thread");
+    ensureToolInterface();
     int index = -1;
     if (const int code = MPI_T_cvar_get_index(name, &index); code != MPI_SUCCESS) {
-      MPI_T_finalize();
       fail(
           "MPI: this MPI has no control variable {} (Open MPI's coll/tuned is needed to force an algorithm; "
           "MPI_T error {})",
@@ -322,14 +330,10 @@ class ControlVariable {
     }
     int elements = 0;
     if (const int code = MPI_T_cvar_handle_alloc(index, nullptr, &handle_, &elements); code != MPI_SUCCESS) {
-      MPI_T_finalize();
       fail("MPI: MPI_T_cvar_handle_alloc({}) failed (MPI_T error {})", name, code);
     }
   }
-  ~ControlVariable() {
-    MPI_T_cvar_handle_free(&handle_);
-    MPI_T_finalize();
-  }
+  ~ControlVariable() { MPI_T_cvar_handle_free(&handle_); }
   ControlVariable(const ControlVariable&) = delete;
   ControlVariable& operator=(const ControlVariable&) = delete;
 
@@ -612,6 +616,16 @@ std::unique_ptr<Communicator> mpiWorld() {
   MPI_Comm world = MPI_COMM_NULL;
   check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
   return std::make_unique<MpiCommunicator>(world);
+}
+
+std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle) {
+  if (comm_handle == nullptr) fail("MPI: no communicator to duplicate");
+  int initialized = 0;
+  check(MPI_Initialized(&initialized), "MPI_Initialized");
+  if (initialized == 0 || mpiFinalized()) fail("MPI: not initialised, or already finalised");
+  MPI_Comm duplicate = MPI_COMM_NULL;
+  check(MPI_Comm_dup(*static_cast<const MPI_Comm*>(comm_handle), &duplicate), "MPI_Comm_dup");
+  return std::make_unique<MpiCommunicator>(duplicate);
 }
 
 }  // namespace gradscope::comm

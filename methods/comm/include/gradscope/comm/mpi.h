@@ -23,4 +23,9 @@ bool underMpiLauncher();
 // finalised at exit if this call initialised it. Throws gradscope::Error when the build has no MPI.
 std::unique_ptr<Communicator> mpiWorld();
 
+// A communicator over a duplicate of the application's communicator `*comm_handle` (an MPI_Comm; a
+// pointer keeps mpi.h out of this header). Collective over that communicator; MPI must be initialised.
+// The duplicate has our error handler, and nothing sent on it can match the application's messages.
+std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle);
+
 }  // namespace gradscope::comm
