@@ -24,9 +24,11 @@ struct CallEvent {
   DType dtype = DType::Other;
   ReduceOp op = ReduceOp::None;
   std::uint8_t flags = 0;
+  std::uint16_t strategy = 0;  // apply mode: shadow.h's applied strategy index; 0 = the job's own call
 };
 static_assert(sizeof(CallEvent) == 72);
 
 inline constexpr std::uint8_t kEpochTimes = 1;  // start/end are already Unix-epoch ns
+inline constexpr std::uint8_t kSampled = 4;     // explore mode sampled this call (2: nccl_state.h)
 
 }  // namespace gradscope::agent

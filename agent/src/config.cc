@@ -63,7 +63,58 @@ std::optional<int> firstInteger(const Environment& env, std::initializer_list<co
   return std::nullopt;
 }
 
+template <typename Bad>
+void parseExplore(const Environment& env, ExploreConfig& explore, Bad& bad) {
+  const auto integer = [&](const char* name, std::int64_t low, std::int64_t high, auto& target) {
+    const char* value = env(name);
+    if (value == nullptr) return;
+    const auto parsed = parseInteger(value);
+    if (!parsed || *parsed < low || *parsed > high)
+      bad(name, value, fmt::format("a whole number from {} to {}", low, high));
+    else target = static_cast<std::remove_reference_t<decltype(target)>>(*parsed);
+  };
+  if (const char* value = env("GRADSCOPE_EXPLORE_BUDGET")) {
+    std::string_view text = value;
+    const bool percent = text.ends_with('%');
+    if (percent) text.remove_suffix(1);
+    double fraction = 0;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), fraction);
+    if (percent) fraction /= 100;
+    if (ec != std::errc() || ptr != text.data() + text.size() || text.empty() || !(fraction > 0) ||
+        fraction > 1)
+      bad("GRADSCOPE_EXPLORE_BUDGET", value, "a fraction of the run in (0, 1], e.g. 0.1 or 10%");
+    else explore.budget = fraction;
+  }
+  integer("GRADSCOPE_EXPLORE_SAMPLES", 1, 1000, explore.samples);
+  integer("GRADSCOPE_EXPLORE_WARMUP", 0, 1'000'000, explore.warmup);
+  integer("GRADSCOPE_EXPLORE_SPACING", 1, 1'000'000, explore.spacing);
+  integer("GRADSCOPE_EXPLORE_REPS", 1, 10'000, explore.reps);
+  integer("GRADSCOPE_EXPLORE_WARMUP_REPS", 0, 10'000, explore.warmup_reps);
+  integer("GRADSCOPE_SHADOW_BYTES", 0, std::int64_t{1} << 40, explore.shadow_bytes);
+  if (const char* value = env("GRADSCOPE_EXPLORE_STRATEGIES"); value != nullptr && *value != '\0') {
+    std::string_view text = value;
+    while (!text.empty()) {
+      const std::size_t comma = text.find(',');
+      std::string_view item = text.substr(0, comma);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+      if (!item.empty()) explore.strategies.emplace_back(item);
+      if (comma == std::string_view::npos) break;
+      text.remove_prefix(comma + 1);
+    }
+  }
+}
+
 }  // namespace
+
+std::string_view modeName(Mode mode) {
+  switch (mode) {
+    case Mode::Explore: return "explore";
+    case Mode::Apply: return "apply";
+    case Mode::Observe: break;
+  }
+  return "observe";
+}
 
 Config parseConfig(const Environment& env, std::vector<std::string>& errors) {
   Config config;
@@ -80,11 +131,22 @@ Config parseConfig(const Environment& env, std::vector<std::string>& errors) {
   if (const char* value = env("GRADSCOPE_MODE")) {
     const std::string_view text = value;
     if (text == "observe" || text.empty()) config.mode = Mode::Observe;
-    else if (text == "explore" || text == "apply")
-      errors.push_back(fmt::format(
-          "GRADSCOPE_MODE={} is not available in this build of the agent (only observe); unset it", text));
-    else bad("GRADSCOPE_MODE", text, "observe");
+    else if (text == "explore") config.mode = Mode::Explore;
+    else if (text == "apply") config.mode = Mode::Apply;
+    else bad("GRADSCOPE_MODE", text, "observe, explore or apply");
   }
+  parseExplore(env, config.explore, bad);
+  if (const char* value = env("GRADSCOPE_RECOMMENDATION"); value != nullptr && *value != '\0')
+    config.recommendation = value;
+  if (const char* value = env("GRADSCOPE_ALLOW_SEMANTIC_CHANGE")) {
+    const std::string_view text = value;
+    if (text == "1" || text == "true" || text == "yes") config.allow_semantic_change = true;
+    else if (!(text.empty() || text == "0" || text == "false" || text == "no"))
+      bad("GRADSCOPE_ALLOW_SEMANTIC_CHANGE", text, "1 or 0");
+  }
+  if (config.mode == Mode::Apply && config.recommendation.empty())
+    errors.push_back(
+        "GRADSCOPE_MODE=apply needs GRADSCOPE_RECOMMENDATION=FILE (gradscope run --recommendation FILE)");
   if (const char* value = env("GRADSCOPE_OUTPUT"); value != nullptr && *value != '\0') config.output = value;
   if (const char* value = env("GRADSCOPE_COMMAND")) config.command = value;
   if (const char* value = env("GRADSCOPE_FLUSH_INTERVAL")) {

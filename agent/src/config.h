@@ -12,7 +12,19 @@
 
 namespace gradscope::agent {
 
-enum class Mode { Observe };
+enum class Mode { Observe, Explore, Apply };
+
+// Explore mode (GRADSCOPE_EXPLORE_*): what to sample and how much time it may take.
+struct ExploreConfig {
+  double budget = 0.10;  // GRADSCOPE_EXPLORE_BUDGET: fraction of the run, 0 < x <= 1 (1: no limit)
+  int samples = 3;       // GRADSCOPE_EXPLORE_SAMPLES: explorations per (api, dtype, size)
+  int warmup = 2;        // GRADSCOPE_EXPLORE_WARMUP: occurrences skipped first
+  int spacing = 1;       // GRADSCOPE_EXPLORE_SPACING: occurrences between explorations
+  int reps = 10;         // GRADSCOPE_EXPLORE_REPS: timed repetitions per strategy
+  int warmup_reps = 2;   // GRADSCOPE_EXPLORE_WARMUP_REPS
+  std::vector<std::string> strategies;   // GRADSCOPE_EXPLORE_STRATEGIES (comma-separated); empty: all
+  std::int64_t shadow_bytes = 64 << 20;  // GRADSCOPE_SHADOW_BYTES: host shadow arena
+};
 
 struct Config {
   bool disabled = false;                        // GRADSCOPE_DISABLE=1
@@ -25,7 +37,12 @@ struct Config {
   std::int64_t step_calls = 0;                  // GRADSCOPE_STEP_CALLS, 0 = not set
   std::string step_nvtx;                        // GRADSCOPE_STEP_NVTX, empty = not set
   std::optional<int> env_rank, env_world_size;  // from the launcher's variables, when present
+  ExploreConfig explore;
+  std::string recommendation;          // GRADSCOPE_RECOMMENDATION: the file apply mode follows
+  bool allow_semantic_change = false;  // GRADSCOPE_ALLOW_SEMANTIC_CHANGE=1: AdaCons/AdaSum rules may apply
 };
+
+std::string_view modeName(Mode mode);
 
 using Environment = std::function<const char*(const char* name)>;
 

@@ -15,6 +15,7 @@
 #include <mpi.h>
 
 #include "recorder.h"
+#include "shadow.h"
 #include "symbols.h"
 
 #define GS_EXPORT extern "C" __attribute__((visibility("default")))
@@ -42,6 +43,7 @@ int missingFunction(const char* name) {
 struct Predefined {
   MPI_Comm world{};
   MPI_Comm null_comm{};
+  MPI_Datatype byte{};
   std::array<std::pair<MPI_Op, ReduceOp>, 4> ops{};
 };
 
@@ -55,6 +57,7 @@ const Predefined& predefined() {
 #ifdef OPEN_MPI
     p.world = static_cast<MPI_Comm>(findDataSymbol("ompi_mpi_comm_world"));
     p.null_comm = static_cast<MPI_Comm>(findDataSymbol("ompi_mpi_comm_null"));
+    p.byte = static_cast<MPI_Datatype>(findDataSymbol("ompi_mpi_byte"));
     p.ops = {{{static_cast<MPI_Op>(findDataSymbol("ompi_mpi_op_sum")), ReduceOp::Sum},
               {static_cast<MPI_Op>(findDataSymbol("ompi_mpi_op_max")), ReduceOp::Max},
               {static_cast<MPI_Op>(findDataSymbol("ompi_mpi_op_min")), ReduceOp::Min},
@@ -62,6 +65,7 @@ const Predefined& predefined() {
 #else
     p.world = MPI_COMM_WORLD;
     p.null_comm = MPI_COMM_NULL;
+    p.byte = MPI_BYTE;
     p.ops = {{{MPI_SUM, ReduceOp::Sum},
               {MPI_MAX, ReduceOp::Max},
               {MPI_MIN, ReduceOp::Min},
@@ -271,6 +275,8 @@ void activateFromWorld() {
   if (real_MPI_Comm_rank) real_MPI_Comm_rank(predefined().world, &activation.rank);
   if (real_MPI_Comm_size) real_MPI_Comm_size(predefined().world, &activation.world_size);
   if (activate(activation)) commSlot(predefined().world);
+  // Explore and apply: every rank takes part in the agreement, recording or not (shadow.h).
+  startShadow(Backend::Mpi, recording());
 }
 
 // MPI initialised without passing through the agent's MPI_Init (PMPI_Init called directly, or the
@@ -375,7 +381,172 @@ inline void fillHostCall(CallEvent& event, Api api, std::uint32_t comm, DType dt
   event.dtype = dtype;
   event.op = op;
   event.flags = 0;
+  event.strategy = 0;
 }
+
+// ---- explore and apply ---------------------------------------------------------------------------------
+
+// Open MPI spells MPI_IN_PLACE with a C cast.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+inline bool isInPlace(const void* buffer) {
+  return buffer == MPI_IN_PLACE;
+}
+#pragma GCC diagnostic pop
+
+// A generalized request that is already complete: what MPI_Iallreduce hands back when apply mode ran
+// the reduction to completion (MPI_Wait and MPI_Test on it return at once, MPI_Request_free works).
+int completedRequest(MPI_Request* request) {
+  GS_REAL(MPI_Grequest_start);
+  GS_REAL(MPI_Grequest_complete);
+  if (real_MPI_Grequest_start == nullptr || real_MPI_Grequest_complete == nullptr)
+    return missingFunction("PMPI_Grequest_start");
+  const auto query = [](void*, MPI_Status* status) {
+    GS_REAL(MPI_Status_set_elements);
+    GS_REAL(MPI_Status_set_cancelled);
+    if (real_MPI_Status_set_elements) real_MPI_Status_set_elements(status, predefined().byte, 0);
+    if (real_MPI_Status_set_cancelled) real_MPI_Status_set_cancelled(status, 0);
+    status->MPI_SOURCE = MPI_UNDEFINED;
+    status->MPI_TAG = MPI_UNDEFINED;
+    return MPI_SUCCESS;
+  };
+  const auto free_state = [](void*) { return MPI_SUCCESS; };
+  const auto cancel = [](void*, int) { return MPI_SUCCESS; };
+  int rc = real_MPI_Grequest_start(query, free_state, cancel, nullptr, request);
+  if (rc == MPI_SUCCESS) rc = real_MPI_Grequest_complete(*request);
+  return rc;
+}
+
+// Explore or apply for one all-reduce (MPI_Allreduce, and MPI_Iallreduce with `request`). Runs on
+// every call while a mode is on, whether this rank still records or not: the decisions below lead to
+// collectives and must come out the same on every rank.
+template <typename Real>
+int shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                    MPI_Comm comm, MPI_Request* request, Real&& real) {
+  CommSlot* const slot = commSlot(comm);
+  if (slot == nullptr || count < 0) return real();
+  const TypeInfo type = g_types.lookup(datatype);
+  const ReduceOp op_code = reduceOpOf(op);
+  const std::int64_t bytes = std::int64_t{count} * type.size;
+  ShadowCall call;
+  call.comm = &comm;
+  call.comm_index = slot->index;
+  call.api = api;
+  call.dtype = type.dtype;
+  call.op = op_code;
+  call.count = static_cast<std::size_t>(count);
+  call.seq = slot->nextSeq();
+  call.comm_size = slot->size;
+  call.comm_rank = slot->rank;
+  const std::int64_t step = stepForCall();
+  CallEvent event;
+  fillHostCall(event, api, slot->index, type.dtype, op_code, count, bytes, call.seq, step, 0, 0);
+  const auto finish_record = [&](int rc) {
+    if (request != nullptr && rc == MPI_SUCCESS && event.strategy == 0) {
+      g_pending.add(*request, event);  // recorded at completion, like any MPI_Iallreduce
+    } else {
+      event.end = ticks();
+      if (recording()) record(event);
+    }
+    return rc;
+  };
+  const bool in_place = isInPlace(sendbuf);
+
+  if (shadowMode() == ShadowMode::Apply) {
+    const RecommendationRule* rule = applyRuleFor(api, type.dtype, op_code, bytes, slot->size);
+    if (rule == nullptr) {
+      event.enqueue = event.start = ticks();
+      return finish_record(real());
+    }
+    event.enqueue = event.start = ticks();
+    std::string error;
+    bool applied = false;
+    {
+      InternalScope internal;
+      applied = extension()->apply(call, in_place ? nullptr : sendbuf, recvbuf, rule->strategy, error);
+    }
+    countApplied(applied);
+    if (!applied) {
+      reportApplyFailure(rule->strategy, type.dtype, error);
+      return finish_record(real());
+    }
+    event.strategy = appliedStrategyIndex(rule->strategy);
+    int rc = MPI_SUCCESS;
+    if (request != nullptr) rc = completedRequest(request);
+    return finish_record(rc);
+  }
+
+  // Explore.
+  if (!explorePlan().sample(slot->index, api, type.dtype, op_code, bytes)) {
+    event.enqueue = event.start = ticks();
+    return finish_record(real());
+  }
+  const std::int64_t t0 = monotonicNs();
+  {
+    InternalScope internal;
+    extension()->capture(call, in_place ? recvbuf : sendbuf);
+  }
+  event.flags |= kSampled;
+  // A blocking call runs first and is explored after; a nonblocking one is explored before it is
+  // issued (its buffers belong to MPI until it completes).
+  double call_ns = 0;  // the job's call, when it ran before the exploration
+  const auto explore = [&] {
+    const BudgetState budget = budgetNow(call_ns);
+    ExploreRecord record;
+    {
+      InternalScope internal;
+      record.result = extension()->explore(call, budget);
+    }
+    explorePlan().done(slot->index, api, type.dtype, bytes, record.result.explored);
+    record.comm = slot->index;
+    record.seq = call.seq;
+    record.step = step;
+    record.api = api;
+    record.dtype = type.dtype;
+    record.bytes = bytes;
+    record.world = slot->size;
+    submitExplore(std::move(record));
+  };
+  std::int64_t spent = monotonicNs() - t0;
+  int rc = MPI_SUCCESS;
+  if (request != nullptr) {
+    const std::int64_t t1 = monotonicNs();
+    explore();
+    addSpentNs(spent + monotonicNs() - t1);
+    event.enqueue = event.start = ticks();
+    rc = real();
+    return finish_record(rc);
+  }
+  event.enqueue = event.start = ticks();
+  const std::int64_t call_start = monotonicNs();
+  rc = real();
+  call_ns = static_cast<double>(monotonicNs() - call_start);
+  finish_record(rc);
+  const std::int64_t t1 = monotonicNs();
+  explore();
+  addSpentNs(spent + monotonicNs() - t1);
+  return rc;
+}
+
+// The interposers' hook: only the all-reduce wrappers have a shadow path.
+template <Api>
+struct ShadowHook {
+  static constexpr bool kActive = false;
+  template <typename... Args>
+  static int call(Args...) {
+    return MPI_ERR_INTERN;
+  }
+};
+template <>
+struct ShadowHook<Api::MpiAllreduce> {
+  static constexpr bool kActive = true;
+  static int call(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                  MPI_Comm comm) {
+    GS_REAL(MPI_Allreduce);
+    return shadowAllreduce(Api::MpiAllreduce, sendbuf, recvbuf, count, datatype, op, comm, nullptr,
+                           [&] { return real_MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm); });
+  }
+};
 
 }  // namespace
 }  // namespace gradscope::agent
@@ -389,6 +560,11 @@ using namespace gradscope::agent;
   GS_EXPORT int NAME PARAMS {                                                                               \
     GS_REAL(NAME);                                                                                          \
     if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("P" #NAME);                     \
+    if (__builtin_expect(shadowHooks(), 0)) {                                                               \
+      if (t_internal) return real_##NAME ARGS;                                                              \
+      if (ShadowHook<Api::API>::kActive && shadowMode() != ShadowMode::Off)                                 \
+        return ShadowHook<Api::API>::call ARGS;                                                             \
+    }                                                                                                       \
     if (__builtin_expect(!recording(), 0) && !activateLate()) return real_##NAME ARGS;                      \
     CommSlot* const slot = commSlot(COMM);                                                                  \
     if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                                      \
@@ -414,6 +590,10 @@ GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_
                              MPI_Comm comm, MPI_Request* request) {
   GS_REAL(MPI_Iallreduce);
   if (real_MPI_Iallreduce == nullptr) return missingFunction("PMPI_Iallreduce");
+  if (shadowHooks() && !t_internal && shadowMode() != ShadowMode::Off)
+    return shadowAllreduce(Api::MpiIallreduce, sendbuf, recvbuf, count, datatype, op, comm, request, [&] {
+      return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+    });
   if (!recording() && !activateLate())
     return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   CommSlot* const slot = commSlot(comm);
@@ -483,6 +663,7 @@ GS_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provid
 GS_EXPORT int MPI_Finalize() {
   GS_REAL(MPI_Finalize);
   if (real_MPI_Finalize == nullptr) return missingFunction("PMPI_Finalize");
+  stopShadow();
   finish();
   return real_MPI_Finalize();
 }
@@ -507,6 +688,7 @@ GS_EXPORT int MPI_Finalize() {
   GS_EXPORT int NAME PARAMS {                                                                      \
     GS_REAL(NAME);                                                                                 \
     if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("P" #NAME);            \
+    if (shadowHooks() && t_internal) return real_##NAME ARGS;                                      \
     const int rc = real_##NAME ARGS;                                                               \
     if (rc == MPI_SUCCESS && (recording() || activateLate())) registerChild(PARENT, *CHILD, KIND); \
     return rc;                                                                                     \
@@ -517,6 +699,12 @@ GS_MPI_COMM_CREATION_FUNCTIONS(GS_MPI_COMM_CREATION)
 GS_EXPORT int MPI_Comm_free(MPI_Comm* comm) {
   GS_REAL(MPI_Comm_free);
   if (real_MPI_Comm_free == nullptr) return missingFunction("PMPI_Comm_free");
+  if (shadowHooks() && t_internal) return real_MPI_Comm_free(comm);
+  if (comm != nullptr && shadowMode() != ShadowMode::Off)
+    if (const CommSlot* slot = comms().find(*comm)) {
+      InternalScope internal;
+      extension()->forget(slot->index);
+    }
   if (comm != nullptr) comms().retire(*comm);
   return real_MPI_Comm_free(comm);
 }

@@ -259,6 +259,10 @@ void activateAt(ncclComm_t comm, int nranks, int rank) {
   activation.world_size = config().env_world_size.value_or(nranks);
   activation.device = deviceOf(comm);
   activate(activation);
+  // Explore and apply run strategies over MPI communicators only in this version (docs/agent.md).
+  if (config().mode != Mode::Observe && !config().disabled && !configHasErrors() && activation.rank == 0)
+    log("{} mode covers MPI reductions in this version; NCCL calls are observed only (docs/agent.md)",
+        modeName(config().mode));
 }
 
 void onCreated(ncclResult_t rc, ncclComm_t* newcomm, int nranks, int rank, const ncclUniqueId* ids,

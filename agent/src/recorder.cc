@@ -18,6 +18,7 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@
 #include "gradscope/common/error.h"
 #include "gradscope/common/version.h"
 #include "gradscope/storage/writer.h"
+#include "shadow.h"
 
 namespace gradscope::agent {
 
@@ -61,9 +63,9 @@ struct DropCounter {
   const char* kind;
   std::atomic<std::int64_t> count{0};
 };
-DropCounter g_drop_counters[] = {{"thread_buffer", {}},    {"comm_table", {}},   {"gpu_timing", {}},
-                                 {"iallreduce_table", {}}, {"stream_table", {}}, {"group_table", {}},
-                                 {"cupti_record", {}},     {"other", {}}};
+DropCounter g_drop_counters[] = {{"thread_buffer", {}},    {"comm_table", {}},     {"gpu_timing", {}},
+                                 {"iallreduce_table", {}}, {"stream_table", {}},   {"group_table", {}},
+                                 {"cupti_record", {}},     {"explore_result", {}}, {"other", {}}};
 
 // Owns the calling thread's buffer claim: returns it to the table when the thread exits.
 struct BufferOwner {
@@ -190,6 +192,9 @@ class Flusher {
   // Drains every buffer in batches of at most kBatch records, so that the background thread's memory
   // does not depend on how far behind it is.
   void flush(bool final) {
+    // Explorations submitted so far: taken before the calls are drained, so that the calls they
+    // belong to (recorded before them, on the same thread) are written by the time they are linked.
+    for (ExploreRecord& record : takeExploreRecords()) pending_explore_.push_back({std::move(record), 0});
     const std::size_t buffers = g_buffers->size();
     dropped_per_buffer_.resize(buffers, 0);
     bool more = true;
@@ -208,6 +213,7 @@ class Flusher {
       }
       if (!failed_) writeBatch(final && !more);
     }
+    if (!failed_) writeExplorations(final);
     std::int64_t new_drops = 0;
     for (std::size_t i = 0; i < buffers; ++i) {
       const std::uint64_t dropped = g_buffers->at(i)->dropped();
@@ -248,16 +254,22 @@ class Flusher {
       }
       // Host-timed calls now, GPU ones once their timer has the span.
       calls_.clear();
+      extras_.clear();
       GpuTimer* timer = g_gpu_timer.load(std::memory_order_acquire);
       for (const CallEvent& event : events_) {
         if (event.gpu_slot != 0 && timer != nullptr) pending_gpu_.push_back(event);
-        else calls_.push_back(toRecord(event, nullptr));
+        else addCall(event, nullptr);
       }
       resolveGpu(timer, final);
-      std::stable_sort(
-          calls_.begin(), calls_.end(),
-          [](const storage::CallRecord& a, const storage::CallRecord& b) { return a.start_ns < b.start_ns; });
-      writer_.appendCalls(calls_);
+      if (!any_extra_) {
+        std::stable_sort(calls_.begin(), calls_.end(),
+                         [](const storage::CallRecord& a, const storage::CallRecord& b) {
+                           return a.start_ns < b.start_ns;
+                         });
+        writer_.appendCalls(calls_);
+      } else {
+        writeCallsWithExtras();
+      }
       calls_recorded_ += static_cast<std::int64_t>(calls_.size());
     } catch (const std::exception& error) {
       fail(error.what());
@@ -279,12 +291,102 @@ class Flusher {
       std::int64_t span[2] = {start, end};
       if (status != GpuTimer::Status::Ready) {
         g_drop_counters[2].count.fetch_add(1, std::memory_order_relaxed);
-        calls_.push_back(toRecord(*it, nullptr));  // host enqueue times instead
+        addCall(*it, nullptr);  // host enqueue times instead
       } else {
-        calls_.push_back(toRecord(*it, span));
+        addCall(*it, span);
       }
       timer->release(it->gpu_slot - 1);
       it = pending_gpu_.erase(it);
+    }
+  }
+
+  void addCall(const CallEvent& event, const std::int64_t* gpu_span) {
+    calls_.push_back(toRecord(event, gpu_span));
+    extras_.push_back({event.comm, event.flags, event.strategy});
+    // Explore and apply modes mark calls; observe mode never does, and keeps the plain sort below.
+    if ((event.flags & kSampled) != 0 || event.strategy != 0) any_extra_ = true;
+  }
+
+  // The calls in time order, like the plain path, remembering which rows the explored and applied
+  // calls became: explorations link to them, applied calls get their applied_calls row.
+  void writeCallsWithExtras() {
+    order_.resize(calls_.size());
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    std::stable_sort(order_.begin(), order_.end(), [this](std::size_t a, std::size_t b) {
+      return calls_[a].start_ns < calls_[b].start_ns;
+    });
+    sorted_.clear();
+    for (const std::size_t i : order_) sorted_.push_back(calls_[i]);
+    const std::int64_t first = writer_.appendCalls(sorted_);
+    applied_.clear();
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      const Extra& extra = extras_[order_[k]];
+      const std::int64_t id = first + static_cast<std::int64_t>(k);
+      if ((extra.flags & kSampled) != 0 && sampled_ids_.size() < kMaxSampledIds)
+        sampled_ids_[{extra.comm, sorted_[k].seq}] = id;
+      if (extra.strategy != 0) applied_.push_back({id, appliedStrategyName(extra.strategy)});
+    }
+    if (!applied_.empty()) writer_.appendApplied(applied_);
+  }
+
+  // Measurements and consensus rows of the explorations whose call is written (or, at the end or
+  // after a few flushes without it — a dropped call — without the link).
+  void writeExplorations(bool final) {
+    try {
+      for (auto it = pending_explore_.begin(); it != pending_explore_.end();) {
+        const ExploreRecord& record = it->record;
+        const auto id = sampled_ids_.find({record.comm, record.seq});
+        if (id == sampled_ids_.end() && !final && ++it->flushes < kExploreLinkFlushes) {
+          ++it;
+          continue;
+        }
+        std::optional<std::int64_t> call_id;
+        if (id != sampled_ids_.end()) {
+          call_id = id->second;
+          sampled_ids_.erase(id);
+        }
+        writeExploration(record, call_id);
+        it = pending_explore_.erase(it);
+      }
+    } catch (const std::exception& error) {
+      fail(error.what());
+    }
+  }
+
+  void writeExploration(const ExploreRecord& record, std::optional<std::int64_t> call_id) {
+    for (const StrategyTiming& timing : record.result.timings) {
+      storage::Measurement m;
+      m.run_id = run_id_;
+      m.rank_id = rank_id_;
+      m.call_id = call_id;
+      m.strategy = timing.strategy;
+      m.api = record.api;
+      m.dtype = record.dtype;
+      m.bytes = record.bytes;
+      m.world = record.world;
+      m.reps = timing.reps;
+      m.min_ns = timing.min_ns;
+      m.median_ns = timing.median_ns;
+      m.p90_ns = timing.p90_ns;
+      m.max_ns = timing.max_ns;
+      m.algbw_gbs = timing.median_ns > 0 ? static_cast<double>(record.bytes) / timing.median_ns : 0.0;
+      m.busbw_gbs = m.algbw_gbs * busBandwidthFactor(Collective::AllReduce, record.world);
+      m.rel_l2_error = timing.rel_l2_error;
+      m.max_abs_error = timing.max_abs_error;
+      m.cosine = timing.cosine;
+      m.overflow_count = timing.overflow_count;
+      writer_.addMeasurement(m);
+    }
+    if (const auto& sample = record.result.consensus) {
+      storage::ConsensusRecord row;
+      row.rank_id = rank_id_;
+      row.step = record.step;
+      row.call_id = call_id;
+      row.alpha = sample->alpha;
+      row.cosine_to_mean = sample->cosine_to_mean;
+      row.grad_norm = sample->grad_norm;
+      row.diversity = sample->diversity;
+      writer_.appendConsensus(std::span(&row, 1));
     }
   }
 
@@ -344,6 +446,18 @@ class Flusher {
           {"buffer_bytes", static_cast<std::int64_t>(g_buffers->size()) * g_buffers->capacity() *
                                static_cast<std::int64_t>(sizeof(CallEvent))},
       };
+      if (g_config.mode != Mode::Observe) {
+        const ShadowStats stats = shadowStats();
+        config["agent"]["shadow"] = {
+            {"mode", shadowModeName()},
+            {"explored", stats.explored},
+            {"skipped_budget", stats.skipped_budget},
+            {"skipped_other", stats.skipped_other},
+            {"explore_ns", stats.spent_ns},
+            {"applied", stats.applied},
+            {"apply_failed", stats.apply_failed},
+        };
+      }
       writer_.setRunConfig(run_id_, config.dump());
       writer_.finish(clock_.epochNsNow() - epoch_ns_);
     } catch (const std::exception& error) {
@@ -351,7 +465,24 @@ class Flusher {
     }
   }
 
+  struct Extra {
+    std::uint32_t comm;
+    std::uint8_t flags;
+    std::uint16_t strategy;
+  };
+  struct PendingExplore {
+    ExploreRecord record;
+    int flushes;
+  };
+  struct CommSeqHash {
+    std::size_t operator()(const std::pair<std::uint32_t, std::int64_t>& key) const {
+      return std::hash<std::int64_t>()(key.second * 4099 + key.first);
+    }
+  };
+
   static constexpr std::size_t kMaxPendingGpu = 1 << 16;
+  static constexpr std::size_t kMaxSampledIds = 1 << 16;
+  static constexpr int kExploreLinkFlushes = 4;
   static constexpr std::size_t kBatch = 8192;
 
   storage::TraceWriter writer_;
@@ -361,6 +492,13 @@ class Flusher {
   std::thread thread_;
   std::vector<CallEvent> events_;
   std::vector<storage::CallRecord> calls_;
+  std::vector<Extra> extras_;
+  std::vector<std::size_t> order_;
+  std::vector<storage::CallRecord> sorted_;
+  std::vector<storage::AppliedCall> applied_;
+  bool any_extra_ = false;
+  std::deque<PendingExplore> pending_explore_;
+  std::unordered_map<std::pair<std::uint32_t, std::int64_t>, std::int64_t, CommSeqHash> sampled_ids_;
   std::deque<CallEvent> pending_gpu_;
   std::vector<std::int64_t> comm_rows_;
   std::vector<std::uint64_t> dropped_per_buffer_;
@@ -473,6 +611,10 @@ const Config& config() {
   return g_config;
 }
 
+bool configHasErrors() {
+  return !g_config_errors.empty();
+}
+
 bool activated() {
   const std::lock_guard lock(g_lifecycle_mutex);
   return g_activated;
@@ -499,17 +641,31 @@ bool activate(const Activation& activation) {
     storage::TraceWriter writer = storage::TraceWriter::create(path);
     const std::int64_t epoch_ns = realtimeNs();
     nlohmann::json config = {
-        {"mode", "observe"},
+        {"mode", modeName(g_config.mode)},
         {"flush_interval_ns", g_config.flush_interval_ns},
         {"buffer_calls", g_config.buffer_calls},
         {"clock", g_ticks_are_tsc ? "tsc" : "monotonic"},
     };
     if (g_config.step_calls > 0) config["step_calls"] = g_config.step_calls;
     if (!g_config.step_nvtx.empty()) config["step_nvtx"] = g_config.step_nvtx;
+    if (g_config.mode == Mode::Explore) {
+      const ExploreConfig& explore = g_config.explore;
+      config["explore"] = {{"budget", explore.budget},
+                           {"samples", explore.samples},
+                           {"warmup", explore.warmup},
+                           {"spacing", explore.spacing},
+                           {"reps", explore.reps},
+                           {"warmup_reps", explore.warmup_reps},
+                           {"strategies", explore.strategies},
+                           {"shadow_bytes", explore.shadow_bytes}};
+    } else if (g_config.mode == Mode::Apply) {
+      config["apply"] = {{"recommendation", g_config.recommendation},
+                         {"allow_semantic_change", g_config.allow_semantic_change}};
+    }
     storage::RunInfo run;
     run.uuid = g_config.run_id.empty() ? randomUuid() : g_config.run_id;
     run.command = g_config.command.empty() ? commandLine() : g_config.command;
-    run.mode = "observe";
+    run.mode = std::string(modeName(g_config.mode));
     run.backend = activation.backend;
     run.world_size = activation.world_size;
     run.host = host;

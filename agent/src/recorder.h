@@ -80,6 +80,8 @@ inline CommRegistry& comms() {
   return *g_comm_registry;
 }
 const Config& config();
+// Whether the configuration had errors (activation then said so and left recording off).
+bool configHasErrors();
 
 struct Activation {
   Backend backend = Backend::Unknown;

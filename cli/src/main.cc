@@ -87,6 +87,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--top", run_options.top_calls, "Slowest calls to list in the summary")
       ->capture_default_str();
+  run->add_option("--mode", run_options.mode,
+                  "observe: record every collective; explore: also time every aggregation strategy on "
+                  "copies of sampled gradient buffers; apply: replace reductions as --recommendation says")
+      ->check(CLI::IsMember({"observe", "explore", "apply"}))
+      ->capture_default_str();
+  run->add_option("--recommendation", run_options.recommendation,
+                  "Recommendation file (JSON, from gradscope recommend) that apply mode follows");
+  run->add_flag("--allow-semantic-change", run_options.allow_semantic_change,
+                "Apply mode: let AdaCons and AdaSum rules replace sums (they change what the job computes)");
+  run->add_option("--explore-budget", run_options.explore_budget,
+                  "Explore mode: the largest fraction of the run spent exploring (e.g. 0.1 or 10%)");
   // The job's command: everything from the first argument that is not one of run's options on, or after
   // "--" (split off before CLI11 parses: CLI11 would take the job's options for its own).
   run->prefix_command();
@@ -157,6 +168,20 @@ int main(int argc, char** argv) {
       run_options.command.insert(run_options.command.end(), job_command.begin(), job_command.end());
     }
     run_options.wait = std::chrono::seconds(run_wait_seconds);
+    if (run_options.mode == "apply" && run_options.recommendation.empty()) {
+      fmt::print(stderr,
+                 "gradscope: run --mode apply needs --recommendation FILE (made by gradscope recommend)\n");
+      return 2;
+    }
+    if (run_options.mode != "apply" &&
+        (!run_options.recommendation.empty() || run_options.allow_semantic_change)) {
+      fmt::print(stderr, "gradscope: --recommendation and --allow-semantic-change belong to --mode apply\n");
+      return 2;
+    }
+    if (run_options.mode != "explore" && !run_options.explore_budget.empty()) {
+      fmt::print(stderr, "gradscope: --explore-budget belongs to --mode explore\n");
+      return 2;
+    }
     return cli::runJob(run_options, std::cerr);
   }
 

@@ -355,12 +355,21 @@ Launcher classifyLauncher(const std::string& name, const std::string& resolved) 
 std::vector<std::string> launcherCommand(const std::vector<std::string>& command, Launcher launcher,
                                          const std::vector<std::string>& variables) {
   if (launcher != Launcher::OpenMpi || command.empty()) return command;
+  // Open MPI applies -x to one application context: in an MPMD command (contexts separated by a ":"
+  // argument) every context needs its own, or the ranks of the later ones run without the agent (and
+  // in explore or apply mode the others would wait for them in collectives they never make).
+  const auto exports = [&](std::vector<std::string>& out) {
+    for (const std::string& variable : variables) {
+      out.push_back("-x");
+      out.push_back(variable);
+    }
+  };
   std::vector<std::string> out{command.front()};
-  for (const std::string& variable : variables) {
-    out.push_back("-x");
-    out.push_back(variable);
+  exports(out);
+  for (auto it = command.begin() + 1; it != command.end(); ++it) {
+    out.push_back(*it);
+    if (*it == ":") exports(out);
   }
-  out.insert(out.end(), command.begin() + 1, command.end());
   return out;
 }
 
@@ -547,10 +556,26 @@ Environment jobEnvironment(const Environment& parent, const std::string& agent, 
   return environment;
 }
 
+void setModeEnvironment(Environment& environment, const RunOptions& options) {
+  environment["GRADSCOPE_MODE"] = options.mode;
+  if (options.mode == "apply") {
+    std::error_code error;
+    const fs::path absolute = fs::absolute(options.recommendation, error);
+    environment["GRADSCOPE_RECOMMENDATION"] = error ? options.recommendation : absolute.string();
+    environment["GRADSCOPE_ALLOW_SEMANTIC_CHANGE"] = options.allow_semantic_change ? "1" : "0";
+  }
+  if (options.mode == "explore") {
+    if (!options.explore_budget.empty()) environment["GRADSCOPE_EXPLORE_BUDGET"] = options.explore_budget;
+    environment.try_emplace("OMPI_MCA_coll_tuned_use_dynamic_rules", "1");
+  }
+}
+
 std::vector<std::string> variablesToForward(const Environment& environment) {
   std::vector<std::string> names{"LD_PRELOAD"};
   for (const auto& [name, value] : environment)
-    if (name.rfind("GRADSCOPE_", 0) == 0 || name == "NVTX_INJECTION64_PATH") names.push_back(name);
+    if (name.rfind("GRADSCOPE_", 0) == 0 || name == "NVTX_INJECTION64_PATH" ||
+        name == "OMPI_MCA_coll_tuned_use_dynamic_rules")
+      names.push_back(name);
   return names;
 }
 
@@ -688,7 +713,8 @@ int runJob(const RunOptions& options, std::ostream& log) {
     return kExitError;
   }
 
-  const Environment job = jobEnvironment(environment, agent, directory, run_id, shellJoin(options.command));
+  Environment job = jobEnvironment(environment, agent, directory, run_id, shellJoin(options.command));
+  setModeEnvironment(job, options);
   const auto arguments = launcherCommand(options.command, launcher, variablesToForward(job));
   // Installed until gradscope returns: after the job, a signal cuts the wait for the other ranks short.
   SignalForwarding signals;

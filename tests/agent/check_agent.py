@@ -276,15 +276,15 @@ def expected_calls(steps):
     return SETUP_CALLS + STEP_CALLS * steps
 
 
-def check_job_trace(db, world, steps, label):
+def check_job_trace(db, world, steps, label, mode="observe"):
     """The checks of the merged trace of one run of a sample with `world` ranks and `steps` steps."""
     runs = db.execute("SELECT id, world_size, mode, backend, end_ns FROM runs").fetchall()
     if not check(len(runs) == 1, f"{label}: {len(runs)} runs, expected 1"):
         return
-    run_id, world_size, mode, backend, end_ns = runs[0]
+    run_id, world_size, run_mode, backend, end_ns = runs[0]
     ranks = list(range(world))
     check(world_size == world, f"{label}: runs.world_size {world_size}, expected {world}")
-    check(mode == "observe", f"{label}: runs.mode '{mode}', expected 'observe'")
+    check(run_mode == mode, f"{label}: runs.mode '{run_mode}', expected '{mode}'")
     check(backend == BACKEND_MPI, f"{label}: runs.backend {backend}, expected {BACKEND_MPI} (mpi)")
     check(end_ns is not None, f"{label}: runs.end_ns is NULL: a rank did not finish its file")
 

@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "comm_registry.h"
 #include "config.h"
+#include "shadow.h"
 #include "thread_buffer.h"
 
 namespace gradscope::agent {
@@ -75,19 +76,27 @@ TEST(AgentConfig, DurationsInEveryUnit) {
 }
 
 TEST(AgentConfig, EveryBadValueIsOneLineNamingTheVariable) {
-  const std::vector<std::pair<std::string, std::string>> bad = {{"GRADSCOPE_FLUSH_INTERVAL", "banana"},
-                                                                {"GRADSCOPE_FLUSH_INTERVAL", "0ms"},
-                                                                {"GRADSCOPE_FLUSH_INTERVAL", "20s"},
-                                                                {"GRADSCOPE_FLUSH_INTERVAL", "-5ms"},
-                                                                {"GRADSCOPE_BUFFER_CALLS", "7"},
-                                                                {"GRADSCOPE_BUFFER_CALLS", "3000"},
-                                                                {"GRADSCOPE_BUFFER_CALLS", "99999999999"},
-                                                                {"GRADSCOPE_MODE", "warp"},
-                                                                {"GRADSCOPE_MODE", "explore"},
-                                                                {"GRADSCOPE_STEP_CALLS", "0"},
-                                                                {"GRADSCOPE_STEP_CALLS", "x"},
-                                                                {"GRADSCOPE_DISABLE", "maybe"},
-                                                                {"GRADSCOPE_STEP_NVTX", ""}};
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"GRADSCOPE_FLUSH_INTERVAL", "banana"},
+      {"GRADSCOPE_FLUSH_INTERVAL", "0ms"},
+      {"GRADSCOPE_FLUSH_INTERVAL", "20s"},
+      {"GRADSCOPE_FLUSH_INTERVAL", "-5ms"},
+      {"GRADSCOPE_BUFFER_CALLS", "7"},
+      {"GRADSCOPE_BUFFER_CALLS", "3000"},
+      {"GRADSCOPE_BUFFER_CALLS", "99999999999"},
+      {"GRADSCOPE_MODE", "warp"},
+      {"GRADSCOPE_EXPLORE_BUDGET", "0"},
+      {"GRADSCOPE_EXPLORE_BUDGET", "150%"},
+      {"GRADSCOPE_EXPLORE_BUDGET", "lots"},
+      {"GRADSCOPE_EXPLORE_SAMPLES", "0"},
+      {"GRADSCOPE_EXPLORE_REPS", "-1"},
+      {"GRADSCOPE_EXPLORE_WARMUP", "x"},
+      {"GRADSCOPE_SHADOW_BYTES", "64M"},
+      {"GRADSCOPE_ALLOW_SEMANTIC_CHANGE", "perhaps"},
+      {"GRADSCOPE_STEP_CALLS", "0"},
+      {"GRADSCOPE_STEP_CALLS", "x"},
+      {"GRADSCOPE_DISABLE", "maybe"},
+      {"GRADSCOPE_STEP_NVTX", ""}};
   for (const auto& [name, value] : bad) {
     std::vector<std::string> errors;
     parse({{name, value}}, errors);
@@ -95,6 +104,100 @@ TEST(AgentConfig, EveryBadValueIsOneLineNamingTheVariable) {
     EXPECT_NE(errors[0].find(name), std::string::npos) << errors[0];
     EXPECT_EQ(errors[0].find('\n'), std::string::npos) << errors[0];
   }
+}
+
+TEST(AgentConfig, ExploreAndApplySettings) {
+  std::vector<std::string> errors;
+  const Config explore =
+      parse({{"GRADSCOPE_MODE", "explore"},
+             {"GRADSCOPE_EXPLORE_BUDGET", "25%"},
+             {"GRADSCOPE_EXPLORE_SAMPLES", "5"},
+             {"GRADSCOPE_EXPLORE_WARMUP", "0"},
+             {"GRADSCOPE_EXPLORE_SPACING", "3"},
+             {"GRADSCOPE_EXPLORE_REPS", "4"},
+             {"GRADSCOPE_EXPLORE_WARMUP_REPS", "1"},
+             {"GRADSCOPE_EXPLORE_STRATEGIES", " sum/native, sum/rs_ag/bf16 ,,adacons/native"},
+             {"GRADSCOPE_SHADOW_BYTES", "1048576"}},
+            errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(explore.mode, Mode::Explore);
+  EXPECT_DOUBLE_EQ(explore.explore.budget, 0.25);
+  EXPECT_EQ(explore.explore.samples, 5);
+  EXPECT_EQ(explore.explore.warmup, 0);
+  EXPECT_EQ(explore.explore.spacing, 3);
+  EXPECT_EQ(explore.explore.reps, 4);
+  EXPECT_EQ(explore.explore.warmup_reps, 1);
+  EXPECT_EQ(explore.explore.strategies,
+            (std::vector<std::string>{"sum/native", "sum/rs_ag/bf16", "adacons/native"}));
+  EXPECT_EQ(explore.explore.shadow_bytes, 1 << 20);
+  EXPECT_DOUBLE_EQ(parse({{"GRADSCOPE_EXPLORE_BUDGET", "0.05"}}, errors).explore.budget, 0.05);
+
+  const Config apply = parse({{"GRADSCOPE_MODE", "apply"},
+                              {"GRADSCOPE_RECOMMENDATION", "/plans/p.json"},
+                              {"GRADSCOPE_ALLOW_SEMANTIC_CHANGE", "1"}},
+                             errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(apply.mode, Mode::Apply);
+  EXPECT_EQ(apply.recommendation, "/plans/p.json");
+  EXPECT_TRUE(apply.allow_semantic_change);
+  EXPECT_EQ(modeName(apply.mode), "apply");
+
+  // Apply mode without a file is a configuration error: the job then runs untouched.
+  std::vector<std::string> missing;
+  parse({{"GRADSCOPE_MODE", "apply"}}, missing);
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_NE(missing[0].find("GRADSCOPE_RECOMMENDATION"), std::string::npos) << missing[0];
+}
+
+// Every rank of a communicator sees the same calls in the same order, so the plan must come out the
+// same from the same sequence whatever else happens; these pin the sequence itself.
+TEST(ExplorePlan, SamplesEachKeyAfterItsWarmupAndStopsAtTheSampleCount) {
+  ExplorePlan plan({.samples = 2, .warmup = 1, .spacing = 1, .max_bytes = 1 << 20});
+  std::vector<int> sampled;
+  for (int step = 0; step < 6; ++step) {
+    const bool small = plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 400);
+    const bool large = plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 40000);
+    if (small) plan.done(0, Api::MpiAllreduce, DType::Fp32, 400, true);
+    if (large) plan.done(0, Api::MpiAllreduce, DType::Fp32, 40000, true);
+    sampled.push_back(int{small} + 2 * int{large});
+  }
+  EXPECT_EQ(sampled, (std::vector<int>{0, 3, 3, 0, 0, 0}));
+}
+
+TEST(ExplorePlan, SizesInOneBucketShareAKeyAndOtherKeysAreSeparate) {
+  ExplorePlan plan({.samples = 1, .warmup = 0, .spacing = 1, .max_bytes = 1 << 20});
+  EXPECT_TRUE(plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 1024));
+  plan.done(0, Api::MpiAllreduce, DType::Fp32, 1024, true);
+  EXPECT_FALSE(plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 2047));  // same bucket
+  EXPECT_TRUE(plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 2048));   // next bucket
+  EXPECT_TRUE(plan.sample(1, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 1024));   // other communicator
+  EXPECT_TRUE(plan.sample(0, Api::MpiIallreduce, DType::Fp32, ReduceOp::Sum, 1024));  // other api
+  EXPECT_TRUE(plan.sample(0, Api::MpiAllreduce, DType::Fp64, ReduceOp::Sum, 1024));   // other dtype
+  EXPECT_EQ(ExplorePlan::bucketOf(1), 0);
+  EXPECT_EQ(ExplorePlan::bucketOf(1024), 10);
+  EXPECT_EQ(ExplorePlan::bucketOf(2047), 10);
+}
+
+TEST(ExplorePlan, OnlySumsOfFloatingPointThatFitTheArena) {
+  ExplorePlan plan({.samples = 9, .warmup = 0, .spacing = 1, .max_bytes = 4096});
+  EXPECT_FALSE(plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Max, 64));
+  EXPECT_FALSE(plan.sample(0, Api::MpiAllreduce, DType::Int32, ReduceOp::Sum, 64));
+  EXPECT_FALSE(plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 0));
+  EXPECT_FALSE(plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 8192));
+  EXPECT_TRUE(plan.sample(0, Api::MpiAllreduce, DType::Bf16, ReduceOp::Sum, 4096));
+}
+
+TEST(ExplorePlan, SpacingAndBackOffAfterARefusal) {
+  ExplorePlan plan({.samples = 3, .warmup = 0, .spacing = 3, .max_bytes = 1 << 20});
+  std::vector<int> tried;
+  // Occurrences 0..: explored at 0, then 3; refused at 6 (back-off 1: next try 7), refused at 7
+  // (back-off 2: next 9), explored at 9, the third sample.
+  for (int occurrence = 0; occurrence < 16; ++occurrence) {
+    if (!plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 100)) continue;
+    tried.push_back(occurrence);
+    plan.done(0, Api::MpiAllreduce, DType::Fp32, 100, occurrence != 6 && occurrence != 7);
+  }
+  EXPECT_EQ(tried, (std::vector<int>{0, 3, 6, 7, 9}));
 }
 
 TEST(AgentConfig, BothStepMarkersAreRefused) {

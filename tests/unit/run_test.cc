@@ -54,6 +54,45 @@ TEST(RunLauncher, OpenMpiGetsTheVariablesRightAfterTheLauncher) {
             (std::vector<std::string>{"/opt/ompi/bin/mpirun", "-x", "LD_PRELOAD"}));
 }
 
+TEST(RunLauncher, EveryApplicationContextOfAnMpmdCommandGetsTheVariables) {
+  EXPECT_EQ(
+      launcherCommand({"mpirun", "-np", "1", "./a", ":", "-np", "2", "./b", "x:y"}, Launcher::OpenMpi,
+                      {"LD_PRELOAD", "GRADSCOPE_MODE"}),
+      (std::vector<std::string>{"mpirun", "-x", "LD_PRELOAD", "-x", "GRADSCOPE_MODE", "-np", "1", "./a", ":",
+                                "-x", "LD_PRELOAD", "-x", "GRADSCOPE_MODE", "-np", "2", "./b", "x:y"}));
+}
+
+TEST(RunMode, ExploreAndApplyReachTheJobsEnvironment) {
+  RunOptions explore;
+  explore.mode = "explore";
+  explore.explore_budget = "5%";
+  Environment job = jobEnvironment({}, "/a/agent.so", "/out", "u", "x");
+  setModeEnvironment(job, explore);
+  EXPECT_EQ(job.at("GRADSCOPE_MODE"), "explore");
+  EXPECT_EQ(job.at("GRADSCOPE_EXPLORE_BUDGET"), "5%");
+  // Dynamic rules let the agent force an algorithm on its own communicators; the user's choice stays.
+  EXPECT_EQ(job.at("OMPI_MCA_coll_tuned_use_dynamic_rules"), "1");
+  const auto forwarded = variablesToForward(job);
+  EXPECT_NE(std::find(forwarded.begin(), forwarded.end(), "OMPI_MCA_coll_tuned_use_dynamic_rules"),
+            forwarded.end());
+  Environment mine =
+      jobEnvironment({{"OMPI_MCA_coll_tuned_use_dynamic_rules", "0"}}, "/a/agent.so", "/out", "u", "x");
+  setModeEnvironment(mine, explore);
+  EXPECT_EQ(mine.at("OMPI_MCA_coll_tuned_use_dynamic_rules"), "0");
+
+  RunOptions apply;
+  apply.mode = "apply";
+  apply.recommendation = "plan.json";
+  apply.allow_semantic_change = true;
+  Environment applied = jobEnvironment({}, "/a/agent.so", "/out", "u", "x");
+  setModeEnvironment(applied, apply);
+  EXPECT_EQ(applied.at("GRADSCOPE_MODE"), "apply");
+  EXPECT_TRUE(applied.at("GRADSCOPE_RECOMMENDATION").starts_with("/")) << "made absolute for the ranks";
+  EXPECT_TRUE(applied.at("GRADSCOPE_RECOMMENDATION").ends_with("/plan.json"));
+  EXPECT_EQ(applied.at("GRADSCOPE_ALLOW_SEMANTIC_CHANGE"), "1");
+  EXPECT_EQ(applied.count("OMPI_MCA_coll_tuned_use_dynamic_rules"), 0u);
+}
+
 TEST(RunLauncher, ClassifiesLaunchersByNameAndByWhatTheyLeadTo) {
   const TempDir dir;
   const auto file = [&](const std::string& name) {

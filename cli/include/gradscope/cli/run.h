@@ -36,11 +36,15 @@
 namespace gradscope::cli {
 
 struct RunOptions {
-  std::vector<std::string> command;  // the job: CMD ARGS...
-  std::string output_directory;      // empty: a default (defaultOutputDirectory)
-  bool force = false;                // use a directory that already holds trace files
-  std::chrono::seconds wait{60};     // launched job, rank 0: how long to wait for the other ranks
-  std::size_t top_calls = 10;        // rows of "Slowest calls" in the summary
+  std::vector<std::string> command;    // the job: CMD ARGS...
+  std::string output_directory;        // empty: a default (defaultOutputDirectory)
+  bool force = false;                  // use a directory that already holds trace files
+  std::chrono::seconds wait{60};       // launched job, rank 0: how long to wait for the other ranks
+  std::size_t top_calls = 10;          // rows of "Slowest calls" in the summary
+  std::string mode = "observe";        // observe | explore | apply (GRADSCOPE_MODE)
+  std::string recommendation;          // apply: the file (GRADSCOPE_RECOMMENDATION, made absolute)
+  bool allow_semantic_change = false;  // apply: GRADSCOPE_ALLOW_SEMANTIC_CHANGE=1
+  std::string explore_budget;  // explore: GRADSCOPE_EXPLORE_BUDGET as given; empty: the agent's default
 };
 
 // Runs the job as described above; everything gradscope itself says goes to `log` (standard error in
@@ -66,7 +70,8 @@ enum class Launcher {
 Launcher classifyLauncher(const std::string& name, const std::string& resolved);
 
 // The job's command line with Open MPI's `-x VAR` inserted right after the launcher for each of
-// `variables` (in order), so that ranks on other nodes get them; unchanged for other launchers.
+// `variables` (in order), so that ranks on other nodes get them, and again after every ":" that
+// starts another application context of an MPMD command; unchanged for other launchers.
 std::vector<std::string> launcherCommand(const std::vector<std::string>& command, Launcher launcher,
                                          const std::vector<std::string>& variables);
 
@@ -115,6 +120,13 @@ std::string shellJoin(const std::vector<std::string>& command);
 // (<directory>/rank%r-%h-%p.db), GRADSCOPE_RUN_ID and GRADSCOPE_COMMAND set; the rest passes through.
 Environment jobEnvironment(const Environment& parent, const std::string& agent, const std::string& directory,
                            const std::string& run_id, const std::string& command_line);
+
+// The agent's mode in the job's environment: GRADSCOPE_MODE, and for apply GRADSCOPE_RECOMMENDATION
+// (absolute) and GRADSCOPE_ALLOW_SEMANTIC_CHANGE, for explore GRADSCOPE_EXPLORE_BUDGET. Explore also
+// turns on Open MPI's coll/tuned dynamic rules (OMPI_MCA_coll_tuned_use_dynamic_rules=1, unless the
+// environment sets it), so that the mpi.<algorithm> strategies can force an algorithm on the agent's
+// own communicators; with no algorithm forced the job's collectives keep Open MPI's fixed decisions.
+void setModeEnvironment(Environment& environment, const RunOptions& options);
 
 // Names of the GRADSCOPE_* variables of `environment`, and LD_PRELOAD first: what a launcher must pass on.
 std::vector<std::string> variablesToForward(const Environment& environment);

@@ -1,0 +1,295 @@
+#include "shadow.h"
+
+#include <dlfcn.h>
+
+#include <bit>
+#include <filesystem>
+#include <set>
+
+#include "clock.h"
+#include "recorder.h"
+
+namespace gradscope::agent {
+
+constinit thread_local bool t_internal __attribute__((tls_model("initial-exec"))) = false;
+std::atomic<bool> g_shadow_hooks{false};
+
+namespace {
+
+std::atomic<ShadowMode> g_mode{ShadowMode::Off};
+ShadowMode g_started_mode = ShadowMode::Off;  // what start agreed on (g_mode is Off again after stop)
+Extension* g_extension = nullptr;
+ExplorePlan* g_plan = nullptr;
+std::optional<Recommendation> g_recommendation;
+std::int64_t g_started_ns = 0;
+std::atomic<std::int64_t> g_spent_ns{0};
+
+std::mutex g_results_mutex;
+std::vector<ExploreRecord> g_results;
+constexpr std::size_t kMaxQueuedResults = 4096;
+
+std::mutex g_strategies_mutex;
+std::vector<std::string> g_strategies;  // applied strategy names, index + 1 in CallEvent::strategy
+
+std::mutex g_reported_mutex;
+std::set<std::string> g_reported;
+
+struct Counters {
+  std::atomic<std::int64_t> explored{0}, skipped_budget{0}, skipped_other{0}, applied{0}, apply_failed{0};
+} g_counters;
+
+// The extension lives next to the agent: the directory of the object this function is in.
+std::string extensionPath(Backend backend) {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&extensionPath), &info) == 0 || info.dli_fname == nullptr) return {};
+  const char* file = backend == Backend::Mpi ? "libgradscope-agent-mpi.so" : "";
+  return (std::filesystem::path(info.dli_fname).parent_path() / file).string();
+}
+
+void logFromExtension(const char* line) {
+  logLine(line);
+}
+
+// This rank's reason not to take part in apply mode, or empty.
+std::string loadRecommendationFile(Backend backend) {
+  const Config& cfg = config();
+  try {
+    Recommendation recommendation = loadRecommendation(cfg.recommendation);
+    if (recommendation.backend != backend)
+      return fmt::format("{}: made for a {} job, not {} (make it from a trace of this job)",
+                         cfg.recommendation, name(recommendation.backend), name(backend));
+    if (!cfg.allow_semantic_change)
+      for (const RecommendationRule& rule : recommendation.rules)
+        if (rule.error_class == ErrorClass::Semantic)
+          return fmt::format(
+              "{}: rule for {} {} uses {}, which changes what the job computes; pass --allow-semantic-change "
+              "(GRADSCOPE_ALLOW_SEMANTIC_CHANGE=1) to apply it",
+              cfg.recommendation, name(rule.api), name(rule.dtype), rule.strategy);
+    g_recommendation = std::move(recommendation);
+    return {};
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+}
+
+}  // namespace
+
+// ---- ExplorePlan ------------------------------------------------------------------------------------
+
+// Occurrences between tries of a key the budget refused, at most: a refusal costs one small
+// all-reduce, and a job's later steps must still get their turn once the run has grown.
+constexpr int kMaxBackoff = 32;
+
+int ExplorePlan::bucketOf(std::int64_t bytes) {
+  return bytes <= 0 ? -1 : static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes))) - 1;
+}
+
+std::uint64_t ExplorePlan::key(std::uint32_t comm, Api api, DType dtype, std::int64_t bytes) {
+  return (std::uint64_t{comm} << 32) | (std::uint64_t{static_cast<std::uint8_t>(api)} << 16) |
+         (std::uint64_t{static_cast<std::uint8_t>(dtype)} << 8) | static_cast<std::uint8_t>(bucketOf(bytes));
+}
+
+bool ExplorePlan::sample(std::uint32_t comm, Api api, DType dtype, ReduceOp op, std::int64_t bytes) {
+  if (op != ReduceOp::Sum || bytes <= 0 || bytes > settings_.max_bytes) return false;
+  if (dtype != DType::Fp32 && dtype != DType::Fp64 && dtype != DType::Fp16 && dtype != DType::Bf16)
+    return false;
+  const std::lock_guard lock(mutex_);
+  auto it = keys_.find(key(comm, api, dtype, bytes));
+  if (it == keys_.end()) {
+    if (keys_.size() >= kMaxKeys) return false;
+    it = keys_.emplace(key(comm, api, dtype, bytes), KeyState{0, settings_.warmup, 0, 1}).first;
+  }
+  KeyState& state = it->second;
+  const std::int64_t occurrence = state.occurrences++;
+  return state.explored < settings_.samples && occurrence >= state.next;
+}
+
+void ExplorePlan::done(std::uint32_t comm, Api api, DType dtype, std::int64_t bytes, bool explored) {
+  const std::lock_guard lock(mutex_);
+  const auto it = keys_.find(key(comm, api, dtype, bytes));
+  if (it == keys_.end()) return;
+  KeyState& state = it->second;
+  if (explored) {
+    ++state.explored;
+    state.backoff = 1;
+    state.next = state.occurrences + settings_.spacing - 1;
+  } else {
+    state.next = state.occurrences + state.backoff - 1;
+    state.backoff = std::min(state.backoff * 2, kMaxBackoff);
+  }
+}
+
+// ---- start and stop ---------------------------------------------------------------------------------
+
+ShadowMode shadowMode() {
+  return g_mode.load(std::memory_order_relaxed);
+}
+
+void startShadow(Backend backend, bool recording) {
+  const Config& cfg = config();
+  if (cfg.disabled || cfg.mode == Mode::Observe || configHasErrors()) return;
+  // Every rank gets here with the same configuration; a rank whose extension does not load cannot
+  // agree with the others, so its failure must be the same everywhere: a missing library is (one
+  // installation), and the message says so.
+  const std::string path = extensionPath(backend);
+  void* library = path.empty() ? nullptr : dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) {
+    log("{} mode needs {} ({}); the job runs in observe mode", modeName(cfg.mode), path,
+        dlerror() != nullptr ? "it does not load" : "not found");
+    return;
+  }
+  using Entry = Extension* (*)(int, void (*)(const char*));
+  const auto entry = reinterpret_cast<Entry>(dlsym(library, "gradscope_agent_extension"));
+  Extension* extension = entry != nullptr ? entry(kExtensionAbi, &logFromExtension) : nullptr;
+  if (extension == nullptr) {
+    log("{} is from another gradscope version; {} mode is off, the job runs in observe mode", path,
+        modeName(cfg.mode));
+    return;
+  }
+  g_extension = extension;
+  g_shadow_hooks.store(true, std::memory_order_release);
+
+  std::string local_problem;
+  if (cfg.mode == Mode::Apply) local_problem = loadRecommendationFile(backend);
+  else if (!recording) local_problem = "this rank is not recording (see the line above)";
+  ExploreSettings settings;
+  settings.reps = cfg.explore.reps;
+  settings.warmup_reps = cfg.explore.warmup_reps;
+  settings.strategies = cfg.explore.strategies;
+  settings.shadow_bytes = cfg.mode == Mode::Explore ? static_cast<std::size_t>(cfg.explore.shadow_bytes) : 0;
+  std::string error;
+  bool started = false;
+  {
+    InternalScope internal;
+    started = extension->start(settings, local_problem, error);
+  }
+  if (!started) {
+    // Only the lowest rank that failed has a message: one line per job, not per rank.
+    if (!error.empty())
+      log("{}; {} mode is off, the job {}", error, modeName(cfg.mode),
+          cfg.mode == Mode::Apply ? "runs untouched" : "runs in observe mode");
+    g_recommendation.reset();
+    return;
+  }
+  if (cfg.mode == Mode::Explore) {
+    // The arena holds the input copy, the result, the fp64 reference (8 bytes per element, at most 4×
+    // an fp16 input): the largest call explored is a quarter of it for fp32.
+    ExplorePlan::Settings plan;
+    plan.samples = cfg.explore.samples;
+    plan.warmup = cfg.explore.warmup;
+    plan.spacing = cfg.explore.spacing;
+    plan.max_bytes = cfg.explore.shadow_bytes / 4;
+    g_plan = new ExplorePlan(plan);
+  }
+  g_started_ns = monotonicNs();
+  g_started_mode = cfg.mode == Mode::Explore ? ShadowMode::Explore : ShadowMode::Apply;
+  g_mode.store(cfg.mode == Mode::Explore ? ShadowMode::Explore : ShadowMode::Apply,
+               std::memory_order_release);
+}
+
+void stopShadow() {
+  if (g_extension == nullptr) return;
+  g_mode.store(ShadowMode::Off, std::memory_order_release);
+  InternalScope internal;
+  g_extension->stop();
+}
+
+Extension* extension() {
+  return g_extension;
+}
+
+std::string shadowModeName() {
+  switch (g_started_mode) {
+    case ShadowMode::Explore: return "explore";
+    case ShadowMode::Apply: return "apply";
+    case ShadowMode::Off: break;
+  }
+  return "off";
+}
+
+// ---- explore ----------------------------------------------------------------------------------------
+
+ExplorePlan& explorePlan() {
+  return *g_plan;
+}
+
+BudgetState budgetNow(double call_ns) {
+  BudgetState budget;
+  budget.call_ns = call_ns;
+  budget.spent_ns = static_cast<double>(g_spent_ns.load(std::memory_order_relaxed));
+  budget.elapsed_ns = static_cast<double>(monotonicNs() - g_started_ns);
+  budget.fraction = config().explore.budget;
+  return budget;
+}
+
+void addSpentNs(std::int64_t ns) {
+  g_spent_ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
+void submitExplore(ExploreRecord record) {
+  if (record.result.explored) g_counters.explored.fetch_add(1, std::memory_order_relaxed);
+  else if (record.result.skipped.starts_with("over budget"))
+    g_counters.skipped_budget.fetch_add(1, std::memory_order_relaxed);
+  else if (g_counters.skipped_other.fetch_add(1, std::memory_order_relaxed) == 0)
+    log("explore: an exploration was skipped: {} (said once; the job is not affected)", record.result.skipped);
+  if (!record.result.explored) return;
+  const std::lock_guard lock(g_results_mutex);
+  if (g_results.size() >= kMaxQueuedResults) {
+    countDrop("explore_result");
+    return;
+  }
+  g_results.push_back(std::move(record));
+}
+
+std::vector<ExploreRecord> takeExploreRecords() {
+  const std::lock_guard lock(g_results_mutex);
+  std::vector<ExploreRecord> out;
+  out.swap(g_results);
+  return out;
+}
+
+// ---- apply ------------------------------------------------------------------------------------------
+
+const RecommendationRule* applyRuleFor(Api api, DType dtype, ReduceOp op, std::int64_t bytes, int world) {
+  if (!g_recommendation || op != ReduceOp::Sum) return nullptr;
+  return g_recommendation->match(api, dtype, bytes, world);
+}
+
+void reportApplyFailure(const std::string& strategy, DType dtype, const std::string& error) {
+  {
+    const std::lock_guard lock(g_reported_mutex);
+    if (!g_reported.insert(fmt::format("{}/{}", strategy, name(dtype))).second) return;
+  }
+  log("apply: {} on {} calls: {}; those calls run untouched", strategy, name(dtype), error);
+}
+
+void countApplied(bool ok) {
+  (ok ? g_counters.applied : g_counters.apply_failed).fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint16_t appliedStrategyIndex(const std::string& strategy) {
+  const std::lock_guard lock(g_strategies_mutex);
+  for (std::size_t i = 0; i < g_strategies.size(); ++i)
+    if (g_strategies[i] == strategy) return static_cast<std::uint16_t>(i + 1);
+  if (g_strategies.size() >= 0xfffe) return 0;
+  g_strategies.push_back(strategy);
+  return static_cast<std::uint16_t>(g_strategies.size());
+}
+
+std::string appliedStrategyName(std::uint16_t index) {
+  const std::lock_guard lock(g_strategies_mutex);
+  return index == 0 || index > g_strategies.size() ? std::string() : g_strategies[index - 1];
+}
+
+ShadowStats shadowStats() {
+  ShadowStats stats;
+  stats.explored = g_counters.explored.load(std::memory_order_relaxed);
+  stats.skipped_budget = g_counters.skipped_budget.load(std::memory_order_relaxed);
+  stats.skipped_other = g_counters.skipped_other.load(std::memory_order_relaxed);
+  stats.applied = g_counters.applied.load(std::memory_order_relaxed);
+  stats.apply_failed = g_counters.apply_failed.load(std::memory_order_relaxed);
+  stats.spent_ns = g_spent_ns.load(std::memory_order_relaxed);
+  return stats;
+}
+
+}  // namespace gradscope::agent

@@ -1,0 +1,133 @@
+#pragma once
+
+// Explore and apply modes, the backend-neutral half (docs/agent.md, "Explore and apply"): which calls
+// are explored (ExplorePlan), which are replaced (the recommendation's rules), the budget, the
+// extension library that runs strategies (extension.h), and the hand-over of results to the recorder's
+// background thread.
+//
+// Collective safety. Everything here that leads to communication is decided from per-communicator
+// sequences of (api, dtype, size), the configuration and the recommendation file, which are the same
+// on every rank, or from values the extension agreed on collectively. Once shadow work has started it
+// never depends on whether this rank is still recording (a full disk stops the recording, not the
+// collectives the other ranks are waiting for).
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "extension.h"
+#include "gradscope/common/recommendation.h"
+#include "gradscope/common/types.h"
+
+namespace gradscope::agent {
+
+enum class ShadowMode : std::uint8_t { Off, Explore, Apply };
+
+// Set while the agent works inside the extension on this thread: the interposers then pass the
+// extension's own MPI calls straight to the library, unrecorded.
+extern constinit thread_local bool t_internal __attribute__((tls_model("initial-exec")));
+struct InternalScope {
+  InternalScope() { t_internal = true; }
+  ~InternalScope() { t_internal = false; }
+  InternalScope(const InternalScope&) = delete;
+  InternalScope& operator=(const InternalScope&) = delete;
+};
+
+// True once an extension is loaded (the interposers then check t_internal and the mode). Read on the
+// hot path: a plain load, set before the job's other threads can call MPI.
+extern std::atomic<bool> g_shadow_hooks;
+inline bool shadowHooks() {
+  return g_shadow_hooks.load(std::memory_order_relaxed);
+}
+ShadowMode shadowMode();
+
+// Which calls explore mode times strategies on: per communicator and key (api, dtype, size bucket =
+// ⌊log2 bytes⌋), the occurrences after `warmup` ones, `samples` of them, each at least `spacing`
+// occurrences apart (so that one size is seen in several steps). An exploration the budget refused
+// is retried after twice the previous back-off (at most 32 occurrences). Only sum all-reduces of fp32, fp64,
+// fp16 and bf16 that fit `max_bytes` (what the shadow arena can hold) are candidates. A pure function of the
+// call sequence.
+class ExplorePlan {
+ public:
+  struct Settings {
+    int samples = 3;
+    int warmup = 2;
+    int spacing = 1;
+    std::int64_t max_bytes = 16 << 20;
+  };
+  explicit ExplorePlan(Settings settings) : settings_(settings) {}
+
+  // Decides for one call (and counts its occurrence).
+  bool sample(std::uint32_t comm, Api api, DType dtype, ReduceOp op, std::int64_t bytes);
+  // What became of a sampled call: explored, or skipped (agreed: over budget, no room).
+  void done(std::uint32_t comm, Api api, DType dtype, std::int64_t bytes, bool explored);
+
+  static int bucketOf(std::int64_t bytes);
+
+ private:
+  struct KeyState {
+    std::int64_t occurrences = 0;
+    std::int64_t next = 0;  // occurrence index of the next try
+    int explored = 0;
+    int backoff = 1;
+  };
+  static std::uint64_t key(std::uint32_t comm, Api api, DType dtype, std::int64_t bytes);
+
+  static constexpr std::size_t kMaxKeys = 1 << 14;
+  Settings settings_;
+  std::mutex mutex_;
+  std::unordered_map<std::uint64_t, KeyState> keys_;
+};
+
+// The applied strategies' names, indexed from 1 (CallEvent::strategy; 0 = the job's own call).
+std::uint16_t appliedStrategyIndex(const std::string& strategy);
+std::string appliedStrategyName(std::uint16_t index);
+
+// Loads the extension and agrees with every rank on starting explore or apply (collective over the
+// world; call it on every rank right after MPI_Init, whether or not this rank records). `recording` is
+// whether this rank's trace file is open. Logs one line and leaves the mode Off when anything fails.
+void startShadow(Backend backend, bool recording);
+// MPI_Finalize: frees the extension's communicators first.
+void stopShadow();
+Extension* extension();
+
+// Explore mode.
+ExplorePlan& explorePlan();
+// `call_ns`: how long the job's own call took here (0 when it has not run yet).
+BudgetState budgetNow(double call_ns);
+void addSpentNs(std::int64_t ns);
+// Hands an exploration's results to the background thread, which links them to the call (comm, seq).
+struct ExploreRecord {
+  std::uint32_t comm = 0;
+  std::int64_t seq = 0;
+  std::int64_t step = -1;
+  Api api = Api::Unknown;
+  DType dtype = DType::Other;
+  std::int64_t bytes = 0;
+  int world = 1;
+  ExploreResult result;
+};
+void submitExplore(ExploreRecord record);
+// Background thread: takes everything submitted so far.
+std::vector<ExploreRecord> takeExploreRecords();
+
+// Apply mode: the rule for a call, or nullptr (a pure function of the call and the file). Rules the
+// extension could not run are reported once, and their calls run untouched.
+const RecommendationRule* applyRuleFor(Api api, DType dtype, ReduceOp op, std::int64_t bytes, int world);
+void reportApplyFailure(const std::string& strategy, DType dtype, const std::string& error);
+
+// Counters for the run's statistics (runs.config_json "agent").
+struct ShadowStats {
+  std::int64_t explored = 0, skipped_budget = 0, skipped_other = 0, applied = 0, apply_failed = 0;
+  std::int64_t spent_ns = 0;
+};
+ShadowStats shadowStats();
+void countApplied(bool ok);
+// The mode start agreed on ("explore", "apply"), or "off" when it did not start.
+std::string shadowModeName();
+
+}  // namespace gradscope::agent

@@ -1,0 +1,376 @@
+#!/usr/bin/python3
+"""Integration tests of the agent's explore and apply modes on real MPI jobs.
+
+  check_shadow.py TOOLS --workdir DIR explore --np N  the C++ sample under explore mode: stdout bit-identical
+                                                      to the plain run's; the calls exactly the job's; every
+                                                      applicable strategy measured on each size, linked to its
+                                                      call, on the same calls on every rank; errors within the
+                                                      documented bounds; consensus rows for the fp32 buffers
+  check_shadow.py TOOLS --workdir DIR apply --np N    apply-check under apply mode: covered calls return the
+                                                      recommended strategy's result bit for bit, the others the
+                                                      library's own; applied_calls says which
+  check_shadow.py TOOLS --workdir DIR slow-rank       explore with rank 0 much slower than rank 1: no deadlock,
+                                                      the same calls explored on both
+  check_shadow.py TOOLS --workdir DIR budget          explore with the default budget on a longer run: time spent
+                                                      exploring within the budget (plus one exploration)
+  check_shadow.py TOOLS --workdir DIR bad-files       apply mode with a malformed, foreign, newer, mismatched,
+                                                      semantic-without-opt-in or missing file: one 'gradscope:'
+                                                      line for the job, its output untouched
+
+TOOLS: --agent SO --gradscope EXE --mpiexec EXE --sample EXE --apply-check EXE.
+Shares its helpers with check_agent.py. Exits 0 when every check passes, 1 with one line per failure.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+from collections import defaultdict
+
+import check_agent as ca
+from check_agent import check, tail
+from sanitizers import preload
+
+# Strategy names explore mode measures on MPI (methods/comm applicableStrategies).
+TRANSPORTS = ["native", "rs_ag", "reduce_bcast", "hier"]
+WIRES = ["fp16", "bf16", "fp8e4m3", "fp8e5m2"]
+MPI_ALGORITHMS = ["basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner"]
+SUMS = [f"sum/{t}" for t in TRANSPORTS] + [f"sum/mpi.{a}" for a in MPI_ALGORITHMS]
+FP32_STRATEGIES = set(SUMS + [f"sum/{t}/{w}" for t in TRANSPORTS for w in WIRES] + ["adacons/native", "adasum/native"])
+FP64_STRATEGIES = set(SUMS)
+
+# Error bounds against the fp64 reference (docs/methods.md, "Distributed strategies"): a lossless sum of N
+# fp32 values is within (N-1)·2^-24 relative; the wire formats within their unit roundoff times a few
+# hops; AdaCons and AdaSum are compared with methods:: on every rank's input.
+def error_bound(strategy, dtype):
+    if strategy.startswith("adacons/") or strategy.startswith("adasum/"):
+        return 1e-5
+    for wire, bound in (("fp8e4m3", 0.2), ("fp8e5m2", 0.3), ("bf16", 3e-2), ("fp16", 5e-3)):
+        if strategy.endswith("/" + wire):
+            return bound
+    return 1e-6 if dtype == ca.FP32 else 1e-14
+
+
+def explore_variables(**overrides):
+    variables = {"GRADSCOPE_MODE": "explore", "GRADSCOPE_EXPLORE_BUDGET": "1", "GRADSCOPE_EXPLORE_SAMPLES": "1",
+                 "GRADSCOPE_EXPLORE_WARMUP": "1", "GRADSCOPE_EXPLORE_REPS": "2", "GRADSCOPE_EXPLORE_WARMUP_REPS": "1",
+                 "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
+    variables.update(overrides)
+    return variables
+
+
+def run_explore(args, np, label, steps, sample_args=(), variables=None, program=None):
+    """Runs the sample under explore mode; returns the merged trace's path or None."""
+    traces = ca.fresh_directory(os.path.join(args.workdir, "traces"))
+    options = ca.agent_options(args, os.path.join(traces, "rank%r.db"), **(variables or explore_variables()))
+    job = program or ([args.sample, "--steps", str(steps)] + list(sample_args))
+    code, out, err = ca.run(ca.mpiexec(args, np, job, options), ca.base_environment(), args.workdir, timeout=180)
+    check(code == 0, f"{label}: exit {code} under explore mode: {tail(err)}")
+    check(ca.gradscope_lines(err) == [], f"{label}: the agent printed {ca.gradscope_lines(err)}")
+    merged = os.path.join(args.workdir, "merged.db")
+    if not ca.merge(args, traces, merged, label):
+        return None, out
+    return merged, out
+
+
+def explored_calls(db):
+    """rank -> sorted list of (seq, api, dtype, bytes, strategy) measured on that rank's calls."""
+    rows = db.execute("SELECT r.rank, c.seq, c.api, c.dtype, c.bytes, m.strategy, m.api, m.dtype, m.bytes "
+                      "FROM measurements m JOIN calls c ON c.id = m.call_id JOIN ranks r ON r.id = m.rank_id "
+                      "ORDER BY r.rank, c.seq, m.strategy").fetchall()
+    per_rank = defaultdict(list)
+    for rank, seq, api, dtype, size, strategy, m_api, m_dtype, m_bytes in rows:
+        check((api, dtype, size) == (m_api, m_dtype, m_bytes),
+              f"measurement {strategy} on rank {rank} seq {seq}: says {(m_api, m_dtype, m_bytes)}, its call is "
+              f"{(api, dtype, size)}")
+        per_rank[rank].append((seq, api, dtype, size, strategy))
+    return per_rank
+
+
+def check_identical_sampling(per_rank, np, label):
+    reference = per_rank.get(0, [])
+    check(sorted(per_rank) == list(range(np)), f"{label}: measurements from ranks {sorted(per_rank)}, expected all")
+    for rank, rows in per_rank.items():
+        if rows != reference:
+            check(False, f"{label}: rank {rank} explored other calls or strategies than rank 0: "
+                  f"{sorted(set(rows) ^ set(reference))[:5]}")
+
+
+def check_explore(args):
+    """explore --np N: bit-identical job output, the exact calls, every strategy on every explored size."""
+    np, steps, label = args.np, 6, f"explore np={args.np}"
+    plain_out, _ = ca.plain_run(args, np, [args.sample, "--steps", str(steps)], args.workdir, label)
+    merged, out = run_explore(args, np, label, steps)
+    check(out == plain_out, f"{label}: stdout differs from the plain run's:\n--- plain\n{plain_out}--- explore\n{out}")
+    if merged is None:
+        return
+    db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+    ca.check_job_trace(db, np, steps, label, mode="explore")
+
+    # Warm-up 1, one sample per (api, dtype, size): each of the 7 calls of a step is explored once, in
+    # the second step; every applicable strategy on each.
+    per_rank = explored_calls(db)
+    check_identical_sampling(per_rank, np, label)
+    by_call = defaultdict(set)
+    for seq, api, dtype, size, strategy in per_rank.get(0, []):
+        by_call[(seq, api, dtype, size)].add(strategy)
+    setup, per_step = len(ca.SETUP_CALLS), len(ca.STEP_CALLS)
+    expected_seqs = list(range(setup + per_step, setup + 2 * per_step))
+    check(sorted(key[0] for key in by_call) == expected_seqs,
+          f"{label}: explored calls with seq {sorted(key[0] for key in by_call)}, expected the second step's "
+          f"{expected_seqs}")
+    for (seq, api, dtype, size), strategies in sorted(by_call.items()):
+        expected = FP32_STRATEGIES if dtype == ca.FP32 else FP64_STRATEGIES
+        check(strategies == expected, f"{label}: call seq {seq} ({ca.API_NAMES.get(api)}, {size} B): strategies "
+              f"measured {sorted(strategies)}; missing {sorted(expected - strategies)}, unexpected "
+              f"{sorted(strategies - expected)}")
+
+    rows = db.execute("SELECT m.strategy, m.dtype, m.reps, m.min_ns, m.median_ns, m.p90_ns, m.max_ns, m.rel_l2_error, "
+                      "m.cosine, m.overflow_count, m.world, m.busbw_gbs FROM measurements m").fetchall()
+    for strategy, dtype, reps, low, median, p90, high, error, cosine, overflow, world, busbw in rows:
+        where = f"{label}: {strategy} ({ca.DTYPE_NAMES.get(dtype)})"
+        check(reps == 2 and 0 < low <= median <= p90 <= high, f"{where}: reps {reps}, times {low} {median} {p90} {high}")
+        check(world == np, f"{where}: world {world}, expected {np}")
+        check(busbw > 0, f"{where}: busbw {busbw}")
+        check(error is not None and error <= error_bound(strategy, dtype),
+              f"{where}: relative error {error} above {error_bound(strategy, dtype)}")
+        check(cosine is not None and cosine > 0.9, f"{where}: cosine to the reference {cosine}")
+        check(overflow == 0, f"{where}: {overflow} overflows on gradients of magnitude ~1")
+
+    # Consensus: one row per rank and explored fp32 buffer, its step filled in at merge; diversity and
+    # the set of calls the same on every rank.
+    consensus = db.execute("SELECT r.rank, c.seq, k.step, c.step, k.alpha, k.cosine_to_mean, k.grad_norm, "
+                           "k.diversity FROM consensus k JOIN ranks r ON r.id = k.rank_id "
+                           "JOIN calls c ON c.id = k.call_id ORDER BY c.seq, r.rank").fetchall()
+    fp32_calls = sorted(seq for (seq, api, dtype, size) in by_call if dtype == ca.FP32)
+    check(len(consensus) == np * len(fp32_calls), f"{label}: {len(consensus)} consensus rows, expected "
+          f"{np} ranks x {len(fp32_calls)} explored fp32 buffers")
+    diversity = defaultdict(set)
+    for rank, seq, step, call_step, alpha, cosine, norm, div in consensus:
+        check(step == call_step == 1, f"{label}: consensus of seq {seq} rank {rank} has step {step} (call {call_step})")
+        check(norm > 0 and -1.0 <= cosine <= 1.0 and alpha == alpha, f"{label}: consensus row {rank, seq}: "
+              f"alpha {alpha} cosine {cosine} norm {norm}")
+        diversity[seq].add(round(div, 9))
+    check(all(len(values) == 1 for values in diversity.values()),
+          f"{label}: diversity differs between ranks: {dict(diversity)}")
+    stats = [json.loads(row[0]) for row in db.execute("SELECT config_json FROM runs")]
+    shadow = [rank.get("shadow", {}) for rank in stats[0].get("agent_ranks", [])] if stats else []
+    check(len(shadow) == np and all(s.get("mode") == "explore" and s.get("explored") == 7 for s in shadow),
+          f"{label}: agent statistics {shadow}, expected mode explore and 7 explored calls per rank")
+    db.close()
+
+
+def check_slow_rank(args):
+    """Rank 0 sleeps 30 ms a step more than rank 1 (MPMD launch): the budget agreement and the explorations
+    must not deadlock, and both ranks explore the same calls."""
+    label, steps = "explore, slow rank 0", 8
+    slow = [args.sample, "--steps", str(steps), "--sleep-ms", "30"]
+    fast = [args.sample, "--steps", str(steps)]
+    variables = explore_variables(GRADSCOPE_EXPLORE_BUDGET="0.5", GRADSCOPE_EXPLORE_SAMPLES="2",
+                                  GRADSCOPE_EXPLORE_STRATEGIES="sum/native,sum/rs_ag,sum/native/bf16,adacons/native")
+    options = ca.agent_options(args, os.path.join(ca.fresh_directory(os.path.join(args.workdir, "traces")),
+                                                  "rank%r.db"), **variables)
+    # Open MPI's -x applies to one application context: each gets the options.
+    command = ([args.mpiexec, "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", "1"] + options + slow
+               + [":", "-np", "1"] + options + fast)
+    code, out, err = ca.run(command, ca.base_environment(), args.workdir, timeout=180)
+    check(code == 0, f"{label}: exit {code}: {tail(err)}")
+    merged = os.path.join(args.workdir, "merged.db")
+    if ca.merge(args, os.path.join(args.workdir, "traces"), merged, label):
+        db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+        per_rank = explored_calls(db)
+        check(len(per_rank.get(0, [])) > 0, f"{label}: nothing explored")
+        check_identical_sampling(per_rank, 2, label)
+        db.close()
+
+
+def check_budget(args):
+    """The default budget (10%) on a run long enough to explore several times: the time spent exploring,
+    as every rank counts it, stays within the budget plus the last exploration."""
+    label, steps = "explore, default budget", 400
+    variables = explore_variables()
+    for name in ("GRADSCOPE_EXPLORE_BUDGET", "GRADSCOPE_EXPLORE_SAMPLES", "GRADSCOPE_EXPLORE_WARMUP",
+                 "GRADSCOPE_EXPLORE_REPS", "GRADSCOPE_EXPLORE_WARMUP_REPS"):
+        variables.pop(name)
+    merged, _ = run_explore(args, 2, label, steps, sample_args=["--blocking"], variables=variables)
+    if merged is None:
+        return
+    db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+    config, start, end = db.execute("SELECT config_json, start_ns, end_ns FROM runs").fetchone()
+    duration = end - start
+    for rank in json.loads(config).get("agent_ranks", []):
+        shadow = rank.get("shadow", {})
+        spent, explored = shadow.get("explore_ns", 0), shadow.get("explored", 0)
+        # The largest single exploration: every strategy on the largest call, bounded by the budget check
+        # that preceded it. Allow the budget plus one such exploration.
+        check(explored >= 1, f"{label}: rank {rank.get('rank')}: nothing explored in {duration / 1e9:.2f} s ({shadow})")
+        per_exploration = spent / max(explored, 1)
+        check(spent <= 0.10 * duration + per_exploration + 0.05 * duration,
+              f"{label}: rank {rank.get('rank')} spent {spent / 1e6:.1f} ms exploring in a {duration / 1e6:.1f} ms "
+              f"run: over the 10% budget plus one exploration")
+        print(f"check_shadow: budget: rank {rank.get('rank')}: {explored} explorations, {spent / 1e6:.1f} ms of "
+              f"{duration / 1e6:.1f} ms ({100 * spent / duration:.1f}%), {shadow.get('skipped_budget')} refused")
+    db.close()
+
+
+# ---- apply ------------------------------------------------------------------------------------------------
+
+def recommendation(rules, world=None, backend="mpi", allow_semantic=False, max_rel_error=0.05, **extra):
+    document = {"format": "gradscope-recommendation", "version": 1, "created": "2026-11-22T00:00:00Z",
+                "tool_version": "test", "source_runs": [], "backend": backend, "max_rel_error": max_rel_error,
+                "allow_semantic_change": allow_semantic, "rules": rules}
+    if world is not None:
+        document["world_size"] = world
+    document.update(extra)
+    return document
+
+
+def rule(api, low, high, strategy, error_class):
+    return {"api": api, "dtype": "fp32", "min_bytes": low, "max_bytes": high, "strategy": strategy,
+            "error_class": error_class}
+
+
+# apply-check's sizes are 1, 7, 100, 1000, 4099 and 65536 floats (4 B to 256 KiB).
+APPLY_RULES = [rule("MPI_Allreduce", 0, 400, "sum/rs_ag", "lossless"),
+               rule("MPI_Allreduce", 401, 20000, "sum/native/bf16", "lossy"),
+               rule("MPI_Iallreduce", 0, 30000, "adacons/native", "semantic"),
+               rule("MPI_Iallreduce", 30001, 1 << 30, "sum/reduce_bcast/fp16", "lossy")]
+
+
+def apply_check_rules(rules):
+    arguments = []
+    for r in rules:
+        arguments += ["--rule", f"{r['api']}:{r['min_bytes']}:{r['max_bytes']}:{r['strategy']}"]
+    return arguments
+
+
+def check_apply(args):
+    np, label = args.np, f"apply np={args.np}"
+    plan = os.path.join(args.workdir, "plan.json")
+    with open(plan, "w") as handle:
+        json.dump(recommendation(APPLY_RULES, world=np, allow_semantic=True), handle)
+    expected = os.path.join(args.workdir, "expected")
+    code, out, err = ca.run(ca.mpiexec(args, np, [args.apply_check, "--expect", expected] + apply_check_rules(APPLY_RULES)),
+                            ca.base_environment(), args.workdir)
+    if not check(code == 0, f"{label}: apply-check --expect exit {code}: {tail(err)}"):
+        return
+    traces = ca.fresh_directory(os.path.join(args.workdir, "traces"))
+    options = ca.agent_options(args, os.path.join(traces, "rank%r.db"), GRADSCOPE_MODE="apply",
+                               GRADSCOPE_RECOMMENDATION=plan, GRADSCOPE_ALLOW_SEMANTIC_CHANGE="1")
+    code, out, err = ca.run(ca.mpiexec(args, np, [args.apply_check, "--check", expected] + apply_check_rules(APPLY_RULES),
+                                       options), ca.base_environment(), args.workdir)
+    check(code == 0, f"{label}: apply-check --check exit {code}:\n{out}{tail(err)}")
+    check(ca.gradscope_lines(err) == [], f"{label}: the agent printed {ca.gradscope_lines(err)}")
+    check("0 wrong" in out, f"{label}: apply-check says {out.strip()}")
+    merged = os.path.join(args.workdir, "merged.db")
+    if not ca.merge(args, traces, merged, label):
+        return
+    db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+    # applied_calls: exactly the covered calls, with their rule's strategy, on every rank alike.
+    rows = db.execute("SELECT r.rank, c.seq, c.api, c.bytes, a.strategy FROM calls c JOIN ranks r ON r.id = c.rank_id "
+                      "LEFT JOIN applied_calls a ON a.call_id = c.id WHERE c.dtype = ? ORDER BY r.rank, c.seq",
+                      (ca.FP32,)).fetchall()
+    names = {"MPI_Allreduce": ca.MPI_ALLREDUCE, "MPI_Iallreduce": ca.MPI_IALLREDUCE}
+    wrong = []
+    for rank, seq, api, size, strategy in rows:
+        covering = [r["strategy"] for r in APPLY_RULES if names[r["api"]] == api and r["min_bytes"] <= size <= r["max_bytes"]]
+        if (covering[0] if covering else None) != strategy:
+            wrong.append((rank, seq, api, size, strategy, covering))
+    check(rows and not wrong, f"{label}: applied_calls disagree with the rules (rank, seq, api, bytes, applied, "
+          f"rule): {wrong[:5]}")
+    mode = db.execute("SELECT mode FROM runs").fetchone()[0]
+    check(mode == "apply", f"{label}: runs.mode {mode}, expected apply")
+    db.close()
+
+
+def check_bad_files(args):
+    """Every bad recommendation: one 'gradscope:' line for the whole job (the lowest rank that has the
+    problem says it), the job's output as without the agent, nothing applied."""
+    np, label = 2, "apply, bad files"
+    sample = [args.sample, "--steps", "4"]
+    plain_out, _ = ca.plain_run(args, np, sample, args.workdir, label)
+    good_rules = [rule("MPI_Allreduce", 0, 1 << 30, "sum/native/bf16", "lossy")]
+    cases = {
+        "malformed": ("{\"format\": \"gradscope-recommendation\", \"version\": 1, \"rules\": [", ["malformed"]),
+        "foreign": (json.dumps({"hello": "world"}), ["foreign"]),
+        "newer": (json.dumps(recommendation(good_rules, version=99)), ["newer"]),
+        "nccl": (json.dumps(recommendation([rule("ncclAllReduce", 0, 100, "sum/native", "lossless")], backend="nccl")),
+                 ["nccl"]),
+        "semantic": (json.dumps(recommendation([rule("MPI_Allreduce", 0, 1 << 30, "adacons/native", "semantic")],
+                                               allow_semantic=True)), ["allow-semantic-change"]),
+        "missing": (None, ["missing"]),
+    }
+    for case, (text, mentions) in cases.items():
+        plan = os.path.join(args.workdir, f"{case}.json")
+        if text is not None:
+            with open(plan, "w") as handle:
+                handle.write(text)
+        traces = ca.fresh_directory(os.path.join(args.workdir, f"traces-{case}"))
+        options = ca.agent_options(args, os.path.join(traces, "rank%r.db"), GRADSCOPE_MODE="apply",
+                                   GRADSCOPE_RECOMMENDATION=plan)
+        code, out, err = ca.run(ca.mpiexec(args, np, sample, options), ca.base_environment(), args.workdir)
+        where = f"{label}: {case}"
+        check(code == 0, f"{where}: exit {code}: {tail(err)}")
+        check(out == plain_out, f"{where}: stdout differs from the plain run's")
+        lines = ca.gradscope_lines(err)
+        check(len(lines) == 1, f"{where}: {len(lines)} 'gradscope:' lines, expected one for the job: {lines}")
+        for line in lines:
+            check(case in line or any(word in line for word in mentions) or plan in line,
+                  f"{where}: '{line}' names neither the file nor the problem")
+        # The job was still observed: every rank wrote its calls, none applied.
+        files = ca.trace_files(traces)
+        check(len(files) == np, f"{where}: per-rank files {files}")
+        for name in files:
+            db = sqlite3.connect(f"file:{os.path.join(traces, name)}?mode=ro", uri=True)
+            applied = db.execute("SELECT count(*) FROM applied_calls").fetchone()[0]
+            calls = db.execute("SELECT count(*) FROM calls").fetchone()[0]
+            check(applied == 0 and calls > 0, f"{where}: {name}: {applied} applied calls, {calls} calls")
+            db.close()
+
+
+MODES = {
+    "explore": (check_explore, ["agent", "gradscope", "sample"]),
+    "slow-rank": (check_slow_rank, ["agent", "gradscope", "sample"]),
+    "budget": (check_budget, ["agent", "gradscope", "sample"]),
+    "apply": (check_apply, ["agent", "gradscope", "apply_check"]),
+    "bad-files": (check_bad_files, ["agent", "sample"]),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agent")
+    parser.add_argument("--gradscope")
+    parser.add_argument("--mpiexec", default="mpiexec")
+    parser.add_argument("--sample")
+    parser.add_argument("--apply-check")
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("mode", choices=sorted(MODES))
+    args = parser.parse_args()
+    function, needs = MODES[args.mode]
+    missing = [f"--{name.replace('_', '-')}" for name in needs if not getattr(args, name)]
+    if missing:
+        parser.error(f"{args.mode} needs {' '.join(missing)}")
+    for name in ("agent", "gradscope", "mpiexec", "sample", "apply_check"):
+        value = getattr(args, name)
+        if value and os.sep in value:
+            setattr(args, name, os.path.abspath(value))
+    args.workdir = ca.fresh_directory(os.path.abspath(args.workdir))
+    args.preload = preload(args.agent) if args.agent else None
+    ca.private_tmpdir = tempfile.mkdtemp(prefix="gs-shadow-")
+    try:
+        function(args)
+    finally:
+        shutil.rmtree(ca.private_tmpdir, ignore_errors=True)
+    print(f"check_shadow: {args.mode}: {'FAILED' if ca.failures else 'passed'}")
+    for failure in ca.failures:
+        print(f"check_shadow: FAIL: {failure}", file=sys.stderr)
+    return 1 if ca.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
