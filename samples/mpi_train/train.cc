@@ -1,7 +1,8 @@
 // gradscope-sample-mpi-train: a small data-parallel training job in C++ and MPI, the kind of job
 // gradscope profiles. It trains a three-layer perceptron (64 -> 128 -> 32 -> 10, ReLU, softmax
 // cross-entropy) on synthetic data, each rank on its own shard, and averages the gradients the way
-// data-parallel frameworks do:
+// data-parallel frameworks do. --width W multiplies both hidden layers (64 -> 128W -> 32W -> 10), so the
+// reductions grow with W (the 128x32 weight's by W²) while the calls stay the same:
 //
 //   setup      MPI_Bcast of the initial weights from rank 0 (one call, all parameters)
 //   each step  one MPI_Allreduce(MPI_SUM, MPI_FLOAT, in place) per gradient tensor, issued during the
@@ -10,7 +11,8 @@
 //              first layer's backward pass, overlapping communication with computation (--blocking:
 //              MPI_Allreduce instead); then MPI_Allreduce(MPI_SUM, MPI_DOUBLE) of the loss for logging.
 //
-// So a step makes seven collectives of seven different sizes and two element types, in this order:
+// So a step makes seven collectives of seven different sizes and two element types, in this order
+// (element counts for the default width 1; W = 16 gives 5120, 160, 1048576, 512, 131072, 2048):
 //   MPI_Allreduce 320 fp32 (layer 3 weight), MPI_Allreduce 10 fp32 (layer 3 bias),
 //   MPI_Iallreduce 4096 fp32 (layer 2 weight), MPI_Allreduce 32 fp32 (layer 2 bias),
 //   MPI_Allreduce 8192 fp32 (layer 1 weight), MPI_Allreduce 128 fp32 (layer 1 bias),
@@ -25,6 +27,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -46,6 +49,7 @@ constexpr char kProgram[] = "gradscope-sample-mpi-train";
 
 struct Options {
   int steps = 20;
+  int width = 1;        // multiplier of the hidden layer widths
   int sleep_ms = 0;     // idle time per step, to make a long-running job out of a short one
   int print_every = 5;  // 0: only the final line
   bool nonblocking = true;
@@ -55,9 +59,10 @@ struct Options {
 
 void printUsage(std::FILE* stream) {
   std::fprintf(stream,
-               "usage: %s [--steps N] [--sleep-ms M] [--print-every K] [--nonblocking | --blocking]\n"
-               "          [--print-pid] [--exit-code C]\n"
+               "usage: %s [--steps N] [--width W] [--sleep-ms M] [--print-every K]\n"
+               "          [--nonblocking | --blocking] [--print-pid] [--exit-code C]\n"
                "  --steps N        training steps (default 20)\n"
+               "  --width W        hidden layers of 128W and 32W units, W from 1 to 64 (default 1)\n"
                "  --sleep-ms M     sleep M ms in every step (default 0)\n"
                "  --print-every K  rank 0 prints the loss every K steps; 0: only at the end (default 5)\n"
                "  --nonblocking    reduce one gradient with MPI_Iallreduce + MPI_Wait (the default)\n"
@@ -66,6 +71,10 @@ void printUsage(std::FILE* stream) {
                "  --exit-code C    exit with status C after MPI_Finalize (default 0)\n",
                kProgram);
 }
+
+// 64 keeps every tensor's element count (up to 8192 x 2048 = 16M) well inside MPI's int counts, and the
+// job within a few hundred MB per rank.
+constexpr int kMaxWidth = 64;
 
 bool parseInt(const char* text, int low, int high, int& value) {
   char* end = nullptr;
@@ -92,6 +101,8 @@ std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
     else if (arg == "--print-pid") options.print_pid = true;
     else if (arg == "--steps") {
       if (!number(0, 100'000'000, options.steps)) return "--steps needs a number from 0 to 100000000";
+    } else if (arg == "--width") {
+      if (!number(1, kMaxWidth, options.width)) return "--width needs a number from 1 to 64";
     } else if (arg == "--sleep-ms") {
       if (!number(0, 3'600'000, options.sleep_ms)) return "--sleep-ms needs a number from 0 to 3600000";
     } else if (arg == "--print-every") {
@@ -128,12 +139,20 @@ constexpr std::uint64_t kWeightSeed = 0x5eed'0001;
 constexpr std::uint64_t kTeacherSeed = 0x5eed'0002;
 constexpr std::uint64_t kDataSeed = 0x5eed'0003;
 
-// Layer widths: the three weight gradients (64x128, 128x32, 32x10) and three bias gradients (128, 32, 10)
-// give six reductions of six different sizes per step.
-constexpr std::size_t kWidths[] = {64, 128, 32, 10};
-constexpr std::size_t kLayers = std::size(kWidths) - 1;
-constexpr std::size_t kInputs = kWidths[0];
-constexpr std::size_t kClasses = kWidths[kLayers];
+// Layer widths at --width 1: the three weight gradients (64x128, 128x32, 32x10) and three bias gradients
+// (128, 32, 10) give six reductions of six different sizes per step. --width W multiplies the two hidden
+// widths; the input and output widths stay.
+constexpr std::size_t kBaseWidths[] = {64, 128, 32, 10};
+constexpr std::size_t kLayers = std::size(kBaseWidths) - 1;
+constexpr std::size_t kInputs = kBaseWidths[0];
+constexpr std::size_t kClasses = kBaseWidths[kLayers];
+using Widths = std::array<std::size_t, kLayers + 1>;
+
+Widths scaledWidths(int width) {
+  const auto w = static_cast<std::size_t>(width);
+  return {kBaseWidths[0], kBaseWidths[1] * w, kBaseWidths[2] * w, kBaseWidths[3]};
+}
+
 constexpr std::size_t kBatch = 32;          // samples per rank and step
 constexpr std::size_t kShardSamples = 512;  // samples per rank, visited in order, batch by batch
 constexpr float kLearningRate = 0.2f;
@@ -151,15 +170,15 @@ struct Layer {
 // a second object of this type: same layout, so the SGD update is one loop over the flat buffers.
 class Parameters {
  public:
-  Parameters() {
+  explicit Parameters(const Widths& widths) {
     std::size_t total = 0;
-    for (std::size_t l = 0; l < kLayers; ++l) total += kWidths[l] * kWidths[l + 1] + kWidths[l + 1];
+    for (std::size_t l = 0; l < kLayers; ++l) total += widths[l] * widths[l + 1] + widths[l + 1];
     values_.resize(total);
     std::size_t offset = 0;
     for (std::size_t l = 0; l < kLayers; ++l) {
       Layer& layer = layers_[l];
-      layer.inputs = kWidths[l];
-      layer.outputs = kWidths[l + 1];
+      layer.inputs = widths[l];
+      layer.outputs = widths[l + 1];
       layer.weight = std::span<float>(values_).subspan(offset, layer.inputs * layer.outputs);
       offset += layer.weight.size();
       layer.bias = std::span<float>(values_).subspan(offset, layer.outputs);
@@ -367,15 +386,16 @@ int main(int argc, char** argv) {
   }
 
   // Rank 0 draws the initial weights; the broadcast gives every rank the same starting point.
-  Parameters parameters;
-  Parameters gradients;
+  const Widths widths = scaledWidths(options.width);
+  Parameters parameters(widths);
+  Parameters gradients(widths);
   if (rank == 0) initialise(parameters);
   MPI_Bcast(parameters.all().data(), static_cast<int>(parameters.all().size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
   const Shard shard = makeShard(rank);
 
   if (rank == 0) {
     std::printf("mlp %zu-%zu-%zu-%zu, %zu parameters, %d ranks x %zu samples per step, %d steps, %s\n",
-                kWidths[0], kWidths[1], kWidths[2], kWidths[3], parameters.all().size(), world, kBatch,
+                widths[0], widths[1], widths[2], widths[3], parameters.all().size(), world, kBatch,
                 options.steps, options.nonblocking ? "nonblocking" : "blocking");
     std::fflush(stdout);
   }
