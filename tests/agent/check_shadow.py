@@ -6,6 +6,8 @@
                                                       applicable strategy measured on each size, linked to its
                                                       call, on the same calls on every rank; errors within the
                                                       documented bounds; consensus rows for the fp32 buffers
+  check_shadow.py TOOLS --workdir DIR explore-python  the same for the mpi4py sample (2 ranks): mpi4py loads
+                                                      libmpi RTLD_LOCAL, which the extension must bind to
   check_shadow.py TOOLS --workdir DIR apply --np N    apply-check under apply mode: covered calls return the
                                                       recommended strategy's result bit for bit, the others the
                                                       library's own; applied_calls says which
@@ -17,7 +19,8 @@
                                                       semantic-without-opt-in or missing file: one 'gradscope:'
                                                       line for the job, its output untouched
 
-TOOLS: --agent SO --gradscope EXE --mpiexec EXE --sample EXE --apply-check EXE.
+TOOLS: --agent SO --gradscope EXE --mpiexec EXE --sample EXE --apply-check EXE --python /usr/bin/python3
+--python-sample PY.
 Shares its helpers with check_agent.py. Exits 0 when every check passes, 1 with one line per failure.
 """
 
@@ -99,11 +102,13 @@ def check_identical_sampling(per_rank, np, label):
                   f"{sorted(set(rows) ^ set(reference))[:5]}")
 
 
-def check_explore(args):
+def check_explore(args, kind="cpp"):
     """explore --np N: bit-identical job output, the exact calls, every strategy on every explored size."""
-    np, steps, label = args.np, 6, f"explore np={args.np}"
-    plain_out, _ = ca.plain_run(args, np, [args.sample, "--steps", str(steps)], args.workdir, label)
-    merged, out = run_explore(args, np, label, steps)
+    np, steps, label = args.np, 6, f"explore {kind} np={args.np}"
+    job = ([args.python, args.python_sample] if kind == "python" else [args.sample]) + ["--steps", str(steps)]
+    plain_out, _ = ca.plain_run(args, np, job, args.workdir, label)
+    variables = explore_variables(**(ca.foreign_process_variables(args) if kind == "python" else {}))
+    merged, out = run_explore(args, np, label, steps, variables=variables, program=job)
     check(out == plain_out, f"{label}: stdout differs from the plain run's:\n--- plain\n{plain_out}--- explore\n{out}")
     if merged is None:
         return
@@ -333,6 +338,7 @@ def check_bad_files(args):
 
 MODES = {
     "explore": (check_explore, ["agent", "gradscope", "sample"]),
+    "explore-python": (lambda args: check_explore(args, "python"), ["agent", "gradscope", "python", "python_sample"]),
     "slow-rank": (check_slow_rank, ["agent", "gradscope", "sample"]),
     "budget": (check_budget, ["agent", "gradscope", "sample"]),
     "apply": (check_apply, ["agent", "gradscope", "apply_check"]),
@@ -347,6 +353,8 @@ def main():
     parser.add_argument("--mpiexec", default="mpiexec")
     parser.add_argument("--sample")
     parser.add_argument("--apply-check")
+    parser.add_argument("--python", default="/usr/bin/python3")
+    parser.add_argument("--python-sample")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--workdir", required=True)
     parser.add_argument("mode", choices=sorted(MODES))
@@ -355,7 +363,7 @@ def main():
     missing = [f"--{name.replace('_', '-')}" for name in needs if not getattr(args, name)]
     if missing:
         parser.error(f"{args.mode} needs {' '.join(missing)}")
-    for name in ("agent", "gradscope", "mpiexec", "sample", "apply_check"):
+    for name in ("agent", "gradscope", "mpiexec", "sample", "apply_check", "python", "python_sample"):
         value = getattr(args, name)
         if value and os.sep in value:
             setattr(args, name, os.path.abspath(value))
