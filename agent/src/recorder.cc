@@ -194,7 +194,7 @@ class Flusher {
   void flush(bool final) {
     // Explorations submitted so far: taken before the calls are drained, so that the calls they
     // belong to (recorded before them, on the same thread) are written by the time they are linked.
-    for (ExploreRecord& record : takeExploreRecords()) pending_explore_.push_back({std::move(record), 0});
+    for (ExploreRecord& record : takeExploreRecords()) pending_explore_.push_back({std::move(record)});
     const std::size_t buffers = g_buffers->size();
     dropped_per_buffer_.resize(buffers, 0);
     bool more = true;
@@ -329,14 +329,16 @@ class Flusher {
     if (!applied_.empty()) writer_.appendApplied(applied_);
   }
 
-  // Measurements and consensus rows of the explorations whose call is written (or, at the end or
-  // after a few flushes without it — a dropped call — without the link).
+  // Measurements and consensus rows of the explorations whose call is written. An MPI_Iallreduce is
+  // explored before it is issued and recorded at its completion, possibly many flushes later; a call
+  // that never comes (dropped) keeps its exploration waiting until the end, or until more than
+  // kMaxPendingExplorations wait, and it is then written without the link.
   void writeExplorations(bool final) {
     try {
       for (auto it = pending_explore_.begin(); it != pending_explore_.end();) {
         const ExploreRecord& record = it->record;
         const auto id = sampled_ids_.find({record.comm, record.seq});
-        if (id == sampled_ids_.end() && !final && ++it->flushes < kExploreLinkFlushes) {
+        if (id == sampled_ids_.end() && !final && pending_explore_.size() <= kMaxPendingExplorations) {
           ++it;
           continue;
         }
@@ -472,7 +474,6 @@ class Flusher {
   };
   struct PendingExplore {
     ExploreRecord record;
-    int flushes;
   };
   struct CommSeqHash {
     std::size_t operator()(const std::pair<std::uint32_t, std::int64_t>& key) const {
@@ -482,7 +483,7 @@ class Flusher {
 
   static constexpr std::size_t kMaxPendingGpu = 1 << 16;
   static constexpr std::size_t kMaxSampledIds = 1 << 16;
-  static constexpr int kExploreLinkFlushes = 4;
+  static constexpr std::size_t kMaxPendingExplorations = 256;
   static constexpr std::size_t kBatch = 8192;
 
   storage::TraceWriter writer_;
