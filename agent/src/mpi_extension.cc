@@ -218,17 +218,23 @@ class MpiExtension final : public Extension {
       comm::Communicator& comm = duplicateOf(state, call);
       // 1. Agreement: did every rank capture (and with room for the adaptive references), and does the
       //    budget allow it on every rank? Maxima over ranks, so every rank decides alike.
-      //    One all-reduce (max) of five values: a skipped exploration costs the job one small collective.
-      double agreed[5] = {capture.slice == nullptr ? 1.0 : 0.0, capture.gathered == nullptr ? 1.0 : 0.0,
-                          budget.spent_ns, -budget.elapsed_ns, budget.call_ns};
-      comm.allReduce(agreed, agreed, 5, comm::Element{DType::Fp64}, ReduceOp::Max);
+      //    One all-reduce (max) of six values: a skipped exploration costs the job one small collective.
+      //    The exploration's predicted cost: a one-off setup where this rank has not paid it yet (the
+      //    engine strategies open an MPI_T session: about 0.2 s with Open MPI 4.1), then every
+      //    strategy's runs at up to twice the job's own call time (the slowest rank's; 0 before the
+      //    call has run).
+      const double setup_ns = wantsEngineStrategies() && !engines_prepared_ ? kEngineSetupNs : 0.0;
+      double agreed[6] = {capture.slice == nullptr ? 1.0 : 0.0,
+                          capture.gathered == nullptr ? 1.0 : 0.0,
+                          budget.spent_ns,
+                          -budget.elapsed_ns,
+                          budget.call_ns,
+                          setup_ns};
+      comm.allReduce(agreed, agreed, 6, comm::Element{DType::Fp64}, ReduceOp::Max);
       const double no_room = agreed[0], no_gather = agreed[1], spent = agreed[2], elapsed = -agreed[3];
-      // The exploration's cost, predicted from the job's own call (the slowest rank's): every
-      // strategy's runs, at up to twice the native time. Unknown before the first run (0).
-      const double call_ns = agreed[4];
       const double runs = static_cast<double>(settings_.reps + settings_.warmup_reps + 2);
       const double predicted =
-          2.0 * call_ns * runs * static_cast<double>(expectedStrategies(state, comm, call.dtype));
+          agreed[5] + 2.0 * agreed[4] * runs * static_cast<double>(expectedStrategies(state, comm, call.dtype));
       if (no_room != 0) {
         result.skipped = "a rank had no room in its shadow arena";
       } else if (budget.fraction < 1.0 && spent + predicted > budget.fraction * elapsed) {
@@ -326,6 +332,13 @@ class MpiExtension final : public Extension {
     return *state.duplicate;
   }
 
+  // Whether the explored set includes an Open MPI engine strategy (sum/mpi.<algorithm>).
+  bool wantsEngineStrategies() const {
+    if (settings_.strategies.empty()) return true;
+    return std::any_of(settings_.strategies.begin(), settings_.strategies.end(),
+                       [](const std::string& name) { return name.starts_with("sum/mpi."); });
+  }
+
   // How many strategies an exploration of `dtype` runs: the built set, or before it is built an estimate
   // (the same on every rank: it depends on the configuration only).
   std::size_t expectedStrategies(CommState& state, const comm::Communicator& comm, DType dtype) const {
@@ -347,6 +360,7 @@ class MpiExtension final : public Extension {
       for (const std::string& text : settings_.strategies)
         names.push_back(*comm::parseStrategyName(text));  // start() kept only names that parse
     }
+    engines_prepared_ = true;  // building them opens MPI_T (once per process)
     std::vector<Prepared> prepared;
     for (const comm::StrategyName& name : names) {
       std::string local_error;
@@ -483,8 +497,12 @@ class MpiExtension final : public Extension {
     if (log_ != nullptr) log_(line.c_str());
   }
 
+  // The one-off cost the budget reserves for the first exploration (see explore()).
+  static constexpr double kEngineSetupNs = 250e6;
+
   void (*log_)(const char*);
   ExploreSettings settings_;
+  bool engines_prepared_ = false;
   Arena arena_;
   std::unique_ptr<comm::Communicator> world_;
   std::mutex states_mutex_;

@@ -159,10 +159,13 @@ void startShadow(Backend backend, bool recording) {
   settings.shadow_bytes = cfg.mode == Mode::Explore ? static_cast<std::size_t>(cfg.explore.shadow_bytes) : 0;
   std::string error;
   bool started = false;
+  const std::int64_t start_ns = monotonicNs();
   {
     InternalScope internal;
     started = extension->start(settings, local_problem, error);
   }
+  // Preparing exploration (the agreement, mapping the arena) is part of its cost: the budget counts it.
+  if (cfg.mode == Mode::Explore) g_spent_ns.fetch_add(monotonicNs() - start_ns, std::memory_order_relaxed);
   if (!started) {
     // Only the lowest rank that failed has a message: one line per job, not per rank.
     if (!error.empty())
@@ -181,7 +184,7 @@ void startShadow(Backend backend, bool recording) {
     plan.max_bytes = cfg.explore.shadow_bytes / 4;
     g_plan = new ExplorePlan(plan);
   }
-  g_started_ns = monotonicNs();
+  g_started_ns = start_ns;
   g_started_mode = cfg.mode == Mode::Explore ? ShadowMode::Explore : ShadowMode::Apply;
   g_mode.store(cfg.mode == Mode::Explore ? ShadowMode::Explore : ShadowMode::Apply,
                std::memory_order_release);
