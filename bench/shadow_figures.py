@@ -8,7 +8,7 @@ explore        the sample jobs (C++ mpi_train, the mpi4py job; 2 ranks; a 2 ms s
                with the default budget (10%): per rank, explorations made and refused, the time the agent
                counts as spent exploring against the run's length; and the job's wall time with and
                without explore mode (paired, interleaved runs; medians).
-apply-bf16     mpi_train --width 16 (reductions up to 4 MiB) plain (observed) and under apply mode with a
+apply-bf16     mpi_train --width 16 --blocking (reductions up to 4 MiB) plain (observed) and under apply mode with a
                recommendation that sends fp32 all-reduces of 64 KiB and more through sum/native/bf16:
                time in those reductions per step and the whole step, paired runs; final loss of each.
 apply-adacons  samples/linreg, 8 workers, batch 16, 1000 steps: --aggregator mean plain, the same under
@@ -112,8 +112,10 @@ def apply_bf16_figures(args, work):
     plan = os.path.join(work, "bf16.json")
     with open(plan, "w") as handle:
         json.dump(BF16_PLAN, handle)
-    job = MPIRUN + ["-np", "2", f"{build}/samples/mpi_train/gradscope-sample-mpi-train", "--width", "16", "--steps",
-                    str(steps), "--print-every", "0"]
+    # --blocking: every reduction an MPI_Allreduce, so that its time is the reduction's alone (an
+    # MPI_Iallreduce's span runs until MPI_Wait, over the computation it overlaps).
+    job = MPIRUN + ["-np", "2", f"{build}/samples/mpi_train/gradscope-sample-mpi-train", "--width", "16", "--blocking",
+                    "--steps", str(steps), "--print-every", "0"]
     rows = {"observe": [], "apply": []}
     finals = {}
     for pair in range(args.pairs):
@@ -126,7 +128,7 @@ def apply_bf16_figures(args, work):
             start, end = db.execute("SELECT start_ns, end_ns FROM runs").fetchone()
             rows[mode].append((reduction_time_per_step(db, steps, 65536), (end - start) / steps / 1e6))
             db.close()
-    print("\n### Apply mode: sum/native/bf16 for fp32 all-reduces >= 64 KiB, mpi_train --width 16, 2 ranks\n")
+    print("\n### Apply mode: sum/native/bf16 for fp32 all-reduces >= 64 KiB, mpi_train --width 16 --blocking, 2 ranks\n")
     print("| run | reductions >= 64 KiB per step | whole step | final line |")
     print("|---|---|---|---|")
     medians = {}
