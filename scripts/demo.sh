@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Quick start's main command: installs what is missing, builds, profiles a real data-parallel MPI
-# job (samples/mpi_train, 2 ranks) with `gradscope run` — the LD_PRELOAD agent records every gradient
-# all-reduce, gradscope merges the per-rank traces and prints the summary — exports its timeline for
-# Perfetto, then times every aggregation strategy on 2 MPI ranks (gradscope bench) into
-# build/demo/bench.db.
+# job (samples/mpi_train, 2 ranks) with `gradscope run --mode explore` — the LD_PRELOAD agent records
+# every gradient all-reduce and, within 10% of the run, times every aggregation strategy on copies of
+# the job's own gradient buffers; gradscope merges the per-rank traces and prints the summary — exports
+# its timeline for Perfetto, then times every strategy over a sweep of sizes on 2 MPI ranks (gradscope
+# bench) into build/demo/bench.db.
 #
 #   scripts/demo.sh [OUTPUT_DIR]     # default: build/demo
 set -euo pipefail
@@ -19,10 +20,10 @@ mkdir -p "$out"
 
 # Open MPI refuses root unless told; the demo may run as root in a container.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-echo "==> profiling a sample job: 2 MPI ranks training an MLP for 200 steps, under gradscope run"
-"$bin/cli/gradscope" run -o "$out/run" -- \
+echo "==> profiling a sample job: 2 MPI ranks training an MLP for 600 steps, under gradscope run --mode explore"
+"$bin/cli/gradscope" run -o "$out/run" --mode explore -- \
   mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np 2 \
-  "$bin/samples/mpi_train/gradscope-sample-mpi-train" --steps 200 --print-every 50
+  "$bin/samples/mpi_train/gradscope-sample-mpi-train" --steps 600 --print-every 150
 echo "==> exporting the timeline"
 "$bin/cli/gradscope" export "$out/run/trace.db" --format chrome-trace -o "$out/run.json"
 "$bin/cli/gradscope" export "$out/run/trace.db" --format csv -o "$out/run.csv"
