@@ -1,8 +1,8 @@
 #pragma once
 
 // Internal: the DDL of the current schema and the migrations from older ones. The DDL of older
-// versions is frozen where the migration tests build old files from it: v1 in tests/data/schema_v1.sql,
-// v2 in tests/unit/storage_roundtrip_test.cc (kSchemaV2).
+// versions is frozen where the migration tests build old files from it: tests/data/schema_v1.sql and
+// schema_v2.sql.
 
 #include <string_view>
 
