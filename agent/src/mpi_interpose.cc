@@ -276,7 +276,7 @@ void activateFromWorld() {
   if (real_MPI_Comm_size) real_MPI_Comm_size(predefined().world, &activation.world_size);
   if (activate(activation)) commSlot(predefined().world);
   // Explore and apply: every rank takes part in the agreement, recording or not (shadow.h).
-  startShadow(Backend::Mpi, recording());
+  startShadow(Backend::Mpi, activation.world_size, recording());
 }
 
 // MPI initialised without passing through the agent's MPI_Init (PMPI_Init called directly, or the

@@ -51,13 +51,17 @@ void logFromExtension(const char* line) {
 }
 
 // This rank's reason not to take part in apply mode, or empty.
-std::string loadRecommendationFile(Backend backend) {
+std::string loadRecommendationFile(Backend backend, int world_size) {
   const Config& cfg = config();
   try {
     Recommendation recommendation = loadRecommendation(cfg.recommendation);
     if (recommendation.backend != backend)
       return fmt::format("{}: made for a {} job, not {} (make it from a trace of this job)",
                          cfg.recommendation, name(recommendation.backend), name(backend));
+    if (recommendation.world_size && *recommendation.world_size != world_size)
+      return fmt::format(
+          "{}: made for {} ranks, this job has {} (make it from a trace of a run at this size)",
+          cfg.recommendation, *recommendation.world_size, world_size);
     if (!cfg.allow_semantic_change)
       for (const RecommendationRule& rule : recommendation.rules)
         if (rule.error_class == ErrorClass::Semantic)
@@ -125,7 +129,7 @@ ShadowMode shadowMode() {
   return g_mode.load(std::memory_order_relaxed);
 }
 
-void startShadow(Backend backend, bool recording) {
+void startShadow(Backend backend, int world_size, bool recording) {
   const Config& cfg = config();
   if (cfg.disabled || cfg.mode == Mode::Observe || configHasErrors()) return;
   // Every rank gets here with the same configuration; a rank whose extension does not load cannot
@@ -150,7 +154,7 @@ void startShadow(Backend backend, bool recording) {
   g_shadow_hooks.store(true, std::memory_order_release);
 
   std::string local_problem;
-  if (cfg.mode == Mode::Apply) local_problem = loadRecommendationFile(backend);
+  if (cfg.mode == Mode::Apply) local_problem = loadRecommendationFile(backend, world_size);
   else if (!recording) local_problem = "this rank is not recording (see the line above)";
   ExploreSettings settings;
   settings.reps = cfg.explore.reps;
@@ -234,7 +238,8 @@ void submitExplore(ExploreRecord record) {
   else if (record.result.skipped.starts_with("over budget"))
     g_counters.skipped_budget.fetch_add(1, std::memory_order_relaxed);
   else if (g_counters.skipped_other.fetch_add(1, std::memory_order_relaxed) == 0)
-    log("explore: an exploration was skipped: {} (said once; the job is not affected)", record.result.skipped);
+    log("explore: an exploration was skipped: {} (said once; the job is not affected)",
+        record.result.skipped);
   if (!record.result.explored) return;
   const std::lock_guard lock(g_results_mutex);
   if (g_results.size() >= kMaxQueuedResults) {

@@ -90,7 +90,8 @@ std::string appliedStrategyName(std::uint16_t index);
 // Loads the extension and agrees with every rank on starting explore or apply (collective over the
 // world; call it on every rank right after MPI_Init, whether or not this rank records). `recording` is
 // whether this rank's trace file is open. Logs one line and leaves the mode Off when anything fails.
-void startShadow(Backend backend, bool recording);
+// Apply: a recommendation made for another backend, or naming another world size, is refused too.
+void startShadow(Backend backend, int world_size, bool recording);
 // MPI_Finalize: frees the extension's communicators first.
 void stopShadow();
 Extension* extension();

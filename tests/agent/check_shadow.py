@@ -17,7 +17,8 @@
                                                       exploring within the budget (plus one exploration)
   check_shadow.py TOOLS --workdir DIR bad-files       apply mode with a malformed, foreign, newer, mismatched,
                                                       semantic-without-opt-in or missing file: one 'gradscope:'
-                                                      line for the job, its output untouched
+                                                      line for the job, its output untouched (also: a file
+                                                      made for another world size)
 
 TOOLS: --agent SO --gradscope EXE --mpiexec EXE --sample EXE --apply-check EXE --python /usr/bin/python3
 --python-sample PY.
@@ -307,6 +308,7 @@ def check_bad_files(args):
         "newer": (json.dumps(recommendation(good_rules, version=99)), ["newer"]),
         "nccl": (json.dumps(recommendation([rule("ncclAllReduce", 0, 100, "sum/native", "lossless")], backend="nccl")),
                  ["nccl"]),
+        "world": (json.dumps(recommendation(good_rules, world=5)), ["5 ranks"]),
         "semantic": (json.dumps(recommendation([rule("MPI_Allreduce", 0, 1 << 30, "adacons/native", "semantic")],
                                                allow_semantic=True)), ["allow-semantic-change"]),
         "missing": (None, ["missing"]),
