@@ -20,10 +20,12 @@ mkdir -p "$out"
 
 # Open MPI refuses root unless told; the demo may run as root in a container.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-echo "==> profiling a sample job: 2 MPI ranks training an MLP for 600 steps, under gradscope run --mode explore"
+# 1500 steps with 2 ms of sleep standing for each step's compute: about 4 s, enough for explore mode's
+# 10% budget to pay for its first exploration's one-off setup and to explore every size a few times.
+echo "==> profiling a sample job: 2 MPI ranks training an MLP for 1500 steps, under gradscope run --mode explore"
 "$bin/cli/gradscope" run -o "$out/run" --mode explore -- \
   mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np 2 \
-  "$bin/samples/mpi_train/gradscope-sample-mpi-train" --steps 600 --print-every 150
+  "$bin/samples/mpi_train/gradscope-sample-mpi-train" --steps 1500 --sleep-ms 2 --print-every 500
 echo "==> exporting the timeline"
 "$bin/cli/gradscope" export "$out/run/trace.db" --format chrome-trace -o "$out/run.json"
 "$bin/cli/gradscope" export "$out/run/trace.db" --format csv -o "$out/run.csv"
