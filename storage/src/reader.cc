@@ -11,7 +11,9 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <queue>
 
@@ -660,6 +662,41 @@ void TraceReader::forEachCall(const std::function<bool(const CallRecord&)>& visi
                              kCallColumns));
   while (query.step())
     if (!visit(readCall(query))) break;
+}
+
+TraceReader::ReductionCounts TraceReader::reductionCounts() const {
+  struct Key {
+    std::int64_t api, dtype, op, bytes;
+    bool operator==(const Key&) const = default;
+  };
+  struct Hash {
+    std::size_t operator()(const Key& k) const {
+      return std::hash<std::int64_t>()(k.bytes * 1000003 + ((k.api * 256 + k.dtype) * 256 + k.op));
+    }
+  };
+  std::unordered_map<Key, std::int64_t, Hash> counts;
+  std::unordered_set<std::int64_t> steps, ranks;
+  sql::Statement query(impl_->db,
+                       "SELECT api, dtype, op, bytes, step, rank_id FROM calls WHERE op IS NOT NULL");
+  // Neighbouring calls mostly share a step and a rank: skipping repeats keeps the sets off the hot path.
+  std::int64_t last_step = -1, last_rank = -1;
+  while (query.step()) {
+    ++counts[Key{query.int64(0), query.int64(1), query.int64(2), query.int64(3)}];
+    const std::int64_t step = query.isNull(4) ? -1 : query.int64(4);
+    if (step >= 0 && step != last_step) steps.insert(last_step = step);
+    const std::int64_t rank = query.int64(5);
+    if (rank != last_rank) ranks.insert(last_rank = rank);
+  }
+  ReductionCounts result;
+  result.steps = static_cast<std::int64_t>(steps.size());
+  result.ranks = static_cast<std::int64_t>(ranks.size());
+  for (const auto& [key, calls] : counts)
+    result.sizes.push_back({static_cast<Api>(key.api), static_cast<DType>(key.dtype),
+                            static_cast<ReduceOp>(key.op), key.bytes, calls});
+  std::sort(result.sizes.begin(), result.sizes.end(), [](const ReductionCount& a, const ReductionCount& b) {
+    return std::tie(a.api, a.dtype, a.op, a.bytes) < std::tie(b.api, b.dtype, b.op, b.bytes);
+  });
+  return result;
 }
 
 }  // namespace gradscope::storage

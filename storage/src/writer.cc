@@ -12,6 +12,7 @@
 #include "file_util.h"
 #include "gradscope/common/error.h"
 #include "gradscope/common/version.h"
+#include "gradscope/storage/reader.h"
 #include "schema_sql.h"
 #include "sqlite.h"
 #include "tiles.h"
@@ -454,6 +455,25 @@ const std::string& TraceWriter::path() const {
 }
 std::int64_t TraceWriter::callCount() const {
   return impl_->calls_written;
+}
+
+std::int64_t appendRecommendation(const std::string& path, const RecommendationRecord& recommendation) {
+  // Opening a reader first gives the same checks and messages as every other command (and upgrades an
+  // older schema), so the insert below only ever meets a valid current trace.
+  { const auto reader = TraceReader::open(path); }
+  if (::access(path.c_str(), W_OK) != 0)
+    fail("{}: cannot store the recommendation: {} (write it elsewhere with -o)", path, errnoMessage(errno));
+  sql::Database db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+  sqlite3_busy_timeout(db.handle(), 5000);
+  sql::Transaction transaction(db);
+  sql::Statement insert(db, "INSERT INTO recommendations (run_id, created_ns, json) VALUES (?, ?, ?)");
+  if (recommendation.run_id != 0) insert.bind(1, recommendation.run_id);
+  insert.bind(2, recommendation.created_ns != 0 ? recommendation.created_ns : unixTimeNs());
+  insert.bind(3, recommendation.json);
+  insert.run();
+  const std::int64_t id = sqlite3_last_insert_rowid(db.handle());
+  transaction.commit();
+  return id;
 }
 
 }  // namespace gradscope::storage

@@ -76,6 +76,13 @@ class TraceWriter {
   std::unique_ptr<Impl> impl_;
 };
 
+// Adds one row to the `recommendations` table of an existing trace (what `gradscope recommend` made from
+// it), in its own transaction, and returns its id. The file is validated (and an older schema upgraded)
+// as by TraceReader::open first; a file that is not writable is an Error saying so, and the trace's other
+// tables are left untouched. Safe while readers have the file open (WAL); do not call it while a
+// TraceWriter is still writing the file.
+std::int64_t appendRecommendation(const std::string& path, const RecommendationRecord& recommendation);
+
 // Unix-epoch time in ns from the system clock.
 std::int64_t unixTimeNs();
 
