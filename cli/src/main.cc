@@ -5,11 +5,14 @@
 #include <cerrno>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "gradscope/cli/check.h"
+#include "gradscope/cli/recommend.h"
 #include "gradscope/cli/report.h"
 #include "gradscope/cli/run.h"
 #include "gradscope/common/error.h"
@@ -62,7 +65,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Exit status: 0 on success, 2 on an error (one line on stderr says what and how to fix it).\n"
       "gradscope run returns the job's exit code instead (127 when the command does not exist).\n"
-      "Not built yet (later releases): recommend, check, and the gradscope-gui viewer.");
+      "gradscope check returns 1 on a regression and 3 on a changed recommendation (--fail-on-change).\n"
+      "Not built yet (later releases): the gradscope-gui viewer.");
 
   // bench: listed for --help; main() hands it to gradscope-bench before parsing.
   app.add_subcommand(
@@ -119,6 +123,47 @@ int main(int argc, char** argv) {
                                     "per-rank spread, dropped events");
   report->add_option("FILE", report_file, "Trace file (.db)")->required();
   report->add_option("--top", report_options.top_calls, "Slowest calls to list")->capture_default_str();
+
+  // recommend
+  cli::RecommendCommand recommend_command;
+  int recommend_world = 0;
+  auto* recommend = app.add_subcommand(
+      "recommend",
+      "Recommend the aggregation strategy per all-reduce size from measurements and the job's calls");
+  recommend->add_option("FILES", recommend_command.inputs, "Trace files (.db) with measurements")->required();
+  recommend
+      ->add_option("--max-rel-error", recommend_command.max_rel_error,
+                   "Allow lossy strategies whose worst measured relative L2 error is at most this "
+                   "(default 0: lossless only)")
+      ->check(CLI::NonNegativeNumber);
+  recommend->add_flag("--allow-semantic-change", recommend_command.allow_semantic_change,
+                      "Allow AdaCons and AdaSum (they change what the job computes)");
+  recommend
+      ->add_option("--world", recommend_world,
+                   "Predict for this world size from fits over the measured ones (a prediction)")
+      ->check(CLI::PositiveNumber);
+  recommend
+      ->add_option("--format", recommend_command.format,
+                   "text, json, markdown, nccl-tuner, env, ddp, tf or horovod")
+      ->capture_default_str();
+  recommend->add_option("-o,--output", recommend_command.output, "Output file (default: standard output)");
+  recommend->add_flag("!--no-store", recommend_command.store,
+                      "Do not store the recommendation in the first trace file");
+
+  // check
+  cli::CheckCommandOptions check_options;
+  auto* check = app.add_subcommand(
+      "check",
+      "CI gate: compare measurements with a baseline; exit 1 on a regression beyond noise and tolerance");
+  check->add_option("--baseline", check_options.baseline, "Baseline trace (.db)")->required();
+  check->add_option("CURRENT", check_options.current, "Current trace (.db)")->required();
+  check->add_option("--tolerance", check_options.tolerance, "Allowed slowdown, e.g. 5% or 0.05")
+      ->capture_default_str();
+  check->add_option("--summary", check_options.summary_path,
+                    "Append a markdown summary to FILE (e.g. $GITHUB_STEP_SUMMARY)");
+  check->add_option("--json", check_options.json_path, "Write the result as JSON to FILE");
+  check->add_flag("--fail-on-change", check_options.fail_on_change,
+                  "Exit 3 when the recommendation made from the current trace differs from the baseline's");
 
   // merge
   std::vector<std::string> merge_inputs;
@@ -191,6 +236,23 @@ int main(int argc, char** argv) {
       cli::writeReport(reader, std::cout, report_options);
       std::cout.flush();
       if (!std::cout) fail("cannot write the report to standard output");
+    } else if (*recommend) {
+      if (recommend_world > 0) recommend_command.world = recommend_world;
+      cli::runRecommend(recommend_command, std::cout, std::cerr);
+    } else if (*check) {
+      // The recommendation compared by --fail-on-change: the default one (lossless), as
+      // `gradscope recommend FILE --format json` makes it, not stored anywhere.
+      const cli::RecommendJson recommend_json = [](const std::string& trace) {
+        cli::RecommendCommand command;
+        command.inputs = {trace};
+        command.format = "json";
+        command.store = false;
+        command.created = "1970-01-01T00:00:00Z";
+        std::ostringstream json, notes;
+        cli::runRecommend(command, json, notes);
+        return json.str();
+      };
+      return cli::runCheck(check_options, recommend_json, std::cout, std::cerr);
     } else if (*merge) {
       const auto inputs = storage::expandTraceInputs(merge_inputs, merge_output);
       const auto summary = storage::mergeTraces(inputs, merge_output, merge_options);

@@ -564,10 +564,10 @@ void setModeEnvironment(Environment& environment, const RunOptions& options) {
     environment["GRADSCOPE_RECOMMENDATION"] = error ? options.recommendation : absolute.string();
     environment["GRADSCOPE_ALLOW_SEMANTIC_CHANGE"] = options.allow_semantic_change ? "1" : "0";
   }
-  if (options.mode == "explore") {
-    if (!options.explore_budget.empty()) environment["GRADSCOPE_EXPLORE_BUDGET"] = options.explore_budget;
+  if (options.mode == "explore" && !options.explore_budget.empty())
+    environment["GRADSCOPE_EXPLORE_BUDGET"] = options.explore_budget;
+  if (options.mode == "explore" || options.mode == "apply")
     environment.try_emplace("OMPI_MCA_coll_tuned_use_dynamic_rules", "1");
-  }
 }
 
 std::vector<std::string> variablesToForward(const Environment& environment) {

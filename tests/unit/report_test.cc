@@ -459,13 +459,13 @@ TEST(Command, Version) {
 TEST(Command, HelpListsTheCommandsAndWhatIsNotBuiltYet) {
   const auto result = runCli({"--help"});
   EXPECT_EQ(result.exit_code, 0) << test::describe(result);
-  for (const char* part :
-       {"report", "merge", "export", "bench", "Not built yet", "recommend, check", "run", "Exit status"})
+  for (const char* part : {"report", "merge", "export", "bench", "recommend", "Not built yet",
+                           "gradscope-gui", "run", "Exit status"})
     EXPECT_NE(result.out.find(part), std::string::npos) << "help lacks \"" << part << "\":\n" << result.out;
 }
 
 TEST(Command, SubcommandHelp) {
-  for (const char* command : {"report", "merge", "export", "bench"}) {
+  for (const char* command : {"report", "merge", "export", "bench", "recommend"}) {
     const auto result = runCli({command, "--help"});
     EXPECT_EQ(result.exit_code, 0) << command << ": " << test::describe(result);
     EXPECT_FALSE(result.out.empty()) << command;

@@ -122,8 +122,8 @@ Environment jobEnvironment(const Environment& parent, const std::string& agent, 
                            const std::string& run_id, const std::string& command_line);
 
 // The agent's mode in the job's environment: GRADSCOPE_MODE, and for apply GRADSCOPE_RECOMMENDATION
-// (absolute) and GRADSCOPE_ALLOW_SEMANTIC_CHANGE, for explore GRADSCOPE_EXPLORE_BUDGET. Explore also
-// turns on Open MPI's coll/tuned dynamic rules (OMPI_MCA_coll_tuned_use_dynamic_rules=1, unless the
+// (absolute) and GRADSCOPE_ALLOW_SEMANTIC_CHANGE, for explore GRADSCOPE_EXPLORE_BUDGET. Both modes
+// turn on Open MPI's coll/tuned dynamic rules (OMPI_MCA_coll_tuned_use_dynamic_rules=1, unless the
 // environment sets it), so that the mpi.<algorithm> strategies can force an algorithm on the agent's
 // own communicators; with no algorithm forced the job's collectives keep Open MPI's fixed decisions.
 void setModeEnvironment(Environment& environment, const RunOptions& options);

@@ -1,0 +1,62 @@
+// `gradscope recommend`: trace files in, a deployable recommendation out.
+
+#include "gradscope/cli/recommend.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "gradscope/common/error.h"
+#include "gradscope/storage/reader.h"
+#include "gradscope/storage/writer.h"
+#include "gradscope/tuner/exporters.h"
+#include "gradscope/tuner/recommend.h"
+
+namespace gradscope::cli {
+
+void runRecommend(const RecommendCommand& command, std::ostream& out, std::ostream& log) {
+  if (command.inputs.empty()) fail("recommend needs at least one trace file");
+  const auto format = tuner::parseFormat(command.format);
+  if (!format)
+    fail("unknown format '{}' (text, json, markdown, nccl-tuner, env, ddp, tf or horovod)", command.format);
+  if (!(command.max_rel_error >= 0) || !std::isfinite(command.max_rel_error))
+    fail("--max-rel-error must be a number >= 0 (0 allows lossless strategies only)");
+  if (command.world && *command.world < 1) fail("--world must be a positive number of ranks");
+
+  const tuner::Inputs inputs = tuner::readInputs(command.inputs);
+  const tuner::Result result = tuner::recommend(
+      inputs, {command.max_rel_error, command.allow_semantic_change, command.world, command.created});
+  const std::string text = tuner::format(result.recommendation, result.report, *format);
+
+  if (command.output.empty() || command.output == "-") {
+    out << text;
+    out.flush();
+    if (!out) fail("cannot write the recommendation to standard output");
+  } else {
+    std::ofstream file(command.output, std::ios::binary | std::ios::trunc);
+    file << text;
+    file.close();
+    if (!file) fail("{}: cannot write the recommendation: {}", command.output, errnoMessage(errno));
+    log << fmt::format("wrote {}\n", command.output);
+  }
+
+  // Stored where the evidence is, so that the GUI and a later `gradscope check` find it; a read-only
+  // input (a CI artifact, a shared file) is not an error: the output above is what the user asked for.
+  if (!command.store) return;
+  const std::string& first = command.inputs.front();
+  if (::access(first.c_str(), W_OK) != 0) {
+    log << fmt::format("note: {} is read-only; the recommendation was not stored in it\n", first);
+    return;
+  }
+  storage::RecommendationRecord record;
+  // Run ids are file-local: the first file's own first run.
+  if (const auto runs = storage::TraceReader::open(first).runs(); !runs.empty())
+    record.run_id = runs.front().id;
+  record.json = toJson(result.recommendation);
+  storage::appendRecommendation(first, record);
+}
+
+}  // namespace gradscope::cli

@@ -1,0 +1,453 @@
+// tuner/: `gradscope check`, the CI gate: verdicts against tolerance and noise (rank test with enough rows,
+// the sweep rule with one row per bench point), exit codes, bad input, recommendation changes, and the
+// markdown and JSON outputs.
+
+#include "gradscope/tuner/check.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gradscope/common/error.h"
+#include "gradscope/storage/writer.h"
+#include "test_util.h"
+
+namespace gradscope::tuner {
+namespace {
+
+using storage::TraceWriter;
+using test::TempDir;
+
+// One key's rows: `medians` one per row, each row's min..max spread ±`spread` around its median.
+struct Point {
+  std::string strategy = "sum/native";
+  std::int64_t bytes = 1024;
+  std::vector<double> medians;
+  double spread = 0.01;
+  int world = 2;
+};
+
+void writeTrace(const std::string& path, const std::vector<Point>& points) {
+  TraceWriter writer = TraceWriter::create(path);
+  storage::RunInfo run;
+  run.uuid = "check-" + path;
+  run.mode = "bench";
+  run.backend = Backend::Mpi;
+  run.world_size = 2;
+  run.host = "h";
+  run.epoch_ns = 1'795'000'000'000'000'000;
+  const std::int64_t run_id = writer.addRun(run);
+  writer.addRank({0, run_id, 0, "h", 7, "cpu", 0});
+  writer.addRank({1, run_id, 1, "h", 8, "cpu", 0});
+  for (const auto& point : points)
+    for (double median : point.medians) {
+      storage::Measurement row;
+      row.run_id = run_id;
+      row.strategy = point.strategy;
+      row.api = Api::MpiAllreduce;
+      row.dtype = DType::Fp32;
+      row.bytes = point.bytes;
+      row.world = point.world;
+      row.reps = 20;
+      row.min_ns = median * (1 - point.spread);
+      row.median_ns = median;
+      row.p90_ns = median * (1 + point.spread / 2);
+      row.max_ns = median * (1 + point.spread);
+      writer.addMeasurement(row);
+    }
+  writer.finish(1'000'000);
+}
+
+// `rows` distinct samples around `center`: a small deterministic jitter (within ±1.5% for up to 8 rows).
+std::vector<double> samples(double center, int rows) {
+  std::vector<double> values;
+  for (int i = 0; i < rows; ++i) values.push_back(center * (1 + 0.004 * i - 0.014));
+  return values;
+}
+
+// A bench-like sweep: one row per size from 8 B to 512 KiB (factor 4), `scale` times a base time.
+std::vector<Point> sweep(const std::string& strategy, double scale, double spread = 0.02) {
+  std::vector<Point> points;
+  for (std::int64_t bytes = 8; bytes <= 512 * 1024; bytes *= 4)
+    points.push_back({strategy, bytes, {scale * (2000 + static_cast<double>(bytes) / 4)}, spread});
+  return points;
+}
+
+std::vector<Point> operator+(std::vector<Point> a, const std::vector<Point>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+struct CheckRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+CheckRun runCheck(const std::string& baseline, const std::string& current, CheckCommand command = {},
+                  const std::function<std::string(const std::string&)>& recommend = {}) {
+  command.baseline = baseline;
+  command.current = current;
+  std::ostringstream out, err;
+  CheckRun run;
+  run.exit_code = runCheckCommand(command, recommend, out, err);
+  run.out = out.str();
+  run.err = err.str();
+  return run;
+}
+
+const KeyComparison* find(const CheckResult& result, const std::string& strategy, std::int64_t bytes) {
+  for (const auto& c : result.comparisons)
+    if (c.key.strategy == strategy && c.key.bytes == bytes) return &c;
+  return nullptr;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(CheckStatistics, RankTestsGiveExactTails) {
+  // Completely separated 8 against 8: one arrangement of C(16, 8) = 12870.
+  EXPECT_NEAR(mannWhitneyGreater(samples(1000, 8), samples(1200, 8)), 1.0 / 12870, 1e-12);
+  EXPECT_NEAR(mannWhitneyGreater(samples(1200, 8), samples(1000, 8)), 1.0, 1e-12);
+  // 4 against 4 cannot reach 0.01: 1/70 at best (why the rank test needs more rows).
+  EXPECT_NEAR(mannWhitneyGreater(samples(1000, 4), samples(1200, 4)), 1.0 / 70, 1e-12);
+  // All of 9 differences positive: 2^-9; zeros are dropped; symmetric data gives about one half.
+  EXPECT_NEAR(wilcoxonGreater({1, 2, 3, 4, 5, 6, 7, 8, 9}), 1.0 / 512, 1e-12);
+  EXPECT_NEAR(wilcoxonGreater({0, 0, 1, 2}), 0.25, 1e-12);
+  EXPECT_NEAR(wilcoxonGreater({-1, 1}), 0.75, 1e-12);
+  EXPECT_DOUBLE_EQ(wilcoxonGreater({}), 1.0);
+}
+
+TEST(CheckTolerance, ParsesPercentAndFraction) {
+  EXPECT_DOUBLE_EQ(parseTolerance("5%"), 0.05);
+  EXPECT_DOUBLE_EQ(parseTolerance("0.05"), 0.05);
+  EXPECT_DOUBLE_EQ(parseTolerance("12.5%"), 0.125);
+  EXPECT_THROW(parseTolerance("5"), Error);
+  EXPECT_THROW(parseTolerance("five"), Error);
+  EXPECT_THROW(parseTolerance("-1%"), Error);
+  EXPECT_THROW(parseTolerance("%"), Error);
+}
+
+TEST(Check, IdenticalTracesPass) {
+  TempDir dir;
+  const auto points = std::vector<Point>{{"sum/native", 1024, samples(1000, 8)}} + sweep("sum/rs_ag", 1);
+  writeTrace(dir.file("a.db"), points);
+  writeTrace(dir.file("b.db"), points);
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  EXPECT_EQ(result.exitCode(), 0);
+  EXPECT_EQ(result.comparisons.size(), 10u);
+  EXPECT_EQ(result.count(Verdict::Unchanged), 10);
+  const CheckRun run = runCheck(dir.file("a.db"), dir.file("b.db"));
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("OK: 10 compared, 0 regressed"), std::string::npos) << run.out;
+}
+
+TEST(Check, SlowdownWithManyRowsIsARegression) {
+  TempDir dir;
+  writeTrace(dir.file("a.db"),
+             {{"sum/native", 1024, samples(1000, 8)}, {"sum/rs_ag", 1024, samples(900, 8)}});
+  writeTrace(dir.file("b.db"),
+             {{"sum/native", 1024, samples(1200, 8)}, {"sum/rs_ag", 1024, samples(900, 8)}});
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  ASSERT_EQ(result.comparisons.size(), 2u);
+  const auto& first = result.comparisons.front();  // regressions first
+  EXPECT_EQ(first.key.strategy, "sum/native");
+  EXPECT_EQ(first.verdict, Verdict::Regression);
+  EXPECT_EQ(first.test, "mann-whitney");
+  EXPECT_NEAR(first.change, 0.2, 1e-9);
+  ASSERT_TRUE(first.p_value);
+  EXPECT_LT(*first.p_value, 0.01);
+  EXPECT_EQ(result.comparisons.back().verdict, Verdict::Unchanged);
+
+  const CheckRun run = runCheck(dir.file("a.db"), dir.file("b.db"));
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.out.find("REGRESSION: 2 compared, 1 regressed"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("regression   sum/native"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("+20.0%"), std::string::npos) << run.out;
+}
+
+TEST(Check, SlowdownInsideOverlappingSpreadsIsNoisy) {
+  TempDir dir;
+  // One row each, 20% slower, but each row's ranks spread ±15%: the intervals overlap.
+  writeTrace(dir.file("a.db"), {{"sum/native", 1024, {1000}, 0.15}});
+  writeTrace(dir.file("b.db"), {{"sum/native", 1024, {1200}, 0.15}});
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  ASSERT_EQ(result.comparisons.size(), 1u);
+  EXPECT_EQ(result.comparisons[0].verdict, Verdict::Noisy);
+  EXPECT_EQ(result.comparisons[0].test, "sweep");
+  EXPECT_NE(result.comparisons[0].reason.find("intervals overlap"), std::string::npos);
+  EXPECT_EQ(result.exitCode(), 0);
+}
+
+TEST(Check, SlowdownWithinToleranceIsUnchanged) {
+  TempDir dir;
+  writeTrace(dir.file("a.db"), {{"sum/native", 1024, samples(1000, 8)}});
+  writeTrace(dir.file("b.db"), {{"sum/native", 1024, samples(1030, 8)}});
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  EXPECT_EQ(result.comparisons[0].verdict, Verdict::Unchanged);
+  EXPECT_EQ(result.exitCode(), 0);
+  // The same 3% fails a 2% tolerance: the rows are well apart.
+  CheckOptions strict;
+  strict.tolerance = 0.02;
+  EXPECT_EQ(checkTraces(dir.file("a.db"), dir.file("b.db"), strict).exitCode(), 1);
+}
+
+TEST(Check, ImprovementIsReportedAndPasses) {
+  TempDir dir;
+  writeTrace(dir.file("a.db"), {{"sum/native", 1024, samples(1000, 8)}});
+  writeTrace(dir.file("b.db"), {{"sum/native", 1024, samples(700, 8)}});
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  EXPECT_EQ(result.comparisons[0].verdict, Verdict::Improvement);
+  EXPECT_NEAR(result.comparisons[0].change, -0.3, 1e-9);
+  const CheckRun run = runCheck(dir.file("a.db"), dir.file("b.db"));
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_NE(run.out.find("improvement  sum/native"), std::string::npos) << run.out;
+}
+
+TEST(Check, BenchSweepSlowerAsAWholeIsARegression) {
+  TempDir dir;
+  // Bench traces: one row per point. sum/rs_ag is 20% slower at every size; the others are not.
+  writeTrace(dir.file("a.db"), sweep("sum/native", 1) + sweep("sum/rs_ag", 1) + sweep("sum/hier", 1));
+  writeTrace(dir.file("b.db"), sweep("sum/native", 1.01) + sweep("sum/rs_ag", 1.2) + sweep("sum/hier", 0.99));
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  EXPECT_EQ(result.count(Verdict::Regression), 9);
+  EXPECT_EQ(result.count(Verdict::Unchanged), 18);
+  for (const auto& c : result.comparisons) {
+    if (c.verdict == Verdict::Regression) {
+      EXPECT_EQ(c.key.strategy, "sum/rs_ag");
+    }
+  }
+  EXPECT_EQ(result.exitCode(), 1);
+}
+
+TEST(Check, BenchStallAtOneSizeIsNoisy) {
+  TempDir dir;
+  // A descheduled rank makes one point of a repeat run 50x slower, its interval far above the baseline's:
+  // the rest of its sweep did not move, so it is noise, not a regression.
+  auto stalled = sweep("sum/rs_ag", 1);
+  stalled[4].medians[0] *= 50;
+  writeTrace(dir.file("a.db"), sweep("sum/native", 1) + sweep("sum/rs_ag", 1));
+  writeTrace(dir.file("b.db"), sweep("sum/native", 1) + stalled);
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  const KeyComparison* point = find(result, "sum/rs_ag", stalled[4].bytes);
+  ASSERT_NE(point, nullptr);
+  EXPECT_EQ(point->verdict, Verdict::Noisy);
+  EXPECT_NE(point->reason.find("Wilcoxon"), std::string::npos) << point->reason;
+  EXPECT_EQ(result.exitCode(), 0);
+}
+
+TEST(Check, BenchSweepShiftInsideRunToRunSpreadIsNoisy) {
+  TempDir dir;
+  // A repeat on a loaded machine moves whole sweeps by different amounts (here -4%..+8%): a sweep 9%
+  // slower is within that spread, though every one of its points is slower beyond tolerance.
+  const std::vector<double> shifts = {0.96, 1.0, 1.03, 1.05, 1.08, 1.09};
+  std::vector<Point> base, current;
+  for (std::size_t i = 0; i < shifts.size(); ++i) {
+    base = base + sweep("s" + std::to_string(i), 1, 0.01);
+    current = current + sweep("s" + std::to_string(i), shifts[i], 0.01);
+  }
+  writeTrace(dir.file("a.db"), base);
+  writeTrace(dir.file("b.db"), current);
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  EXPECT_EQ(result.count(Verdict::Regression), 0);
+  const KeyComparison* point = find(result, "s5", 8);
+  ASSERT_NE(point, nullptr);
+  EXPECT_EQ(point->verdict, Verdict::Noisy);
+  EXPECT_NE(point->reason.find("run-to-run spread"), std::string::npos) << point->reason;
+}
+
+TEST(CheckBadInput, ExitsTwoWithOneLine) {
+  TempDir dir;
+  writeTrace(dir.file("a.db"), {{"sum/native", 1024, samples(1000, 8)}});
+
+  CheckRun run = runCheck(dir.file("missing.db"), dir.file("a.db"));
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("missing.db: no such file"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
+
+  {
+    std::ofstream text(dir.file("notes.db"));
+    text << "not a database, just text\n";
+  }
+  run = runCheck(dir.file("a.db"), dir.file("notes.db"));
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("notes.db"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
+
+  writeTrace(dir.file("empty.db"), {});
+  run = runCheck(dir.file("a.db"), dir.file("empty.db"));
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("empty.db: the current trace has no measurements"), std::string::npos) << run.err;
+
+  writeTrace(dir.file("other.db"), {{"sum/rs_ag", 4096, samples(1000, 8)}});
+  run = runCheck(dir.file("a.db"), dir.file("other.db"));
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("no measurement in common"), std::string::npos) << run.err;
+
+  writeTrace(dir.file("world4.db"), {{"sum/native", 1024, samples(1000, 8), 0.01, 4}});
+  run = runCheck(dir.file("a.db"), dir.file("world4.db"));
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("world sizes never match (baseline 2, current 4)"), std::string::npos) << run.err;
+
+  CheckCommand unrecommendable;
+  unrecommendable.fail_on_change = true;
+  run = runCheck(dir.file("a.db"), dir.file("a.db"), unrecommendable);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("--fail-on-change needs the recommender"), std::string::npos) << run.err;
+}
+
+TEST(Check, KeysInOneTraceOnlyAreListedNotCompared) {
+  TempDir dir;
+  writeTrace(dir.file("a.db"),
+             {{"sum/native", 1024, samples(1000, 8)}, {"sum/hier", 1024, samples(1000, 8)}});
+  writeTrace(dir.file("b.db"),
+             {{"sum/native", 1024, samples(1000, 8)}, {"sum/rs_ag", 1024, samples(1000, 8)}});
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  EXPECT_EQ(result.comparisons.size(), 1u);
+  ASSERT_EQ(result.not_compared.size(), 2u);
+  EXPECT_EQ(result.not_compared[0].key.strategy, "sum/hier");
+  EXPECT_TRUE(result.not_compared[0].in_baseline);
+  EXPECT_EQ(result.not_compared[1].key.strategy, "sum/rs_ag");
+  EXPECT_FALSE(result.not_compared[1].in_baseline);
+}
+
+// A recommender stand-in: the rule for 0..65536 bytes picks sum/rs_ag for traces whose name has "b".
+std::string fakeRecommendation(const std::string& path) {
+  const bool changed = path.find("b.db") != std::string::npos;
+  nlohmann::json rules = nlohmann::json::array();
+  rules.push_back({{"api", "MPI_Allreduce"},
+                   {"dtype", "fp32"},
+                   {"min_bytes", 0},
+                   {"max_bytes", 65536},
+                   {"strategy", changed ? "sum/rs_ag" : "sum/native"}});
+  rules.push_back({{"api", "MPI_Allreduce"},
+                   {"dtype", "fp32"},
+                   {"min_bytes", 65537},
+                   {"max_bytes", 1 << 30},
+                   {"strategy", "sum/hier"}});
+  return nlohmann::json{{"version", 1}, {"rules", rules}}.dump();
+}
+
+TEST(Check, FailOnChangeExitsThreeAndNamesTheRule) {
+  TempDir dir;
+  const std::vector<Point> same = {{"sum/native", 1024, samples(1000, 8)}};
+  writeTrace(dir.file("a.db"), same);
+  writeTrace(dir.file("b.db"), same);
+  writeTrace(dir.file("a2.db"), same);
+  CheckCommand command;
+  command.fail_on_change = true;
+  CheckRun run = runCheck(dir.file("a.db"), dir.file("b.db"), command, fakeRecommendation);
+  EXPECT_EQ(run.exit_code, 3) << run.err;
+  EXPECT_NE(
+      run.out.find("Recommendation changed (1 rules):\n  MPI_Allreduce fp32 0..65536 bytes: sum/native -> "
+                   "sum/rs_ag\n"),
+      std::string::npos)
+      << run.out;
+  // Same recommendation: 0. Without --fail-on-change the recommender is not even asked.
+  run = runCheck(dir.file("a.db"), dir.file("a2.db"), command, fakeRecommendation);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_NE(run.out.find("Recommendation: unchanged"), std::string::npos) << run.out;
+  run = runCheck(dir.file("a.db"), dir.file("b.db"), {}, [](const std::string&) -> std::string {
+    ADD_FAILURE() << "asked for a recommendation without --fail-on-change";
+    return "{}";
+  });
+  EXPECT_EQ(run.exit_code, 0);
+
+  // A regression wins over a changed recommendation.
+  writeTrace(dir.file("slow-b.db"), {{"sum/native", 1024, samples(1300, 8)}});
+  run = runCheck(dir.file("a.db"), dir.file("slow-b.db"), command, fakeRecommendation);
+  EXPECT_EQ(run.exit_code, 1);
+  // A broken recommendation is bad input.
+  run = runCheck(dir.file("a.db"), dir.file("b.db"), command,
+                 [](const std::string&) { return std::string("[1"); });
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("not a valid recommendation file"), std::string::npos) << run.err;
+}
+
+TEST(CheckOutputs, MarkdownSummaryForCiPages) {
+  TempDir dir;
+  writeTrace(dir.file("a.db"), {{"sum/native", 1024, samples(1000, 8)},
+                                {"sum/rs_ag", 1024, samples(1000, 8)},
+                                {"sum/hier", 1024, samples(1000, 8)},
+                                {"sum/only-base", 1024, samples(1000, 8)}});
+  writeTrace(dir.file("b.db"), {{"sum/native", 1024, samples(1250, 8)},
+                                {"sum/rs_ag", 1024, samples(800, 8)},
+                                {"sum/hier", 1024, samples(1000, 8)}});
+  CheckCommand command;
+  command.summary_path = dir.file("summary.md");
+  command.json_path = dir.file("check.json");
+  {
+    std::ofstream earlier(command.summary_path);
+    earlier << "earlier step\n";
+  }
+  const CheckRun run = runCheck(dir.file("a.db"), dir.file("b.db"), command);
+  EXPECT_EQ(run.exit_code, 1);
+  const std::string summary = readFile(command.summary_path);
+  const std::string expected =
+      "earlier step\n"
+      "### ❌ gradscope check: 1 regression beyond 5.0% and noise\n"
+      "\n"
+      "Current `" +
+      dir.file("b.db") + "` against baseline `" + dir.file("a.db") +
+      "`: 3 compared, 1 regressed, 1 improved.\n"
+      "\n"
+      "| | strategy | collective | dtype | size | world | baseline | current | change | evidence |\n"
+      "|---|---|---|---|---:|---:|---:|---:|---:|---|\n";
+  EXPECT_EQ(summary.substr(0, expected.size()), expected) << summary;
+  EXPECT_NE(summary.find("| ❌ regression | `sum/native` | all_reduce | fp32 |"), std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("| ✅ improvement | `sum/rs_ag` | all_reduce | fp32 |"), std::string::npos)
+      << summary;
+  EXPECT_LT(summary.find("❌ regression |"), summary.find("✅ improvement |"));
+  EXPECT_NE(summary.find("<details><summary>1 unchanged, 0 noisy, 1 not compared</summary>"),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("</details>\n"), std::string::npos);
+
+  const auto json = nlohmann::json::parse(readFile(command.json_path));
+  EXPECT_EQ(json["version"], 1);
+  EXPECT_EQ(json["exit_code"], 1);
+  EXPECT_DOUBLE_EQ(json["tolerance"].get<double>(), 0.05);
+  EXPECT_EQ(json["totals"]["compared"], 3);
+  EXPECT_EQ(json["totals"]["regression"], 1);
+  EXPECT_EQ(json["totals"]["improvement"], 1);
+  EXPECT_EQ(json["totals"]["unchanged"], 1);
+  EXPECT_EQ(json["totals"]["not_compared"], 1);
+  const auto& first = json["comparisons"][0];
+  EXPECT_EQ(first["strategy"], "sum/native");
+  EXPECT_EQ(first["collective"], "all_reduce");
+  EXPECT_EQ(first["dtype"], "fp32");
+  EXPECT_EQ(first["bytes"], 1024);
+  EXPECT_EQ(first["world"], 2);
+  EXPECT_EQ(first["verdict"], "regression");
+  EXPECT_EQ(first["test"], "mann-whitney");
+  EXPECT_LT(first["p_value"].get<double>(), 0.01);
+  EXPECT_EQ(first["baseline_rows"], 8);
+  EXPECT_NEAR(first["change"].get<double>(), 0.25, 1e-9);
+  EXPECT_EQ(json["comparisons"][2]["verdict"], "unchanged");
+  EXPECT_TRUE(json["comparisons"][2]["p_value"].is_null());
+  EXPECT_EQ(json["not_compared"][0]["strategy"], "sum/only-base");
+  EXPECT_EQ(json["not_compared"][0]["only_in"], "baseline");
+  EXPECT_TRUE(json["recommendation"].is_null());
+}
+
+TEST(CheckOutputs, PassingSummaryHasTheGreenHeadline) {
+  TempDir dir;
+  writeTrace(dir.file("a.db"), {{"sum/native", 1024, samples(1000, 8)}});
+  CheckCommand command;
+  command.summary_path = dir.file("summary.md");
+  EXPECT_EQ(runCheck(dir.file("a.db"), dir.file("a.db"), command).exit_code, 0);
+  const std::string summary = readFile(command.summary_path);
+  EXPECT_EQ(summary.rfind("### ✅ gradscope check: no regression beyond 5.0% and noise\n", 0), 0u) << summary;
+  EXPECT_EQ(summary.find("| strategy |"), std::string::npos) << summary;  // no table without changes
+}
+
+}  // namespace
+}  // namespace gradscope::tuner

@@ -1,0 +1,421 @@
+// tuner/recommend.h and exporters.h, and `gradscope recommend` end to end: constraints (error budget,
+// semantic changes, interval overlap), the workload, fusion and consensus notes, the world what-if, input
+// errors, golden outputs per format, the NCCL tuner CSV parsed back, and storing into the trace.
+
+#include "gradscope/tuner/recommend.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gradscope/cli/recommend.h"
+#include "gradscope/common/error.h"
+#include "gradscope/storage/reader.h"
+#include "gradscope/storage/writer.h"
+#include "gradscope/tuner/exporters.h"
+#include "test_util.h"
+
+namespace gradscope::tuner {
+namespace {
+
+using test::TempDir;
+
+constexpr std::string_view kUuid = "00000000-0000-4000-8000-00000000000a";
+
+// Three rows per size (x0.99, x1, x1.01 of time = alpha + bytes * ns_per_byte): a narrow, exact-ish
+// interval, so that which strategy wins where is known in advance.
+void addStrategy(Inputs& inputs, const std::string& strategy, double alpha, double ns_per_byte,
+                 Backend backend, DType dtype = DType::Fp32, int world = 4,
+                 std::optional<double> rel_error = std::nullopt, double spread = 0.01) {
+  const Api api = backend == Backend::Nccl ? Api::NcclAllReduce : Api::MpiAllreduce;
+  for (std::int64_t bytes = 1024; bytes <= (64 << 20); bytes *= 4)
+    for (double factor : {1 - spread, 1.0, 1 + spread}) {
+      MeasurementRow row;
+      row.backend = backend;
+      auto& m = row.measurement;
+      m.run_id = 1;
+      m.strategy = strategy;
+      m.api = api;
+      m.dtype = dtype;
+      m.bytes = bytes;
+      m.world = world;
+      m.reps = 20;
+      m.median_ns = factor * (alpha + static_cast<double>(bytes) * ns_per_byte);
+      m.min_ns = m.median_ns * 0.98;
+      m.max_ns = m.median_ns * 1.05;
+      m.rel_l2_error = rel_error;
+      inputs.measurements.push_back(row);
+    }
+}
+
+storage::RunInfo run(Backend backend) {
+  storage::RunInfo info;
+  info.id = 1;
+  info.uuid = std::string(kUuid);
+  info.backend = backend;
+  info.world_size = 4;
+  info.mode = "explore";
+  return info;
+}
+
+// An MPI job: many 4 KiB reductions per step (fusion) where recursive doubling wins, a few large ones where
+// rs_ag wins.
+Inputs mpiInputs() {
+  Inputs inputs;
+  inputs.runs.push_back(run(Backend::Mpi));
+  addStrategy(inputs, "sum/native", 20000, 0.1, Backend::Mpi);
+  addStrategy(inputs, "sum/rs_ag", 40000, 0.05, Backend::Mpi);
+  addStrategy(inputs, "sum/native/bf16", 21000, 0.055, Backend::Mpi, DType::Fp32, 4, 0.004);
+  addStrategy(inputs, "adacons/native", 15000, 0.03, Backend::Mpi);
+  addStrategy(inputs, "sum/mpi.recursive_doubling", 12000, 0.15, Backend::Mpi);  // wins small sizes
+  addStrategy(inputs, "sum/mpi.ring", 20000, 0.099, Backend::Mpi);  // 1% faster: inside the noise
+  addStrategy(inputs, "sum/warp.drive", 1, 0.001, Backend::Mpi);    // not a strategy gradscope knows
+  inputs.workload = {{Api::MpiAllreduce, DType::Fp32, 4096, 400},
+                     {Api::MpiAllreduce, DType::Fp32, 1 << 20, 4},
+                     {Api::MpiAllreduce, DType::Fp32, 16 << 20, 2}};
+  inputs.steps_known = true;
+  return inputs;
+}
+
+// An NCCL job where tree/LL wins small sizes and ring/Simple large ones.
+Inputs ncclInputs() {
+  Inputs inputs;
+  inputs.runs.push_back(run(Backend::Nccl));
+  addStrategy(inputs, "sum/native", 30000, 0.1, Backend::Nccl, DType::Fp16);
+  addStrategy(inputs, "sum/nccl.tree.ll", 10000, 0.2, Backend::Nccl, DType::Fp16);
+  addStrategy(inputs, "sum/nccl.ring.simple", 50000, 0.04, Backend::Nccl, DType::Fp16);
+  inputs.workload = {{Api::NcclAllReduce, DType::Fp16, 4096, 10},
+                     {Api::NcclAllReduce, DType::Fp16, 65536, 10},
+                     {Api::NcclAllReduce, DType::Fp16, 4 << 20, 5},
+                     {Api::NcclAllReduce, DType::Fp16, 64 << 20, 1}};
+  inputs.steps_known = true;
+  return inputs;
+}
+
+RecommendOptions options(double max_rel_error = 0, bool semantic = false) {
+  RecommendOptions o;
+  o.max_rel_error = max_rel_error;
+  o.allow_semantic_change = semantic;
+  o.created = "2026-11-22T12:00:00Z";
+  return o;
+}
+
+bool mentions(const Report& report, std::string_view text) {
+  for (const auto& line : report.reasoning)
+    if (line.find(text) != std::string::npos) return true;
+  return false;
+}
+
+std::string errorOf(const Inputs& inputs, const RecommendOptions& o) {
+  try {
+    recommend(inputs, o);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return {};
+}
+
+TEST(Recommend, LosslessByDefault) {
+  const auto result = recommend(mpiInputs(), options());
+  const auto& rules = result.recommendation.rules;
+  ASSERT_EQ(rules.size(), 2u);
+  EXPECT_EQ(rules[0].strategy, "sum/mpi.recursive_doubling");
+  EXPECT_EQ(rules[0].min_bytes, 4096);
+  EXPECT_EQ(rules[0].max_bytes, 4096);
+  EXPECT_EQ(rules[1].strategy, "sum/rs_ag");
+  EXPECT_EQ(rules[1].min_bytes, 1 << 20);
+  EXPECT_EQ(rules[1].max_bytes, 16 << 20);
+  EXPECT_EQ(rules[1].world_size, 4);
+  EXPECT_EQ(rules[1].error_class, ErrorClass::Lossless);
+  EXPECT_EQ(rules[1].baseline_strategy, "sum/native");
+  EXPECT_EQ(rules[1].evidence, 3 * 9);
+  ASSERT_TRUE(rules[1].predicted && rules[1].baseline);
+  EXPECT_LT(rules[1].predicted->high_ns, rules[1].baseline->low_ns);
+  EXPECT_EQ(result.recommendation.backend, Backend::Mpi);
+  EXPECT_EQ(result.recommendation.source_runs, std::vector<std::string>{std::string(kUuid)});
+  EXPECT_TRUE(mentions(result.report, "Excluded sum/native/bf16: lossy"));
+  EXPECT_TRUE(mentions(result.report, "Excluded adacons/native: changes what the job computes"));
+  EXPECT_TRUE(mentions(result.report, "sum/mpi.ring is faster at"));
+  EXPECT_TRUE(mentions(result.report, "unknown strategies: sum/warp.drive"));
+  // The JSON is a valid recommendation file and reads back equal.
+  EXPECT_EQ(parseRecommendation(toJson(result.recommendation)), result.recommendation);
+}
+
+TEST(Recommend, ErrorBudgetAllowsMeasuredLossyStrategies) {
+  const auto within = recommend(mpiInputs(), options(0.01));
+  bool bf16 = false;
+  for (const auto& rule : within.recommendation.rules)
+    if (rule.strategy == "sum/native/bf16") {
+      bf16 = true;
+      EXPECT_EQ(rule.error_class, ErrorClass::Lossy);
+      EXPECT_EQ(rule.measured_rel_error, 0.004);
+    }
+  EXPECT_TRUE(bf16);
+  const auto below = recommend(mpiInputs(), options(0.001));
+  EXPECT_TRUE(mentions(below.report, "worst measured relative error 0.004 is above the budget 0.001"));
+  for (const auto& rule : below.recommendation.rules) EXPECT_NE(rule.strategy, "sum/native/bf16");
+}
+
+TEST(Recommend, SemanticStrategiesOnlyWhenAllowed) {
+  const auto allowed = recommend(mpiInputs(), options(0, true));
+  bool adacons = false;
+  for (const auto& rule : allowed.recommendation.rules) adacons |= rule.strategy == "adacons/native";
+  EXPECT_TRUE(adacons);
+}
+
+TEST(Recommend, PerStepTotalsAndFusion) {
+  const auto result = recommend(mpiInputs(), options());
+  const auto& report = result.report;
+  ASSERT_TRUE(report.baseline_per_step && report.choice_per_step);
+  // 400 x (20000 + 0.1 * 4096) + 4 x (20000 + 0.1 * 1 MiB) + 2 x (20000 + 0.1 * 16 MiB), at the measured
+  // sizes.
+  const double baseline = 400 * 20409.6 + 4 * (20000 + 0.1 * 1048576) + 2 * (20000 + 0.1 * 16777216);
+  EXPECT_NEAR(report.baseline_per_step->median_ns, baseline, 1e-6 * baseline);
+  EXPECT_LT(report.choice_per_step->median_ns, report.baseline_per_step->median_ns);
+  ASSERT_TRUE(report.fusion.has_value());
+  // 4 alpha / (1/beta) = 800,000 bytes: the next power-of-two MiB is 1 MiB.
+  EXPECT_EQ(report.fusion->bucket_bytes, 1 << 20);
+  EXPECT_GT(report.fusion->small_share, 0.5);
+  EXPECT_GT(report.fusion->gain_ns, 0);
+}
+
+TEST(Recommend, ConsensusDisagreementPointsToAdaCons) {
+  Inputs inputs = mpiInputs();
+  inputs.mean_cosine_to_mean = 0.3;
+  const auto result = recommend(inputs, options());
+  ASSERT_TRUE(result.report.consensus_note.has_value());
+  EXPECT_NE(result.report.consensus_note->find("--allow-semantic-change with adacons"), std::string::npos);
+  inputs.mean_cosine_to_mean = 0.9;
+  EXPECT_FALSE(recommend(inputs, options()).report.consensus_note.has_value());
+}
+
+TEST(Recommend, WithoutCallsTheMeasuredSizesAreTheWorkload) {
+  Inputs inputs = mpiInputs();
+  inputs.workload.clear();
+  const auto result = recommend(inputs, options());
+  EXPECT_TRUE(result.report.workload_from_measurements);
+  EXPECT_EQ(result.report.sizes.size(), 9u);  // 1 KiB .. 64 MiB by 4
+  EXPECT_TRUE(mentions(result.report, "No observed all-reduce calls"));
+  ASSERT_FALSE(result.recommendation.rules.empty());
+  EXPECT_EQ(result.recommendation.rules.back().max_bytes, 64 << 20);
+}
+
+TEST(Recommend, InputErrorsAreOneLine) {
+  Inputs empty;
+  EXPECT_NE(errorOf(empty, options()).find("no all-reduce measurements"), std::string::npos);
+  EXPECT_NE(errorOf(empty, options()).find("gradscope bench"), std::string::npos);
+
+  Inputs mixed = mpiInputs();
+  addStrategy(mixed, "sum/native", 30000, 0.1, Backend::Mpi, DType::Fp32, 8);
+  EXPECT_NE(errorOf(mixed, options()).find("world sizes 4, 8: choose one with --world N"), std::string::npos);
+  RecommendOptions at8 = options();
+  at8.world = 8;
+  EXPECT_EQ(errorOf(mixed, at8), "");
+
+  Inputs unknown_only;
+  addStrategy(unknown_only, "sum/warp.drive", 1, 0.001, Backend::Mpi);
+  EXPECT_NE(errorOf(unknown_only, options()).find("no measurements of known strategies"), std::string::npos);
+
+  RecommendOptions what_if = options();
+  what_if.world = 16;
+  EXPECT_NE(errorOf(mpiInputs(), what_if).find("--world 16 needs sum/native measured"), std::string::npos);
+  for (const auto& message : {errorOf(empty, options()), errorOf(mixed, options())})
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+TEST(Recommend, WorldWhatIfIsFlaggedAsAPrediction) {
+  Inputs inputs = mpiInputs();
+  addStrategy(inputs, "sum/native", 30000, 0.12, Backend::Mpi, DType::Fp32, 8);
+  addStrategy(inputs, "sum/rs_ag", 50000, 0.06, Backend::Mpi, DType::Fp32, 8);
+  RecommendOptions o = options();
+  o.world = 16;
+  const auto result = recommend(inputs, o);
+  EXPECT_TRUE(result.report.world_predicted);
+  EXPECT_EQ(result.recommendation.world_size, 16);
+  EXPECT_TRUE(mentions(result.report, "World size 16 was not measured"));
+  ASSERT_FALSE(result.recommendation.rules.empty());
+  EXPECT_EQ(result.recommendation.rules[0].strategy, "sum/rs_ag");
+  EXPECT_EQ(result.recommendation.rules[0].world_size, 16);
+  EXPECT_NE(format(result.recommendation, result.report, Format::Text).find("prediction"), std::string::npos);
+}
+
+// Golden outputs: one scenario per backend, every format.
+TEST(RecommendExport, GoldenPerFormat) {
+  const auto mpi = recommend(mpiInputs(), options(0.01));
+  const auto nccl = recommend(ncclInputs(), options());
+  for (Format f : {Format::Text, Format::Json, Format::Markdown, Format::NcclTuner, Format::Env, Format::Ddp,
+                   Format::Tf, Format::Horovod}) {
+    auto mpi_recommendation = mpi.recommendation;
+    auto nccl_recommendation = nccl.recommendation;
+    // The version changes with every release; the goldens should not.
+    mpi_recommendation.tool_version = nccl_recommendation.tool_version = "test";
+    const std::string suffix = f == Format::Json ? "json" : f == Format::Markdown ? "md" : "txt";
+    EXPECT_TRUE(test::matchesGolden(fmt::format("recommend_mpi_{}.{}", name(f), suffix),
+                                    format(mpi_recommendation, mpi.report, f)));
+    EXPECT_TRUE(test::matchesGolden(fmt::format("recommend_nccl_{}.{}", name(f), suffix),
+                                    format(nccl_recommendation, nccl.report, f)));
+  }
+}
+
+std::vector<std::string> split(const std::string& line, char separator) {
+  std::vector<std::string> fields;
+  std::stringstream stream(line);
+  for (std::string field; std::getline(stream, field, separator);) fields.push_back(field);
+  return fields;
+}
+
+TEST(RecommendExport, NcclTunerCsvParsesBackToTheRules) {
+  const auto result = recommend(ncclInputs(), options());
+  const auto& rules = result.recommendation.rules;
+  ASSERT_EQ(rules.size(), 2u);
+  std::stringstream csv(format(result.recommendation, result.report, Format::NcclTuner));
+  std::size_t index = 0;
+  for (std::string line; std::getline(csv, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto fields = split(line, ',');
+    ASSERT_EQ(fields.size(), 8u) << line;
+    ASSERT_LT(index, rules.size());
+    EXPECT_EQ(fields[0], "allreduce");
+    EXPECT_EQ(std::stoll(fields[1]), rules[index].min_bytes);
+    EXPECT_EQ(std::stoll(fields[2]), rules[index].max_bytes);
+    EXPECT_EQ(fmt::format("sum/nccl.{}.{}", fields[3], fields[4]), rules[index].strategy);
+    EXPECT_EQ(fields[5], "-1");
+    EXPECT_EQ(fields[6], "-1");
+    EXPECT_EQ(fields[7], "4");
+    ++index;
+  }
+  EXPECT_EQ(index, rules.size());
+  // Without NCCL engine winners the file is comments only.
+  const auto mpi = recommend(mpiInputs(), options());
+  const std::string none = format(mpi.recommendation, mpi.report, Format::NcclTuner);
+  for (const auto& line : split(none, '\n')) EXPECT_EQ(line.rfind('#', 0), 0u) << line;
+}
+
+TEST(RecommendExport, FormatNames) {
+  for (Format f : {Format::Text, Format::Json, Format::Markdown, Format::NcclTuner, Format::Env, Format::Ddp,
+                   Format::Tf, Format::Horovod})
+    EXPECT_EQ(parseFormat(name(f)), f);
+  EXPECT_FALSE(parseFormat("yaml").has_value());
+}
+
+// A trace as explore mode writes it: 4 ranks, 5 steps, measurements, consensus rows.
+std::string writeTrace(const TempDir& dir, const std::string& file, bool measurements = true, int world = 4) {
+  const std::string path = dir.file(file);
+  auto writer = storage::TraceWriter::create(path);
+  storage::RunInfo info = run(Backend::Mpi);
+  info.id = 0;
+  info.world_size = world;
+  const std::int64_t run_id = writer.addRun(info);
+  std::vector<storage::CallRecord> calls;
+  for (int rank = 0; rank < world; ++rank) {
+    storage::RankInfo rank_info;
+    rank_info.run_id = run_id;
+    rank_info.rank = rank;
+    const std::int64_t rank_id = writer.addRank(rank_info);
+    storage::CommInfo comm;
+    comm.rank_id = rank_id;
+    comm.key = "world";
+    comm.backend = Backend::Mpi;
+    comm.size = world;
+    comm.comm_rank = rank;
+    const std::int64_t comm_id = writer.addComm(comm);
+    std::int64_t t = 0, seq = 0;
+    for (int step = 0; step < 5; ++step)
+      for (std::int64_t bytes : {std::int64_t{1} << 20, std::int64_t{16} << 20}) {
+        storage::CallRecord call;
+        call.rank_id = rank_id;
+        call.comm_id = comm_id;
+        call.seq = seq++;
+        call.step = step;
+        call.api = Api::MpiAllreduce;
+        call.dtype = DType::Fp32;
+        call.op = ReduceOp::Sum;
+        call.count = bytes / 4;
+        call.bytes = bytes;
+        call.enqueue_ns = call.start_ns = t;
+        call.end_ns = t += 1000000;
+        calls.push_back(call);
+      }
+  }
+  writer.appendCalls(calls);
+  if (measurements) {
+    Inputs inputs;
+    addStrategy(inputs, "sum/native", 20000, 0.1, Backend::Mpi, DType::Fp32, world);
+    addStrategy(inputs, "sum/rs_ag", 40000, 0.05, Backend::Mpi, DType::Fp32, world);
+    for (auto row : inputs.measurements) {
+      row.measurement.run_id = run_id;
+      writer.addMeasurement(row.measurement);
+    }
+  }
+  writer.finish(1'000'000'000);
+  return path;
+}
+
+TEST(RecommendCommand, ReadsTracesAndStoresTheJson) {
+  TempDir dir;
+  const std::string path = writeTrace(dir, "job.db");
+  const Inputs inputs = readInputs({path});
+  ASSERT_EQ(inputs.workload.size(), 2u);
+  EXPECT_TRUE(inputs.steps_known);
+  EXPECT_DOUBLE_EQ(inputs.workload[0].calls_per_step, 1);  // per rank and step
+
+  cli::RecommendCommand command;
+  command.inputs = {path};
+  command.format = "json";
+  command.created = "2026-11-22T12:00:00Z";
+  std::ostringstream out, log;
+  cli::runRecommend(command, out, log);
+  const Recommendation parsed = parseRecommendation(out.str());
+  ASSERT_EQ(parsed.rules.size(), 1u);
+  EXPECT_EQ(parsed.rules[0].strategy, "sum/rs_ag");
+  const auto stored = storage::TraceReader::open(path).recommendations();
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].json, out.str());
+  EXPECT_EQ(stored[0].run_id, 1);
+}
+
+TEST(RecommendCommand, ReductionCountsPerSize) {
+  TempDir dir;
+  const auto counts = storage::TraceReader::open(writeTrace(dir, "job.db")).reductionCounts();
+  ASSERT_EQ(counts.sizes.size(), 2u);
+  EXPECT_EQ(counts.sizes[0].bytes, 1 << 20);
+  EXPECT_EQ(counts.sizes[0].calls, 4 * 5);
+  EXPECT_EQ(counts.sizes[0].op, ReduceOp::Sum);
+  EXPECT_EQ(counts.sizes[1].bytes, 16 << 20);
+  EXPECT_EQ(counts.steps, 5);
+  EXPECT_EQ(counts.ranks, 4);
+}
+
+TEST(RecommendCommand, AppendRecommendationRefusesForeignFiles) {
+  TempDir dir;
+  test::writeFile(dir.file("not.db"), "hello");
+  EXPECT_THROW(storage::appendRecommendation(dir.file("not.db"), {}), Error);
+  EXPECT_THROW(storage::appendRecommendation(dir.file("missing.db"), {}), Error);
+}
+
+TEST(RecommendCommand, CommandLine) {
+  TempDir dir;
+  const std::string path = writeTrace(dir, "job.db");
+  const auto ok = test::runCli({"recommend", path, "--format", "nccl-tuner", "--no-store"});
+  ASSERT_EQ(ok.exit_code, 0) << test::describe(ok);
+  EXPECT_EQ(ok.out.rfind("# gradscope", 0), 0u) << ok.out;
+  EXPECT_TRUE(storage::TraceReader::open(path).recommendations().empty());
+
+  const auto to_file = test::runCli({"recommend", path, "--format", "json", "-o", dir.file("plan.json")});
+  ASSERT_EQ(to_file.exit_code, 0) << test::describe(to_file);
+  EXPECT_NO_THROW(loadRecommendation(dir.file("plan.json")));
+  EXPECT_EQ(storage::TraceReader::open(path).recommendations().size(), 1u);
+
+  test::expectCliError(test::runCli({"recommend", dir.file("missing.db")}), {"missing.db"});
+  const std::string bare = writeTrace(dir, "bare.db", false);
+  test::expectCliError(test::runCli({"recommend", bare}), {"no all-reduce measurements", "gradscope bench"});
+  const std::string eight = writeTrace(dir, "eight.db", true, 8);
+  test::expectCliError(test::runCli({"recommend", path, eight}), {"--world N"});
+  test::expectCliError(test::runCli({"recommend", path, "--world", "64"}), {"--world 64 needs"});
+  test::expectCliError(test::runCli({"recommend", path, "--format", "yaml"}), {"format"});
+}
+
+}  // namespace
+}  // namespace gradscope::tuner

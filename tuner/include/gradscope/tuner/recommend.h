@@ -1,0 +1,106 @@
+#pragma once
+
+// The recommender: which aggregation strategy each all-reduce of a job should use, judged on the job's
+// own workload (the reductions it issues per step, by size) with the models of model.h.
+//
+// Rules it follows (docs/tuner.md "Recommendations"):
+// - the baseline is sum/native, what the job does without gradscope;
+// - lossless strategies only, unless max_rel_error > 0 allows lossy ones whose worst measured relative L2
+//   error is within it; AdaCons and AdaSum only with allow_semantic_change;
+// - a strategy replaces the baseline for a size only when the high end of its 95% interval is below the
+//   low end of the baseline's: an overlap is noise, not a gain;
+// - neighbouring sizes with the same winner become one rule covering their byte range.
+// Errors are gradscope::Error with one line saying what is missing and how to get it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gradscope/common/recommendation.h"
+#include "gradscope/tuner/model.h"
+
+namespace gradscope::tuner {
+
+// One kind of reduction the job issues: an all-reduce with op sum of `bytes` bytes.
+struct WorkloadEntry {
+  Api api = Api::Unknown;
+  DType dtype = DType::Fp32;
+  std::int64_t bytes = 0;
+  double calls_per_step = 0;  // per rank: calls / (ranks * steps), or per run when steps are unknown
+};
+
+// What the recommender needs from the trace files, read once (readInputs) or built by tests.
+struct Inputs {
+  std::vector<storage::RunInfo> runs;  // of every file; ids are file-local, uuids identify runs
+  std::vector<MeasurementRow> measurements;
+  std::vector<WorkloadEntry> workload;        // ordered by api, dtype, bytes
+  bool steps_known = false;                   // workload counts are per step (else per run)
+  std::int64_t other_reductions = 0;          // reduction calls no strategy applies to (other APIs or ops)
+  std::optional<double> mean_cosine_to_mean;  // over the consensus rows, when there are any
+};
+
+// Reads every file: runs, measurements, the calls (TraceReader::reductionCounts: counts per size from one
+// narrow scan, so a trace of millions of calls costs neither memory nor much time) and the consensus rows.
+// Throws gradscope::Error for a file that cannot be opened.
+Inputs readInputs(const std::vector<std::string>& paths);
+
+struct RecommendOptions {
+  double max_rel_error = 0;  // 0: lossless strategies only
+  bool allow_semantic_change = false;
+  std::optional<int> world;  // predict for this world size (what-if)
+  std::string created;       // ISO 8601 UTC; empty: now (tests set it for reproducible output)
+};
+
+// One workload size and what the recommender predicts for it.
+struct SizeRow {
+  Api api = Api::Unknown;
+  DType dtype = DType::Fp32;
+  std::int64_t bytes = 0;
+  double calls_per_step = 0;
+  std::optional<TimeInterval> baseline;  // unset: no sum/native model can predict this size
+  std::string best;                      // winning strategy; the baseline's name when nothing beats it
+  std::optional<TimeInterval> best_time;
+  bool extrapolated = false;  // a prediction used here lies outside the measured sizes
+  double gain = 0;            // 1 - best / baseline (medians)
+};
+
+struct FusionAdvice {
+  std::int64_t bucket_bytes = 0;  // a power of two MiB, at least 1 MiB
+  double small_share = 0;         // share of the baseline's time per step spent in calls under 64 KiB
+  double gain_ns = 0;             // predicted saving per step from fusing those calls into buckets
+};
+
+struct Report {
+  int world = 0;
+  bool world_predicted = false;             // world is a what-if (--world), not measured
+  bool workload_from_measurements = false;  // no observed calls: one call of each measured size
+  bool steps_known = false;
+  std::optional<TimeInterval> baseline_per_step;  // summed over the workload (intervals added up)
+  std::optional<TimeInterval> choice_per_step;
+  std::vector<SizeRow> sizes;
+  std::vector<std::string> reasoning;  // one sentence per line
+  std::optional<std::string> consensus_note;
+  std::optional<FusionAdvice> fusion;
+};
+
+struct Result {
+  Recommendation recommendation;
+  Report report;
+};
+
+inline constexpr std::string_view kBaselineStrategy = "sum/native";
+// Calls below this size count as small for the fusion advice: below it latency dominates all-reduce time
+// on every interconnect we measured.
+inline constexpr std::int64_t kSmallCallBytes = 64 << 10;
+
+// Makes the recommendation. Throws gradscope::Error when there are no measurements, when the measurements
+// are at several world sizes and options.world is unset, or when options.world cannot be predicted.
+Result recommend(const Inputs& inputs, const RecommendOptions& options);
+
+// Whether `strategy` is a name from DESIGN.md "Strategy names" that applies to an all-reduce (sum, adacons
+// or adasum over native, rs_ag, reduce_bcast, hier, nccl.<algo>.<proto> or mpi.<algorithm>, with an
+// optional wire precision).
+bool isKnownStrategy(std::string_view strategy);
+
+}  // namespace gradscope::tuner

@@ -1,0 +1,597 @@
+// gradscope check: the CI gate. See check.h for the contract and docs/tuner.md "CI gate" for the rules.
+
+#include "gradscope/tuner/check.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gradscope/common/error.h"
+#include "gradscope/common/units.h"
+#include "gradscope/storage/reader.h"
+
+namespace gradscope::tuner {
+namespace {
+
+// Below this many rows per side a key has too few samples for a rank test (Mann–Whitney with 4 against
+// 4 rows cannot even reach p = 0.01: its smallest p is 1/70) and the sweep rule judges it.
+constexpr std::size_t kMinRowsForRankTest = 4;
+// How far a sweep's median change must clear the tolerance, in units of the spread of the sweep medians
+// across all sweeps of the comparison. A repeat run on a loaded machine shifts whole sweeps by ~10%
+// (measured: bench/check_false_alarms.py); the spread across sweeps measures that, and 4 of it gave no
+// false alarm on 30 repeat pairs while still catching a 20% slowdown in 27 of them.
+constexpr double kSweepSpreadFactor = 4.0;
+// 1.4826 · MAD estimates the standard deviation of normal data, robust to the stalls that make a bench
+// point hundreds of times slower now and then.
+constexpr double kMadToSigma = 1.4826;
+
+struct Samples {
+  std::vector<double> medians;  // one per row
+  double min_ns = 0, max_ns = 0;
+};
+
+using SampleMap = std::map<CheckKey, Samples>;
+using SweepKey = std::tuple<Collective, std::string, DType, int>;
+
+SweepKey sweepOf(const CheckKey& key) {
+  return {key.collective, key.strategy, key.dtype, key.world};
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+SampleMap load(const std::string& path, std::string_view role) {
+  std::error_code error;
+  if (!std::filesystem::exists(path, error))
+    fail("{}: no such file (give the {} trace written by gradscope run or gradscope bench)", path, role);
+  const auto reader = storage::TraceReader::open(path);
+  const auto rows = reader.measurements();
+  if (rows.empty())
+    fail(
+        "{}: the {} trace has no measurements (record it with gradscope bench or gradscope run --mode "
+        "explore)",
+        path, role);
+  SampleMap samples;
+  for (const auto& row : rows) {
+    const CheckKey key{collectiveOf(row.api), row.strategy, row.dtype, row.bytes, row.world};
+    auto [it, inserted] = samples.try_emplace(key);
+    auto& entry = it->second;
+    if (inserted) entry.min_ns = row.min_ns, entry.max_ns = row.max_ns;
+    entry.medians.push_back(row.median_ns);
+    entry.min_ns = std::min(entry.min_ns, std::min(row.min_ns, row.median_ns));
+    entry.max_ns = std::max(entry.max_ns, std::max(row.max_ns, row.median_ns));
+  }
+  return samples;
+}
+
+std::string worldList(const SampleMap& samples) {
+  std::vector<int> worlds;
+  for (const auto& [key, value] : samples)
+    if (std::find(worlds.begin(), worlds.end(), key.world) == worlds.end()) worlds.push_back(key.world);
+  std::sort(worlds.begin(), worlds.end());
+  return fmt::format("{}", fmt::join(worlds, ", "));
+}
+
+double logChange(const KeyComparison& comparison) {
+  if (comparison.baseline_median_ns <= 0 || comparison.current_median_ns <= 0) return 0;
+  return std::log(comparison.current_median_ns / comparison.baseline_median_ns);
+}
+
+void judgeByRankTest(KeyComparison& comparison, const Samples& base, const Samples& current,
+                     double log_tolerance, double alpha) {
+  const double d = logChange(comparison);
+  comparison.test = "mann-whitney";
+  if (std::abs(d) <= log_tolerance) {
+    comparison.verdict = Verdict::Unchanged;
+    comparison.reason = "within tolerance";
+    return;
+  }
+  const bool slower = d > 0;
+  const double p = slower ? mannWhitneyGreater(base.medians, current.medians)
+                          : mannWhitneyGreater(current.medians, base.medians);
+  comparison.p_value = p;
+  if (p < alpha) {
+    comparison.verdict = slower ? Verdict::Regression : Verdict::Improvement;
+    comparison.reason =
+        fmt::format("{} (Mann-Whitney p={:.2g} < {}, {} vs {} rows)", slower ? "slower" : "faster", p, alpha,
+                    base.medians.size(), current.medians.size());
+  } else {
+    comparison.verdict = Verdict::Noisy;
+    comparison.reason = fmt::format("within noise (Mann-Whitney p={:.2g} >= {}, {} vs {} rows)", p, alpha,
+                                    base.medians.size(), current.medians.size());
+  }
+}
+
+struct SweepEvidence {
+  double median_change = 0;  // median log change over the sweep's sizes
+  double p_slower = 1, p_faster = 1;
+  std::size_t sizes = 0;
+};
+
+void judgeBySweep(KeyComparison& comparison, const Samples& base, const Samples& current,
+                  const SweepEvidence& sweep, double sweep_threshold, double log_tolerance, double alpha) {
+  const double d = logChange(comparison);
+  comparison.test = "sweep";
+  if (std::abs(d) <= log_tolerance) {
+    comparison.verdict = Verdict::Unchanged;
+    comparison.reason = "within tolerance";
+    return;
+  }
+  const bool slower = d > 0;
+  const double p = slower ? sweep.p_slower : sweep.p_faster;
+  comparison.p_value = p;
+  comparison.verdict = Verdict::Noisy;
+  const bool separated = slower ? current.min_ns > base.max_ns : current.max_ns < base.min_ns;
+  const double sweep_change = slower ? sweep.median_change : -sweep.median_change;
+  if (!separated) comparison.reason = "within noise (min..max intervals overlap)";
+  else if (p >= alpha)
+    comparison.reason =
+        fmt::format("within noise (sweep of {} sizes not {} as a whole: Wilcoxon p={:.2g} >= {})",
+                    sweep.sizes, slower ? "slower" : "faster", p, alpha);
+  else if (sweep_change <= sweep_threshold)
+    comparison.reason =
+        fmt::format("within noise (sweep median {:+.1f}% inside the run-to-run spread ±{:.1f}%)",
+                    100 * std::expm1(sweep.median_change), 100 * std::expm1(sweep_threshold));
+  else {
+    comparison.verdict = slower ? Verdict::Regression : Verdict::Improvement;
+    comparison.reason =
+        fmt::format("{} (intervals apart; sweep of {} sizes {:+.1f}%, Wilcoxon p={:.2g})",
+                    slower ? "slower" : "faster", sweep.sizes, 100 * std::expm1(sweep.median_change), p);
+  }
+}
+
+int verdictOrder(Verdict verdict) {
+  return static_cast<int>(verdict);
+}
+
+std::string percent(double fraction) {
+  return fmt::format("{:+.1f}%", 100 * fraction);
+}
+
+nlohmann::json keyJson(const CheckKey& key) {
+  return {{"collective", std::string(name(key.collective))},
+          {"strategy", key.strategy},
+          {"dtype", std::string(name(key.dtype))},
+          {"bytes", key.bytes},
+          {"world", key.world}};
+}
+
+// The rules of a recommendation JSON text: (api, dtype, min_bytes, max_bytes) → strategy.
+using RuleKey = std::tuple<std::string, std::string, std::int64_t, std::int64_t>;
+std::map<RuleKey, std::string> rulesOf(const std::string& text, const std::string& trace) {
+  std::map<RuleKey, std::string> rules;
+  try {
+    const auto json = nlohmann::json::parse(text);
+    for (const auto& rule : json.at("rules"))
+      rules[{rule.at("api").get<std::string>(), rule.at("dtype").get<std::string>(),
+             rule.at("min_bytes").get<std::int64_t>(), rule.at("max_bytes").get<std::int64_t>()}] =
+          rule.at("strategy").get<std::string>();
+  } catch (const nlohmann::json::exception& error) {
+    fail("{}: its recommendation is not a valid recommendation file ({})", trace, error.what());
+  }
+  return rules;
+}
+
+}  // namespace
+
+std::string_view name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::Regression: return "regression";
+    case Verdict::Improvement: return "improvement";
+    case Verdict::Noisy: return "noisy";
+    case Verdict::Unchanged: return "unchanged";
+  }
+  return "unchanged";
+}
+
+int CheckResult::count(Verdict verdict) const {
+  return static_cast<int>(std::count_if(comparisons.begin(), comparisons.end(),
+                                        [&](const KeyComparison& c) { return c.verdict == verdict; }));
+}
+
+int CheckResult::exitCode() const {
+  if (count(Verdict::Regression) > 0) return kCheckExitRegression;
+  if (recommendations_compared && !rule_changes.empty()) return kCheckExitRecommendationChanged;
+  return kCheckExitOk;
+}
+
+double mannWhitneyGreater(const std::vector<double>& baseline, const std::vector<double>& current) {
+  const std::size_t n1 = baseline.size(), n2 = current.size();
+  if (n1 == 0 || n2 == 0) return 1;
+  // Ranks of the pooled samples, average ranks for ties.
+  std::vector<std::pair<double, bool>> pooled;  // value, from current
+  for (double v : baseline) pooled.emplace_back(v, false);
+  for (double v : current) pooled.emplace_back(v, true);
+  std::sort(pooled.begin(), pooled.end());
+  const std::size_t n = pooled.size();
+  double rank_sum = 0, tie_term = 0;
+  bool ties = false;
+  for (std::size_t i = 0; i < n;) {
+    std::size_t j = i;
+    while (j + 1 < n && pooled[j + 1].first == pooled[i].first) ++j;
+    const double rank = 0.5 * static_cast<double>(i + j) + 1;
+    const auto t = static_cast<double>(j - i + 1);
+    if (j > i) ties = true;
+    tie_term += t * t * t - t;
+    for (std::size_t k = i; k <= j; ++k)
+      if (pooled[k].second) rank_sum += rank;
+    i = j + 1;
+  }
+  const double u = rank_sum - static_cast<double>(n2 * (n2 + 1)) / 2;  // pairs with current > baseline
+  if (!ties && n1 * n2 <= 400) {
+    // Exact: count the subsets of n2 ranks out of 1..n by their sum (as probabilities, so no overflow).
+    const std::size_t max_sum = n * (n + 1) / 2;
+    std::vector<std::vector<double>> ways(n2 + 1, std::vector<double>(max_sum + 1, 0));
+    ways[0][0] = 1;
+    for (std::size_t r = 1; r <= n; ++r)
+      for (std::size_t k = std::min(r, n2); k >= 1; --k)
+        for (std::size_t s = max_sum; s >= r; --s) ways[k][s] += ways[k - 1][s - r];
+    double total = 0, tail = 0;
+    for (std::size_t s = 0; s <= max_sum; ++s) {
+      total += ways[n2][s];
+      if (static_cast<double>(s) >= rank_sum - 1e-9) tail += ways[n2][s];
+    }
+    return tail / total;
+  }
+  const double mean = static_cast<double>(n1 * n2) / 2;
+  const double nd = static_cast<double>(n);
+  const double variance = static_cast<double>(n1 * n2) / 12 * ((nd + 1) - tie_term / (nd * (nd - 1)));
+  if (variance <= 0) return u > mean ? 0 : 1;
+  const double z = (u - mean - 0.5) / std::sqrt(variance);
+  return 0.5 * std::erfc(z / std::sqrt(2.0));
+}
+
+double wilcoxonGreater(const std::vector<double>& differences) {
+  std::vector<double> d;
+  for (double x : differences)
+    if (x != 0 && std::isfinite(x)) d.push_back(x);
+  const std::size_t n = d.size();
+  if (n == 0) return 1;
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return std::abs(d[a]) < std::abs(d[b]); });
+  // Doubled average ranks keep ties integral for the exact distribution.
+  std::vector<std::size_t> rank2(n);
+  for (std::size_t i = 0; i < n;) {
+    std::size_t j = i;
+    while (j + 1 < n && std::abs(d[order[j + 1]]) == std::abs(d[order[i]])) ++j;
+    for (std::size_t k = i; k <= j; ++k) rank2[order[k]] = i + j + 2;
+    i = j + 1;
+  }
+  std::size_t w = 0, total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    total += rank2[i];
+    if (d[i] > 0) w += rank2[i];
+  }
+  std::vector<double> probability(total + 1, 0);
+  probability[0] = 1;
+  for (std::size_t r : rank2)
+    for (std::size_t s = total + 1; s-- > 0;)
+      probability[s] = 0.5 * (probability[s] + (s >= r ? probability[s - r] : 0));
+  double tail = 0;
+  for (std::size_t s = w; s <= total; ++s) tail += probability[s];
+  return std::min(1.0, tail);
+}
+
+CheckResult checkTraces(const std::string& baseline_path, const std::string& current_path,
+                        const CheckOptions& options) {
+  if (!(options.tolerance >= 0)) fail("tolerance {} is negative (give e.g. 5% or 0.05)", options.tolerance);
+  const SampleMap base = load(baseline_path, "baseline");
+  const SampleMap current = load(current_path, "current");
+
+  CheckResult result;
+  result.baseline_path = baseline_path;
+  result.current_path = current_path;
+  result.tolerance = options.tolerance;
+  result.alpha = options.alpha;
+  const double log_tolerance = std::log1p(options.tolerance);
+
+  std::vector<std::pair<const Samples*, const Samples*>> sides;
+  for (const auto& [key, samples] : base) {
+    const auto match = current.find(key);
+    if (match == current.end()) {
+      result.not_compared.push_back({key, true});
+      continue;
+    }
+    KeyComparison comparison;
+    comparison.key = key;
+    comparison.baseline_rows = static_cast<int>(samples.medians.size());
+    comparison.current_rows = static_cast<int>(match->second.medians.size());
+    comparison.baseline_median_ns = median(samples.medians);
+    comparison.current_median_ns = median(match->second.medians);
+    comparison.change = comparison.baseline_median_ns > 0
+                            ? comparison.current_median_ns / comparison.baseline_median_ns - 1
+                            : 0;
+    result.comparisons.push_back(std::move(comparison));
+    sides.emplace_back(&samples, &match->second);
+  }
+  for (const auto& [key, samples] : current)
+    if (!base.contains(key)) result.not_compared.push_back({key, false});
+
+  if (result.comparisons.empty()) {
+    const std::string base_worlds = worldList(base), current_worlds = worldList(current);
+    if (base_worlds != current_worlds)
+      fail("{} and {}: world sizes never match (baseline {}, current {}); run both at the same world size",
+           baseline_path, current_path, base_worlds, current_worlds);
+    fail(
+        "{} and {}: no measurement in common (strategy, dtype, size and world differ); benchmark the same "
+        "sweep for both",
+        baseline_path, current_path);
+  }
+
+  // Sweep evidence for the keys with few rows: their log changes grouped by sweep.
+  std::map<SweepKey, std::vector<double>> sweep_changes;
+  auto fewRows = [](const KeyComparison& c) {
+    return static_cast<std::size_t>(std::min(c.baseline_rows, c.current_rows)) < kMinRowsForRankTest;
+  };
+  for (const auto& comparison : result.comparisons)
+    if (fewRows(comparison)) sweep_changes[sweepOf(comparison.key)].push_back(logChange(comparison));
+  std::map<SweepKey, SweepEvidence> sweeps;
+  std::vector<double> sweep_medians;
+  for (const auto& [key, changes] : sweep_changes) {
+    SweepEvidence evidence;
+    evidence.sizes = changes.size();
+    evidence.median_change = median(changes);
+    std::vector<double> above, below;
+    for (double d : changes) {
+      above.push_back(d - log_tolerance);
+      below.push_back(-d - log_tolerance);
+    }
+    evidence.p_slower = wilcoxonGreater(above);
+    evidence.p_faster = wilcoxonGreater(below);
+    sweeps[key] = evidence;
+    sweep_medians.push_back(evidence.median_change);
+  }
+  double sweep_spread = 0;
+  if (sweep_medians.size() >= 3) {
+    const double center = median(sweep_medians);
+    std::vector<double> deviations;
+    for (double m : sweep_medians) deviations.push_back(std::abs(m - center));
+    sweep_spread = kMadToSigma * median(deviations);
+  }
+  const double sweep_threshold = log_tolerance + kSweepSpreadFactor * sweep_spread;
+
+  for (std::size_t i = 0; i < result.comparisons.size(); ++i) {
+    auto& comparison = result.comparisons[i];
+    if (fewRows(comparison))
+      judgeBySweep(comparison, *sides[i].first, *sides[i].second, sweeps.at(sweepOf(comparison.key)),
+                   sweep_threshold, log_tolerance, options.alpha);
+    else judgeByRankTest(comparison, *sides[i].first, *sides[i].second, log_tolerance, options.alpha);
+  }
+  std::stable_sort(result.comparisons.begin(), result.comparisons.end(),
+                   [](const KeyComparison& a, const KeyComparison& b) {
+                     if (a.verdict != b.verdict) return verdictOrder(a.verdict) < verdictOrder(b.verdict);
+                     if (a.verdict == Verdict::Regression) return a.change > b.change;
+                     if (a.verdict == Verdict::Improvement) return a.change < b.change;
+                     return false;
+                   });
+
+  if (options.recommend_json) {
+    const auto before = rulesOf(options.recommend_json(baseline_path), baseline_path);
+    const auto after = rulesOf(options.recommend_json(current_path), current_path);
+    result.recommendations_compared = true;
+    std::map<RuleKey, std::pair<std::string, std::string>> all;
+    for (const auto& [key, strategy] : before) all[key].first = strategy;
+    for (const auto& [key, strategy] : after) all[key].second = strategy;
+    for (const auto& [key, strategies] : all)
+      if (strategies.first != strategies.second)
+        result.rule_changes.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key),
+                                       strategies.first, strategies.second});
+  }
+  return result;
+}
+
+// ---- Outputs ------------------------------------------------------------------------------------------
+
+void writeCheckText(const CheckResult& result, std::ostream& out) {
+  const int regressions = result.count(Verdict::Regression);
+  out << fmt::format("gradscope check: {} against baseline {} (tolerance {:.1f}%, alpha {})\n",
+                     result.current_path, result.baseline_path, 100 * result.tolerance, result.alpha);
+  out << fmt::format("{}: {} compared, {} regressed, {} improved, {} noisy, {} unchanged, {} not compared\n",
+                     regressions > 0 ? "REGRESSION" : "OK", result.comparisons.size(), regressions,
+                     result.count(Verdict::Improvement), result.count(Verdict::Noisy),
+                     result.count(Verdict::Unchanged), result.not_compared.size());
+  bool header = false;
+  for (const auto& c : result.comparisons) {
+    if (c.verdict == Verdict::Unchanged) continue;
+    if (!header) {
+      out << fmt::format("\n{:<12} {:<28} {:<11} {:<6} {:>9} {:>5} {:>11} {:>11} {:>8}  {}\n", "verdict",
+                         "strategy", "collective", "dtype", "size", "world", "baseline", "current", "change",
+                         "evidence");
+      header = true;
+    }
+    out << fmt::format("{:<12} {:<28} {:<11} {:<6} {:>9} {:>5} {:>11} {:>11} {:>8}  {}\n", name(c.verdict),
+                       c.key.strategy, name(c.key.collective), name(c.key.dtype),
+                       formatBytes(static_cast<std::uint64_t>(c.key.bytes)), c.key.world,
+                       formatDuration(c.baseline_median_ns), formatDuration(c.current_median_ns),
+                       percent(c.change), c.reason);
+  }
+  if (!result.not_compared.empty()) {
+    out << fmt::format("\nNot compared ({}):\n", result.not_compared.size());
+    for (const auto& n : result.not_compared)
+      out << fmt::format("  {} {} {} {} world {}: only in the {}\n", n.key.strategy, name(n.key.collective),
+                         name(n.key.dtype), formatBytes(static_cast<std::uint64_t>(n.key.bytes)), n.key.world,
+                         n.in_baseline ? "baseline" : "current trace");
+  }
+  if (result.recommendations_compared) {
+    if (result.rule_changes.empty()) out << "\nRecommendation: unchanged\n";
+    else {
+      out << fmt::format("\nRecommendation changed ({} rules):\n", result.rule_changes.size());
+      for (const auto& r : result.rule_changes)
+        out << fmt::format("  {} {} {}..{} bytes: {} -> {}\n", r.api, r.dtype, r.min_bytes, r.max_bytes,
+                           r.baseline_strategy.empty() ? "(no rule)" : r.baseline_strategy,
+                           r.current_strategy.empty() ? "(no rule)" : r.current_strategy);
+    }
+  }
+}
+
+void writeCheckMarkdown(const CheckResult& result, std::ostream& out) {
+  const int regressions = result.count(Verdict::Regression);
+  const int improvements = result.count(Verdict::Improvement);
+  if (regressions > 0)
+    out << fmt::format("### ❌ gradscope check: {} regression{} beyond {:.1f}% and noise\n\n", regressions,
+                       regressions == 1 ? "" : "s", 100 * result.tolerance);
+  else if (result.exitCode() == kCheckExitRecommendationChanged)
+    out << fmt::format("### ❌ gradscope check: no regression, but the recommendation changed\n\n");
+  else
+    out << fmt::format("### ✅ gradscope check: no regression beyond {:.1f}% and noise\n\n",
+                       100 * result.tolerance);
+  out << fmt::format("Current `{}` against baseline `{}`: {} compared, {} regressed, {} improved.\n",
+                     result.current_path, result.baseline_path, result.comparisons.size(), regressions,
+                     improvements);
+  if (regressions + improvements > 0) {
+    out << "\n| | strategy | collective | dtype | size | world | baseline | current | change | evidence |\n"
+        << "|---|---|---|---|---:|---:|---:|---:|---:|---|\n";
+    for (const auto& c : result.comparisons) {
+      if (c.verdict != Verdict::Regression && c.verdict != Verdict::Improvement) continue;
+      out << fmt::format("| {} | `{}` | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                         c.verdict == Verdict::Regression ? "❌ regression" : "✅ improvement", c.key.strategy,
+                         name(c.key.collective), name(c.key.dtype),
+                         formatBytes(static_cast<std::uint64_t>(c.key.bytes)), c.key.world,
+                         formatDuration(c.baseline_median_ns), formatDuration(c.current_median_ns),
+                         percent(c.change), c.reason);
+    }
+  }
+  if (result.recommendations_compared && !result.rule_changes.empty()) {
+    out << "\n| recommendation rule | baseline | current |\n|---|---|---|\n";
+    for (const auto& r : result.rule_changes)
+      out << fmt::format("| {} {} {}..{} bytes | {} | {} |\n", r.api, r.dtype, r.min_bytes, r.max_bytes,
+                         r.baseline_strategy.empty() ? "(no rule)" : "`" + r.baseline_strategy + "`",
+                         r.current_strategy.empty() ? "(no rule)" : "`" + r.current_strategy + "`");
+  }
+  out << fmt::format("\n<details><summary>{} unchanged, {} noisy, {} not compared</summary>\n\n",
+                     result.count(Verdict::Unchanged), result.count(Verdict::Noisy),
+                     result.not_compared.size());
+  out << fmt::format("- unchanged (within {:.1f}%): {}\n", 100 * result.tolerance,
+                     result.count(Verdict::Unchanged));
+  out << fmt::format("- noisy (beyond {:.1f}% but within the measured noise): {}\n", 100 * result.tolerance,
+                     result.count(Verdict::Noisy));
+  for (const auto& c : result.comparisons)
+    if (c.verdict == Verdict::Noisy)
+      out << fmt::format("  - `{}` {} {} {}: {} ({})\n", c.key.strategy, name(c.key.dtype),
+                         formatBytes(static_cast<std::uint64_t>(c.key.bytes)), c.key.world, percent(c.change),
+                         c.reason);
+  out << fmt::format("- not compared (in one trace only): {}\n", result.not_compared.size());
+  if (result.recommendations_compared && result.rule_changes.empty()) out << "- recommendation: unchanged\n";
+  out << "\n</details>\n";
+}
+
+std::string checkJson(const CheckResult& result) {
+  nlohmann::json comparisons = nlohmann::json::array(), not_compared = nlohmann::json::array();
+  for (const auto& c : result.comparisons) {
+    auto row = keyJson(c.key);
+    row["baseline_rows"] = c.baseline_rows;
+    row["current_rows"] = c.current_rows;
+    row["baseline_median_ns"] = c.baseline_median_ns;
+    row["current_median_ns"] = c.current_median_ns;
+    row["change"] = c.change;
+    row["verdict"] = std::string(name(c.verdict));
+    row["test"] = c.test;
+    row["p_value"] = c.p_value ? nlohmann::json(*c.p_value) : nlohmann::json(nullptr);
+    row["reason"] = c.reason;
+    comparisons.push_back(std::move(row));
+  }
+  for (const auto& n : result.not_compared) {
+    auto row = keyJson(n.key);
+    row["only_in"] = n.in_baseline ? "baseline" : "current";
+    not_compared.push_back(std::move(row));
+  }
+  nlohmann::json recommendation = nullptr;
+  if (result.recommendations_compared) {
+    nlohmann::json rules = nlohmann::json::array();
+    auto strategyOrNull = [](const std::string& strategy) {
+      return strategy.empty() ? nlohmann::json(nullptr) : nlohmann::json(strategy);
+    };
+    for (const auto& r : result.rule_changes) {
+      nlohmann::json rule = {
+          {"api", r.api}, {"dtype", r.dtype}, {"min_bytes", r.min_bytes}, {"max_bytes", r.max_bytes}};
+      rule["baseline"] = strategyOrNull(r.baseline_strategy);
+      rule["current"] = strategyOrNull(r.current_strategy);
+      rules.push_back(std::move(rule));
+    }
+    recommendation = {{"changed", !result.rule_changes.empty()}, {"rules", std::move(rules)}};
+  }
+  const nlohmann::json json = {
+      {"version", 1},
+      {"baseline", result.baseline_path},
+      {"current", result.current_path},
+      {"tolerance", result.tolerance},
+      {"alpha", result.alpha},
+      {"exit_code", result.exitCode()},
+      {"totals",
+       {{"compared", result.comparisons.size()},
+        {"regression", result.count(Verdict::Regression)},
+        {"improvement", result.count(Verdict::Improvement)},
+        {"noisy", result.count(Verdict::Noisy)},
+        {"unchanged", result.count(Verdict::Unchanged)},
+        {"not_compared", result.not_compared.size()}}},
+      {"comparisons", std::move(comparisons)},
+      {"not_compared", std::move(not_compared)},
+      {"recommendation", std::move(recommendation)},
+  };
+  return json.dump(2) + "\n";
+}
+
+// ---- The command ------------------------------------------------------------------------------------------
+
+double parseTolerance(std::string_view text) {
+  std::string_view number = text;
+  const bool percent_sign = !number.empty() && number.back() == '%';
+  if (percent_sign) number.remove_suffix(1);
+  double value = 0;
+  const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (number.empty() || error != std::errc() || end != number.data() + number.size() || !(value >= 0))
+    fail("tolerance '{}' is not a percentage or fraction (write e.g. 5% or 0.05)", text);
+  if (percent_sign) return value / 100;
+  if (value >= 1)
+    fail("tolerance '{}' is ambiguous (write {}% for percent, or a fraction below 1)", text, text);
+  return value;
+}
+
+int runCheckCommand(const CheckCommand& command,
+                    const std::function<std::string(const std::string& trace_path)>& recommend_json,
+                    std::ostream& out, std::ostream& err) {
+  try {
+    CheckOptions options;
+    options.tolerance = command.tolerance;
+    if (command.fail_on_change) {
+      if (!recommend_json) fail("--fail-on-change needs the recommender, which this build lacks");
+      options.recommend_json = recommend_json;
+    }
+    const CheckResult result = checkTraces(command.baseline, command.current, options);
+    writeCheckText(result, out);
+    if (!command.summary_path.empty()) {
+      std::ofstream summary(command.summary_path, std::ios::app);
+      writeCheckMarkdown(result, summary);
+      if (!summary.flush())
+        fail("{}: cannot write the summary (check the directory exists and is writable)",
+             command.summary_path);
+    }
+    if (!command.json_path.empty()) {
+      std::ofstream json(command.json_path, std::ios::trunc);
+      json << checkJson(result);
+      if (!json.flush())
+        fail("{}: cannot write the JSON result (check the directory exists and is writable)",
+             command.json_path);
+    }
+    return result.exitCode();
+  } catch (const Error& error) {
+    err << "gradscope: " << error.what() << "\n";
+    return kCheckExitBadInput;
+  }
+}
+
+}  // namespace gradscope::tuner

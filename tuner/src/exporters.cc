@@ -1,0 +1,416 @@
+// Exporters: one recommendation, many deployment formats.
+
+#include "gradscope/tuner/exporters.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "gradscope/common/units.h"
+
+namespace gradscope::tuner {
+namespace {
+
+// NCCL's example tuner (ext-tuner/example) names algorithms and protocols in lower case with
+// underscores, in the order of NCCL's enums (types.h ncclAlgoName); -1 in a column means "NCCL decides".
+constexpr std::array<std::string_view, kNcclAlgoCount> kTunerAlgorithms = {
+    "tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
+constexpr std::array<std::string_view, kNcclProtoCount> kTunerProtocols = {"ll", "ll128", "simple"};
+// Open MPI coll/tuned all-reduce algorithm ids (OMPI_MCA_coll_tuned_allreduce_algorithm).
+constexpr std::array<std::string_view, 6> kMpiAlgorithms = {
+    "basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner"};
+
+bool equalsIgnoringCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+struct Parts {
+  std::string aggregator, transport, wire;  // wire empty: the job's dtype
+};
+
+Parts split(std::string_view strategy) {
+  Parts parts;
+  const std::size_t first = strategy.find('/');
+  parts.aggregator = std::string(strategy.substr(0, first));
+  if (first == std::string_view::npos) return parts;
+  const std::string_view rest = strategy.substr(first + 1);
+  const std::size_t second = rest.find('/');
+  parts.transport = std::string(rest.substr(0, second));
+  if (second != std::string_view::npos && rest.substr(second + 1) != "native")
+    parts.wire = std::string(rest.substr(second + 1));
+  return parts;
+}
+
+// nccl.<algo>.<proto> -> NCCL enum indexes; nullopt for other transports.
+std::optional<std::pair<int, int>> ncclEngine(const Parts& parts) {
+  if (!parts.transport.starts_with("nccl.")) return std::nullopt;
+  const std::string_view rest = std::string_view(parts.transport).substr(5);
+  const std::size_t dot = rest.find('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  std::optional<int> algorithm, protocol;
+  for (int i = 0; i < kNcclAlgoCount; ++i)
+    if (equalsIgnoringCase(rest.substr(0, dot), ncclAlgoName(i))) algorithm = i;
+  for (int i = 0; i < kNcclProtoCount; ++i)
+    if (equalsIgnoringCase(rest.substr(dot + 1), ncclProtoName(i))) protocol = i;
+  if (!algorithm || !protocol) return std::nullopt;
+  return std::pair{*algorithm, *protocol};
+}
+
+std::optional<int> mpiAlgorithm(const Parts& parts) {
+  if (!parts.transport.starts_with("mpi.")) return std::nullopt;
+  const auto found = std::find(kMpiAlgorithms.begin(), kMpiAlgorithms.end(), parts.transport.substr(4));
+  if (found == kMpiAlgorithms.end()) return std::nullopt;
+  return static_cast<int>(found - kMpiAlgorithms.begin()) + 1;
+}
+
+std::string bytes(std::int64_t value) {
+  return formatBytes(static_cast<std::uint64_t>(value));
+}
+
+std::string range(const RecommendationRule& rule) {
+  if (rule.min_bytes == rule.max_bytes)
+    return fmt::format("{} {} {}", name(rule.api), name(rule.dtype), bytes(rule.min_bytes));
+  return fmt::format("{} {} {}..{}", name(rule.api), name(rule.dtype), bytes(rule.min_bytes),
+                     bytes(rule.max_bytes));
+}
+
+std::string interval(const TimeInterval& time) {
+  return fmt::format("{} [{}, {}]", formatDuration(time.median_ns), formatDuration(time.low_ns),
+                     formatDuration(time.high_ns));
+}
+
+std::string budget(const Recommendation& recommendation) {
+  return fmt::format("{}; semantic changes {}",
+                     recommendation.max_rel_error > 0
+                         ? fmt::format("max relative error {:.3g}", recommendation.max_rel_error)
+                         : std::string("lossless only"),
+                     recommendation.allow_semantic_change ? "allowed" : "not allowed");
+}
+
+std::string worldText(const Recommendation& recommendation, const Report& report) {
+  return fmt::format("world size {}{}", recommendation.world_size.value_or(report.world),
+                     report.world_predicted ? " (prediction: not measured)" : "");
+}
+
+std::string perStep(const Report& report) {
+  if (report.workload_from_measurements) return "per measured size set";
+  return report.steps_known ? "per step" : "per run";
+}
+
+double savedShare(const Report& report) {
+  if (!report.baseline_per_step || report.baseline_per_step->median_ns <= 0) return 0;
+  return 1 - report.choice_per_step->median_ns / report.baseline_per_step->median_ns;
+}
+
+std::string header(std::string_view comment, const Recommendation& recommendation, const Report& report) {
+  std::string text =
+      fmt::format("{} gradscope {} recommendation: {}, {}; {}\n", comment, recommendation.tool_version,
+                  name(recommendation.backend), worldText(recommendation, report), budget(recommendation));
+  if (!recommendation.source_runs.empty()) {
+    text += fmt::format("{} from run", comment);
+    for (const auto& run : recommendation.source_runs) text += " " + run;
+    text += "\n";
+  }
+  return text;
+}
+
+std::string formatText(const Recommendation& recommendation, const Report& report, bool markdown) {
+  std::string out;
+  const std::string_view bullet = markdown ? "- " : "  ";
+  if (markdown) out += "# gradscope recommendation\n\n";
+  out += fmt::format("{}{} {}, {}; {}.\n",
+                     markdown ? "" : "gradscope recommendation: ", markdown ? "Backend" : "backend",
+                     name(recommendation.backend), worldText(recommendation, report), budget(recommendation));
+  out += fmt::format("Workload: {}.\n\n",
+                     report.workload_from_measurements
+                         ? "no observed calls, one call of each measured size"
+                         : fmt::format("the job's observed all-reduce calls, {}", perStep(report)));
+  if (report.baseline_per_step) {
+    out += fmt::format("{}Predicted reduction time {} (95% intervals){}\n", markdown ? "## " : "",
+                       perStep(report), markdown ? "\n" : ":");
+    out += fmt::format("{}baseline sum/native: {}\n", bullet, interval(*report.baseline_per_step));
+    out += fmt::format("{}recommended:         {} ({:.1f}% less)\n\n", bullet,
+                       interval(*report.choice_per_step), 100 * savedShare(report));
+  }
+  if (markdown) {
+    out +=
+        "## Sizes\n\n| api | dtype | size | calls | baseline | best | gain "
+        "|\n|---|---|---:|---:|---|---|---:|\n";
+    for (const auto& row : report.sizes)
+      out += fmt::format("| {} | {} | {}{} | {:.4g} | {} | {} | {:.1f}% |\n", name(row.api), name(row.dtype),
+                         bytes(row.bytes), row.extrapolated ? "*" : "", row.calls_per_step,
+                         row.baseline ? interval(*row.baseline) : "-", row.baseline ? row.best : "-",
+                         100 * row.gain);
+  } else {
+    out += fmt::format("{:<15} {:<6} {:>11} {:>9}  {:<32} {:<28} {:>6}\n", "api", "dtype", "size", "calls",
+                       "baseline", "best", "gain");
+    for (const auto& row : report.sizes)
+      out += fmt::format("{:<15} {:<6} {:>11} {:>9.4g}  {:<32} {:<28} {:>5.1f}%\n", name(row.api),
+                         name(row.dtype), bytes(row.bytes) + (row.extrapolated ? "*" : ""),
+                         row.calls_per_step, row.baseline ? interval(*row.baseline) : "-",
+                         row.baseline ? row.best : "-", 100 * row.gain);
+  }
+  out += fmt::format("\n{}Rules{}\n{}", markdown ? "## " : "", markdown ? "" : ":", markdown ? "\n" : "");
+  if (recommendation.rules.empty()) out += fmt::format("{}none: keep sum/native\n", bullet);
+  for (const auto& rule : recommendation.rules)
+    out += fmt::format("{}{} -> {} ({}, {} measurements)\n", bullet, range(rule), rule.strategy,
+                       name(rule.error_class), rule.evidence);
+  if (report.fusion)
+    out += fmt::format(
+        "\n{}Fusion{}\n{}{}fuse calls under 64 KiB ({:.0f}% of the baseline's time) into {} buckets: "
+        "predicted "
+        "saving {} {}; DDP bucket_cap_mb={}, HOROVOD_FUSION_THRESHOLD={}, TF bytes_per_pack={}\n",
+        markdown ? "## " : "", markdown ? "" : ":", markdown ? "\n" : "", bullet,
+        100 * report.fusion->small_share, bytes(report.fusion->bucket_bytes),
+        formatDuration(report.fusion->gain_ns), perStep(report), report.fusion->bucket_bytes >> 20,
+        report.fusion->bucket_bytes, report.fusion->bucket_bytes);
+  out += fmt::format("\n{}Reasoning{}\n{}", markdown ? "## " : "", markdown ? "" : ":", markdown ? "\n" : "");
+  for (const auto& line : report.reasoning) out += fmt::format("{}{}\n", markdown ? "- " : "  - ", line);
+  if (report.consensus_note)
+    out += fmt::format("\n{}Note: {}\n", markdown ? "**" : "", *report.consensus_note);
+  return out;
+}
+
+std::string formatNcclTuner(const Recommendation& recommendation, const Report& report) {
+  std::string out = header("#", recommendation, report);
+  out += "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks\n";
+  int lines = 0;
+  for (const auto& rule : recommendation.rules) {
+    const auto engine = ncclEngine(split(rule.strategy));
+    if (!engine || recommendation.backend != Backend::Nccl) continue;
+    out += fmt::format("allreduce,{},{},{},{},-1,-1,{}\n", rule.min_bytes, rule.max_bytes,
+                       kTunerAlgorithms[static_cast<std::size_t>(engine->first)],
+                       kTunerProtocols[static_cast<std::size_t>(engine->second)],
+                       rule.world_size ? std::to_string(*rule.world_size) : std::string("-1"));
+    ++lines;
+  }
+  if (lines == 0)
+    out += "# no nccl.<algorithm>.<protocol> strategy was recommended: NCCL keeps its own choice\n";
+  return out;
+}
+
+// The engine setting every rule of the kind agrees on; several different ones cannot be one variable.
+template <typename Key>
+std::optional<Key> single(const std::vector<Key>& keys) {
+  if (keys.empty() || std::any_of(keys.begin(), keys.end(), [&](const Key& k) { return k != keys.front(); }))
+    return std::nullopt;
+  return keys.front();
+}
+
+std::string formatEnv(const Recommendation& recommendation, const Report& report) {
+  std::string out = header("#", recommendation, report);
+  std::vector<std::pair<int, int>> nccl;
+  std::vector<int> mpi;
+  std::string comments;
+  for (const auto& rule : recommendation.rules) {
+    const Parts parts = split(rule.strategy);
+    if (const auto engine = ncclEngine(parts); engine && parts.aggregator == "sum" && parts.wire.empty())
+      nccl.push_back(*engine);
+    else if (const auto algorithm = mpiAlgorithm(parts);
+             algorithm && parts.aggregator == "sum" && parts.wire.empty())
+      mpi.push_back(*algorithm);
+    else
+      comments += fmt::format(
+          "# {}: {} has no environment setting; use gradscope run --mode apply --recommendation FILE\n",
+          range(rule), rule.strategy);
+  }
+  // Environment variables are global: exact only when every rule of the engine agrees and the rules cover
+  // what the job does (calls outside them would switch too, which the comment says).
+  if (const auto engine = single(nccl)) {
+    out += fmt::format("NCCL_ALGO={}\nNCCL_PROTO={}\n", ncclAlgoName(engine->first),
+                       ncclProtoName(engine->second));
+    out +=
+        "# NCCL_ALGO/NCCL_PROTO apply to every size; the nccl-tuner format limits them to the rules' "
+        "ranges\n";
+  } else if (!nccl.empty()) {
+    out +=
+        "# the rules choose different NCCL algorithms by size, which NCCL_ALGO/NCCL_PROTO cannot express: "
+        "use "
+        "--format nccl-tuner\n";
+  }
+  if (const auto algorithm = single(mpi)) {
+    out += fmt::format(
+        "OMPI_MCA_coll_tuned_use_dynamic_rules=1\nOMPI_MCA_coll_tuned_allreduce_algorithm={}\n", *algorithm);
+    out += fmt::format("# {} for every all-reduce size, not only the rules' ranges\n",
+                       kMpiAlgorithms[static_cast<std::size_t>(*algorithm - 1)]);
+  } else if (!mpi.empty()) {
+    out +=
+        "# the rules choose different Open MPI algorithms by size: write a coll_tuned dynamic rules file "
+        "(OMPI_MCA_coll_tuned_dynamic_rules_filename) with these ranges\n";
+  }
+  out += comments;
+  if (recommendation.rules.empty()) out += "# no rules: nothing to set\n";
+  if (report.fusion)
+    out += fmt::format("# fusion: buckets of {} (DDP bucket_cap_mb={}, HOROVOD_FUSION_THRESHOLD={})\n",
+                       bytes(report.fusion->bucket_bytes), report.fusion->bucket_bytes >> 20,
+                       report.fusion->bucket_bytes);
+  return out;
+}
+
+// The wire precision most of the rules' sizes use, for frameworks that compress every bucket alike.
+std::string dominantWire(const Recommendation& recommendation, std::string& comments,
+                         std::string_view comment) {
+  std::map<std::string, std::int64_t> wires;
+  for (const auto& rule : recommendation.rules) {
+    const Parts parts = split(rule.strategy);
+    if (!parts.wire.empty()) wires[parts.wire] += 1;
+  }
+  std::string best;
+  for (const auto& [wire, count] : wires)
+    if (best.empty() || count > wires[best]) best = wire;
+  for (const auto& rule : recommendation.rules) {
+    const Parts parts = split(rule.strategy);
+    if (parts.wire.empty() || parts.wire == best) continue;
+    comments += fmt::format("{} {}: {} not expressible here (one compression for all buckets)\n", comment,
+                            range(rule), rule.strategy);
+  }
+  return best;
+}
+
+std::string formatDdp(const Recommendation& recommendation, const Report& report) {
+  std::string out = header("#", recommendation, report);
+  std::string comments;
+  const std::string wire = dominantWire(recommendation, comments, "#");
+  out += "import torch\n";
+  const std::string cap =
+      report.fusion ? fmt::format(", bucket_cap_mb={}", report.fusion->bucket_bytes >> 20) : "";
+  out += fmt::format("model = torch.nn.parallel.DistributedDataParallel(model{})\n", cap);
+  if (wire == "bf16" || wire == "fp16") {
+    out += "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n";
+    out += fmt::format("model.register_comm_hook(state=None, hook=default_hooks.{}_compress_hook)\n", wire);
+    out += "# the hook compresses every bucket, also sizes outside the rules' ranges\n";
+  } else if (!wire.empty()) {
+    out += fmt::format(
+        "# {} on the wire has no DDP hook: use gradscope run --mode apply --recommendation FILE\n", wire);
+  }
+  for (const auto& rule : recommendation.rules) {
+    const Parts parts = split(rule.strategy);
+    if (!parts.wire.empty()) continue;
+    if (ncclEngine(parts)) {
+      out += fmt::format(
+          "# {}: {} is an NCCL algorithm and protocol, not a DDP setting: gradscope recommend --format "
+          "nccl-tuner (NCCL's example tuner "
+          "plugin) "
+          "or --format env\n",
+          range(rule), rule.strategy);
+    } else {
+      out +=
+          fmt::format("# {}: {} has no DDP setting; use gradscope run --mode apply --recommendation FILE\n",
+                      range(rule), rule.strategy);
+    }
+  }
+  out += comments;
+  if (recommendation.rules.empty() && !report.fusion) out += "# no change recommended: keep the defaults\n";
+  return out;
+}
+
+std::string formatTf(const Recommendation& recommendation, const Report& report) {
+  std::string out = header("#", recommendation, report);
+  std::set<std::string> transports;
+  for (const auto& rule : recommendation.rules) transports.insert(split(rule.strategy).transport);
+  out += "import tensorflow as tf\n";
+  // Only the transports TensorFlow has: reduce to one device (reduce_bcast) and hierarchical copy (hier).
+  if (transports.contains("reduce_bcast"))
+    out +=
+        "strategy = tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.ReductionToOneDevice())\n";
+  else if (transports.contains("hier"))
+    out +=
+        "strategy = "
+        "tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())\n";
+  else
+    out += fmt::format(
+        "strategy = tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.NcclAllReduce({}))\n",
+        report.fusion ? "num_packs=1" : "");
+  if (report.fusion)
+    out += fmt::format(
+        "options = tf.distribute.experimental.CommunicationOptions(bytes_per_pack={})  # pass to "
+        "strategy.reduce / MultiWorkerMirroredStrategy(communication_options=options)\n",
+        report.fusion->bucket_bytes);
+  for (const auto& rule : recommendation.rules) {
+    const Parts parts = split(rule.strategy);
+    if (parts.transport != "reduce_bcast" && parts.transport != "hier")
+      out += fmt::format(
+          "# {}: {} has no tf.distribute setting; use gradscope run --mode apply --recommendation FILE\n",
+          range(rule), rule.strategy);
+  }
+  if (recommendation.rules.empty() && !report.fusion) out += "# no change recommended: keep the defaults\n";
+  return out;
+}
+
+std::string formatHorovod(const Recommendation& recommendation, const Report& report) {
+  std::string out = header("#", recommendation, report);
+  std::set<std::string> aggregators, transports, wires;
+  for (const auto& rule : recommendation.rules) {
+    const Parts parts = split(rule.strategy);
+    aggregators.insert(parts.aggregator);
+    transports.insert(parts.transport);
+    if (!parts.wire.empty()) wires.insert(parts.wire);
+  }
+  if (report.fusion) out += fmt::format("export HOROVOD_FUSION_THRESHOLD={}\n", report.fusion->bucket_bytes);
+  if (transports.contains("hier")) out += "export HOROVOD_HIERARCHICAL_ALLREDUCE=1\n";
+  // Horovod compresses with fp16 only; bf16 and fp8 wire winners have no Horovod equivalent.
+  const bool fp16 = wires.contains("fp16") || wires.contains("bf16");
+  const bool adasum = aggregators.contains("adasum");
+  out += "import horovod.torch as hvd\n";
+  out += fmt::format(
+      "optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(){}{})\n",
+      fp16 ? ", compression=hvd.Compression.fp16" : "", adasum ? ", op=hvd.Adasum" : "");
+  if (wires.contains("bf16"))
+    out += "# bf16 on the wire was recommended; Horovod offers fp16 compression only\n";
+  for (const auto& rule : recommendation.rules) {
+    const Parts parts = split(rule.strategy);
+    const bool expressed = parts.transport == "hier" || parts.aggregator == "adasum" ||
+                           (parts.transport == "native" && (parts.wire == "fp16" || parts.wire == "bf16"));
+    if (!expressed)
+      out += fmt::format(
+          "# {}: {} has no Horovod setting; use gradscope run --mode apply --recommendation FILE\n",
+          range(rule), rule.strategy);
+  }
+  if (recommendation.rules.empty() && !report.fusion) out += "# no change recommended: keep the defaults\n";
+  return out;
+}
+
+}  // namespace
+
+std::optional<Format> parseFormat(std::string_view text) {
+  for (Format format : {Format::Text, Format::Json, Format::Markdown, Format::NcclTuner, Format::Env,
+                        Format::Ddp, Format::Tf, Format::Horovod})
+    if (name(format) == text) return format;
+  return std::nullopt;
+}
+
+std::string_view name(Format format) {
+  switch (format) {
+    case Format::Text: return "text";
+    case Format::Json: return "json";
+    case Format::Markdown: return "markdown";
+    case Format::NcclTuner: return "nccl-tuner";
+    case Format::Env: return "env";
+    case Format::Ddp: return "ddp";
+    case Format::Tf: return "tf";
+    case Format::Horovod: return "horovod";
+  }
+  return "text";
+}
+
+std::string format(const Recommendation& recommendation, const Report& report, Format format) {
+  switch (format) {
+    case Format::Text: return formatText(recommendation, report, false);
+    case Format::Markdown: return formatText(recommendation, report, true);
+    case Format::Json: return toJson(recommendation);
+    case Format::NcclTuner: return formatNcclTuner(recommendation, report);
+    case Format::Env: return formatEnv(recommendation, report);
+    case Format::Ddp: return formatDdp(recommendation, report);
+    case Format::Tf: return formatTf(recommendation, report);
+    case Format::Horovod: return formatHorovod(recommendation, report);
+  }
+  return {};
+}
+
+}  // namespace gradscope::tuner

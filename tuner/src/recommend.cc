@@ -1,0 +1,457 @@
+// The recommender: models x workload -> rules, with the reasoning a user needs to trust them.
+
+#include "gradscope/tuner/recommend.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "gradscope/common/error.h"
+#include "gradscope/common/units.h"
+#include "gradscope/common/version.h"
+
+namespace gradscope::tuner {
+namespace {
+
+constexpr std::array<std::string_view, 6> kMpiAlgorithms = {
+    "basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner"};
+
+bool equalsIgnoringCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+bool isKnownTransport(std::string_view text) {
+  if (text == "native" || text == "rs_ag" || text == "reduce_bcast" || text == "hier") return true;
+  if (text.starts_with("mpi."))
+    return std::find(kMpiAlgorithms.begin(), kMpiAlgorithms.end(), text.substr(4)) != kMpiAlgorithms.end();
+  if (!text.starts_with("nccl.")) return false;
+  const std::string_view rest = text.substr(5);
+  const std::size_t dot = rest.find('.');
+  if (dot == std::string_view::npos) return false;
+  bool algorithm = false, protocol = false;
+  for (int i = 0; i < kNcclAlgoCount; ++i)
+    algorithm |= equalsIgnoringCase(rest.substr(0, dot), ncclAlgoName(i));
+  for (int i = 0; i < kNcclProtoCount; ++i)
+    protocol |= equalsIgnoringCase(rest.substr(dot + 1), ncclProtoName(i));
+  return algorithm && protocol;
+}
+
+bool isReduction(Api api) {
+  return api == Api::MpiAllreduce || api == Api::MpiIallreduce || api == Api::NcclAllReduce;
+}
+
+std::string nowIso8601() {
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday,
+                     utc.tm_hour, utc.tm_min, utc.tm_sec);
+}
+
+std::string interval(const TimeInterval& time) {
+  return fmt::format("{} [{}, {}]", formatDuration(time.median_ns), formatDuration(time.low_ns),
+                     formatDuration(time.high_ns));
+}
+
+TimeInterval scaled(const TimeInterval& time, double factor) {
+  return {time.median_ns * factor, time.low_ns * factor, time.high_ns * factor};
+}
+
+void add(TimeInterval& sum, const TimeInterval& time) {
+  sum.median_ns += time.median_ns;
+  sum.low_ns += time.low_ns;
+  sum.high_ns += time.high_ns;
+}
+
+// What happened to a strategy over the workload, for the reasoning lines.
+struct Tally {
+  std::string excluded;  // why it was never considered; empty when it was
+  int wins = 0, overlaps = 0, slower = 0, unpredicted = 0;
+};
+
+std::string joined(const std::set<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+}  // namespace
+
+bool isKnownStrategy(std::string_view strategy) {
+  const std::size_t first = strategy.find('/');
+  if (first == std::string_view::npos) return false;
+  const std::string_view aggregator = strategy.substr(0, first);
+  const std::string_view rest = strategy.substr(first + 1);
+  const std::size_t second = rest.find('/');
+  const std::string_view transport = rest.substr(0, second);
+  if (aggregator != "sum" && aggregator != "adacons" && aggregator != "adasum") return false;
+  if (!isKnownTransport(transport)) return false;
+  if (second == std::string_view::npos) return true;
+  const std::string_view wire = rest.substr(second + 1);
+  return wire == "native" || wire == "fp16" || wire == "bf16" || wire == "fp8e4m3" || wire == "fp8e5m2";
+}
+
+Inputs readInputs(const std::vector<std::string>& paths) {
+  Inputs inputs;
+  struct Key {
+    Api api;
+    DType dtype;
+    std::int64_t bytes;
+    auto operator<=>(const Key&) const = default;
+  };
+  std::map<Key, double> rates;  // summed over files, averaged below
+  int files_with_calls = 0;
+  bool steps_known = true;
+  double cosine_sum = 0;
+  std::int64_t cosine_rows = 0;
+  for (const auto& path : paths) {
+    const auto reader = storage::TraceReader::open(path);
+    for (auto& run : reader.runs()) inputs.runs.push_back(std::move(run));
+    for (auto& row : loadMeasurements(reader)) inputs.measurements.push_back(std::move(row));
+    for (const auto& row : reader.consensus()) cosine_sum += row.cosine_to_mean, ++cosine_rows;
+
+    const auto counts = reader.reductionCounts();
+    bool any = false;
+    // Every rank issues the job's reductions, so a rank's share is what one step of the job costs.
+    const double per = static_cast<double>(std::max<std::int64_t>(1, counts.ranks)) *
+                       static_cast<double>(std::max<std::int64_t>(1, counts.steps));
+    for (const auto& size : counts.sizes) {
+      if (!isReduction(size.api) || size.op != ReduceOp::Sum || size.bytes <= 0) {
+        inputs.other_reductions += size.calls;
+        continue;
+      }
+      rates[Key{size.api, size.dtype, size.bytes}] += static_cast<double>(size.calls) / per;
+      any = true;
+    }
+    if (!any) continue;
+    ++files_with_calls;
+    steps_known = steps_known && counts.steps > 0;
+  }
+  inputs.steps_known = files_with_calls > 0 && steps_known;
+  // Several files with calls are taken as repeats of one job: their rates are averaged, not added.
+  for (const auto& [key, rate] : rates)
+    inputs.workload.push_back({key.api, key.dtype, key.bytes, rate / files_with_calls});
+  if (cosine_rows > 0) inputs.mean_cosine_to_mean = cosine_sum / static_cast<double>(cosine_rows);
+  return inputs;
+}
+
+Result recommend(const Inputs& inputs, const RecommendOptions& options) {
+  Result result;
+  Report& report = result.report;
+  auto& reasoning = report.reasoning;
+
+  std::vector<MeasurementRow> rows;
+  for (const auto& row : inputs.measurements)
+    if (collectiveOf(row.measurement.api) == Collective::AllReduce) rows.push_back(row);
+  if (rows.empty())
+    fail(
+        "no all-reduce measurements in the input (run gradscope run --mode explore or gradscope bench -o "
+        "FILE "
+        "first)");
+
+  // The backend: the one the job's reductions use, else the one most measurements were made with.
+  std::map<Backend, double> weight;
+  for (const auto& entry : inputs.workload) weight[backendOf(entry.api)] += entry.calls_per_step;
+  if (weight.empty())
+    for (const auto& row : rows) weight[row.backend] += 1;
+  Backend backend = Backend::Unknown;
+  for (const auto& [candidate, w] : weight)
+    if ((candidate == Backend::Mpi || candidate == Backend::Nccl) &&
+        (backend == Backend::Unknown || w > weight[backend]))
+      backend = candidate;
+  if (backend == Backend::Unknown)
+    fail(
+        "no all-reduce measurements of an MPI or NCCL run (gradscope bench --backend mpi or nccl makes "
+        "them)");
+
+  // Unknown names are someone else's (a newer gradscope, a typo in a hand-made file): skipped, not fatal.
+  std::set<std::string> unknown;
+  std::erase_if(rows, [&](const MeasurementRow& row) {
+    if (row.backend != backend) return true;
+    if (isKnownStrategy(row.measurement.strategy)) return false;
+    unknown.insert(row.measurement.strategy);
+    return true;
+  });
+  if (!unknown.empty())
+    reasoning.push_back(fmt::format("Ignored measurements of unknown strategies: {}.", joined(unknown)));
+  if (rows.empty()) fail("no measurements of known strategies on the {} backend", name(backend));
+
+  std::set<int> worlds;
+  for (const auto& row : rows) worlds.insert(row.measurement.world);
+  std::string world_list;
+  for (int w : worlds) world_list += (world_list.empty() ? "" : ", ") + std::to_string(w);
+  int world = *worlds.begin();
+  bool predict_world = false;
+  if (options.world) {
+    world = *options.world;
+    predict_world = !worlds.contains(world);
+  } else if (worlds.size() > 1) {
+    fail("the measurements are at world sizes {}: choose one with --world N", world_list);
+  }
+  report.world = world;
+  report.world_predicted = predict_world;
+
+  const std::vector<StrategyModel> all_models = buildModels(rows);
+  // (strategy, dtype) -> model at `world`.
+  std::map<std::pair<std::string, DType>, StrategyModel> models;
+  if (!predict_world) {
+    for (const auto& model : all_models)
+      if (model.key.world == world) models.emplace(std::pair{model.key.strategy, model.key.dtype}, model);
+  } else {
+    std::map<std::pair<std::string, DType>, std::vector<const StrategyModel*>> by_world;
+    for (const auto& model : all_models) by_world[{model.key.strategy, model.key.dtype}].push_back(&model);
+    for (const auto& [key, measured] : by_world)
+      if (auto model = modelAtWorld(measured, world)) models.emplace(key, std::move(*model));
+    bool baseline = false;
+    for (const auto& [key, model] : models) baseline |= key.first == kBaselineStrategy;
+    if (!baseline)
+      fail(
+          "--world {} needs sum/native measured with valid fits at two or more world sizes (have {}); run "
+          "gradscope "
+          "bench at another world size",
+          world, world_list);
+    reasoning.push_back(fmt::format(
+        "World size {} was not measured: every time is a prediction from alpha-beta fits against log(world) "
+        "over world sizes {}.",
+        world, world_list));
+  }
+
+  // The workload: the job's reductions on this backend, or one call of each measured baseline size.
+  std::vector<WorkloadEntry> workload;
+  for (const auto& entry : inputs.workload)
+    if (backendOf(entry.api) == backend) workload.push_back(entry);
+  if (workload.size() < inputs.workload.size())
+    reasoning.push_back(fmt::format("Ignored the reductions of other backends than {}.", name(backend)));
+  if (inputs.other_reductions > 0)
+    reasoning.push_back(
+        fmt::format("{} reduction calls are not all-reduce sums; no strategy applies to them.",
+                    formatCount(static_cast<std::uint64_t>(inputs.other_reductions))));
+  if (workload.empty()) {
+    report.workload_from_measurements = true;
+    const Api api = backend == Backend::Nccl ? Api::NcclAllReduce : Api::MpiAllreduce;
+    for (const auto& [key, model] : models)
+      if (key.first == kBaselineStrategy)
+        for (const auto& point : model.points) workload.push_back({api, key.second, point.bytes, 1});
+    reasoning.push_back(
+        "No observed all-reduce calls: the workload is one call of each measured size (per step means per "
+        "measured size set).");
+  }
+  std::sort(workload.begin(), workload.end(), [](const WorkloadEntry& a, const WorkloadEntry& b) {
+    return std::tie(a.api, a.dtype, a.bytes) < std::tie(b.api, b.dtype, b.bytes);
+  });
+  report.steps_known = inputs.steps_known && !report.workload_from_measurements;
+  if (!report.steps_known && !report.workload_from_measurements)
+    reasoning.push_back("The calls carry no steps: counts are per run, not per step.");
+
+  // Which strategies may be used at all.
+  std::map<std::string, Tally> tallies;
+  for (const auto& [key, model] : models) {
+    if (key.first == kBaselineStrategy) continue;
+    auto& tally = tallies[key.first];
+    const auto error_class = strategyErrorClass(key.first).value_or(ErrorClass::Semantic);
+    if (error_class == ErrorClass::Semantic && !options.allow_semantic_change)
+      tally.excluded = "changes what the job computes (allow it with --allow-semantic-change)";
+    else if (error_class == ErrorClass::Lossy && options.max_rel_error <= 0)
+      tally.excluded = "lossy (allow it with --max-rel-error)";
+    else if (error_class == ErrorClass::Lossy && !model.worst_rel_error)
+      tally.excluded = "lossy and its error was never measured";
+    else if (error_class == ErrorClass::Lossy && *model.worst_rel_error > options.max_rel_error)
+      tally.excluded = fmt::format("worst measured relative error {:.3g} is above the budget {:.3g}",
+                                   *model.worst_rel_error, options.max_rel_error);
+  }
+
+  std::set<DType> missing_baseline;
+  bool any_extrapolated = false;
+  for (const auto& entry : workload) {
+    SizeRow row{entry.api,
+                entry.dtype,
+                entry.bytes,
+                entry.calls_per_step,
+                {},
+                std::string(kBaselineStrategy),
+                {},
+                false,
+                0};
+    const auto baseline_model = models.find({std::string(kBaselineStrategy), entry.dtype});
+    const auto baseline =
+        baseline_model == models.end() ? std::nullopt : predict(baseline_model->second, entry.bytes);
+    if (!baseline) {
+      missing_baseline.insert(entry.dtype);
+      report.sizes.push_back(row);
+      continue;
+    }
+    row.baseline = baseline->time;
+    row.best_time = baseline->time;
+    row.extrapolated = baseline->extrapolated;
+    for (const auto& [key, model] : models) {
+      if (key.second != entry.dtype || key.first == kBaselineStrategy) continue;
+      auto& tally = tallies[key.first];
+      if (!tally.excluded.empty()) continue;
+      const auto candidate = predict(model, entry.bytes);
+      if (!candidate) {
+        ++tally.unpredicted;
+        continue;
+      }
+      if (candidate->time.high_ns >= baseline->time.low_ns) {
+        ++(candidate->time.median_ns < baseline->time.median_ns ? tally.overlaps : tally.slower);
+        continue;
+      }
+      if (candidate->time.median_ns < row.best_time->median_ns || row.best == kBaselineStrategy) {
+        row.best = key.first;
+        row.best_time = candidate->time;
+        row.extrapolated = baseline->extrapolated || candidate->extrapolated;
+      }
+    }
+    if (row.best != kBaselineStrategy) ++tallies[row.best].wins;
+    row.gain = 1 - row.best_time->median_ns / row.baseline->median_ns;
+    any_extrapolated |= row.extrapolated;
+    report.sizes.push_back(row);
+  }
+  for (DType dtype : missing_baseline)
+    reasoning.push_back(fmt::format(
+        "No sum/native model predicts some {} sizes: they keep the job's own reduction.", name(dtype)));
+  if (any_extrapolated)
+    reasoning.push_back("Rows marked * are extrapolated beyond the measured sizes with the alpha-beta fit.");
+
+  // Totals per step.
+  TimeInterval baseline_total, choice_total;
+  bool any = false;
+  for (const auto& row : report.sizes) {
+    if (!row.baseline) continue;
+    any = true;
+    add(baseline_total, scaled(*row.baseline, row.calls_per_step));
+    add(choice_total, scaled(*row.best_time, row.calls_per_step));
+  }
+  if (any) report.baseline_per_step = baseline_total, report.choice_per_step = choice_total;
+
+  // Rules: runs of neighbouring sizes (same api and dtype) with the same winner.
+  Recommendation& recommendation = result.recommendation;
+  recommendation.backend = backend;
+  recommendation.world_size = world;
+  recommendation.max_rel_error = options.max_rel_error;
+  recommendation.allow_semantic_change = options.allow_semantic_change;
+  recommendation.created = options.created.empty() ? nowIso8601() : options.created;
+  recommendation.tool_version = kVersion;
+  for (const auto& run : inputs.runs)
+    if (!run.uuid.empty() && std::find(recommendation.source_runs.begin(), recommendation.source_runs.end(),
+                                       run.uuid) == recommendation.source_runs.end())
+      recommendation.source_runs.push_back(run.uuid);
+  const auto& sizes = report.sizes;
+  for (std::size_t begin = 0; begin < sizes.size();) {
+    std::size_t end = begin + 1;
+    while (end < sizes.size() && sizes[end].api == sizes[begin].api &&
+           sizes[end].dtype == sizes[begin].dtype && sizes[end].best == sizes[begin].best &&
+           sizes[end].baseline.has_value() == sizes[begin].baseline.has_value())
+      ++end;
+    if (sizes[begin].baseline && sizes[begin].best != kBaselineStrategy) {
+      const auto& model = models.at({sizes[begin].best, sizes[begin].dtype});
+      RecommendationRule rule;
+      rule.api = sizes[begin].api;
+      rule.dtype = sizes[begin].dtype;
+      rule.min_bytes = sizes[begin].bytes;
+      rule.max_bytes = sizes[end - 1].bytes;
+      rule.world_size = world;
+      rule.strategy = sizes[begin].best;
+      rule.error_class = strategyErrorClass(rule.strategy).value_or(ErrorClass::Semantic);
+      rule.measured_rel_error = model.worst_rel_error;
+      rule.baseline_strategy = std::string(kBaselineStrategy);
+      rule.evidence = model.rows;
+      // The rule's times are those of an average call in its range, weighted by how often each size occurs.
+      TimeInterval predicted, baseline;
+      double calls = 0;
+      for (std::size_t i = begin; i < end; ++i) {
+        add(predicted, scaled(*sizes[i].best_time, sizes[i].calls_per_step));
+        add(baseline, scaled(*sizes[i].baseline, sizes[i].calls_per_step));
+        calls += sizes[i].calls_per_step;
+      }
+      rule.predicted = scaled(predicted, 1 / calls);
+      rule.baseline = scaled(baseline, 1 / calls);
+      const std::string sizes_text =
+          rule.min_bytes == rule.max_bytes
+              ? formatBytes(static_cast<std::uint64_t>(rule.min_bytes))
+              : fmt::format("{}..{}", formatBytes(static_cast<std::uint64_t>(rule.min_bytes)),
+                            formatBytes(static_cast<std::uint64_t>(rule.max_bytes)));
+      reasoning.push_back(fmt::format(
+          "{} {} {}: {} wins, {} against sum/native {} ({:.0f}% faster; the intervals do not overlap){}.",
+          name(rule.api), name(rule.dtype), sizes_text, rule.strategy, interval(*rule.predicted),
+          interval(*rule.baseline), 100 * (1 - rule.predicted->median_ns / rule.baseline->median_ns),
+          rule.error_class == ErrorClass::Lossy
+              ? fmt::format(", worst measured relative error {:.3g}", rule.measured_rel_error.value_or(0))
+              : std::string()));
+      recommendation.rules.push_back(std::move(rule));
+    }
+    begin = end;
+  }
+  for (const auto& [strategy, tally] : tallies) {
+    if (!tally.excluded.empty())
+      reasoning.push_back(fmt::format("Excluded {}: {}.", strategy, tally.excluded));
+    else if (tally.wins == 0 && tally.overlaps > 0)
+      reasoning.push_back(fmt::format(
+          "{} is faster at {} size{} but its interval overlaps the baseline's: not a reliable gain.",
+          strategy, tally.overlaps, tally.overlaps == 1 ? "" : "s"));
+    else if (tally.wins == 0 && tally.slower > 0)
+      reasoning.push_back(fmt::format("{} is not faster than sum/native at any size.", strategy));
+    else if (tally.wins == 0 && tally.unpredicted > 0)
+      reasoning.push_back(fmt::format(
+          "{} cannot be predicted at the workload's sizes (measured at one size only).", strategy));
+  }
+  if (recommendation.rules.empty() && any)
+    reasoning.push_back("Nothing beats sum/native beyond the noise: keep the job as it is.");
+
+  // Fusion: many small reductions are latency-bound; fewer, larger buckets pay the latency once.
+  if (report.baseline_per_step && report.baseline_per_step->median_ns > 0) {
+    std::map<DType, std::pair<double, double>> small;  // dtype -> (baseline ns, bytes) per step
+    double small_ns = 0;
+    for (const auto& row : report.sizes)
+      if (row.baseline && row.bytes < kSmallCallBytes) {
+        small[row.dtype].first += row.baseline->median_ns * row.calls_per_step;
+        small[row.dtype].second += static_cast<double>(row.bytes) * row.calls_per_step;
+        small_ns += row.baseline->median_ns * row.calls_per_step;
+      }
+    const double share = small_ns / report.baseline_per_step->median_ns;
+    if (share > 0.5) {
+      const auto dominant = std::max_element(small.begin(), small.end(), [](const auto& a, const auto& b) {
+        return a.second.first < b.second.first;
+      });
+      const auto& fit = models.at({std::string(kBaselineStrategy), dominant->first}).fit;
+      if (fit.valid && fit.alpha_ns > 0) {
+        // A bucket is large enough once its transfer time is 4x the latency: the latency is then under 20%.
+        const double target = 4 * fit.alpha_ns / fit.ns_per_byte;
+        std::int64_t bucket = 1 << 20;
+        while (static_cast<double>(bucket) < target && bucket < (std::int64_t{1} << 40)) bucket *= 2;
+        double gain = 0;
+        for (const auto& [dtype, cost] : small) {
+          const double buckets = std::ceil(cost.second / static_cast<double>(bucket));
+          gain += cost.first - (buckets * fit.alpha_ns + cost.second * fit.ns_per_byte);
+        }
+        report.fusion = FusionAdvice{bucket, share, std::max(0.0, gain)};
+        reasoning.push_back(fmt::format(
+            "{:.0f}% of the baseline's time per step is in calls under 64 KiB: fuse them into {} buckets "
+            "(alpha {}, {:.3g} GB/s; predicted saving {} per step).",
+            100 * share, formatBytes(static_cast<std::uint64_t>(bucket)), formatDuration(fit.alpha_ns),
+            1 / fit.ns_per_byte, formatDuration(report.fusion->gain_ns)));
+      }
+    }
+  }
+
+  if (inputs.mean_cosine_to_mean && *inputs.mean_cosine_to_mean < 0.5)
+    report.consensus_note = fmt::format(
+        "ranks disagree (mean cosine to the mean gradient {:.2f} < 0.5): try --allow-semantic-change with "
+        "adacons",
+        *inputs.mean_cosine_to_mean);
+  // Checked here so that a bug surfaces as the recommender's error, not as a file the agent refuses.
+  (void)toJson(recommendation);
+  return result;
+}
+
+}  // namespace gradscope::tuner
