@@ -234,7 +234,8 @@ class MpiExtension final : public Extension {
       const double no_room = agreed[0], no_gather = agreed[1], spent = agreed[2], elapsed = -agreed[3];
       const double runs = static_cast<double>(settings_.reps + settings_.warmup_reps + 2);
       const double predicted =
-          agreed[5] + 2.0 * agreed[4] * runs * static_cast<double>(expectedStrategies(state, comm, call.dtype));
+          agreed[5] +
+          2.0 * agreed[4] * runs * static_cast<double>(expectedStrategies(state, comm, call.dtype));
       if (no_room != 0) {
         result.skipped = "a rank had no room in its shadow arena";
       } else if (budget.fraction < 1.0 && spent + predicted > budget.fraction * elapsed) {
