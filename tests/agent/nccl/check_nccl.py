@@ -102,7 +102,7 @@ def fake_unique_id_key(n):
 failures = []
 
 
-EVENT_TOLERANCE_NS = 5_000_000  # how far an event span may be from its fake kernels' (see check_gpu)
+EVENT_TOLERANCE_NS = 9_000_000  # how far an event span may be from its fake kernels' (see check_gpu)
 
 
 def check(condition, message):
@@ -241,8 +241,8 @@ def check_gpu(args, workdir, label="gpu", extra_env=None, exact=False):
     check(not drops.get("gpu_timing"), f"{label}: gpu_timing drops {drops}")
     # CUPTI spans are the fake kernels' exactly. Event spans are the times at which the fake driver's
     # host thread saw each event reached: it polls every 100 us, and under ThreadSanitizer or a loaded
-    # machine it is scheduled late (4 ms seen with an ASan build running beside a compiler on 2 cores).
-    # 5 ms still tells 1 kernel of 10 ms from 3.
+    # machine it is scheduled late (7 ms seen under TSan beside another test's spinning ranks). 9 ms
+    # still tells 1 kernel of 10 ms (at most 19 ms) from 3 (at least 21 ms).
     tolerance = 0 if exact else EVENT_TOLERANCE_NS
     reference_width = 1_000_000  # GPU vs host times: the reference's host time is known within its width
     for index, (row, want) in enumerate(rows):
