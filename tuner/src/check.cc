@@ -404,9 +404,11 @@ void writeCheckText(const CheckResult& result, std::ostream& out) {
                      regressions > 0 ? "REGRESSION" : "OK", result.comparisons.size(), regressions,
                      result.count(Verdict::Improvement), result.count(Verdict::Noisy),
                      result.count(Verdict::Unchanged), result.not_compared.size());
+  // Regressions and improvements only: a noisy machine makes half of a sweep's keys "noisy", and a
+  // terminal is no place for a hundred of them (the markdown summary and the JSON list every key).
   bool header = false;
   for (const auto& c : result.comparisons) {
-    if (c.verdict == Verdict::Unchanged) continue;
+    if (c.verdict == Verdict::Unchanged || c.verdict == Verdict::Noisy) continue;
     if (!header) {
       out << fmt::format("\n{:<12} {:<28} {:<11} {:<6} {:>9} {:>5} {:>11} {:>11} {:>8}  {}\n", "verdict",
                          "strategy", "collective", "dtype", "size", "world", "baseline", "current", "change",
@@ -419,6 +421,11 @@ void writeCheckText(const CheckResult& result, std::ostream& out) {
                        formatDuration(c.baseline_median_ns), formatDuration(c.current_median_ns),
                        percent(c.change), c.reason);
   }
+  if (const int noisy = result.count(Verdict::Noisy); noisy > 0)
+    out << fmt::format(
+        "\n{} key{} changed by more than the tolerance but within the measured noise (listed in "
+        "--summary and --json)\n",
+        noisy, noisy == 1 ? "" : "s");
   if (!result.not_compared.empty()) {
     out << fmt::format("\nNot compared ({}):\n", result.not_compared.size());
     for (const auto& n : result.not_compared)

@@ -102,7 +102,7 @@ CheckResult checkTraces(const std::string& baseline_path, const std::string& cur
                         const CheckOptions& options = {});
 
 // Outputs. All deterministic for a given result.
-void writeCheckText(const CheckResult& result, std::ostream& out);      // table for the terminal
+void writeCheckText(const CheckResult& result, std::ostream& out);      // terminal: regressions, improvements
 void writeCheckMarkdown(const CheckResult& result, std::ostream& out);  // summary for CI job pages
 std::string checkJson(const CheckResult& result);                       // docs/tuner.md "CI gate"
 
