@@ -221,21 +221,22 @@ class MpiExtension final : public Extension {
       //    One all-reduce (max) of six values: a skipped exploration costs the job one small collective.
       //    The exploration's predicted cost: a one-off setup where this rank has not paid it yet (the
       //    engine strategies open an MPI_T session: about 0.2 s with Open MPI 4.1), then every
-      //    strategy's runs at up to twice the job's own call time (the slowest rank's; 0 before the
-      //    call has run).
+      //    strategy's runs at up to twice the job's own call time. That time is the smallest over the
+      //    ranks: the others include waiting for the last rank to arrive, which the strategies, run
+      //    right after the job's call has lined the ranks up, do not pay (0 before the call has run).
       const double setup_ns = wantsEngineStrategies() && !engines_prepared_ ? kEngineSetupNs : 0.0;
       double agreed[6] = {capture.slice == nullptr ? 1.0 : 0.0,
                           capture.gathered == nullptr ? 1.0 : 0.0,
                           budget.spent_ns,
                           -budget.elapsed_ns,
-                          budget.call_ns,
+                          -budget.call_ns,
                           setup_ns};
       comm.allReduce(agreed, agreed, 6, comm::Element{DType::Fp64}, ReduceOp::Max);
       const double no_room = agreed[0], no_gather = agreed[1], spent = agreed[2], elapsed = -agreed[3];
       const double runs = static_cast<double>(settings_.reps + settings_.warmup_reps + 2);
+      const double call_ns = -agreed[4];
       const double predicted =
-          agreed[5] +
-          2.0 * agreed[4] * runs * static_cast<double>(expectedStrategies(state, comm, call.dtype));
+          agreed[5] + 2.0 * call_ns * runs * static_cast<double>(expectedStrategies(state, comm, call.dtype));
       if (no_room != 0) {
         result.skipped = "a rank had no room in its shadow arena";
       } else if (budget.fraction < 1.0 && spent + predicted > budget.fraction * elapsed) {
