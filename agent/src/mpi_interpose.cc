@@ -470,7 +470,7 @@ int shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, int count, MPI_
       reportApplyFailure(rule->strategy, type.dtype, error);
       return finish_record(real());
     }
-    event.strategy = appliedStrategyIndex(rule->strategy);
+    event.strategy = appliedStrategyIndex(*rule);
     int rc = MPI_SUCCESS;
     if (request != nullptr) rc = completedRequest(request);
     return finish_record(rc);

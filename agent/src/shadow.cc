@@ -28,9 +28,6 @@ std::mutex g_results_mutex;
 std::vector<ExploreRecord> g_results;
 constexpr std::size_t kMaxQueuedResults = 4096;
 
-std::mutex g_strategies_mutex;
-std::vector<std::string> g_strategies;  // applied strategy names, index + 1 in CallEvent::strategy
-
 std::mutex g_reported_mutex;
 std::set<std::string> g_reported;
 
@@ -69,6 +66,10 @@ std::string loadRecommendationFile(Backend backend, int world_size) {
               "{}: rule for {} {} uses {}, which changes what the job computes; pass --allow-semantic-change "
               "(GRADSCOPE_ALLOW_SEMANTIC_CHANGE=1) to apply it",
               cfg.recommendation, name(rule.api), name(rule.dtype), rule.strategy);
+    // CallEvent::strategy names an applied call's rule in 16 bits.
+    if (recommendation.rules.size() >= 0xffff)
+      return fmt::format("{}: {} rules, more than apply mode takes (65534)", cfg.recommendation,
+                         recommendation.rules.size());
     g_recommendation = std::move(recommendation);
     return {};
   } catch (const std::exception& error) {
@@ -275,18 +276,13 @@ void countApplied(bool ok) {
   (ok ? g_counters.applied : g_counters.apply_failed).fetch_add(1, std::memory_order_relaxed);
 }
 
-std::uint16_t appliedStrategyIndex(const std::string& strategy) {
-  const std::lock_guard lock(g_strategies_mutex);
-  for (std::size_t i = 0; i < g_strategies.size(); ++i)
-    if (g_strategies[i] == strategy) return static_cast<std::uint16_t>(i + 1);
-  if (g_strategies.size() >= 0xfffe) return 0;
-  g_strategies.push_back(strategy);
-  return static_cast<std::uint16_t>(g_strategies.size());
+std::uint16_t appliedStrategyIndex(const RecommendationRule& rule) {
+  return static_cast<std::uint16_t>(&rule - g_recommendation->rules.data() + 1);
 }
 
 std::string appliedStrategyName(std::uint16_t index) {
-  const std::lock_guard lock(g_strategies_mutex);
-  return index == 0 || index > g_strategies.size() ? std::string() : g_strategies[index - 1];
+  if (!g_recommendation || index == 0 || index > g_recommendation->rules.size()) return {};
+  return g_recommendation->rules[index - 1].strategy;
 }
 
 ShadowStats shadowStats() {

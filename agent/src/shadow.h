@@ -83,8 +83,9 @@ class ExplorePlan {
   std::unordered_map<std::uint64_t, KeyState> keys_;
 };
 
-// The applied strategies' names, indexed from 1 (CallEvent::strategy; 0 = the job's own call).
-std::uint16_t appliedStrategyIndex(const std::string& strategy);
+// An applied call's CallEvent::strategy: its rule's position in the recommendation, from 1 (0 = the
+// job's own call); fixed once the file is loaded, so neither needs a lock.
+std::uint16_t appliedStrategyIndex(const RecommendationRule& rule);
 std::string appliedStrategyName(std::uint16_t index);
 
 // Loads the extension and agrees with every rank on starting explore or apply (collective over the
