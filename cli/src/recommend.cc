@@ -21,14 +21,16 @@ void runRecommend(const RecommendCommand& command, std::ostream& out, std::ostre
   if (command.inputs.empty()) fail("recommend needs at least one trace file");
   const auto format = tuner::parseFormat(command.format);
   if (!format)
-    fail("unknown format '{}' (text, json, markdown, nccl-tuner, env, ddp, tf or horovod)", command.format);
+    fail("unknown format '{}' (text, json, markdown, nccl-tuner, env, ddp, tf, horovod or predictions)",
+         command.format);
   if (!(command.max_rel_error >= 0) || !std::isfinite(command.max_rel_error))
     fail("--max-rel-error must be a number >= 0 (0 allows lossless strategies only)");
   if (command.world && *command.world < 1) fail("--world must be a positive number of ranks");
 
   const tuner::Inputs inputs = tuner::readInputs(command.inputs);
-  const tuner::Result result = tuner::recommend(
-      inputs, {command.max_rel_error, command.allow_semantic_change, command.world, command.created});
+  const tuner::Result result =
+      tuner::recommend(inputs, {command.max_rel_error, command.allow_semantic_change, command.world,
+                                command.created, *format == tuner::Format::Predictions});
   const std::string text = tuner::format(result.recommendation, result.report, *format);
 
   if (command.output.empty() || command.output == "-") {

@@ -225,6 +225,40 @@ TEST(Recommend, InputErrorsAreOneLine) {
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
+// A job reducing thousands of distinct sizes: predicted per size class, rules still cover every size,
+// and the text table stays short.
+TEST(Recommend, ManyDistinctSizesArePredictedAsSizeClasses) {
+  Inputs inputs = mpiInputs();
+  inputs.workload.clear();
+  for (std::int64_t bytes = 1024; bytes < 1024 + 20000 * 4; bytes += 4)
+    inputs.workload.push_back({Api::MpiAllreduce, DType::Fp32, bytes, 1});
+  const auto result = recommend(inputs, options());
+  const auto& sizes = result.report.sizes;
+  EXPECT_LT(sizes.size(), 4096u);
+  EXPECT_TRUE(mentions(result.report, "The job reduces 20000 distinct sizes"));
+  double calls = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    calls += sizes[i].calls_per_step;
+    EXPECT_LE(sizes[i].min_bytes, sizes[i].bytes);
+    EXPECT_LE(sizes[i].bytes, sizes[i].max_bytes);
+    EXPECT_LE(static_cast<double>(sizes[i].max_bytes), static_cast<double>(sizes[i].min_bytes) * 1.0028);
+    if (i > 0) {
+      EXPECT_GT(sizes[i].min_bytes, sizes[i - 1].max_bytes);
+    }
+  }
+  EXPECT_DOUBLE_EQ(calls, 20000);
+  EXPECT_EQ(sizes.front().min_bytes, 1024);
+  EXPECT_EQ(sizes.back().max_bytes, 1024 + 19999 * 4);
+  // recursive doubling wins these small sizes: one rule over the whole range.
+  ASSERT_EQ(result.recommendation.rules.size(), 1u);
+  EXPECT_EQ(result.recommendation.rules[0].min_bytes, 1024);
+  EXPECT_EQ(result.recommendation.rules[0].max_bytes, 1024 + 19999 * 4);
+  const std::string text = format(result.recommendation, result.report, Format::Text);
+  EXPECT_NE(text.find("1 KiB..2 KiB"), std::string::npos) << text;
+  EXPECT_NE(text.find(" rows: runs of sizes within a power of two"), std::string::npos) << text;
+  EXPECT_LT(std::count(text.begin(), text.end(), '\n'), 40) << text;
+}
+
 TEST(Recommend, WorldWhatIfIsFlaggedAsAPrediction) {
   Inputs inputs = mpiInputs();
   addStrategy(inputs, "sum/native", 30000, 0.12, Backend::Mpi, DType::Fp32, 8);
@@ -291,6 +325,26 @@ TEST(RecommendExport, NcclTunerCsvParsesBackToTheRules) {
   const auto mpi = recommend(mpiInputs(), options());
   const std::string none = format(mpi.recommendation, mpi.report, Format::NcclTuner);
   for (const auto& line : split(none, '\n')) EXPECT_EQ(line.rfind('#', 0), 0u) << line;
+}
+
+// NCCL's tuner does not see the dtype: an fp32 rule overlapping an fp16 one with another engine would be
+// decided by line order, so it is left out with a comment saying why.
+TEST(RecommendExport, NcclTunerCsvLeavesOutRulesItCannotTellApart) {
+  auto result = recommend(ncclInputs(), options());
+  auto& rules = result.recommendation.rules;
+  ASSERT_EQ(rules.size(), 2u);
+  RecommendationRule other = rules[0];
+  other.dtype = DType::Fp32;
+  other.strategy = rules[0].strategy == "sum/nccl.ring.simple" ? "sum/nccl.tree.ll" : "sum/nccl.ring.simple";
+  rules.push_back(other);
+  RecommendationRule same = rules[1];
+  same.dtype = DType::Fp32;  // the same engine as the fp16 line: no conflict, kept
+  rules.push_back(same);
+  const std::string csv = format(result.recommendation, result.report, Format::NcclTuner);
+  int lines = 0;
+  for (const auto& line : split(csv, '\n')) lines += !line.empty() && line[0] != '#';
+  EXPECT_EQ(lines, 3) << csv;
+  EXPECT_NE(csv.find("# left out: ncclAllReduce fp32"), std::string::npos) << csv;
 }
 
 TEST(RecommendExport, FormatNames) {
@@ -386,6 +440,20 @@ TEST(RecommendCommand, ReductionCountsPerSize) {
   EXPECT_EQ(counts.sizes[1].bytes, 16 << 20);
   EXPECT_EQ(counts.steps, 5);
   EXPECT_EQ(counts.ranks, 4);
+}
+
+TEST(RecommendCommand, ReductionCountsInParallelRangesAgree) {
+  TempDir dir;
+  const auto reader = storage::TraceReader::open(writeTrace(dir, "job.db"));
+  const auto serial = reader.reductionCounts();
+  const auto parallel = reader.reductionCounts(3);  // 40 calls: as many connections as cores
+  ASSERT_EQ(parallel.sizes.size(), serial.sizes.size());
+  for (std::size_t i = 0; i < serial.sizes.size(); ++i) {
+    EXPECT_EQ(parallel.sizes[i].bytes, serial.sizes[i].bytes);
+    EXPECT_EQ(parallel.sizes[i].calls, serial.sizes[i].calls);
+  }
+  EXPECT_EQ(parallel.steps, serial.steps);
+  EXPECT_EQ(parallel.ranks, serial.ranks);
 }
 
 TEST(RecommendCommand, AppendRecommendationRefusesForeignFiles) {

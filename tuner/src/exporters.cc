@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cctype>
 #include <map>
 #include <set>
@@ -120,6 +121,70 @@ std::string header(std::string_view comment, const Recommendation& recommendatio
   return text;
 }
 
+// The size table's rows: one per size (or size class) when a reader can take them in, else runs of
+// sizes within one power of two that share the winner, with calls summed and the times of an average
+// call of the run.
+constexpr std::size_t kMaxTableRows = 64;
+
+struct TableRow {
+  Api api = Api::Unknown;
+  DType dtype = DType::Fp32;
+  std::int64_t min_bytes = 0, max_bytes = 0;
+  double calls_per_step = 0;
+  std::optional<TimeInterval> baseline;
+  std::string best;
+  bool extrapolated = false;
+  double gain = 0;
+  std::size_t sizes = 0;  // rows of the report it stands for
+};
+
+std::vector<TableRow> tableRows(const Report& report) {
+  std::vector<TableRow> rows;
+  const bool group = report.sizes.size() > kMaxTableRows;
+  TimeInterval baseline, best;
+  const auto close = [&] {
+    auto& row = rows.back();
+    if (row.sizes < 2 || !row.baseline || row.calls_per_step <= 0) return;  // one row: as the report has it
+    row.baseline = TimeInterval{baseline.median_ns / row.calls_per_step, baseline.low_ns / row.calls_per_step,
+                                baseline.high_ns / row.calls_per_step};
+    row.gain = baseline.median_ns > 0 ? 1 - best.median_ns / baseline.median_ns : 0;
+  };
+  for (const auto& size : report.sizes) {
+    const bool same = group && !rows.empty() && rows.back().api == size.api &&
+                      rows.back().dtype == size.dtype && rows.back().best == size.best &&
+                      rows.back().baseline.has_value() == size.baseline.has_value() &&
+                      std::bit_width(static_cast<std::uint64_t>(rows.back().min_bytes)) ==
+                          std::bit_width(static_cast<std::uint64_t>(size.min_bytes));
+    const double calls = size.calls_per_step;
+    if (!same) {
+      if (!rows.empty()) close();
+      rows.push_back({size.api, size.dtype, size.min_bytes, size.max_bytes, 0, size.baseline, size.best,
+                      false, size.gain, 0});
+      baseline = best = TimeInterval{};
+    }
+    auto& row = rows.back();
+    row.max_bytes = size.max_bytes;
+    row.calls_per_step += calls;
+    row.extrapolated |= size.extrapolated;
+    ++row.sizes;
+    if (size.baseline) {
+      baseline.median_ns += size.baseline->median_ns * calls;
+      baseline.low_ns += size.baseline->low_ns * calls;
+      baseline.high_ns += size.baseline->high_ns * calls;
+      best.median_ns += size.best_time->median_ns * calls;
+    }
+  }
+  if (!rows.empty()) close();
+  return rows;
+}
+
+std::string sizeText(const TableRow& row) {
+  const std::string text = row.min_bytes == row.max_bytes
+                               ? bytes(row.min_bytes)
+                               : fmt::format("{}..{}", bytes(row.min_bytes), bytes(row.max_bytes));
+  return text + (row.extrapolated ? "*" : "");
+}
+
 std::string formatText(const Recommendation& recommendation, const Report& report, bool markdown) {
   std::string out;
   const std::string_view bullet = markdown ? "- " : "  ";
@@ -138,24 +203,31 @@ std::string formatText(const Recommendation& recommendation, const Report& repor
     out += fmt::format("{}recommended:         {} ({:.1f}% less)\n\n", bullet,
                        interval(*report.choice_per_step), 100 * savedShare(report));
   }
+  const auto rows = tableRows(report);
   if (markdown) {
     out +=
         "## Sizes\n\n| api | dtype | size | calls | baseline | best | gain "
         "|\n|---|---|---:|---:|---|---|---:|\n";
-    for (const auto& row : report.sizes)
-      out += fmt::format("| {} | {} | {}{} | {:.4g} | {} | {} | {:.1f}% |\n", name(row.api), name(row.dtype),
-                         bytes(row.bytes), row.extrapolated ? "*" : "", row.calls_per_step,
+    for (const auto& row : rows)
+      out += fmt::format("| {} | {} | {} | {:.4g} | {} | {} | {:.1f}% |\n", name(row.api), name(row.dtype),
+                         sizeText(row), row.calls_per_step, row.baseline ? interval(*row.baseline) : "-",
+                         row.baseline ? row.best : "-", 100 * row.gain);
+  } else {
+    std::size_t size_width = 11;
+    for (const auto& row : rows) size_width = std::max(size_width, sizeText(row).size());
+    out += fmt::format("{:<15} {:<6} {:>{}} {:>9}  {:<32} {:<28} {:>6}\n", "api", "dtype", "size", size_width,
+                       "calls", "baseline", "best", "gain");
+    for (const auto& row : rows)
+      out += fmt::format("{:<15} {:<6} {:>{}} {:>9.4g}  {:<32} {:<28} {:>5.1f}%\n", name(row.api),
+                         name(row.dtype), sizeText(row), size_width, row.calls_per_step,
                          row.baseline ? interval(*row.baseline) : "-", row.baseline ? row.best : "-",
                          100 * row.gain);
-  } else {
-    out += fmt::format("{:<15} {:<6} {:>11} {:>9}  {:<32} {:<28} {:>6}\n", "api", "dtype", "size", "calls",
-                       "baseline", "best", "gain");
-    for (const auto& row : report.sizes)
-      out += fmt::format("{:<15} {:<6} {:>11} {:>9.4g}  {:<32} {:<28} {:>5.1f}%\n", name(row.api),
-                         name(row.dtype), bytes(row.bytes) + (row.extrapolated ? "*" : ""),
-                         row.calls_per_step, row.baseline ? interval(*row.baseline) : "-",
-                         row.baseline ? row.best : "-", 100 * row.gain);
   }
+  if (rows.size() < report.sizes.size())
+    out += fmt::format(
+        "{}({} sizes in {} rows: runs of sizes within a power of two with the same winner; "
+        "times per average call)\n",
+        markdown ? "\n" : "", report.sizes.size(), rows.size());
   out += fmt::format("\n{}Rules{}\n{}", markdown ? "## " : "", markdown ? "" : ":", markdown ? "\n" : "");
   if (recommendation.rules.empty()) out += fmt::format("{}none: keep sum/native\n", bullet);
   for (const auto& rule : recommendation.rules)
@@ -181,9 +253,27 @@ std::string formatNcclTuner(const Recommendation& recommendation, const Report& 
   std::string out = header("#", recommendation, report);
   out += "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks\n";
   int lines = 0;
+  // NCCL's tuner sees bytes, not the dtype: a rule of another dtype whose bytes overlap an earlier line
+  // with a different engine would be decided by line order. It is left out, and says so.
+  struct Line {
+    std::int64_t min_bytes, max_bytes;
+    std::pair<int, int> engine;
+  };
+  std::vector<Line> written;
   for (const auto& rule : recommendation.rules) {
     const auto engine = ncclEngine(split(rule.strategy));
     if (!engine || recommendation.backend != Backend::Nccl) continue;
+    const auto conflict = std::find_if(written.begin(), written.end(), [&](const Line& line) {
+      return line.min_bytes <= rule.max_bytes && rule.min_bytes <= line.max_bytes && line.engine != *engine;
+    });
+    if (conflict != written.end()) {
+      out += fmt::format(
+          "# left out: {} -> {} overlaps an earlier line with another algorithm/protocol; NCCL's tuner does "
+          "not see the dtype (gradscope run --mode apply does)\n",
+          range(rule), rule.strategy);
+      continue;
+    }
+    written.push_back({rule.min_bytes, rule.max_bytes, *engine});
     out += fmt::format("allreduce,{},{},{},{},-1,-1,{}\n", rule.min_bytes, rule.max_bytes,
                        kTunerAlgorithms[static_cast<std::size_t>(engine->first)],
                        kTunerProtocols[static_cast<std::size_t>(engine->second)],
@@ -376,11 +466,24 @@ std::string formatHorovod(const Recommendation& recommendation, const Report& re
   return out;
 }
 
+// Every model's prediction at every workload size, for plots and for judging the models against
+// measurements they did not see (bench/tuner_holdout.py).
+std::string formatPredictions(const Report& report) {
+  std::string out =
+      "api,dtype,bytes,strategy,allowed,median_ns,low_ns,high_ns,extrapolated,predicted_world\n";
+  for (const auto& p : report.predictions)
+    out += fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6g},{},{}\n", name(p.api), name(p.dtype), p.bytes,
+                       p.strategy, p.allowed ? 1 : 0, p.prediction.time.median_ns, p.prediction.time.low_ns,
+                       p.prediction.time.high_ns, p.prediction.extrapolated ? 1 : 0,
+                       p.prediction.predicted_world ? 1 : 0);
+  return out;
+}
+
 }  // namespace
 
 std::optional<Format> parseFormat(std::string_view text) {
   for (Format format : {Format::Text, Format::Json, Format::Markdown, Format::NcclTuner, Format::Env,
-                        Format::Ddp, Format::Tf, Format::Horovod})
+                        Format::Ddp, Format::Tf, Format::Horovod, Format::Predictions})
     if (name(format) == text) return format;
   return std::nullopt;
 }
@@ -395,6 +498,7 @@ std::string_view name(Format format) {
     case Format::Ddp: return "ddp";
     case Format::Tf: return "tf";
     case Format::Horovod: return "horovod";
+    case Format::Predictions: return "predictions";
   }
   return "text";
 }
@@ -409,6 +513,7 @@ std::string format(const Recommendation& recommendation, const Report& report, F
     case Format::Ddp: return formatDdp(recommendation, report);
     case Format::Tf: return formatTf(recommendation, report);
     case Format::Horovod: return formatHorovod(recommendation, report);
+    case Format::Predictions: return formatPredictions(report);
   }
   return {};
 }

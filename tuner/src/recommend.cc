@@ -73,6 +73,48 @@ void add(TimeInterval& sum, const TimeInterval& time) {
   sum.high_ns += time.high_ns;
 }
 
+// A workload of very many distinct sizes (a job that reduces arbitrary tensor sizes one by one) is
+// predicted per size class: neighbouring sizes within 1/256 of an octave (0.27%) are one entry at their
+// call-weighted mean size, which gives the models' predictions to well under their own uncertainty (the
+// interpolation is smooth in log-log; the alpha-beta fit is linear in bytes, exact at the mean). Rules
+// still span the classes' smallest to largest size. Returns the number of distinct sizes grouped.
+constexpr std::size_t kMaxDistinctSizes = 4096;
+constexpr double kClassesPerOctave = 256;
+
+std::size_t groupSizeClasses(std::vector<WorkloadEntry>& workload) {
+  if (workload.size() <= kMaxDistinctSizes) return 0;
+  const auto sizeClass = [](std::int64_t bytes) {
+    return static_cast<std::int64_t>(std::floor(std::log2(static_cast<double>(bytes)) * kClassesPerOctave));
+  };
+  std::vector<WorkloadEntry> classes;
+  double weighted_bytes = 0;
+  const auto close = [&] {
+    auto& last = classes.back();
+    last.bytes = std::clamp(static_cast<std::int64_t>(std::llround(weighted_bytes / last.calls_per_step)),
+                            last.min_bytes, last.max_bytes);
+  };
+  for (const auto& entry : workload) {
+    const bool same = !classes.empty() && classes.back().api == entry.api &&
+                      classes.back().dtype == entry.dtype && entry.bytes > 0 &&
+                      classes.back().min_bytes > 0 &&
+                      sizeClass(entry.bytes) == sizeClass(classes.back().min_bytes);
+    if (same) {
+      classes.back().max_bytes = entry.bytes;
+      classes.back().calls_per_step += entry.calls_per_step;
+      weighted_bytes += static_cast<double>(entry.bytes) * entry.calls_per_step;
+      continue;
+    }
+    if (!classes.empty()) close();
+    classes.push_back(entry);
+    classes.back().min_bytes = classes.back().max_bytes = entry.bytes;
+    weighted_bytes = static_cast<double>(entry.bytes) * entry.calls_per_step;
+  }
+  close();
+  const std::size_t grouped = workload.size();
+  workload = std::move(classes);
+  return grouped;
+}
+
 // What happened to a strategy over the workload, for the reasoning lines.
 struct Tally {
   std::string excluded;  // why it was never considered; empty when it was
@@ -103,13 +145,9 @@ bool isKnownStrategy(std::string_view strategy) {
 
 Inputs readInputs(const std::vector<std::string>& paths) {
   Inputs inputs;
-  struct Key {
-    Api api;
-    DType dtype;
-    std::int64_t bytes;
-    auto operator<=>(const Key&) const = default;
-  };
-  std::map<Key, double> rates;  // summed over files, averaged below
+  // (api, dtype, bytes, calls per step) of every file, summed per key below: a sort, not a tree of
+  // hundreds of thousands of nodes.
+  std::vector<WorkloadEntry> rates;
   int files_with_calls = 0;
   bool steps_known = true;
   double cosine_sum = 0;
@@ -130,7 +168,7 @@ Inputs readInputs(const std::vector<std::string>& paths) {
         inputs.other_reductions += size.calls;
         continue;
       }
-      rates[Key{size.api, size.dtype, size.bytes}] += static_cast<double>(size.calls) / per;
+      rates.push_back({size.api, size.dtype, size.bytes, static_cast<double>(size.calls) / per});
       any = true;
     }
     if (!any) continue;
@@ -139,8 +177,17 @@ Inputs readInputs(const std::vector<std::string>& paths) {
   }
   inputs.steps_known = files_with_calls > 0 && steps_known;
   // Several files with calls are taken as repeats of one job: their rates are averaged, not added.
-  for (const auto& [key, rate] : rates)
-    inputs.workload.push_back({key.api, key.dtype, key.bytes, rate / files_with_calls});
+  std::stable_sort(rates.begin(), rates.end(), [](const WorkloadEntry& a, const WorkloadEntry& b) {
+    return std::tie(a.api, a.dtype, a.bytes) < std::tie(b.api, b.dtype, b.bytes);
+  });
+  for (const auto& entry : rates) {
+    auto& workload = inputs.workload;
+    if (!workload.empty() && workload.back().api == entry.api && workload.back().dtype == entry.dtype &&
+        workload.back().bytes == entry.bytes)
+      workload.back().calls_per_step += entry.calls_per_step;
+    else workload.push_back(entry);
+  }
+  for (auto& entry : inputs.workload) entry.calls_per_step /= files_with_calls;
   if (cosine_rows > 0) inputs.mean_cosine_to_mean = cosine_sum / static_cast<double>(cosine_rows);
   return inputs;
 }
@@ -249,6 +296,10 @@ Result recommend(const Inputs& inputs, const RecommendOptions& options) {
   std::sort(workload.begin(), workload.end(), [](const WorkloadEntry& a, const WorkloadEntry& b) {
     return std::tie(a.api, a.dtype, a.bytes) < std::tie(b.api, b.dtype, b.bytes);
   });
+  if (const std::size_t distinct = groupSizeClasses(workload))
+    reasoning.push_back(fmt::format(
+        "The job reduces {} distinct sizes: they are predicted as {} size classes, each at most 0.27% wide.",
+        distinct, workload.size()));
   report.steps_known = inputs.steps_known && !report.workload_from_measurements;
   if (!report.steps_known && !report.workload_from_measurements)
     reasoning.push_back("The calls carry no steps: counts are per run, not per step.");
@@ -276,6 +327,8 @@ Result recommend(const Inputs& inputs, const RecommendOptions& options) {
     SizeRow row{entry.api,
                 entry.dtype,
                 entry.bytes,
+                entry.min_bytes > 0 ? entry.min_bytes : entry.bytes,
+                entry.max_bytes > 0 ? entry.max_bytes : entry.bytes,
                 entry.calls_per_step,
                 {},
                 std::string(kBaselineStrategy),
@@ -293,6 +346,13 @@ Result recommend(const Inputs& inputs, const RecommendOptions& options) {
     row.baseline = baseline->time;
     row.best_time = baseline->time;
     row.extrapolated = baseline->extrapolated;
+    if (options.keep_predictions)
+      for (const auto& [key, model] : models)
+        if (key.second == entry.dtype)
+          if (const auto prediction = predict(model, entry.bytes))
+            report.predictions.push_back(
+                {entry.api, entry.dtype, entry.bytes, key.first,
+                 key.first == kBaselineStrategy || tallies[key.first].excluded.empty(), *prediction});
     for (const auto& [key, model] : models) {
       if (key.second != entry.dtype || key.first == kBaselineStrategy) continue;
       auto& tally = tallies[key.first];
@@ -358,8 +418,8 @@ Result recommend(const Inputs& inputs, const RecommendOptions& options) {
       RecommendationRule rule;
       rule.api = sizes[begin].api;
       rule.dtype = sizes[begin].dtype;
-      rule.min_bytes = sizes[begin].bytes;
-      rule.max_bytes = sizes[end - 1].bytes;
+      rule.min_bytes = sizes[begin].min_bytes;
+      rule.max_bytes = sizes[end - 1].max_bytes;
       rule.world_size = world;
       rule.strategy = sizes[begin].best;
       rule.error_class = strategyErrorClass(rule.strategy).value_or(ErrorClass::Semantic);

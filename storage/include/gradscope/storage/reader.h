@@ -144,7 +144,10 @@ class TraceReader {
     std::int64_t steps = 0;             // distinct known steps of those calls; 0 when none is known
     std::int64_t ranks = 0;             // distinct ranks that issued them
   };
-  ReductionCounts reductionCounts() const;
+  // Traces of more than `rows_per_thread` calls are read in id ranges by parallel read-only connections
+  // (one per core at most); tests lower it to exercise that path.
+  static constexpr std::int64_t kRowsPerThread = 2'000'000;
+  ReductionCounts reductionCounts(std::int64_t rows_per_thread = kRowsPerThread) const;
 
   // Streams every call in id order, GPU facts included. Return false from `visit` to stop.
   void forEachCall(const std::function<bool(const CallRecord&)>& visit) const;

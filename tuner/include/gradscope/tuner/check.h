@@ -38,7 +38,7 @@ struct CheckOptions {
   double alpha = 0.01;      // significance of the noise tests
   // Set to compare the recommendations made from the two traces (--fail-on-change): returns the canonical
   // recommendation JSON of a trace (the versioned file of docs/recommendation-file.md). May throw
-  // gradscope::Error, which is bad input.
+  // gradscope::Error, which is bad input. Called for both traces at once, from two threads.
   std::function<std::string(const std::string& trace_path)> recommend_json;
 };
 

@@ -14,9 +14,11 @@
 
 namespace gradscope::tuner {
 
-enum class Format { Text, Json, Markdown, NcclTuner, Env, Ddp, Tf, Horovod };
+enum class Format { Text, Json, Markdown, NcclTuner, Env, Ddp, Tf, Horovod, Predictions };
 
-// "text", "json", "markdown", "nccl-tuner", "env", "ddp", "tf", "horovod"; nullopt for anything else.
+// "text", "json", "markdown", "nccl-tuner", "env", "ddp", "tf", "horovod", "predictions"; nullopt for
+// anything else. `predictions` (CSV of every model's prediction at every workload size) needs a Result
+// made with RecommendOptions::keep_predictions.
 std::optional<Format> parseFormat(std::string_view text);
 std::string_view name(Format format);
 

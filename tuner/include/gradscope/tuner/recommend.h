@@ -28,6 +28,9 @@ struct WorkloadEntry {
   DType dtype = DType::Fp32;
   std::int64_t bytes = 0;
   double calls_per_step = 0;  // per rank: calls / (ranks * steps), or per run when steps are unknown
+  // A size class (recommend() groups a workload of very many distinct sizes): the smallest and largest
+  // size in it, `bytes` being their call-weighted mean. 0: the entry is the one size `bytes`.
+  std::int64_t min_bytes = 0, max_bytes = 0;
 };
 
 // What the recommender needs from the trace files, read once (readInputs) or built by tests.
@@ -48,15 +51,27 @@ Inputs readInputs(const std::vector<std::string>& paths);
 struct RecommendOptions {
   double max_rel_error = 0;  // 0: lossless strategies only
   bool allow_semantic_change = false;
-  std::optional<int> world;  // predict for this world size (what-if)
-  std::string created;       // ISO 8601 UTC; empty: now (tests set it for reproducible output)
+  std::optional<int> world;       // predict for this world size (what-if)
+  std::string created;            // ISO 8601 UTC; empty: now (tests set it for reproducible output)
+  bool keep_predictions = false;  // fill Report::predictions (the `predictions` format)
+};
+
+// Every model's prediction at one workload size (RecommendOptions::keep_predictions).
+struct StrategyPrediction {
+  Api api = Api::Unknown;
+  DType dtype = DType::Fp32;
+  std::int64_t bytes = 0;
+  std::string strategy;
+  bool allowed = false;  // the budget allows it (the baseline always is)
+  Prediction prediction;
 };
 
 // One workload size and what the recommender predicts for it.
 struct SizeRow {
   Api api = Api::Unknown;
   DType dtype = DType::Fp32;
-  std::int64_t bytes = 0;
+  std::int64_t bytes = 0;                     // the size predicted (a size class's call-weighted mean)
+  std::int64_t min_bytes = 0, max_bytes = 0;  // the sizes the row stands for (both `bytes` for one size)
   double calls_per_step = 0;
   std::optional<TimeInterval> baseline;  // unset: no sum/native model can predict this size
   std::string best;                      // winning strategy; the baseline's name when nothing beats it
@@ -82,6 +97,7 @@ struct Report {
   std::vector<std::string> reasoning;  // one sentence per line
   std::optional<std::string> consensus_note;
   std::optional<FusionAdvice> fusion;
+  std::vector<StrategyPrediction> predictions;  // only with RecommendOptions::keep_predictions
 };
 
 struct Result {
