@@ -30,5 +30,20 @@ static_assert(sizeof(CallEvent) == 72);
 
 inline constexpr std::uint8_t kEpochTimes = 1;  // start/end are already Unix-epoch ns
 inline constexpr std::uint8_t kSampled = 4;     // explore mode sampled this call (2: nccl_state.h)
+// Not a call: what NCCL chose for call (comm, seq), reported by the NCCL profiler plugin
+// (nccl_profile.h). The NCCL algorithm code is in `count`, the protocol code in `bytes` (-1 unknown), the
+// channels in `stream`. The background thread attaches it to the call's row and writes no row of its own.
+inline constexpr std::uint8_t kNcclInfo = 8;
+
+inline CallEvent ncclInfoEvent(std::uint32_t comm, std::int64_t seq, int algo, int proto, int channels) {
+  CallEvent event;
+  event.flags = kNcclInfo;
+  event.comm = comm;
+  event.seq = seq;
+  event.count = algo;
+  event.bytes = proto;
+  event.stream = static_cast<std::uint16_t>(channels < 0 ? 0 : channels);
+  return event;
+}
 
 }  // namespace gradscope::agent

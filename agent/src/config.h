@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "gradscope/common/launcher.h"
+
 namespace gradscope::agent {
 
 enum class Mode { Observe, Explore, Apply };
@@ -44,26 +46,16 @@ struct Config {
 
 std::string_view modeName(Mode mode);
 
-using Environment = std::function<const char*(const char* name)>;
+// The launcher-derived values and the output template are shared with the NCCL profiler plugin
+// (gradscope/common/launcher.h).
+using gradscope::Environment;
+using gradscope::expandOutputTemplate;
+using gradscope::hostName;
+using gradscope::randomUuid;
+using gradscope::runIdFromLauncher;
 
 // Parses the configuration. Every invalid value is one line in `errors` (naming the variable, the
 // value, what is accepted); a configuration with errors must not record (fail open).
 Config parseConfig(const Environment& env, std::vector<std::string>& errors);
-
-// Expands %r (rank), %p (pid), %h (host name) and %% in an output template. A result that would
-// leave the template's directory (a host name or rank containing '/') cannot happen: host names are
-// sanitised to [A-Za-z0-9._-].
-std::string expandOutputTemplate(const std::string& pattern, int rank, long pid, const std::string& host);
-
-// A run id shared by every rank of one job without communicating: GRADSCOPE_RUN_ID, else a uuid
-// derived from the launcher's per-job values (Open MPI's per-job transport key and namespace,
-// torchrun's run id, Slurm's job and step), else empty (the caller makes a fresh one).
-std::string runIdFromLauncher(const Environment& env);
-
-// A random uuid (version 4 format).
-std::string randomUuid();
-
-// The host name, sanitised for file names.
-std::string hostName();
 
 }  // namespace gradscope::agent

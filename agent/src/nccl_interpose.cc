@@ -29,6 +29,7 @@
 #include "cuda_driver.h"
 #include "gpu_timer.h"
 #include "nccl_abi.h"
+#include "nccl_profile.h"
 #include "nccl_state.h"
 #include "recorder.h"
 #include "symbols.h"
@@ -153,7 +154,10 @@ ncclResult_t timed(CallEvent& event, cudaStream_t stream, Call&& call) {
   CudaEventTimer* const timer = domain >= 0 ? g_timer.load(std::memory_order_relaxed) : nullptr;
   std::uint32_t gpu_slot = timer != nullptr ? timer->start(domain, stream, captured) : 0;
   if (timer != nullptr) timer->enterCall(gpu_slot);
+  // NCCL launches the call inside: the profiler plugin's report for it arrives on this thread meanwhile.
+  t_nccl_in_flight.setSingle(&event);
   const ncclResult_t rc = call();
+  t_nccl_in_flight.clear();
   if (timer != nullptr) timer->leaveCall(gpu_slot);
   if (gpu_slot != 0) {
     // ncclInProgress (a nonblocking communicator): NCCL enqueues the work later, after this event.
@@ -384,9 +388,11 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
   if (timer != nullptr) timer->startGroup(timing, domains, streams, n);
   const std::uint64_t start = ticks();
   if (timer != nullptr) timer->enterCall(timing.leader);
-  const ncclResult_t rc = real_ncclGroupEnd();
-  if (timer != nullptr) timer->leaveCall(timing.leader);
   const auto members = t_group.members();
+  t_nccl_in_flight.setGroup(members);  // the profiler plugin's reports for them arrive meanwhile
+  const ncclResult_t rc = real_ncclGroupEnd();
+  t_nccl_in_flight.clear();
+  if (timer != nullptr) timer->leaveCall(timing.leader);
   // With nonblocking communicators (ncclInProgress) NCCL launches the group later: timed on the host.
   if (timer != nullptr)
     timer->stopGroup(timing, rc == ncclInProgress ? 0 : static_cast<std::int32_t>(members.size()));
@@ -408,4 +414,10 @@ GS_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   if (real_ncclGroupSimulateEnd == nullptr) return missingFunction("pncclGroupSimulateEnd");
   if (t_group.end()) t_group.clear();
   return real_ncclGroupSimulateEnd(simInfo);
+}
+
+// ---- the NCCL profiler plugin's link (gradscope/common/nccl_profile_link.h) ------------------------------
+
+GS_EXPORT int gradscope_agent_nccl_profile_v1(const gradscope::NcclProfileRecordV1* record) {
+  return ncclProfileReceived(record);
 }

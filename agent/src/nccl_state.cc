@@ -62,7 +62,7 @@ StreamTable::Entry* StreamTable::findSlow(const void* stream) {
 bool GroupState::add(const CallEvent& event, nccl::cudaStream_t stream, int domain) {
   if (size_ == kMaxMembers) return false;
   if (!members_) members_.reset(new Member[kMaxMembers]);
-  members_[size_++] = {event, stream, domain};
+  members_[size_++] = {event, stream, domain, false};
   return true;
 }
 

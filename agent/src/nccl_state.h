@@ -110,6 +110,7 @@ class GroupState {
     CallEvent event;
     nccl::cudaStream_t stream = nullptr;
     int domain = StreamTable::kDomainUnknown;
+    bool profiled = false;  // the profiler plugin reported NCCL's choices for it (nccl_profile.h)
   };
 
   int depth() const { return depth_; }

@@ -26,6 +26,7 @@
 #include "gradscope/common/error.h"
 #include "gradscope/common/version.h"
 #include "gradscope/storage/writer.h"
+#include "nccl_profile.h"
 #include "shadow.h"
 
 namespace gradscope::agent {
@@ -63,9 +64,10 @@ struct DropCounter {
   const char* kind;
   std::atomic<std::int64_t> count{0};
 };
-DropCounter g_drop_counters[] = {{"thread_buffer", {}},    {"comm_table", {}},     {"gpu_timing", {}},
-                                 {"iallreduce_table", {}}, {"stream_table", {}},   {"group_table", {}},
-                                 {"cupti_record", {}},     {"explore_result", {}}, {"other", {}}};
+DropCounter g_drop_counters[] = {
+    {"thread_buffer", {}}, {"comm_table", {}},  {"gpu_timing", {}},   {"iallreduce_table", {}},
+    {"stream_table", {}},  {"group_table", {}}, {"cupti_record", {}}, {"explore_result", {}},
+    {"nccl_profile", {}},  {"other", {}}};
 
 // Owns the calling thread's buffer claim: returns it to the table when the thread exits.
 struct BufferOwner {
@@ -257,7 +259,8 @@ class Flusher {
       extras_.clear();
       GpuTimer* timer = g_gpu_timer.load(std::memory_order_acquire);
       for (const CallEvent& event : events_) {
-        if (event.gpu_slot != 0 && timer != nullptr) pending_gpu_.push_back(event);
+        if ((event.flags & kNcclInfo) != 0) ncclInfoArrived(event);
+        else if (event.gpu_slot != 0 && timer != nullptr) pending_gpu_.push_back(event);
         else addCall(event, nullptr);
       }
       resolveGpu(timer, final);
@@ -266,11 +269,12 @@ class Flusher {
                          [](const storage::CallRecord& a, const storage::CallRecord& b) {
                            return a.start_ns < b.start_ns;
                          });
-        writer_.appendCalls(calls_);
+        rememberWritten(calls_, writer_.appendCalls(calls_));
       } else {
         writeCallsWithExtras();
       }
       calls_recorded_ += static_cast<std::int64_t>(calls_.size());
+      if (final) dropUnmatchedNcclInfo();
     } catch (const std::exception& error) {
       fail(error.what());
     }
@@ -300,8 +304,69 @@ class Flusher {
     }
   }
 
+  // ---- NCCL's choices from the profiler plugin (nccl_profile.h) ----
+  //
+  // A report is recorded on the calling thread before the call's own record (the call is recorded after
+  // NCCL returns), so it normally waits here, keyed by (communicator row, seq), until its call is added.
+  // A report that comes after its call was written (another thread's ring, drained first) finds the call
+  // among the last kMaxNcclInfo written and updates its row. Both tables are bounded; reports that find
+  // no call by the end, or are pushed out, are counted as "nccl_profile" drops.
+  using CommSeq = std::pair<std::int64_t, std::int64_t>;
+  struct NcclInfo {
+    int algo, proto, channels;
+  };
+
+  void ncclInfoArrived(const CallEvent& event) {
+    const CommSeq key{event.comm < comm_rows_.size() ? comm_rows_[event.comm] : 0, event.seq};
+    const NcclInfo info{static_cast<int>(event.count), static_cast<int>(event.bytes), event.stream};
+    if (const auto written = written_ids_.find(key); written != written_ids_.end()) {
+      writer_.setNcclInfo(written->second, info.algo, info.proto, info.channels);
+      return;
+    }
+    if (pending_info_.emplace(key, info).second) pending_info_order_.push_back(key);
+    while (pending_info_order_.size() > kMaxNcclInfo) {
+      if (pending_info_.erase(pending_info_order_.front()) != 0)
+        g_drop_counters[kNcclProfileDrops].count.fetch_add(1, std::memory_order_relaxed);
+      pending_info_order_.pop_front();
+    }
+  }
+
+  void attachNcclInfo(storage::CallRecord& call) {
+    const auto found = pending_info_.find({call.comm_id, call.seq});
+    if (found == pending_info_.end()) return;
+    call.nccl_algo = found->second.algo;
+    call.nccl_proto = found->second.proto;
+    call.nccl_channels = found->second.channels;
+    pending_info_.erase(found);
+  }
+
+  // Calls with ids first, first + 1, ...: remembered for reports that come later (only once a plugin
+  // has reported at all).
+  void rememberWritten(const std::vector<storage::CallRecord>& calls, std::int64_t first) {
+    if (!g_nccl_profile_active.load(std::memory_order_relaxed)) return;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].nccl_algo >= 0) continue;  // has its report already
+      const CommSeq key{calls[i].comm_id, calls[i].seq};
+      written_ids_[key] = first + static_cast<std::int64_t>(i);
+      written_order_.push_back(key);
+      if (written_order_.size() > kMaxNcclInfo) {
+        written_ids_.erase(written_order_.front());
+        written_order_.pop_front();
+      }
+    }
+  }
+
+  void dropUnmatchedNcclInfo() {
+    if (pending_info_.empty()) return;
+    g_drop_counters[kNcclProfileDrops].count.fetch_add(static_cast<std::int64_t>(pending_info_.size()),
+                                                       std::memory_order_relaxed);
+    pending_info_.clear();
+    pending_info_order_.clear();
+  }
+
   void addCall(const CallEvent& event, const std::int64_t* gpu_span) {
     calls_.push_back(toRecord(event, gpu_span));
+    if (!pending_info_.empty()) attachNcclInfo(calls_.back());
     extras_.push_back({event.comm, event.flags, event.strategy});
     // Explore and apply modes mark calls; observe mode never does, and keeps the plain sort below.
     if ((event.flags & kSampled) != 0 || event.strategy != 0) any_extra_ = true;
@@ -318,6 +383,7 @@ class Flusher {
     sorted_.clear();
     for (const std::size_t i : order_) sorted_.push_back(calls_[i]);
     const std::int64_t first = writer_.appendCalls(sorted_);
+    rememberWritten(sorted_, first);
     applied_.clear();
     for (std::size_t k = 0; k < order_.size(); ++k) {
       const Extra& extra = extras_[order_[k]];
@@ -485,6 +551,8 @@ class Flusher {
   static constexpr std::size_t kMaxSampledIds = 1 << 16;
   static constexpr std::size_t kMaxPendingExplorations = 256;
   static constexpr std::size_t kBatch = 8192;
+  static constexpr std::size_t kMaxNcclInfo = 4096;
+  static constexpr std::size_t kNcclProfileDrops = 8;  // g_drop_counters index of "nccl_profile"
 
   storage::TraceWriter writer_;
   std::int64_t run_id_, rank_id_, epoch_ns_;
@@ -501,6 +569,15 @@ class Flusher {
   std::deque<PendingExplore> pending_explore_;
   std::unordered_map<std::pair<std::uint32_t, std::int64_t>, std::int64_t, CommSeqHash> sampled_ids_;
   std::deque<CallEvent> pending_gpu_;
+  struct CommSeqKeyHash {
+    std::size_t operator()(const CommSeq& key) const {
+      return std::hash<std::int64_t>()(key.second * 4099 + key.first);
+    }
+  };
+  std::unordered_map<CommSeq, NcclInfo, CommSeqKeyHash> pending_info_;
+  std::deque<CommSeq> pending_info_order_;
+  std::unordered_map<CommSeq, std::int64_t, CommSeqKeyHash> written_ids_;
+  std::deque<CommSeq> written_order_;
   std::vector<std::int64_t> comm_rows_;
   std::vector<std::uint64_t> dropped_per_buffer_;
   std::int64_t calls_recorded_ = 0, calls_dropped_ = 0;

@@ -16,18 +16,29 @@
   check_nccl.py TOOLS --workdir DIR nvtx      GRADSCOPE_STEP_NVTX=step with the agent as the NVTX
                                               injection library: the step of every call
   check_nccl.py TOOLS --workdir DIR disabled  GRADSCOPE_DISABLE=1: no trace, the job untouched
+  check_nccl.py TOOLS --workdir DIR profiler  the profiler plugin alone (NCCL_PROFILER_PLUGIN=its path,
+                                              no agent), and on the v4 table: its own trace has every
+                                              collective with NCCL's algorithm, protocol, channels and
+                                              completion; `gradscope report` reads it
+  check_nccl.py TOOLS --workdir DIR profiler-agent  agent + plugin (NCCL_PROFILER_PLUGIN=gradscope found
+                                              on LD_LIBRARY_PATH): the agent's calls rows, plain and
+                                              grouped, on every communicator, carry what NCCL reported;
+                                              the plugin writes no file of its own
+  check_nccl.py TOOLS --workdir DIR profiler-unset  NCCL_PROFILER_PLUGIN unset: no plugin file, no
+                                              NCCL facts, the host-mode trace unchanged
   check_nccl.py TOOLS --workdir DIR real      the job on the real NCCL and a GPU (scripts/gpu_check.sh):
                                               the same calls, keys from NCCL's random unique ids, GPU
                                               spans that start after their call; `gradscope report`
                                               on the trace when --gradscope is given
   check_nccl.py TOOLS --workdir DIR real-nvtx the same with the NVTX step marker
 
-TOOLS: --agent SO --job EXE [--fake-cuda SO] [--fake-cupti SO] [--gradscope EXE]. Every mode also runs the job without the
+TOOLS: --agent SO --job EXE [--fake-cuda SO] [--fake-cupti SO] [--profiler SO] [--gradscope EXE]. Every mode also runs the job without the
 agent and requires the same stdout and exit status. Exits 0 when every check passes, 1 with one
 "check_nccl: FAIL: ..." line per failed check.
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -341,6 +352,133 @@ def check_disabled(args, workdir):
     check("gradscope: " not in stderr, f"disabled: the agent wrote to stderr: {stderr[-400:]}")
 
 
+# ---- the NCCL profiler plugin ----------------------------------------------------------------------------
+
+UNKNOWN_DTYPE = 254  # NCCL 2.28 names no ncclUint8 ("Unknown"): the plugin's own rows say Other
+
+
+def fake_choice(nbytes):
+    """(algo, proto, channels) the fake NCCL reports for a collective of `nbytes` (fake_nccl.cc fakeChoice):
+    codes of types.h, Tree 0 / Ring 1, LL 0 / LL128 1 / Simple 2."""
+    if nbytes <= 1024:
+        return (0, 0, 1)
+    if nbytes <= 8192:
+        return (1, 1, 2)
+    return (1, 2, 4)
+
+
+def plugin_env(args, by_name=False):
+    env = base_environment()
+    if by_name:
+        folder = os.path.dirname(args.profiler)
+        env["LD_LIBRARY_PATH"] = folder + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        env["NCCL_PROFILER_PLUGIN"] = "gradscope"
+    else:
+        env["NCCL_PROFILER_PLUGIN"] = args.profiler
+    return env
+
+
+def check_profiler_alone(args, workdir, label, extra_env):
+    os.makedirs(workdir)
+    env = dict(plugin_env(args), **extra_env)
+    plain = run([args.job], base_environment(), workdir)
+    traced = run([args.job], dict(env, GRADSCOPE_OUTPUT=os.path.join(workdir, "prof-%p.db")), workdir)
+    check(traced.returncode == 0 and traced.stdout == plain.stdout,
+          f"{label}: the job's output or status changed under the plugin: {traced.returncode} {traced.stderr[-400:]}")
+    check(traced.stderr == "", f"{label}: unexpected stderr: {traced.stderr[-400:]}")
+    files = sorted(f for f in os.listdir(workdir) if f.startswith("prof-") and f.endswith(".db"))
+    if not check(len(files) == 1, f"{label}: expected one plugin trace, found {files}"):
+        return
+    path = os.path.join(workdir, files[0])
+    check(os.stat(path).st_mode & 0o777 == 0o600, f"{label}: trace mode {oct(os.stat(path).st_mode & 0o777)}")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = db.execute(
+        "SELECT m.key, c.seq, c.api, c.dtype, c.count, c.bytes, c.enqueue_ns, c.start_ns, c.end_ns, g.algo, g.proto, "
+        "g.channels FROM calls c JOIN comms m ON m.id = c.comm_id LEFT JOIN gpu_calls g ON g.call_id = c.id "
+        "ORDER BY m.key, c.seq").fetchall()
+    run_row = db.execute("SELECT mode, backend, world_size, end_ns, config_json FROM runs").fetchone()
+    drops = dict(db.execute("SELECT kind, count FROM drops"))
+    db.close()
+    check(run_row[:3] == ("observe", BACKEND_NCCL, 1) and run_row[3] is not None, f"{label}: runs row {run_row[:4]}")
+    check(not drops, f"{label}: drops {drops}")
+    stats = json.loads(run_row[4]).get("profiler", {})
+    expected = expected_calls(fake=True)
+    check(len(rows) == len(expected), f"{label}: {len(rows)} collectives recorded, {len(expected)} made")
+    check(stats.get("collectives_recorded") == len(expected) and stats.get("collectives_completed") == len(expected),
+          f"{label}: statistics {stats}: every collective recorded and completed expected")
+    # Per communicator, the plugin's rows in NCCL's launch order; the job's calls of one communicator, in
+    # call order, are the same multiset of shapes (a group's are reordered largest first).
+    mine = sorted((r[2], r[3], r[4], r[5], r[9], r[10], r[11]) for r in rows)
+    wanted = []
+    for comm, api, dtype, op, count, nbytes, stream, group, captured in expected:
+        shown_dtype = UNKNOWN_DTYPE if dtype == UINT8 else dtype
+        shown_bytes = 0 if dtype == UINT8 else nbytes
+        wanted.append((api, shown_dtype, count, shown_bytes) + fake_choice(nbytes))
+    check(mine == sorted(wanted), f"{label}: rows differ from the calls:\n{mine}\n---\n{sorted(wanted)}")
+    for r in rows:
+        check(r[6] <= r[7] <= r[8], f"{label}: {r[0]} seq {r[1]}: enqueue {r[6]} launch {r[7]} completion {r[8]}")
+    by_comm = {}
+    for r in rows:
+        by_comm.setdefault(r[0], []).append(r[1])
+    for key, seqs in by_comm.items():
+        check(seqs == list(range(len(seqs))), f"{label}: {key}: seq {seqs}")
+    check(len(by_comm) == 6, f"{label}: communicators {sorted(by_comm)}")
+    if args.gradscope:
+        report = run([args.gradscope, "report", path], base_environment(), workdir)
+        check(report.returncode == 0 and "AllReduce" in report.stdout.replace("allreduce", "AllReduce"),
+              f"{label}: gradscope report failed: {report.returncode} {report.stderr[-400:]}")
+
+
+def check_profiler(args, workdir):
+    if not check(args.profiler is not None, "profiler: --profiler is required"):
+        return
+    check_profiler_alone(args, os.path.join(workdir, "v5"), "profiler", {})
+    check_profiler_alone(args, os.path.join(workdir, "v4"), "profiler-v4", {"GRADSCOPE_FAKE_PROFILER_V4": "1"})
+
+
+def check_profiler_agent(args, workdir):
+    if not check(args.profiler is not None, "profiler-agent: --profiler is required"):
+        return
+    env = plugin_env(args, by_name=True)
+    _, trace = run_pair(args, workdir, env, "profiler-agent")
+    if not check(isinstance(trace, str), f"profiler-agent: expected one trace file, found {trace}"):
+        return
+    # The run without the agent has the plugin write its own file (default name); the agent's run has
+    # one file only (run_pair counts trace-*.db, the template the plugin would also have used).
+    others = sorted(f for f in os.listdir(workdir) if f.endswith(".db") and not f.startswith("trace-"))
+    check(len(others) == 1 and others[0].startswith("gradscope-nccl-"),
+          f"profiler-agent: expected the plain run's plugin file only, found {others}")
+    rows, drops, _ = check_trace(trace, "profiler-agent", fake_keys())
+    check(not drops.get("nccl_profile"), f"profiler-agent: nccl_profile drops {drops}")
+    db = sqlite3.connect(f"file:{trace}?mode=ro", uri=True)
+    facts = {cid: (a, p, ch) for cid, a, p, ch in db.execute("SELECT call_id, algo, proto, channels FROM gpu_calls")}
+    db.close()
+    comms = set()
+    for index, (row, want) in enumerate(rows):
+        got = facts.get(row[0])
+        got = got if got is None else tuple(-1 if v is None else v for v in got)
+        check(got == fake_choice(want[5]), f"profiler-agent: call {index} ({row[1]} seq {row[2]}, group {want[7]}): "
+                                           f"NCCL facts {got}, expected {fake_choice(want[5])}")
+        comms.add(row[1])
+    check(len(comms) >= 2, f"profiler-agent: calls on {len(comms)} communicators")
+
+
+def check_profiler_unset(args, workdir):
+    env = base_environment()
+    env.pop("NCCL_PROFILER_PLUGIN", None)
+    _, trace = run_pair(args, workdir, env, "profiler-unset")
+    if not check(isinstance(trace, str), f"profiler-unset: expected one trace file, found {trace}"):
+        return
+    others = [f for f in os.listdir(workdir) if f.endswith(".db") and not f.startswith("trace-")]
+    check(others == [], f"profiler-unset: unexpected files {others}")
+    rows, drops, _ = check_trace(trace, "profiler-unset", fake_keys())
+    db = sqlite3.connect(f"file:{trace}?mode=ro", uri=True)
+    with_facts = db.execute("SELECT count(*) FROM gpu_calls WHERE algo IS NOT NULL OR proto IS NOT NULL").fetchone()[0]
+    db.close()
+    check(with_facts == 0, f"profiler-unset: {with_facts} calls carry NCCL facts without a plugin")
+    check(not drops.get("nccl_profile"), f"profiler-unset: drops {drops}")
+
+
 def check_real(args, workdir, nvtx=False):
     env = base_environment()
     label = "real-nvtx" if nvtx else "real"
@@ -382,16 +520,20 @@ def main():
     parser.add_argument("--fake-cuda")
     parser.add_argument("--fake-cupti")
     parser.add_argument("--gradscope")
+    parser.add_argument("--profiler", help="libnccl-profiler-gradscope.so")
     parser.add_argument("--nvtx", action="store_true", help="the job marks steps with NVTX")
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("mode", choices=["host", "gpu", "cupti", "nvtx", "disabled", "real", "real-nvtx"])
+    parser.add_argument("mode", choices=["host", "gpu", "cupti", "nvtx", "disabled", "profiler", "profiler-agent",
+                                         "profiler-unset", "real", "real-nvtx"])
     args = parser.parse_args()
-    for name in ("agent", "job", "fake_cuda", "fake_cupti", "gradscope", "workdir"):
+    for name in ("agent", "job", "fake_cuda", "fake_cupti", "gradscope", "profiler", "workdir"):
         if getattr(args, name):
             setattr(args, name, os.path.abspath(getattr(args, name)))
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
-    {"host": check_host, "gpu": check_gpu, "cupti": check_cupti, "nvtx": check_nvtx, "disabled": check_disabled, "real": check_real,
+    {"host": check_host, "gpu": check_gpu, "cupti": check_cupti, "nvtx": check_nvtx, "disabled": check_disabled,
+     "profiler": check_profiler, "profiler-agent": check_profiler_agent, "profiler-unset": check_profiler_unset,
+     "real": check_real,
      "real-nvtx": lambda a, w: check_real(a, w, nvtx=True)}[args.mode](args, args.workdir)
     for failure in failures:
         print(f"check_nccl: FAIL: {failure}")

@@ -1,0 +1,57 @@
+#include "nccl_profile.h"
+
+#include "recorder.h"
+
+namespace gradscope::agent {
+
+constinit thread_local NcclCallsInFlight t_nccl_in_flight __attribute__((tls_model("initial-exec")));
+std::atomic<bool> g_nccl_profile_active{false};
+
+namespace {
+
+bool sameShape(const CallEvent& call, const NcclProfileRecordV1& report) {
+  if (static_cast<std::uint8_t>(call.api) != report.api ||
+      call.count != static_cast<std::int64_t>(report.count))
+    return false;
+  // NCCL 2.28 has no name for ncclUint8 ("Unknown"): the plugin then says Other, which matches any type.
+  if (report.dtype != static_cast<std::uint8_t>(DType::Other) &&
+      static_cast<std::uint8_t>(call.dtype) != report.dtype)
+    return false;
+  const CommSlot& comm = comms().slot(call.comm);
+  return comm.size == report.nranks && comm.rank == report.rank;
+}
+
+}  // namespace
+
+const CallEvent* NcclCallsInFlight::match(const NcclProfileRecordV1& report) {
+  if (single_ != nullptr) {
+    if (single_profiled_ || !sameShape(*single_, report)) return nullptr;
+    single_profiled_ = true;
+    return single_;
+  }
+  for (GroupState::Member& member : members_)
+    if (!member.profiled && sameShape(member.event, report)) {
+      member.profiled = true;
+      return &member.event;
+    }
+  return nullptr;
+}
+
+int ncclProfileReceived(const NcclProfileRecordV1* report) {
+  if (!recording()) return kNcclProfileNotRecording;
+  if (report == nullptr || report->size < sizeof(NcclProfileRecordV1)) {
+    countDrop("nccl_profile");
+    return kNcclProfileUnmatched;
+  }
+  if (!g_nccl_profile_active.load(std::memory_order_relaxed))
+    g_nccl_profile_active.store(true, std::memory_order_relaxed);
+  const CallEvent* call = t_nccl_in_flight.match(*report);
+  if (call == nullptr) {
+    countDrop("nccl_profile");
+    return kNcclProfileUnmatched;
+  }
+  record(ncclInfoEvent(call->comm, call->seq, report->algo, report->proto, report->channels));
+  return kNcclProfileMatched;
+}
+
+}  // namespace gradscope::agent
