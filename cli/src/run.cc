@@ -452,6 +452,22 @@ std::string findAgent(const Environment& environment, const std::string& executa
       kAgentName, looked);
 }
 
+NcclPlugins findNcclPlugins(const std::string& executable_directory) {
+  const fs::path bin(executable_directory);
+  const fs::path libdir(GRADSCOPE_INSTALL_LIBDIR);
+  const fs::path installed = libdir.is_absolute() ? libdir : bin / ".." / libdir;
+  const auto find = [&](const char* build_directory, const char* name) -> std::string {
+    for (const fs::path& directory :
+         {bin / ".." / "plugins" / build_directory, bin / ".." / "lib", installed}) {
+      const fs::path candidate = (directory / name).lexically_normal();
+      if (isRegularFile(candidate)) return fs::absolute(candidate).string();
+    }
+    return {};
+  };
+  return {find("nccl-tuner", "libnccl-tuner-gradscope.so"),
+          find("nccl-profiler", "libnccl-profiler-gradscope.so")};
+}
+
 std::string defaultOutputDirectory(const std::optional<LaunchedRank>& launched,
                                    std::chrono::system_clock::time_point now) {
   if (launched) {
@@ -570,11 +586,22 @@ void setModeEnvironment(Environment& environment, const RunOptions& options) {
     environment.try_emplace("OMPI_MCA_coll_tuned_use_dynamic_rules", "1");
 }
 
+void setNcclPluginEnvironment(Environment& environment, const NcclPlugins& plugins,
+                              const RunOptions& options) {
+  if (!plugins.profiler.empty()) environment.try_emplace("NCCL_PROFILER_PLUGIN", plugins.profiler);
+  if (options.mode == "apply" && !plugins.tuner.empty() && !lookup(environment, "NCCL_TUNER_PLUGIN")) {
+    environment["NCCL_TUNER_PLUGIN"] = plugins.tuner;
+    if (const auto recommendation = lookup(environment, "GRADSCOPE_RECOMMENDATION"))
+      environment["GRADSCOPE_TUNER_CONFIG"] = *recommendation;
+  }
+}
+
 std::vector<std::string> variablesToForward(const Environment& environment) {
   std::vector<std::string> names{"LD_PRELOAD"};
   for (const auto& [name, value] : environment)
     if (name.rfind("GRADSCOPE_", 0) == 0 || name == "NVTX_INJECTION64_PATH" ||
-        name == "OMPI_MCA_coll_tuned_use_dynamic_rules")
+        name == "OMPI_MCA_coll_tuned_use_dynamic_rules" || name == "NCCL_PROFILER_PLUGIN" ||
+        name == "NCCL_TUNER_PLUGIN")
       names.push_back(name);
   return names;
 }
@@ -695,10 +722,12 @@ int runJob(const RunOptions& options, std::ostream& log) {
   const auto launched = launcher == Launcher::None ? detectLaunchedRank(environment) : std::nullopt;
 
   std::string agent, directory, run_id;
+  NcclPlugins plugins;
   try {
     std::error_code error;
     const fs::path self = fs::read_symlink("/proc/self/exe", error);
     agent = findAgent(environment, self.parent_path().string());
+    plugins = findNcclPlugins(self.parent_path().string());
     const bool default_directory = options.output_directory.empty();
     directory = prepareOutputDirectory(
         default_directory ? defaultOutputDirectory(launched, std::chrono::system_clock::now())
@@ -715,6 +744,7 @@ int runJob(const RunOptions& options, std::ostream& log) {
 
   Environment job = jobEnvironment(environment, agent, directory, run_id, shellJoin(options.command));
   setModeEnvironment(job, options);
+  setNcclPluginEnvironment(job, plugins, options);
   const auto arguments = launcherCommand(options.command, launcher, variablesToForward(job));
   // Installed until gradscope returns: after the job, a signal cuts the wait for the other ranks short.
   SignalForwarding signals;

@@ -93,6 +93,49 @@ TEST(RunMode, ExploreAndApplyReachTheJobsEnvironment) {
   EXPECT_EQ(applied.at("OMPI_MCA_coll_tuned_use_dynamic_rules"), "1");  // for mpi.<algorithm> rules
 }
 
+TEST(RunNcclPlugins, FoundInTheBuildTreeOrTheInstallAndLoadedIntoNccl) {
+  const TempDir dir;
+  const std::string bin = dir.makeSubdir("bin");
+  EXPECT_TRUE(findNcclPlugins(bin).tuner.empty());
+  EXPECT_TRUE(findNcclPlugins(bin).profiler.empty());
+  dir.makeSubdir("lib");
+  test::writeFile(dir.file("lib/libnccl-tuner-gradscope.so"), "elf");
+  test::writeFile(dir.file("lib/libnccl-profiler-gradscope.so"), "elf");
+  EXPECT_EQ(findNcclPlugins(bin).tuner, dir.file("lib/libnccl-tuner-gradscope.so"));
+  dir.makeSubdir("plugins");
+  dir.makeSubdir("plugins/nccl-profiler");  // the build tree comes first
+  test::writeFile(dir.file("plugins/nccl-profiler/libnccl-profiler-gradscope.so"), "elf");
+  const NcclPlugins plugins = findNcclPlugins(bin);
+  EXPECT_EQ(plugins.profiler, dir.file("plugins/nccl-profiler/libnccl-profiler-gradscope.so"));
+
+  // Observe: the profiler only; apply: the tuner too, reading the recommendation.
+  RunOptions observe;
+  Environment job = jobEnvironment({}, "/a/agent.so", "/out", "u", "x");
+  setModeEnvironment(job, observe);
+  setNcclPluginEnvironment(job, plugins, observe);
+  EXPECT_EQ(job.at("NCCL_PROFILER_PLUGIN"), plugins.profiler);
+  EXPECT_EQ(job.count("NCCL_TUNER_PLUGIN"), 0u);
+  RunOptions apply;
+  apply.mode = "apply";
+  apply.recommendation = "/plans/plan.json";
+  Environment applied = jobEnvironment({}, "/a/agent.so", "/out", "u", "x");
+  setModeEnvironment(applied, apply);
+  setNcclPluginEnvironment(applied, plugins, apply);
+  EXPECT_EQ(applied.at("NCCL_TUNER_PLUGIN"), plugins.tuner);
+  EXPECT_EQ(applied.at("GRADSCOPE_TUNER_CONFIG"), "/plans/plan.json");
+  const auto forwarded = variablesToForward(applied);
+  for (const char* name : {"NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "GRADSCOPE_TUNER_CONFIG"})
+    EXPECT_NE(std::find(forwarded.begin(), forwarded.end(), name), forwarded.end()) << name;
+  // The user's own plugin choices (another plugin, or none) stay.
+  Environment mine = jobEnvironment({{"NCCL_TUNER_PLUGIN", "none"}, {"NCCL_PROFILER_PLUGIN", "inspector"}},
+                                    "/a/agent.so", "/out", "u", "x");
+  setModeEnvironment(mine, apply);
+  setNcclPluginEnvironment(mine, plugins, apply);
+  EXPECT_EQ(mine.at("NCCL_TUNER_PLUGIN"), "none");
+  EXPECT_EQ(mine.at("NCCL_PROFILER_PLUGIN"), "inspector");
+  EXPECT_EQ(mine.count("GRADSCOPE_TUNER_CONFIG"), 0u);
+}
+
 TEST(RunLauncher, ClassifiesLaunchersByNameAndByWhatTheyLeadTo) {
   const TempDir dir;
   const auto file = [&](const std::string& name) {

@@ -128,6 +128,22 @@ Environment jobEnvironment(const Environment& parent, const std::string& agent, 
 // own communicators; with no algorithm forced the job's collectives keep Open MPI's fixed decisions.
 void setModeEnvironment(Environment& environment, const RunOptions& options);
 
+// gradscope's NCCL plugins next to the agent: the build tree's <dir>/../plugins/nccl-{tuner,profiler},
+// else <dir>/../lib and the install library directory. Empty where not found (NCCL then runs without).
+struct NcclPlugins {
+  std::string tuner;     // libnccl-tuner-gradscope.so, absolute
+  std::string profiler;  // libnccl-profiler-gradscope.so, absolute
+};
+NcclPlugins findNcclPlugins(const std::string& executable_directory);
+
+// Loads the plugins into the job's NCCL (docs/nccl-profiler-plugin.md, docs/nccl-tuner-plugin.md): the
+// profiler in every mode (NCCL_PROFILER_PLUGIN), so that the trace says which algorithm, protocol and
+// channels NCCL used; in apply mode also the tuner (NCCL_TUNER_PLUGIN) with GRADSCOPE_TUNER_CONFIG =
+// the recommendation, so that NCCL's own choice follows its nccl.<algo>.<proto> rules. A plugin
+// variable the environment already sets (another plugin, or `none`) is left alone.
+void setNcclPluginEnvironment(Environment& environment, const NcclPlugins& plugins,
+                              const RunOptions& options);
+
 // Names of the GRADSCOPE_* variables of `environment`, and LD_PRELOAD first: what a launcher must pass on.
 std::vector<std::string> variablesToForward(const Environment& environment);
 
