@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -705,6 +706,13 @@ bool activate(const Activation& activation) {
   g_owner_pid = getpid();
   g_log_rank.store(activation.rank, std::memory_order_relaxed);
   if (g_config.disabled) return false;
+  // A setuid/setgid program (the kernel's secure-execution mode): its privileges must not write files
+  // named by the invoking user's environment, nor read a recommendation from there. ld.so already
+  // ignores LD_PRELOAD of a non-system path there; this covers an agent loaded any other way.
+  if (::getauxval(AT_SECURE) != 0) {
+    log("not recording in a setuid or setgid process; the job runs untouched");
+    return false;
+  }
   if (!g_config_errors.empty()) {
     for (const std::string& error : g_config_errors)
       log("{}; recording is off, the job runs untouched", error);

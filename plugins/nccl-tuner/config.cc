@@ -446,7 +446,8 @@ Config loadConfig(const std::string& path) {
 
 std::optional<ConfigSource> configSourceFromEnvironment() {
   for (const char* variable : {"GRADSCOPE_TUNER_CONFIG", "NCCL_TUNER_CONFIG_FILE"}) {
-    const char* value = std::getenv(variable);
+    // secure_getenv: a setuid/setgid process does not read a file the invoking user's environment names.
+    const char* value = ::secure_getenv(variable);
     if (value && *value) return ConfigSource{value, variable};
   }
   return std::nullopt;

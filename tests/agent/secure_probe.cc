@@ -1,0 +1,16 @@
+// Activates the agent's recorder the way an interposer does, in a process that tests/agent/CMakeLists.txt
+// makes setuid (agent.secure.setuid): the agent must stay off there. Prints "recording" or "off";
+// exits 0 when off.
+
+#include <cstdio>
+
+#include "recorder.h"
+
+int main() {
+  gradscope::agent::Activation activation;
+  activation.backend = gradscope::Backend::Mpi;
+  const bool recording = gradscope::agent::activate(activation);
+  std::printf("%s\n", recording ? "recording" : "off");
+  gradscope::agent::finish();
+  return recording ? 1 : 0;
+}
