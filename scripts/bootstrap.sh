@@ -15,6 +15,8 @@ packages=(
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev
   python3-mpi4py python3-numpy
   xvfb
+  # The fuzz preset (tests/fuzz): clang and its runtime libraries, libFuzzer's among them.
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# What CI runs: install dependencies, then build and run the whole test suite three times:
+# What CI runs: install dependencies, then build and run the whole test suite three times, then fuzz:
 #   ci    RelWithDebInfo with -Werror
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan  ThreadSanitizer
+#   fuzz  the libFuzzer targets (clang), each for GRADSCOPE_FUZZ_SECONDS (default 15) on a copy of its
+#         corpus (scripts/fuzz.sh, docs/reliability.md); skipped with one line when clang is missing
 #
 #   scripts/test.sh [CTEST_ARGS...]   # extra arguments go to every ctest run, e.g. -R storage
 #   GRADSCOPE_TEST_PRESETS="ci" scripts/test.sh   # only some presets
+#   GRADSCOPE_FUZZ_SECONDS=60 scripts/test.sh       # fuzz longer
 #
 # Works from any directory. Exits non-zero when any preset fails to build or any test fails.
 set -euo pipefail
@@ -13,9 +16,21 @@ set -euo pipefail
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo_root"
 
-presets=${GRADSCOPE_TEST_PRESETS:-ci asan tsan}
+presets=${GRADSCOPE_TEST_PRESETS:-ci asan tsan fuzz}
 failed=()
 for preset in $presets; do
+  if [ "$preset" = fuzz ]; then
+    # Not a test suite: build the fuzz targets alone and run each briefly; any finding fails the run.
+    runtime_dir=$(clang++ -print-runtime-dir 2>/dev/null || true)
+    if ! command -v clang++ >/dev/null 2>&1 || ! ls "$runtime_dir"/libclang_rt.fuzzer-*.a >/dev/null 2>&1; then
+      echo "==> fuzz: skipped: clang++ with libFuzzer not found (scripts/bootstrap.sh installs clang and libclang-rt-14-dev)"
+      continue
+    fi
+    status=0
+    { scripts/build.sh fuzz && scripts/fuzz.sh; } || status=$?
+    [ "$status" -ne 0 ] && failed+=(fuzz)
+    continue
+  fi
   scripts/build.sh "$preset"
   echo "==> running tests (ctest --preset $preset)"
   status=0

@@ -133,6 +133,10 @@ TEST(CheckTolerance, ParsesPercentAndFraction) {
   EXPECT_THROW(parseTolerance("five"), Error);
   EXPECT_THROW(parseTolerance("-1%"), Error);
   EXPECT_THROW(parseTolerance("%"), Error);
+  // Found by tests/fuzz/cli_arguments: from_chars reads "inf", and inf% is no tolerance at all.
+  EXPECT_THROW(parseTolerance("inf%"), Error);
+  EXPECT_THROW(parseTolerance("infinity%"), Error);
+  EXPECT_THROW(parseTolerance("nan%"), Error);
 }
 
 TEST(Check, IdenticalTracesPass) {

@@ -565,7 +565,9 @@ double parseTolerance(std::string_view text) {
   if (percent_sign) number.remove_suffix(1);
   double value = 0;
   const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
-  if (number.empty() || error != std::errc() || end != number.data() + number.size() || !(value >= 0))
+  // from_chars reads "inf" too: an infinite tolerance would pass every slowdown, so it is refused.
+  if (number.empty() || error != std::errc() || end != number.data() + number.size() || !(value >= 0) ||
+      !std::isfinite(value))
     fail("tolerance '{}' is not a percentage or fraction (write e.g. 5% or 0.05)", text);
   if (percent_sign) return value / 100;
   if (value >= 1)

@@ -120,7 +120,8 @@ int runCheckCommand(const CheckCommand& command,
                     const std::function<std::string(const std::string& trace_path)>& recommend_json,
                     std::ostream& out, std::ostream& err);
 
-// "5%" or "0.05" → 0.05. Throws gradscope::Error for anything else, and for a bare number >= 1 (write 5%).
+// "5%" or "0.05" → 0.05. Throws gradscope::Error for anything else (negative, inf, nan), and for a bare
+// number >= 1 (write 5%).
 double parseTolerance(std::string_view text);
 
 // One-sided exact/normal-approximation tests used by the check, exposed for tests.

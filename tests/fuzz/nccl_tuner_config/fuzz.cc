@@ -1,7 +1,7 @@
 // libFuzzer target for the tuner configuration parser (config.h): any bytes give a Config or a
 // gradscope::Error, never a crash or another exception; and for an accepted file, RuleIndex::find agrees
-// with a plain first-match scan of the rules at every rule boundary. Run:
-//   gradscope_nccl_tuner_config_fuzz -max_total_time=60 tests/fuzz/nccl_tuner_config/corpus
+// with a plain first-match scan of the rules at every rule boundary. Run: scripts/fuzz.sh 60
+// nccl_tuner_config (docs/reliability.md).
 
 #include <cstddef>
 #include <cstdint>
