@@ -263,10 +263,17 @@ void activateAt(ncclComm_t comm, int nranks, int rank) {
   activation.world_size = config().env_world_size.value_or(nranks);
   activation.device = deviceOf(comm);
   activate(activation);
-  // Explore and apply run strategies over MPI communicators only in this version (docs/agent.md).
-  if (config().mode != Mode::Observe && !config().disabled && !configHasErrors() && activation.rank == 0)
-    log("{} mode covers MPI reductions in this version; NCCL calls are observed only (docs/agent.md)",
-        modeName(config().mode));
+  // Explore and apply run strategies over MPI communicators only in this version (docs/agent.md); in
+  // apply mode NCCL's own algorithm choices come from the tuner plugin that gradscope run loads.
+  if (config().mode != Mode::Observe && !config().disabled && !configHasErrors() && activation.rank == 0) {
+    if (config().mode == Mode::Apply)
+      log("apply mode: the recommendation's nccl.<algo>.<proto> rules act inside NCCL through the tuner "
+          "plugin (NCCL_TUNER_PLUGIN, which gradscope run sets); its other strategies apply to MPI "
+          "reductions only in this version (docs/agent.md)");
+    else
+      log("explore mode covers MPI reductions in this version; NCCL calls are observed only "
+          "(docs/agent.md)");
+  }
 }
 
 void onCreated(ncclResult_t rc, ncclComm_t* newcomm, int nranks, int rank, const ncclUniqueId* ids,

@@ -26,13 +26,27 @@
                                               the plugin writes no file of its own
   check_nccl.py TOOLS --workdir DIR profiler-unset  NCCL_PROFILER_PLUGIN unset: no plugin file, no
                                               NCCL facts, the host-mode trace unchanged
+  check_nccl.py TOOLS --workdir DIR tuner-profiler  agent + profiler plugin + tuner plugin
+                                              (NCCL_TUNER_PLUGIN=its path; by name through the v4 and v3
+                                              tables) with a CSV forcing Ring/Simple x3 channels for
+                                              all-reduces up to 4096 bytes and Tree/LL128 above: every
+                                              all-reduce row carries the tuner's choice, the other
+                                              collectives NCCL's; NCCL_TUNER_PLUGIN=none: NCCL's only
+  check_nccl.py TOOLS --workdir DIR tuner-apply  the same through `gradscope run --mode apply
+                                              --recommendation plan.json` (sum/nccl.* rules): gradscope
+                                              run sets the tuner's variables, the rows carry the plan
+  check_nccl.py TOOLS --workdir DIR tuner-explore  GRADSCOPE_TUNER_EXPLORE=1, NCCL_PROTO=^LL128: per
+                                              communicator, collective and size bucket the calls walk
+                                              through the usable algorithm/protocol pairs, cycling
+  check_nccl.py TOOLS --workdir DIR tuner-malformed  a bad CSV: the job unchanged, NCCL's own choices,
+                                              one WARN line on stderr with NCCL_DEBUG=WARN
   check_nccl.py TOOLS --workdir DIR real      the job on the real NCCL and a GPU (scripts/gpu_check.sh):
                                               the same calls, keys from NCCL's random unique ids, GPU
                                               spans that start after their call; `gradscope report`
                                               on the trace when --gradscope is given
   check_nccl.py TOOLS --workdir DIR real-nvtx the same with the NVTX step marker
 
-TOOLS: --agent SO --job EXE [--fake-cuda SO] [--fake-cupti SO] [--profiler SO] [--gradscope EXE]. Every mode also runs the job without the
+TOOLS: --agent SO --job EXE [--fake-cuda SO] [--fake-cupti SO] [--profiler SO] [--tuner SO] [--gradscope EXE]. Every mode also runs the job without the
 agent and requires the same stdout and exit status. Exits 0 when every check passes, 1 with one
 "check_nccl: FAIL: ..." line per failed check.
 """
@@ -47,7 +61,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from sanitizers import preload  # noqa: E402
+from sanitizers import preload, sanitizer_runtime  # noqa: E402
 
 # gradscope::Api, DType, ReduceOp codes (common/include/gradscope/common/types.h).
 ALLREDUCE, REDUCESCATTER, ALLGATHER, REDUCE, BROADCAST = 16, 17, 18, 19, 20
@@ -358,8 +372,9 @@ UNKNOWN_DTYPE = 254  # NCCL 2.28 names no ncclUint8 ("Unknown"): the plugin's ow
 
 
 def fake_choice(nbytes):
-    """(algo, proto, channels) the fake NCCL reports for a collective of `nbytes` (fake_nccl.cc fakeChoice):
-    codes of types.h, Tree 0 / Ring 1, LL 0 / LL128 1 / Simple 2."""
+    """(algo, proto, channels) the fake NCCL reports for a collective of `nbytes` (NCCL's nBytes) when no
+    tuner steers it (fake_nccl.cc fakeChoice, the cheapest entry of its cost table): codes of types.h,
+    Tree 0 / Ring 1, LL 0 / LL128 1 / Simple 2."""
     if nbytes <= 1024:
         return (0, 0, 1)
     if nbytes <= 8192:
@@ -479,6 +494,233 @@ def check_profiler_unset(args, workdir):
     check(not drops.get("nccl_profile"), f"profiler-unset: drops {drops}")
 
 
+# ---- the NCCL tuner plugin (with the profiler plugin reporting what NCCL chose) ---------------------------
+
+TREE, RING = 0, 1
+LL, LL128, SIMPLE = 0, 1, 2
+# What the fake NCCL's cost table offers (fake_nccl.cc costTable), algorithm-major: Tree and Ring with every
+# protocol; CollNet, NVLS, NVLSTree and PAT are -1 on its one node.
+USABLE = [(a, p) for a in (TREE, RING) for p in (LL, LL128, SIMPLE)]
+
+
+def nccl_bytes(call):
+    """NCCL's nBytes for a call of expected_calls(): the larger buffer, the total for AllGather."""
+    comm, api, _, _, _, nbytes = call[:6]
+    return nbytes * SHAPES[comm][0] if api == ALLGATHER else nbytes
+
+
+def tuner_env(args, by_name=False, **extra):
+    """The profiler plugin by name (as profiler-agent) and the tuner plugin by path, or by name too."""
+    env = plugin_env(args, by_name=True)
+    if by_name:
+        env["LD_LIBRARY_PATH"] = os.path.dirname(args.tuner) + ":" + env["LD_LIBRARY_PATH"]
+        env["NCCL_TUNER_PLUGIN"] = "gradscope"
+    else:
+        env["NCCL_TUNER_PLUGIN"] = args.tuner
+    env.update(extra)
+    return env
+
+
+def trace_choices(trace):
+    """{call id: (algo, proto, channels)} of the trace's NCCL facts (-1 where NULL)."""
+    db = sqlite3.connect(f"file:{trace}?mode=ro", uri=True)
+    facts = {cid: tuple(-1 if v is None else v for v in (a, p, ch))
+             for cid, a, p, ch in db.execute("SELECT call_id, algo, proto, channels FROM gpu_calls")}
+    db.close()
+    return facts
+
+
+def check_tuned_run(args, workdir, env, label, expect):
+    """The job plain and under the agent with `env`; every call row of the agent's trace carries
+    expect(index, call of expected_calls()). Returns the rows or None."""
+    os.makedirs(workdir, exist_ok=True)
+    _, trace = run_pair(args, workdir, env, label)
+    if not check(isinstance(trace, str), f"{label}: expected one trace file, found {trace}"):
+        return None
+    rows, drops, _ = check_trace(trace, label, fake_keys())
+    check(not drops.get("nccl_profile"), f"{label}: nccl_profile drops {drops}")
+    facts = trace_choices(trace)
+    for index, (row, want) in enumerate(rows):
+        got, wanted = facts.get(row[0]), expect(index, want)
+        check(got == wanted, f"{label}: call {index} ({row[1]} seq {row[2]}, api {want[1]}, {want[5]} bytes, "
+                             f"group {want[7]}): NCCL facts {got}, expected {wanted}")
+    return rows
+
+
+# tuner-profiler's rules: all-reduces up to 4096 bytes on Ring/Simple with at most 3 channels, larger ones
+# on Tree/LL128 with NCCL's channels; the other collectives are left to NCCL.
+TUNER_CSV = """# tuner-profiler (check_nccl.py)
+# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks
+allreduce,0,4096,ring,simple,3,-1,-1
+allreduce,4097,-1,tree,ll128,-1,-1,-1
+"""
+
+
+def tuner_csv_choice(index, call):
+    nbytes = nccl_bytes(call)
+    if call[1] != ALLREDUCE:
+        return fake_choice(nbytes)
+    return (RING, SIMPLE, 3) if nbytes <= 4096 else (TREE, LL128, fake_choice(nbytes)[2])
+
+
+def check_tuner_profiler(args, workdir):
+    """tuner-profiler: NCCL_TUNER_PLUGIN (v5 by path; v4 and v3 by name) with a CSV; the profiler
+    reports exactly what the tuner asked for, through the agent's rows."""
+    if not check(args.profiler and args.tuner, "tuner-profiler: --profiler and --tuner are required"):
+        return
+    config = os.path.join(workdir, "tuner.csv")
+    with open(config, "w") as f:
+        f.write(TUNER_CSV)
+    for version, by_name in ((5, False), (4, True), (3, True)):
+        env = tuner_env(args, by_name=by_name, GRADSCOPE_TUNER_CONFIG=config)
+        if version != 5:
+            env["GRADSCOPE_FAKE_TUNER_VERSION"] = str(version)
+        check_tuned_run(args, os.path.join(workdir, f"v{version}"), env, f"tuner-profiler-v{version}",
+                        tuner_csv_choice)
+    # NCCL_TUNER_PLUGIN=none: NCCL's own choices, although a configuration is named.
+    env = tuner_env(args, GRADSCOPE_TUNER_CONFIG=config, NCCL_TUNER_PLUGIN="none")
+    check_tuned_run(args, os.path.join(workdir, "none"), env, "tuner-profiler-none",
+                    lambda i, call: fake_choice(nccl_bytes(call)))
+
+
+def recommendation(rules):
+    return {"format": "gradscope-recommendation", "version": 1, "created": "2026-01-01T00:00:00Z",
+            "tool_version": "check_nccl", "backend": "nccl", "world_size": 1, "max_rel_error": 0.0,
+            "allow_semantic_change": False,
+            "rules": [{"api": "ncclAllReduce", "dtype": dtype, "min_bytes": low, "max_bytes": high, "world_size": 1,
+                       "strategy": strategy, "error_class": "lossless", "evidence": 3}
+                      for dtype, low, high, strategy in rules]}
+
+
+def check_tuner_apply(args, workdir):
+    """tuner-apply: `gradscope run --mode apply --recommendation plan.json` sets NCCL_TUNER_PLUGIN and
+    GRADSCOPE_TUNER_CONFIG itself; the rows carry the recommended algorithm and protocol."""
+    if not check(args.profiler and args.tuner and args.gradscope,
+                 "tuner-apply: --profiler, --tuner and --gradscope are required"):
+        return
+    plan = os.path.join(workdir, "plan.json")
+    with open(plan, "w") as f:
+        json.dump(recommendation([("fp32", 0, 4096, "sum/nccl.ring.simple"),
+                                  ("fp32", 4097, 1 << 40, "sum/nccl.tree.ll128")]), f, indent=2)
+    env = base_environment()
+    for name in ("NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_TUNER_CONFIG_FILE", "NCCL_DEBUG"):
+        env.pop(name, None)
+    env["GRADSCOPE_AGENT_PATH"] = args.agent
+    runtime = sanitizer_runtime(args.agent)
+    if runtime:
+        env["LD_PRELOAD"] = runtime
+    # NCCL_DEBUG=INFO with the TUNING subsystem: the plugin's load line shows which file it read.
+    env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="TUNING")
+    plain = run([args.job], base_environment(), workdir)
+    output = os.path.join(workdir, "out")
+    result = run([args.gradscope, "run", "--mode", "apply", "--recommendation", plan, "-o", output, "--", args.job],
+                 env, workdir)
+    check(result.returncode == 0, f"tuner-apply: gradscope run exit {result.returncode}: {result.stderr[-1500:]}")
+    check(result.stdout.startswith(plain.stdout),
+          f"tuner-apply: the job's stdout differs from the plain run's:\n{result.stdout[-800:]}")
+    loads = [line for line in result.stderr.splitlines() if "gradscope tuner:" in line]
+    check(len(loads) == 1 and "NCCL INFO" in loads[0] and "2 rules from" in loads[0] and "plan.json" in loads[0]
+          and "(GRADSCOPE_TUNER_CONFIG)" in loads[0],
+          f"tuner-apply: expected one INFO line of the plugin loading plan.json, found {loads}")
+    check("Successfully loaded external tuner plugin" in result.stderr and "libnccl-tuner-gradscope.so" in result.stderr,
+          f"tuner-apply: NCCL did not load the tuner plugin: {result.stderr[-1500:]}")
+    agent_lines = [line for line in result.stderr.splitlines() if line.startswith("gradscope: ")]
+    with open(os.path.join(workdir, "gradscope-run.stderr"), "w") as f:
+        f.write(result.stderr)
+    if not os.path.isdir(output):
+        check(False, f"tuner-apply: no output directory {output}")
+        return
+    merged = os.path.join(output, "trace.db")
+    if not os.path.exists(merged):
+        files = sorted(f for f in os.listdir(output) if f.endswith(".db"))
+        merged = os.path.join(output, files[0]) if len(files) == 1 else None
+    if not check(merged is not None, f"tuner-apply: no trace in {output}: {os.listdir(output)}"):
+        return
+    db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+    mode = db.execute("SELECT mode FROM runs").fetchone()
+    rows = db.execute("SELECT c.api, c.bytes, g.algo, g.proto, g.channels, m.size FROM calls c "
+                      "JOIN comms m ON m.id = c.comm_id LEFT JOIN gpu_calls g ON g.call_id = c.id").fetchall()
+    db.close()
+    check(mode is not None and mode[0] == "apply", f"tuner-apply: runs.mode {mode}")
+    got = sorted((api, nbytes, tuple(-1 if v is None else v for v in (a, p, ch))) for api, nbytes, a, p, ch, _ in rows)
+    wanted = []
+    for call in expected_calls(fake=True):
+        nbytes = nccl_bytes(call)
+        if call[1] == ALLREDUCE:
+            choice = (RING, SIMPLE, fake_choice(nbytes)[2]) if nbytes <= 4096 else (TREE, LL128, fake_choice(nbytes)[2])
+        else:
+            choice = fake_choice(nbytes)
+        wanted.append((call[1], call[5], choice))
+    check(got == sorted(wanted), f"tuner-apply: rows differ:\n{got}\n---\n{sorted(wanted)}")
+    print(f"check_nccl: tuner-apply: the agent's own lines: {agent_lines}")
+
+
+def explore_choices(usable):
+    """{index in expected_calls(): (algo, proto, channels)} under GRADSCOPE_TUNER_EXPLORE=1: per
+    communicator, collective and size bucket (bit width of nBytes), the k-th call in launch order gets
+    usable[k mod len(usable)]; a group's calls are launched largest first."""
+    calls = expected_calls(fake=True)
+    order, i = [], 0
+    while i < len(calls):
+        j = i + 1
+        if calls[i][7] is not None:
+            while j < len(calls) and calls[j][7] == calls[i][7] and calls[j][0] == calls[i][0]:
+                j += 1
+        order += sorted(range(i, j), key=lambda k: -nccl_bytes(calls[k]))
+        i = j
+    counters, result = {}, {}
+    for index in order:
+        call = calls[index]
+        key = (call[0], call[1], nccl_bytes(call).bit_length())
+        k = counters.get(key, 0)
+        counters[key] = k + 1
+        result[index] = usable[k % len(usable)] + (fake_choice(nccl_bytes(call))[2],)
+    return result
+
+
+def check_tuner_explore(args, workdir):
+    """tuner-explore: GRADSCOPE_TUNER_EXPLORE=1 with NCCL_PROTO=^LL128 (4 usable combinations): calls of
+    one collective and size bucket walk through them in algorithm-major order, cycling."""
+    if not check(args.profiler and args.tuner, "tuner-explore: --profiler and --tuner are required"):
+        return
+    usable = [(a, p) for a, p in USABLE if p != LL128]
+    expected = explore_choices(usable)
+    env = tuner_env(args, GRADSCOPE_TUNER_EXPLORE="1", NCCL_PROTO="^LL128")
+    rows = check_tuned_run(args, workdir, env, "tuner-explore", lambda index, call: expected[index])
+    if rows is None:
+        return
+    # Spelled out: the 16384-byte all-reduce (alone in its bucket) of steps 0, 1, 2 gets the first three;
+    # the 4000-byte one shares its bucket with the grouped 2048-byte one and wraps round in step 2.
+    facts = trace_choices(os.path.join(workdir, [f for f in os.listdir(workdir) if f.startswith("trace-")][0]))
+    for nbytes, wanted in ((16384, [(TREE, LL), (TREE, SIMPLE), (RING, LL)]),
+                           (4000, [(TREE, LL), (RING, LL), (TREE, LL)])):
+        got = [facts.get(row[0], (-1, -1, -1))[:2] for row, want in rows if want[1] == ALLREDUCE and want[5] == nbytes]
+        check(got == wanted, f"tuner-explore: the {nbytes}-byte all-reduces got {got}, expected {wanted}")
+
+
+def check_tuner_malformed(args, workdir):
+    """tuner-malformed: a configuration with a bad line is refused whole: the job runs unchanged, the rows
+    carry NCCL's own choices, and NCCL_DEBUG=WARN shows the plugin's one WARN line."""
+    if not check(args.profiler and args.tuner, "tuner-malformed: --profiler and --tuner are required"):
+        return
+    config = os.path.join(workdir, "bad.csv")
+    with open(config, "w") as f:
+        f.write("allreduce,0,4096,ring,simple,3,-1,-1\nallreduce,4097,lots,tree,ll128,-1,-1,-1\n")
+    env = tuner_env(args, GRADSCOPE_TUNER_CONFIG=config)
+    check_tuned_run(args, os.path.join(workdir, "agent"), env, "tuner-malformed",
+                    lambda i, call: fake_choice(nccl_bytes(call)))
+    plain = run([args.job], base_environment(), workdir)
+    warned = run([args.job], dict(env, NCCL_DEBUG="WARN"), workdir)
+    check(warned.returncode == 0 and warned.stdout == plain.stdout,
+          f"tuner-malformed: the job changed under NCCL_DEBUG=WARN: {warned.returncode} {warned.stderr[-600:]}")
+    lines = warned.stderr.splitlines()
+    warns = [line for line in lines if "NCCL WARN" in line]
+    check(len(warns) == 1 and len(lines) == 1, f"tuner-malformed: expected one WARN line on stderr, found {lines}")
+    if warns:
+        check(re.search(r"NCCL WARN gradscope tuner: .*bad\.csv:2: .*; no rule applied, NCCL keeps its own choices$",
+                        warns[0]) is not None, f"tuner-malformed: WARN line {warns[0]!r}")
+
+
 def check_real(args, workdir, nvtx=False):
     env = base_environment()
     label = "real-nvtx" if nvtx else "real"
@@ -521,18 +763,22 @@ def main():
     parser.add_argument("--fake-cupti")
     parser.add_argument("--gradscope")
     parser.add_argument("--profiler", help="libnccl-profiler-gradscope.so")
+    parser.add_argument("--tuner", help="libnccl-tuner-gradscope.so")
     parser.add_argument("--nvtx", action="store_true", help="the job marks steps with NVTX")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("mode", choices=["host", "gpu", "cupti", "nvtx", "disabled", "profiler", "profiler-agent",
-                                         "profiler-unset", "real", "real-nvtx"])
+                                         "profiler-unset", "tuner-profiler", "tuner-apply", "tuner-explore",
+                                         "tuner-malformed", "real", "real-nvtx"])
     args = parser.parse_args()
-    for name in ("agent", "job", "fake_cuda", "fake_cupti", "gradscope", "profiler", "workdir"):
+    for name in ("agent", "job", "fake_cuda", "fake_cupti", "gradscope", "profiler", "tuner", "workdir"):
         if getattr(args, name):
             setattr(args, name, os.path.abspath(getattr(args, name)))
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     {"host": check_host, "gpu": check_gpu, "cupti": check_cupti, "nvtx": check_nvtx, "disabled": check_disabled,
      "profiler": check_profiler, "profiler-agent": check_profiler_agent, "profiler-unset": check_profiler_unset,
+     "tuner-profiler": check_tuner_profiler, "tuner-apply": check_tuner_apply, "tuner-explore": check_tuner_explore,
+     "tuner-malformed": check_tuner_malformed,
      "real": check_real,
      "real-nvtx": lambda a, w: check_real(a, w, nvtx=True)}[args.mode](args, args.workdir)
     for failure in failures:

@@ -21,18 +21,49 @@
 // its unique id (splits and ncclCommInitAll: of the parent's hash and the colour, of the call's ordinal),
 // on the creating thread. A launch (a call outside a group, or the outermost ncclGroupEnd) starts, per
 // communicator, a Group event and a Coll event per collective — in NCCL's order, largest first — with
-// the algorithm, protocol and channels the fake "chooses" (fakeChoice below, which check_nccl.py
-// mirrors), runs the work, stops them, and hands each Coll to a proxy thread that starts and stops a
-// ProxyOp and a KernelCh event per channel (KernelCh with ncclProfilerKernelChStop), after the Coll's
-// stop as NCCL's proxy does. ncclCommDestroy waits for that proxy work, then finalizes the context.
+// the algorithm, protocol and channels chosen for it (below), runs the work, stops them, and hands each
+// Coll to a proxy thread that starts and stops a ProxyOp and a KernelCh event per channel (KernelCh with
+// ncclProfilerKernelChStop), after the Coll's stop as NCCL's proxy does. ncclCommDestroy waits for that
+// proxy work, then finalizes the context.
+//
+// Tuner plugin: loaded and driven the way NCCL 2.28 does (src/plugin/tuner.cc, src/plugin/plugin_open.cc,
+// ncclGetAlgoInfo in src/enqueue.cc and topoGetAlgoInfo; declarations in plugins/nccl-tuner/tuner_abi.h).
+// At every communicator's creation, NCCL_TUNER_PLUGIN is read ("none" disables; unset:
+// libnccl-tuner.so): dlopen of the value as given, then — when it has no '/' and is not already a
+// lib*.so name — of libnccl-tuner-<name>.so; ncclTunerPlugin_v5, else _v4, else _v3
+// (GRADSCOPE_FAKE_TUNER_VERSION=4 or 3 skips the newer symbols; v2 is not emulated and counts as
+// unsupported). A failed load is not retried for the process's life, as in NCCL; a loaded library is
+// reference counted per communicator and dlclosed with the last one. init runs per communicator on the
+// creating thread (v5: commId = the commHash above, nRanks, nNodes = 1, the logger, NVLink domain info
+// {1 domain of nRanks}, zeroed constants; v4/v3: nRanks, nNodes, logger, ctx); an error from it fails the
+// communicator's creation. Per collective task (numPipeOps 1: the fake does not aggregate, regBuff 0) the
+// fake computes a float[7][3] cost table (costTable below: fakeChoice's entry cheapest, the other Tree and
+// Ring entries dearer, CollNet/NVLS/NVLSTree/PAT −1, unusable on one node, and −1 for what NCCL_ALGO /
+// NCCL_PROTO exclude, as "^LL128" or "ring,tree" lists) and calls getCollInfo with it,
+// nBytes as NCCL sizes the operation and *nChannels = 0. The choice is the smallest entry >= 0, the first
+// in algorithm-major order on ties; channels are *nChannels when the tuner set it > 0 (at most 32,
+// NCCL's MAXCHANNELS), else fakeChoice's. A getCollInfo error leaves the call to the default table (the
+// contract of tuner_abi.h); a table with no usable entry fails the launch with ncclInternalError, like
+// NCCL's "no algorithm/protocol available". finalize (destroy before v5) at ncclCommDestroy/Abort.
+// Without a tuner, or with one that leaves the table alone, every choice is fakeChoice's (check_nccl.py's
+// fake_choice mirrors it). The logger given to both plugins prints NCCL-style lines
+// ("host:pid:tid [dev] NCCL WARN ..." / "NCCL INFO ...") to stderr when NCCL_DEBUG allows the level
+// (VERSION, WARN, INFO, TRACE) and, for INFO, NCCL_DEBUG_SUBSYS the subsystem (default INIT,BOOTSTRAP,ENV;
+// ALL, ^ to invert); real NCCL writes to stdout unless NCCL_DEBUG_FILE says otherwise, the fake uses
+// stderr so that the job's stdout stays comparable.
 
 #include <dlfcn.h>
+#include <link.h>
+#include <strings.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdarg>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -44,9 +75,11 @@
 
 #include "nccl_abi.h"
 #include "profiler_abi.h"
+#include "tuner_abi.h"
 
 using namespace gradscope::agent::nccl;
 namespace prof = gradscope::nccl_profiler;
+namespace tun = gradscope::nccl_tuner;
 
 struct gradscope::agent::nccl::ncclComm {
   int nranks = 1;
@@ -55,6 +88,8 @@ struct gradscope::agent::nccl::ncclComm {
   std::uint64_t hash = 0;     // NCCL's commHash
   void* profiler = nullptr;   // the plugin's context (nullptr: none, or its init failed)
   std::uint64_t seq[5] = {};  // NCCL's comm->seqNumber, per function (profiler_abi.h)
+  int tuner_version = 0;      // 5, 4 or 3: the loaded tuner's table this communicator uses; 0: none
+  void* tuner = nullptr;      // the tuner's context (comm->tunerContext)
 };
 
 namespace {
@@ -104,7 +139,108 @@ std::uint64_t fnv1a(const void* data, std::size_t size, std::uint64_t hash = 0xc
   return hash;
 }
 
-void pluginLogger(int, unsigned long, const char*, int, const char*, ...) {}
+// ---- NCCL's logger -------------------------------------------------------------------------------------
+
+// NCCL_DEBUG (NONE 0, VERSION 1, WARN 2, INFO 3, ABORT 4, TRACE 5; unset: none) and NCCL_DEBUG_SUBSYS, as
+// NCCL reads them once.
+struct DebugSettings {
+  int level = 0;
+  unsigned long mask = 0x1 | 0x1000 | 0x80;  // INIT, BOOTSTRAP, ENV: NCCL's default subsystems
+};
+
+const DebugSettings& debugSettings() {
+  static const DebugSettings settings = [] {
+    DebugSettings result;
+    if (const char* level = std::getenv("NCCL_DEBUG")) {
+      if (strcasecmp(level, "VERSION") == 0) result.level = 1;
+      else if (strcasecmp(level, "WARN") == 0) result.level = 2;
+      else if (strcasecmp(level, "INFO") == 0) result.level = 3;
+      else if (strcasecmp(level, "ABORT") == 0) result.level = 4;
+      else if (strcasecmp(level, "TRACE") == 0) result.level = 5;
+    }
+    if (const char* subsys = std::getenv("NCCL_DEBUG_SUBSYS")) {
+      static constexpr struct {
+        const char* name;
+        unsigned long bit;
+      } kSubsystems[] = {{"INIT", 0x1},         {"COLL", 0x2},   {"P2P", 0x4},        {"SHM", 0x8},
+                         {"NET", 0x10},         {"GRAPH", 0x20}, {"TUNING", 0x40},    {"ENV", 0x80},
+                         {"ALLOC", 0x100},      {"CALL", 0x200}, {"PROXY", 0x400},    {"NVLS", 0x800},
+                         {"BOOTSTRAP", 0x1000}, {"REG", 0x2000}, {"PROFILE", 0x4000}, {"RAS", 0x8000},
+                         {"ALL", ~0ul}};
+      std::string text = subsys;
+      const bool invert = !text.empty() && text[0] == '^';
+      if (invert) text.erase(0, 1);
+      unsigned long mask = 0;
+      std::size_t begin = 0;
+      while (begin <= text.size()) {
+        std::size_t end = text.find(',', begin);
+        if (end == std::string::npos) end = text.size();
+        const std::string name = text.substr(begin, end - begin);
+        for (const auto& subsystem : kSubsystems)
+          if (strcasecmp(name.c_str(), subsystem.name) == 0) mask |= subsystem.bit;
+        begin = end + 1;
+      }
+      result.mask = invert ? ~mask : mask;
+    }
+    return result;
+  }();
+  return settings;
+}
+
+// NCCL's ncclDebugLog, with the line layout of src/debug.cc: WARN lines name the source file and line,
+// INFO lines do not. One fprintf per line under a lock, so lines of concurrent callers do not interleave.
+void ncclDebugLog(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  const DebugSettings& settings = debugSettings();
+  if (level > settings.level || level <= 0) return;
+  if (level == 3 && (flags & settings.mask) == 0) return;  // INFO: only the chosen subsystems
+  char host[64] = "";
+  gethostname(host, sizeof host - 1);
+  if (char* dot = std::strchr(host, '.')) *dot = '\0';
+  char message[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(message, sizeof message, fmt, args);
+  va_end(args);
+  const long tid = syscall(SYS_gettid);
+  static std::mutex mutex;
+  const std::lock_guard lock(mutex);
+  if (level == 2) {
+    const char* base = file != nullptr ? std::strrchr(file, '/') : nullptr;
+    std::fprintf(stderr, "%s:%d:%ld [0] %s:%d NCCL WARN %s\n", host, static_cast<int>(getpid()), tid,
+                 base != nullptr ? base + 1 : (file != nullptr ? file : "?"), line, message);
+  } else {
+    std::fprintf(stderr, "%s:%d:%ld [0] NCCL %s %s\n", host, static_cast<int>(getpid()), tid,
+                 level == 1   ? "VERSION"
+                 : level == 3 ? "INFO"
+                 : level == 4 ? "ABORT"
+                              : "TRACE",
+                 message);
+  }
+  std::fflush(stderr);
+}
+
+// The same function as the tuner interface types it (an enum instead of an int: the same ABI).
+void tunerLogger(tun::ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
+                 const char* fmt, ...) {
+  char message[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(message, sizeof message, fmt, args);
+  va_end(args);
+  ncclDebugLog(static_cast<int>(level), flags, file, line, "%s", message);
+}
+
+#define FAKE_INFO(flags, ...) ncclDebugLog(3, (flags), __FILE__, __LINE__, __VA_ARGS__)
+#define FAKE_WARN(...) ncclDebugLog(2, 0, __FILE__, __LINE__, __VA_ARGS__)
+
+void pluginLogger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  char message[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(message, sizeof message, fmt, args);
+  va_end(args);
+  ncclDebugLog(level, flags, file, line, "%s", message);
+}
 
 // The loaded plugin, as one v5 table (a v4 plugin's functions are called through adapters below).
 struct Plugin {
@@ -313,16 +449,249 @@ void profilerFinalize(ncclComm_t comm) {
   }
 }
 
-// What the fake "chooses" for a collective of `bytes` (check_nccl.py's fake_choice mirrors it).
+// ---- the tuner plugin and the choice of algorithm, protocol and channels ---------------------------------
+
+// What the fake "chooses" for a collective of `bytes` (NCCL's nBytes) when no tuner steers it
+// (check_nccl.py's fake_choice mirrors it). Indexes of tuner_abi.h.
 struct Choice {
-  const char* algo;
-  const char* proto;
+  int algo;
+  int proto;
   int channels;
 };
 Choice fakeChoice(std::size_t bytes) {
-  if (bytes <= 1024) return {"TREE", "LL", 1};
-  if (bytes <= 8192) return {"RING", "LL128", 2};
-  return {"RING", "SIMPLE", 4};
+  if (bytes <= 1024) return {tun::NCCL_ALGO_TREE, tun::NCCL_PROTO_LL, 1};
+  if (bytes <= 8192) return {tun::NCCL_ALGO_RING, tun::NCCL_PROTO_LL128, 2};
+  return {tun::NCCL_ALGO_RING, tun::NCCL_PROTO_SIMPLE, 4};
+}
+
+// The names NCCL 2.28 gives the profiler (ncclAlgoToString, ncclProtoToString).
+constexpr const char* kAlgoNames[tun::NCCL_NUM_ALGORITHMS_V5] = {
+    "TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"};
+constexpr const char* kProtoNames[tun::NCCL_NUM_PROTOCOLS_V5] = {"LL", "LL128", "SIMPLE"};
+constexpr int kNumAlgo = tun::NCCL_NUM_ALGORITHMS_V5;
+constexpr int kNumProto = tun::NCCL_NUM_PROTOCOLS_V5;
+constexpr int kMaxChannels = 32;  // NCCL's MAXCHANNELS
+
+using CostTable = float[kNumAlgo][kNumProto];
+
+// NCCL_ALGO / NCCL_PROTO as a mask of allowed indexes: a comma-separated list of names (any case), or
+// "^" and the names to exclude. NCCL 2.24's per-function form ("allreduce:tree;...") is not emulated: such
+// a value is ignored with a WARN.
+unsigned allowedMask(const char* variable, const char* const* names, int count, const char* const* aliases) {
+  const unsigned all = (1u << count) - 1;
+  const char* value = std::getenv(variable);
+  if (value == nullptr || *value == '\0') return all;
+  std::string text = value;
+  if (text.find(':') != std::string::npos) {
+    FAKE_WARN("%s=%s: per-function rules are not emulated by the fake NCCL; ignored", variable, value);
+    return all;
+  }
+  const bool exclude = text[0] == '^';
+  if (exclude) text.erase(0, 1);
+  unsigned listed = 0;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    std::size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string name = text.substr(begin, end - begin);
+    for (int i = 0; i < count; ++i)
+      if (strcasecmp(name.c_str(), names[i]) == 0 || strcasecmp(name.c_str(), aliases[i]) == 0)
+        listed |= 1u << i;
+    begin = end + 1;
+  }
+  return exclude ? all & ~listed : listed;
+}
+
+// NCCL's updateCollCostTable for the fake's one-node world: Tree and Ring with every protocol are usable,
+// CollNet, NVLS, NVLSTree and PAT are not (−1), nor what NCCL_ALGO / NCCL_PROTO exclude. Predicted
+// "times" in microseconds: fakeChoice's entry is the cheapest (1 + nBytes/1e6), every other usable one
+// dearer by 1 us per step away from it in algorithm-major order, so that a tuner lowering any usable
+// entry to 0 wins.
+void costTable(std::size_t bytes, CostTable& table) {
+  static constexpr const char* kAlgoAliases[kNumAlgo] = {
+      "Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"};
+  static constexpr const char* kProtoAliases[kNumProto] = {"LL", "LL128", "Simple"};
+  static const unsigned algos = allowedMask("NCCL_ALGO", kAlgoNames, kNumAlgo, kAlgoAliases);
+  static const unsigned protos = allowedMask("NCCL_PROTO", kProtoNames, kNumProto, kProtoAliases);
+  for (auto& row : table)
+    for (float& entry : row) entry = tun::NCCL_ALGO_PROTO_IGNORE;
+  const Choice choice = fakeChoice(bytes);
+  const int chosen = choice.algo * kNumProto + choice.proto;
+  const float base = 1.0f + static_cast<float>(bytes) / 1e6f;
+  for (const int algo : {tun::NCCL_ALGO_TREE, tun::NCCL_ALGO_RING})
+    for (int proto = 0; proto < kNumProto; ++proto)
+      if ((algos & (1u << algo)) != 0 && (protos & (1u << proto)) != 0)
+        table[algo][proto] = base + static_cast<float>(std::abs(algo * kNumProto + proto - chosen));
+}
+
+// topoGetAlgoInfo's pick: the smallest entry >= 0, the first in algorithm-major order on ties.
+bool cheapest(const CostTable& table, int& algo, int& proto) {
+  float best = -1.0f;
+  algo = proto = -1;
+  for (int a = 0; a < kNumAlgo; ++a)
+    for (int p = 0; p < kNumProto; ++p)
+      if (table[a][p] >= 0.0f && (best < 0.0f || table[a][p] < best)) {
+        best = table[a][p];
+        algo = a;
+        proto = p;
+      }
+  return algo >= 0;
+}
+
+// The loaded tuner (NCCL's tunerPluginLib, tunerSymbol, tunerPluginRefCount, status).
+struct Tuner {
+  std::mutex mutex;
+  void* library = nullptr;
+  int references = 0;
+  bool failed = false;  // a load failed: NCCL never tries again in this process
+  int version = 0;
+  const tun::ncclTuner_v5_t* v5 = nullptr;
+  const tun::ncclTuner_v4_t* v4 = nullptr;
+  const tun::ncclTuner_v3_t* v3 = nullptr;
+} g_tuner;
+
+// plugin_open.cc openPluginLib: the name as given (unset or empty: libnccl-tuner.so), then, for a bare
+// name (no '/', not already lib*.so), libnccl-tuner-<name>.so.
+void* openTuner(const char* name) {
+  const bool named = name != nullptr && *name != '\0';
+  const std::string first = named ? name : "libnccl-tuner.so";
+  if (void* library = dlopen(first.c_str(), RTLD_NOW | RTLD_LOCAL)) return library;
+  if (!named || std::strchr(name, '/') != nullptr) return nullptr;
+  const std::size_t length = std::strlen(name);
+  if (std::strncmp(name, "lib", 3) == 0 && length >= 3 && std::strcmp(name + length - 3, ".so") == 0)
+    return nullptr;
+  const std::string prefixed = std::string("libnccl-tuner-") + name + ".so";
+  if (void* library = dlopen(prefixed.c_str(), RTLD_NOW | RTLD_LOCAL)) return library;
+  FAKE_INFO(0x1 | 0x40, "TUNER/Plugin: Could not find: %s %s", first.c_str(), prefixed.c_str());
+  return nullptr;
+}
+
+// Under g_tuner.mutex: NCCL's ncclTunerPluginLoad for a communicator. Returns whether a tuner is loaded.
+bool loadTuner() {
+  if (g_tuner.failed) return false;
+  if (g_tuner.library != nullptr) return true;
+  const char* name = std::getenv("NCCL_TUNER_PLUGIN");
+  if (name != nullptr) {
+    FAKE_INFO(0x80 | 0x40, "NCCL_TUNER_PLUGIN set by environment to %s", name);
+    if (strcasecmp(name, "none") == 0) {
+      g_tuner.failed = true;
+      return false;
+    }
+  }
+  void* library = openTuner(name);
+  if (library == nullptr) {
+    g_tuner.failed = true;
+    return false;
+  }
+  const char* only = std::getenv("GRADSCOPE_FAKE_TUNER_VERSION");
+  const int newest = only != nullptr && *only != '\0' ? std::atoi(only) : 5;
+  if (newest >= 5) g_tuner.v5 = static_cast<const tun::ncclTuner_v5_t*>(dlsym(library, "ncclTunerPlugin_v5"));
+  if (g_tuner.v5 == nullptr && newest >= 4)
+    g_tuner.v4 = static_cast<const tun::ncclTuner_v4_t*>(dlsym(library, "ncclTunerPlugin_v4"));
+  if (g_tuner.v5 == nullptr && g_tuner.v4 == nullptr && newest >= 3)
+    g_tuner.v3 = static_cast<const tun::ncclTuner_v3_t*>(dlsym(library, "ncclTunerPlugin_v3"));
+  g_tuner.version = g_tuner.v5 != nullptr ? 5 : g_tuner.v4 != nullptr ? 4 : g_tuner.v3 != nullptr ? 3 : 0;
+  if (g_tuner.version == 0) {
+    if (name != nullptr) FAKE_WARN("External tuner plugin %s is unsupported", name);
+    dlclose(library);
+    g_tuner.failed = true;
+    return false;
+  }
+  g_tuner.library = library;
+  const char* plugin = g_tuner.v5 != nullptr   ? g_tuner.v5->name
+                       : g_tuner.v4 != nullptr ? g_tuner.v4->name
+                                               : g_tuner.v3->name;
+  // NCCL names the file the dynamic linker found (ncclPluginLibPaths).
+  link_map* map = nullptr;
+  const char* path = dlinfo(library, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr ? map->l_name : name;
+  FAKE_INFO(0x1 | 0x40, "Successfully loaded external tuner plugin %s", path != nullptr ? path : "");
+  FAKE_INFO(0x1 | 0x40, "TUNER/Plugin: Using %s (v%d)", plugin, g_tuner.version);
+  return true;
+}
+
+// Under g_tuner.mutex, with no communicator left: NCCL's ncclClosePluginLib; the next one loads again.
+void unloadTuner() {
+  dlclose(g_tuner.library);
+  g_tuner.library = nullptr;
+  g_tuner.version = 0;
+  g_tuner.v5 = nullptr;
+  g_tuner.v4 = nullptr;
+  g_tuner.v3 = nullptr;
+}
+
+// At every communicator's creation: loads the tuner (once) and inits a context. An init error fails the
+// creation, as in NCCL.
+ncclResult_t tunerInit(ncclComm_t comm) {
+  const std::lock_guard lock(g_tuner.mutex);
+  if (!loadTuner()) return ncclSuccess;
+  ++g_tuner.references;
+  comm->tuner_version = g_tuner.version;
+  tun::ncclResult_t rc = tun::ncclSuccess;
+  const auto ranks = static_cast<std::size_t>(comm->nranks);
+  if (g_tuner.v5 != nullptr) {
+    tun::ncclNvlDomainInfo_v5_t nvl{1, comm->nranks, comm->nranks};
+    tun::ncclTunerConstants_v5_t constants{};  // NCCL's cost-model constants; the fake has no model to feed
+    rc = g_tuner.v5->init(&comm->tuner, comm->hash, ranks, 1, tunerLogger, &nvl, &constants);
+  } else if (g_tuner.v4 != nullptr) {
+    rc = g_tuner.v4->init(ranks, 1, tunerLogger, &comm->tuner);
+  } else {
+    rc = g_tuner.v3->init(ranks, 1, tunerLogger, &comm->tuner);
+  }
+  if (rc == tun::ncclSuccess) return ncclSuccess;
+  FAKE_WARN("tuner plugin init failed: %d", static_cast<int>(rc));
+  comm->tuner_version = 0;
+  comm->tuner = nullptr;
+  if (--g_tuner.references == 0) unloadTuner();
+  return static_cast<ncclResult_t>(rc);
+}
+
+// ncclTunerPluginUnload, after finalize (destroy) of the communicator's context.
+void tunerFinalize(ncclComm_t comm) {
+  if (comm->tuner_version == 0) return;
+  const std::lock_guard lock(g_tuner.mutex);
+  if (g_tuner.v5 != nullptr) g_tuner.v5->finalize(comm->tuner);
+  else if (g_tuner.v4 != nullptr) g_tuner.v4->destroy(comm->tuner);
+  else if (g_tuner.v3 != nullptr) g_tuner.v3->destroy(comm->tuner);
+  comm->tuner = nullptr;
+  comm->tuner_version = 0;
+  if (--g_tuner.references == 0) {
+    FAKE_INFO(0x40, "TUNER/Plugin: Closing tuner");
+    unloadTuner();
+  }
+}
+
+constexpr const char* kFunctionNames[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"};
+
+// ncclGetAlgoInfo for one task: the cost table, the tuner's say, the cheapest entry. False when no entry
+// is usable (NCCL: "no algorithm/protocol available").
+
+bool chooseFor(ncclComm_t comm, int function, std::size_t bytes, Choice& choice) {
+  CostTable table;
+  costTable(bytes, table);
+  int channels = 0;
+  if (comm->tuner_version != 0) {
+    // The communicator's library stays loaded while it lives: no lock (NCCL takes none either).
+    auto* flat = reinterpret_cast<float**>(&table[0][0]);
+    const auto func = static_cast<tun::ncclFunc_t>(function);
+    tun::ncclResult_t rc = tun::ncclSuccess;
+    if (comm->tuner_version == 5)
+      rc = g_tuner.v5->getCollInfo(comm->tuner, func, bytes, 1, flat, kNumAlgo, kNumProto, 0, &channels);
+    else if (comm->tuner_version == 4)
+      rc = g_tuner.v4->getCollInfo(comm->tuner, func, bytes, 1, flat, kNumAlgo, kNumProto, 0, &channels);
+    else rc = g_tuner.v3->getCollInfo(comm->tuner, func, bytes, 1, flat, kNumAlgo, kNumProto, &channels);
+    if (rc != tun::ncclSuccess) {
+      FAKE_WARN("tuner plugin getCollInfo failed: %d; default tuning for this call", static_cast<int>(rc));
+      costTable(bytes, table);
+      channels = 0;
+    }
+  }
+  if (!cheapest(table, choice.algo, choice.proto)) {
+    FAKE_WARN("Error : no algorithm/protocol available for function %s with %zu bytes",
+              kFunctionNames[function], bytes);
+    return false;
+  }
+  choice.channels = channels > 0 ? std::min(channels, kMaxChannels) : fakeChoice(bytes).channels;
+  return true;
 }
 
 // ncclDatatypeToString of NCCL 2.28 (which has no name for ncclUint8).
@@ -345,15 +714,15 @@ const char* datatypeName(ncclDataType_t type) {
 
 // ---- launches ------------------------------------------------------------------------------------------
 
-enum Function { kBroadcast, kReduce, kAllGather, kReduceScatter, kAllReduce };
-constexpr const char* kFunctionNames[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"};
+enum Function { kBroadcast, kReduce, kAllGather, kReduceScatter, kAllReduce };  // ncclFunc_t's values
 
 struct Task {
   ncclComm_t comm;
   Function function;
   std::size_t count;
   ncclDataType_t type;
-  std::size_t bytes;  // the send buffer's
+  std::size_t bytes;       // the send buffer's
+  std::size_t nccl_bytes;  // NCCL's nBytes: the larger buffer (count x nRanks x size for AllGather)
   cudaStream_t stream;
   std::function<void()> work;
 };
@@ -361,11 +730,17 @@ struct Task {
 thread_local int t_group_depth = 0;
 thread_local std::vector<Task> t_group_work;
 
-// One launch: NCCL's profiler events around the work (each task is one kernel on its stream).
-void launch(std::vector<Task>& tasks) {
+// One launch: the choice of algorithm per task (the tuner's say included), then NCCL's profiler events
+// around the work (each task is one kernel on its stream). Fails, running nothing, when a task has no
+// usable algorithm.
+ncclResult_t launch(std::vector<Task>& tasks) {
   // NCCL orders a launch's collectives largest first (its task sorter); equal sizes keep call order.
   std::stable_sort(tasks.begin(), tasks.end(),
                    [](const Task& a, const Task& b) { return a.bytes > b.bytes; });
+  std::vector<Choice> choices(tasks.size());
+  for (std::size_t t = 0; t < tasks.size(); ++t)
+    if (!chooseFor(tasks[t].comm, tasks[t].function, tasks[t].nccl_bytes, choices[t]))
+      return ncclInternalError;
   const int mask = profilerMask();
   const bool profiled = (mask & (prof::ncclProfileGroup | prof::ncclProfileColl | prof::ncclProfileProxyOp |
                                  prof::ncclProfileKernelCh)) != 0;
@@ -384,7 +759,7 @@ void launch(std::vector<Task>& tasks) {
     for (std::size_t t = 0; t < tasks.size(); ++t) {
       const Task& task = tasks[t];
       if (task.comm != comm) continue;
-      const Choice choice = fakeChoice(task.bytes);
+      const Choice& choice = choices[t];
       prof::ncclProfilerEventDescr_v5_t d{};
       d.type = prof::ncclProfileColl;
       d.rank = comm->rank;
@@ -394,8 +769,8 @@ void launch(std::vector<Task>& tasks) {
       d.coll.datatype = datatypeName(task.type);
       d.coll.nChannels = static_cast<std::uint8_t>(choice.channels);
       d.coll.nWarps = 16;
-      d.coll.algo = choice.algo;
-      d.coll.proto = choice.proto;
+      d.coll.algo = kAlgoNames[choice.algo];
+      d.coll.proto = kProtoNames[choice.proto];
       d.coll.parentGroup = groups[c];
       channels[t] = choice.channels;
       startEvent(comm->profiler, &colls[t], d);
@@ -410,21 +785,23 @@ void launch(std::vector<Task>& tasks) {
   for (std::size_t t = 0; t < tasks.size(); ++t)
     if (colls[t] != nullptr && (mask & (prof::ncclProfileProxyOp | prof::ncclProfileKernelCh)) != 0)
       g_proxy.post({tasks[t].comm->profiler, colls[t], channels[t], tasks[t].comm->rank, mask});
+  return ncclSuccess;
 }
 
 // Runs the task now, or at the outermost ncclGroupEnd.
 ncclResult_t submit(ncclComm_t comm, Function function, std::size_t count, std::size_t send_elements,
-                    ncclDataType_t type, cudaStream_t stream, std::function<void()> work) {
+                    std::size_t nccl_elements, ncclDataType_t type, cudaStream_t stream,
+                    std::function<void()> work) {
   if (comm == nullptr || sizeOf(type) == 0) return ncclInvalidArgument;
-  Task task{comm, function, count, type, send_elements * sizeOf(type), stream, std::move(work)};
+  Task task{comm,   function,       count, type, send_elements * sizeOf(type), nccl_elements * sizeOf(type),
+            stream, std::move(work)};
   if (t_group_depth > 0) {
     t_group_work.push_back(std::move(task));
-  } else {
-    std::vector<Task> tasks;
-    tasks.push_back(std::move(task));
-    launch(tasks);
+    return ncclSuccess;
   }
-  return ncclSuccess;
+  std::vector<Task> tasks;
+  tasks.push_back(std::move(task));
+  return launch(tasks);
 }
 
 void copy(void* to, const void* from, std::size_t count, ncclDataType_t type) {
@@ -435,6 +812,11 @@ ncclResult_t newComm(ncclComm_t* comm, int nranks, int rank, std::uint64_t hash)
   if (comm == nullptr) return ncclInvalidArgument;
   loadFakeCuda();
   *comm = new ncclComm{nranks, rank, 0, hash, nullptr, {}};
+  if (const ncclResult_t rc = tunerInit(*comm); rc != ncclSuccess) {
+    delete *comm;
+    *comm = nullptr;
+    return rc;
+  }
   profilerInit(*comm);
   return ncclSuccess;
 }
@@ -442,6 +824,7 @@ ncclResult_t newComm(ncclComm_t* comm, int nranks, int rank, std::uint64_t hash)
 void destroyComm(ncclComm_t comm) {
   if (comm == nullptr) return;
   profilerFinalize(comm);
+  tunerFinalize(comm);
   delete comm;
 }
 
@@ -499,7 +882,13 @@ FAKE_EXPORT ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int*
   if (comm == nullptr || ndev < 1) return ncclInvalidArgument;
   static std::atomic<std::uint64_t> calls{0};
   const std::uint64_t ordinal = calls.fetch_add(1);
-  for (int i = 0; i < ndev; ++i) newComm(&comm[i], ndev, i, fnv1a(&ordinal, sizeof ordinal, 0x1234));
+  for (int i = 0; i < ndev; ++i) {
+    if (const ncclResult_t rc = newComm(&comm[i], ndev, i, fnv1a(&ordinal, sizeof ordinal, 0x1234));
+        rc != ncclSuccess) {
+      for (int j = 0; j < i; ++j) destroyComm(comm[j]);
+      return rc;
+    }
+  }
   return ncclSuccess;
 }
 
@@ -526,7 +915,7 @@ FAKE_EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_
                                      ncclDataType_t datatype, ncclRedOp_t, int root, ncclComm_t comm,
                                      cudaStream_t stream) {
   if (comm != nullptr && root != comm->rank) return ncclInvalidArgument;
-  return submit(comm, kReduce, count, count, datatype, stream,
+  return submit(comm, kReduce, count, count, count, datatype, stream,
                 [=] { copy(recvbuff, sendbuff, count, datatype); });
 }
 
@@ -534,14 +923,14 @@ FAKE_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, si
                                         ncclDataType_t datatype, int root, ncclComm_t comm,
                                         cudaStream_t stream) {
   if (comm != nullptr && root != comm->rank) return ncclInvalidArgument;
-  return submit(comm, kBroadcast, count, count, datatype, stream,
+  return submit(comm, kBroadcast, count, count, count, datatype, stream,
                 [=] { copy(recvbuff, sendbuff, count, datatype); });
 }
 
 FAKE_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                         ncclDataType_t datatype, ncclRedOp_t, ncclComm_t comm,
                                         cudaStream_t stream) {
-  return submit(comm, kAllReduce, count, count, datatype, stream,
+  return submit(comm, kAllReduce, count, count, count, datatype, stream,
                 [=] { copy(recvbuff, sendbuff, count, datatype); });
 }
 
@@ -549,13 +938,14 @@ FAKE_EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff
                                             ncclDataType_t datatype, ncclRedOp_t, ncclComm_t comm,
                                             cudaStream_t stream) {
   const std::size_t ranks = comm != nullptr ? static_cast<std::size_t>(comm->nranks) : 1;
-  return submit(comm, kReduceScatter, recvcount, recvcount * ranks, datatype, stream,
+  return submit(comm, kReduceScatter, recvcount, recvcount * ranks, recvcount * ranks, datatype, stream,
                 [=] { copy(recvbuff, sendbuff, recvcount, datatype); });
 }
 
 FAKE_EXPORT ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  return submit(comm, kAllGather, sendcount, sendcount, datatype, stream,
+  const std::size_t ranks = comm != nullptr ? static_cast<std::size_t>(comm->nranks) : 1;
+  return submit(comm, kAllGather, sendcount, sendcount, sendcount * ranks, datatype, stream,
                 [=] { copy(recvbuff, sendbuff, sendcount, datatype); });
 }
 
@@ -569,7 +959,7 @@ FAKE_EXPORT ncclResult_t pncclGroupEnd() {
   if (--t_group_depth == 0) {
     std::vector<Task> tasks = std::move(t_group_work);
     t_group_work.clear();
-    launch(tasks);
+    return launch(tasks);
   }
   return ncclSuccess;
 }
