@@ -1,0 +1,153 @@
+#pragma once
+
+// Table models of the analysis views: measured strategies, consensus rows, the recommendation's sizes
+// and the check comparison. Each holds plain rows loaded on a pool thread (set*() replaces them with a
+// model reset); Qt::DisplayRole is formatted text, SortRole the raw number, so a QSortFilterProxyModel
+// sorts numerically.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <QAbstractTableModel>
+
+#include "gradscope/storage/records.h"
+#include "gradscope/tuner/check.h"
+#include "gradscope/tuner/recommend.h"
+
+namespace gradscope::gui {
+
+inline constexpr int kSortRole = Qt::UserRole + 1;
+
+// The measurements of one strategy at one size (explore rows of every rank and call, or bench points),
+// aggregated: medians of the rows' medians and bandwidths, the extremes of their min and max, the worst
+// error.
+struct StrategyPoint {
+  std::string strategy;
+  Api api = Api::Unknown;
+  DType dtype = DType::Fp32;
+  std::int64_t bytes = 0;
+  int world = 0;
+  int rows = 0;
+  double median_ns = 0, min_ns = 0, max_ns = 0;
+  double busbw_gbs = 0;
+  std::optional<double> rel_l2_error;  // worst over the rows
+  std::int64_t overflow = 0;
+};
+// Ordered by strategy, api, dtype, world, bytes.
+std::vector<StrategyPoint> aggregateMeasurements(const std::vector<storage::Measurement>& measurements);
+
+// For each point (time, error): whether no other point is at least as good in both and better in one.
+std::vector<bool> paretoFront(const std::vector<std::pair<double, double>>& points);
+
+class StrategiesModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column {
+    ColStrategy,
+    ColApi,
+    ColDtype,
+    ColBytes,
+    ColWorld,
+    ColRows,
+    ColMedian,
+    ColMin,
+    ColMax,
+    ColBusbw,
+    ColError,
+    ColumnCount
+  };
+  using QAbstractTableModel::QAbstractTableModel;
+  void setPoints(std::vector<StrategyPoint> points);
+  const std::vector<StrategyPoint>& points() const { return points_; }
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+ private:
+  std::vector<StrategyPoint> points_;
+};
+
+struct ConsensusRow {
+  storage::ConsensusRecord record;
+  int rank = 0;  // the rank number of record.rank_id
+};
+
+class ConsensusModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { ColStep, ColRank, ColAlpha, ColCosine, ColNorm, ColDiversity, ColCall, ColumnCount };
+  using QAbstractTableModel::QAbstractTableModel;
+  void setRows(std::vector<ConsensusRow> rows);
+  const std::vector<ConsensusRow>& rows() const { return rows_; }
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+ private:
+  std::vector<ConsensusRow> rows_;
+};
+
+class RecommendationModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column {
+    ColApi,
+    ColDtype,
+    ColSizes,
+    ColCallsPerStep,
+    ColBaseline,
+    ColBest,
+    ColBestTime,
+    ColGain,
+    ColumnCount
+  };
+  using QAbstractTableModel::QAbstractTableModel;
+  void setRows(std::vector<tuner::SizeRow> rows);
+  const std::vector<tuner::SizeRow>& rows() const { return rows_; }
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+ private:
+  std::vector<tuner::SizeRow> rows_;
+};
+
+class CheckModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column {
+    ColVerdict,
+    ColStrategy,
+    ColCollective,
+    ColDtype,
+    ColBytes,
+    ColWorld,
+    ColBaseline,
+    ColCurrent,
+    ColChange,
+    ColPValue,
+    ColReason,
+    ColumnCount
+  };
+  using QAbstractTableModel::QAbstractTableModel;
+  void setComparisons(std::vector<tuner::KeyComparison> comparisons);
+  const std::vector<tuner::KeyComparison>& comparisons() const { return rows_; }
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+ private:
+  std::vector<tuner::KeyComparison> rows_;
+};
+
+// "1.25 ms [1.20 ms – 1.31 ms]"
+QString formatInterval(const TimeInterval& interval);
+QString toQString(std::string_view text);
+
+}  // namespace gradscope::gui

@@ -1,0 +1,318 @@
+#include "models/calls_model.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "gradscope/common/units.h"
+#include "models/sql.h"
+
+namespace gradscope::gui {
+
+namespace {
+
+const char* sortKey(CallColumn column) {
+  switch (column) {
+    case CallColumn::Rank:
+    case CallColumn::Host: return "c.rank_id";
+    case CallColumn::Step: return "coalesce(c.step, -1)";
+    case CallColumn::Api: return "c.api";
+    case CallColumn::Bytes: return "c.bytes";
+    case CallColumn::Start: return "c.start_ns";
+    case CallColumn::Duration: return "(c.end_ns - c.start_ns)";
+    case CallColumn::Seq: return "c.seq";
+    case CallColumn::Dtype: return "c.dtype";
+    case CallColumn::Op: return "coalesce(c.op, 255)";
+    default: return "c.id";
+  }
+}
+
+std::int64_t sortValue(const CallRow& row, CallColumn column) {
+  const storage::CallRecord& call = row.call;
+  switch (column) {
+    case CallColumn::Rank:
+    case CallColumn::Host: return call.rank_id;
+    case CallColumn::Step: return call.step;
+    case CallColumn::Api: return static_cast<std::int64_t>(call.api);
+    case CallColumn::Bytes: return call.bytes;
+    case CallColumn::Start: return call.start_ns;
+    case CallColumn::Duration: return call.end_ns - call.start_ns;
+    case CallColumn::Seq: return call.seq;
+    case CallColumn::Dtype: return static_cast<std::int64_t>(call.dtype);
+    case CallColumn::Op: return static_cast<std::int64_t>(call.op);
+    default: return call.id;
+  }
+}
+
+// The WHERE clause of a query (without the keyset part); empty optional when nothing can match.
+std::optional<std::string> whereClause(const ReadOnlyDatabase& db, const CallsQuery& query) {
+  std::vector<std::string> terms;
+  const CallFilter& filter = query.filter;
+  if (filter.api) terms.push_back(fmt::format("c.api = {}", static_cast<int>(*filter.api)));
+  if (filter.rank_id) terms.push_back(fmt::format("c.rank_id = {}", *filter.rank_id));
+  if (filter.min_bytes > 0) terms.push_back(fmt::format("c.bytes >= {}", filter.min_bytes));
+  if (filter.max_bytes) terms.push_back(fmt::format("c.bytes <= {}", *filter.max_bytes));
+  if (filter.step) terms.push_back(fmt::format("coalesce(c.step, -1) = {}", *filter.step));
+  if (query.window) {
+    const auto t0 = static_cast<std::int64_t>(std::floor(query.window->begin_ns));
+    const auto t1 = static_cast<std::int64_t>(std::ceil(query.window->end_ns));
+    // The finest tile level is the time index: per rank, the ids of the calls starting from one tile
+    // before the window to its end (a call starting earlier than that and still running is not listed).
+    const std::int64_t level = db.scalar("SELECT coalesce(min(level), -1) FROM call_tiles");
+    if (level < 0) return std::nullopt;
+    ReadOnlyDatabase::Statement ranges = db.prepare(fmt::format(
+        "SELECT rank_id, min(first_id), max(last_id) FROM call_tiles WHERE level = {0} AND tile BETWEEN ({1} "
+        ">> {0}) - 1 "
+        "AND ({2} >> {0}){3} GROUP BY rank_id",
+        level, t0, t1, filter.rank_id ? fmt::format(" AND rank_id = {}", *filter.rank_id) : std::string()));
+    std::string any;
+    while (ranges.step()) {
+      any += fmt::format("{}c.id BETWEEN {} AND {}", any.empty() ? "" : " OR ", ranges.int64(1),
+                         ranges.int64(2));
+    }
+    if (any.empty()) return std::nullopt;
+    terms.push_back("(" + any + ")");
+    terms.push_back(fmt::format("c.start_ns < {} AND c.end_ns > {}", t1, t0));
+  }
+  std::string clause;
+  for (const std::string& term : terms) clause += (clause.empty() ? " WHERE " : " AND ") + term;
+  return clause;
+}
+
+QString formatTime(std::int64_t ns) {
+  return QString::fromStdString(fmt::format("{:.6f} s", static_cast<double>(ns) / 1e9));
+}
+
+}  // namespace
+
+CallsPage loadCallsPage(const ReadOnlyDatabase& db, const CallsQuery& query,
+                        const std::optional<CallRow>& after, int page_size) {
+  CallsPage page;
+  std::optional<std::string> where = whereClause(db, query);
+  if (!where) {
+    page.last = true;
+    return page;
+  }
+  const char* key = sortKey(query.sort);
+  const char* order = query.descending ? "DESC" : "ASC";
+  std::string clause = *where;
+  if (after) {
+    const std::int64_t value = sortValue(*after, query.sort);
+    clause +=
+        fmt::format("{0} ({1} {2} {3} OR ({1} = {3} AND c.id {2} {4}))", clause.empty() ? " WHERE" : " AND",
+                    key, query.descending ? "<" : ">", value, after->call.id);
+  }
+  ReadOnlyDatabase::Statement statement = db.prepare(fmt::format(
+      "SELECT c.id, c.rank_id, c.comm_id, c.seq, c.step, c.api, c.dtype, c.op, c.count, c.bytes, "
+      "c.enqueue_ns, "
+      "c.start_ns, c.end_ns, a.strategy FROM calls c LEFT JOIN applied_calls a ON a.call_id = c.id{} "
+      "ORDER BY {} {}, c.id {} LIMIT {}",
+      clause, key, order, order, page_size));
+  while (statement.step()) {
+    CallRow row;
+    storage::CallRecord& call = row.call;
+    call.id = statement.int64(0);
+    call.rank_id = statement.int64(1);
+    call.comm_id = statement.int64(2);
+    call.seq = statement.int64(3);
+    call.step = statement.isNull(4) ? -1 : statement.int64(4);
+    call.api = static_cast<Api>(statement.int64(5));
+    call.dtype = static_cast<DType>(statement.int64(6));
+    call.op = statement.isNull(7) ? ReduceOp::None : static_cast<ReduceOp>(statement.int64(7));
+    call.count = statement.int64(8);
+    call.bytes = statement.int64(9);
+    call.enqueue_ns = statement.int64(10);
+    call.start_ns = statement.int64(11);
+    call.end_ns = statement.int64(12);
+    if (!statement.isNull(13)) row.strategy = statement.text(13);
+    page.rows.push_back(std::move(row));
+  }
+  page.last = static_cast<int>(page.rows.size()) < page_size;
+  return page;
+}
+
+std::int64_t countCalls(const ReadOnlyDatabase& db, const CallsQuery& query) {
+  std::optional<std::string> where = whereClause(db, query);
+  if (!where) return 0;
+  return db.scalar("SELECT count(*) FROM calls c" + *where);
+}
+
+CallsModel::CallsModel(QObject* parent) : QAbstractTableModel(parent), pages_(this), count_(this) {}
+
+void CallsModel::setTrace(const std::string& path, const std::vector<storage::RankInfo>& ranks) {
+  path_ = path;
+  rank_names_.clear();
+  for (const storage::RankInfo& rank : ranks) rank_names_[rank.id] = {rank.rank, rank.host};
+  reload();
+}
+
+void CallsModel::clear() {
+  path_.clear();
+  reload();
+}
+
+void CallsModel::setQuery(const CallsQuery& query) {
+  if (query == query_ && !rows_.empty()) return;
+  query_ = query;
+  reload();
+}
+
+void CallsModel::reload() {
+  pages_.cancel();
+  count_.cancel();
+  beginResetModel();
+  rows_.clear();
+  row_of_call_.clear();
+  loading_ = false;
+  exhausted_ = path_.empty();
+  matching_.reset();
+  error_.clear();
+  endResetModel();
+  emit matchingCallsChanged();
+  if (path_.empty()) return;
+  requestPage();
+  const std::string path = path_;
+  const CallsQuery query = query_;
+  count_.run<std::int64_t>([path, query] { return countCalls(threadDatabase(path), query); },
+                           [this](Outcome<std::int64_t> outcome) {
+                             if (outcome.value) {
+                               matching_ = *outcome.value;
+                               emit matchingCallsChanged();
+                             }
+                           });
+}
+
+void CallsModel::requestPage() {
+  if (loading_ || exhausted_) return;
+  loading_ = true;
+  const std::string path = path_;
+  const CallsQuery query = query_;
+  std::optional<CallRow> after;
+  if (!rows_.empty()) after = rows_.back();
+  pages_.run<CallsPage>([path, query, after] { return loadCallsPage(threadDatabase(path), query, after); },
+                        [this](Outcome<CallsPage> outcome) {
+                          // loading_ stays set until the rows are in: a view (or the model tester) may
+                          // ask for the next page from inside beginInsertRows, which must not start
+                          // one after the previous last row.
+                          if (!outcome.value) {
+                            loading_ = false;
+                            exhausted_ = true;
+                            error_ = outcome.error;
+                            emit failed(outcome.error);
+                            emit pageLoaded();
+                            return;
+                          }
+                          CallsPage& page = *outcome.value;
+                          exhausted_ = page.last;
+                          if (!page.rows.empty()) {
+                            const int first = static_cast<int>(rows_.size());
+                            beginInsertRows({}, first, first + static_cast<int>(page.rows.size()) - 1);
+                            for (CallRow& row : page.rows) {
+                              row_of_call_[row.call.id] = static_cast<int>(rows_.size());
+                              rows_.push_back(std::move(row));
+                            }
+                            endInsertRows();
+                          }
+                          loading_ = false;
+                          emit pageLoaded();
+                        });
+}
+
+int CallsModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(rows_.size());
+}
+
+int CallsModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(CallColumn::Count);
+}
+
+QVariant CallsModel::data(const QModelIndex& index, int role) const {
+  if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
+  const CallRow& row = rows_[static_cast<std::size_t>(index.row())];
+  const storage::CallRecord& call = row.call;
+  const auto column = static_cast<CallColumn>(index.column());
+  switch (role) {
+    case CallIdRole: return QVariant::fromValue<qint64>(call.id);
+    case RankIdRole: return QVariant::fromValue<qint64>(call.rank_id);
+    case StartRole: return QVariant::fromValue<qint64>(call.start_ns);
+    case EndRole: return QVariant::fromValue<qint64>(call.end_ns);
+    case SortRole: return QVariant::fromValue<qint64>(sortValue(row, column));
+    case Qt::TextAlignmentRole:
+      if (column == CallColumn::Host || column == CallColumn::Api || column == CallColumn::Dtype ||
+          column == CallColumn::Op || column == CallColumn::Strategy) {
+        return QVariant::fromValue(Qt::Alignment(Qt::AlignLeft | Qt::AlignVCenter));
+      }
+      return QVariant::fromValue(Qt::Alignment(Qt::AlignRight | Qt::AlignVCenter));
+    case Qt::DisplayRole: break;
+    default: return {};
+  }
+  const auto rank = rank_names_.find(call.rank_id);
+  switch (column) {
+    case CallColumn::Id: return QVariant::fromValue<qint64>(call.id);
+    case CallColumn::Rank:
+      return rank != rank_names_.end() ? QVariant(rank->second.first)
+                                       : QVariant::fromValue<qint64>(call.rank_id);
+    case CallColumn::Host:
+      return rank != rank_names_.end() ? QString::fromStdString(rank->second.second) : QString();
+    case CallColumn::Step:
+      return call.step >= 0 ? QVariant::fromValue<qint64>(call.step) : QVariant(QStringLiteral("–"));
+    case CallColumn::Api:
+      return QString::fromUtf8(name(call.api).data(), static_cast<qsizetype>(name(call.api).size()));
+    case CallColumn::Bytes:
+      return QString::fromStdString(
+          formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(call.bytes, 0))));
+    case CallColumn::Start: return formatTime(call.start_ns);
+    case CallColumn::Duration:
+      return QString::fromStdString(formatDuration(static_cast<double>(call.end_ns - call.start_ns)));
+    case CallColumn::Seq: return QVariant::fromValue<qint64>(call.seq);
+    case CallColumn::Dtype:
+      return QString::fromUtf8(name(call.dtype).data(), static_cast<qsizetype>(name(call.dtype).size()));
+    case CallColumn::Op:
+      return call.op == ReduceOp::None
+                 ? QStringLiteral("–")
+                 : QString::fromUtf8(name(call.op).data(), static_cast<qsizetype>(name(call.op).size()));
+    case CallColumn::Strategy:
+      return row.strategy.empty() ? QStringLiteral("as issued") : QString::fromStdString(row.strategy);
+    case CallColumn::Count: break;
+  }
+  return {};
+}
+
+QVariant CallsModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
+    return QAbstractTableModel::headerData(section, orientation, role);
+  static const char* const kHeaders[] = {"Call",  "Rank",     "Host", "Step",  "API", "Bytes",
+                                         "Start", "Duration", "Seq",  "Dtype", "Op",  "Strategy"};
+  if (section < 0 || section >= static_cast<int>(CallColumn::Count)) return {};
+  return QString::fromLatin1(kHeaders[section]);
+}
+
+bool CallsModel::canFetchMore(const QModelIndex& parent) const {
+  return !parent.isValid() && !exhausted_ && !loading_;
+}
+
+void CallsModel::fetchMore(const QModelIndex& parent) {
+  if (!parent.isValid()) requestPage();
+}
+
+void CallsModel::sort(int column, Qt::SortOrder order) {
+  if (column < 0 || column >= static_cast<int>(CallColumn::Count)) return;
+  CallsQuery query = query_;
+  query.sort = static_cast<CallColumn>(column);
+  query.descending = order == Qt::DescendingOrder;
+  if (query == query_) return;
+  query_ = query;
+  reload();
+}
+
+int CallsModel::rowOfCall(std::int64_t call_id) const {
+  const auto found = row_of_call_.find(call_id);
+  return found != row_of_call_.end() ? found->second : -1;
+}
+
+const CallRow* CallsModel::rowAt(int row) const {
+  if (row < 0 || row >= static_cast<int>(rows_.size())) return nullptr;
+  return &rows_[static_cast<std::size_t>(row)];
+}
+
+}  // namespace gradscope::gui

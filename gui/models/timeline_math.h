@@ -1,0 +1,62 @@
+#pragma once
+
+// Time↔pixel arithmetic of the timeline and the window operations behind zoom and pan, as plain
+// functions on plain structs (no Qt), so that tests can pin them down exactly.
+//
+// Times are nanoseconds relative to the trace's origin, as doubles: a window narrower than one
+// nanosecond is refused by the zoom (kMinWindowNs), and doubles hold every integer time of a trace
+// (< 2^53 ns, 104 days) exactly.
+
+#include <string>
+#include <vector>
+
+namespace gradscope::gui {
+
+// A half-open time range [begin_ns, end_ns).
+struct TimeRange {
+  double begin_ns = 0;
+  double end_ns = 0;
+  double length() const { return end_ns - begin_ns; }
+  bool empty() const { return !(end_ns > begin_ns); }
+  bool contains(double t) const { return t >= begin_ns && t < end_ns; }
+  friend bool operator==(const TimeRange&, const TimeRange&) = default;
+};
+
+// The narrowest window the zoom goes to: 1 µs across the plot (a call is rarely shorter).
+inline constexpr double kMinWindowNs = 1000.0;
+
+// Maps the window onto the pixel span [x0, x0 + width) of the plot area.
+struct TimelineMath {
+  TimeRange window{0, 1};
+  double x0 = 0;
+  double width = 1;
+
+  double nsPerPixel() const { return window.length() / width; }
+  double timeToX(double t_ns) const { return x0 + (t_ns - window.begin_ns) * width / window.length(); }
+  double xToTime(double x) const { return window.begin_ns + (x - x0) * window.length() / width; }
+  // The pixel column a time falls in (floor of timeToX), clamped to [x0, x0 + width - 1].
+  int columnOf(double t_ns) const;
+};
+
+// The window made `factor` times as long (< 1 zooms in) keeping `anchor_ns` at the same place on screen,
+// then kept inside `extent` (see clampTo). A window shorter than kMinWindowNs grows to it around the anchor.
+TimeRange zoomAround(TimeRange window, double anchor_ns, double factor, TimeRange extent);
+// The window moved by delta_ns, kept inside extent.
+TimeRange panBy(TimeRange window, double delta_ns, TimeRange extent);
+// The window shifted (not shrunk) to lie inside extent; one longer than extent becomes extent. An empty
+// extent leaves the window as it is.
+TimeRange clampTo(TimeRange window, TimeRange extent);
+
+// Tick marks of a time axis: the step is 1, 2 or 5 × 10^k ns, the largest number of ticks not above
+// max_ticks; ticks are the multiples of the step inside [begin, end].
+struct AxisTicks {
+  double step_ns = 0;
+  std::vector<double> ticks_ns;
+};
+double niceStep(double range_ns, int max_ticks);
+AxisTicks axisTicks(TimeRange window, int max_ticks);
+// A tick label in the largest unit that needs at most three decimals for the step (the same unit on
+// every tick of an axis), with as many decimals as the step needs: "1.25 s", "12.5 ms", "800 ns".
+std::string tickLabel(double t_ns, double step_ns);
+
+}  // namespace gradscope::gui

@@ -1,0 +1,31 @@
+#pragma once
+
+// Traces for the viewer's tests, written with TraceWriter: a small explore-mode job with calls on four
+// ranks over two hosts, measurements of three strategies, consensus rows and apply-mode rows, and the
+// bad files the window must refuse with a message.
+
+#include <cstdint>
+#include <string>
+
+#include <QTemporaryDir>
+
+namespace gradscope::gui::testing {
+
+struct TraceOptions {
+  int ranks = 4;
+  int steps = 40;
+  double slowdown = 1.0;  // factor on every measured time (a regression for the check)
+  bool finish = true;     // false: the run has no end time (as while a job writes it)
+};
+
+// Writes the trace to `path` and returns it.
+std::string writeTestTrace(const std::string& path, const TraceOptions& options = {});
+
+// Bad files, each in `dir`; the path returned.
+std::string writeEmptyFile(const QTemporaryDir& dir);
+std::string writeTextFile(const QTemporaryDir& dir);
+std::string writeForeignSqlite(const QTemporaryDir& dir);
+std::string writeTruncatedTrace(const QTemporaryDir& dir);
+std::string writeNewerSchemaTrace(const QTemporaryDir& dir);
+
+}  // namespace gradscope::gui::testing

@@ -1,0 +1,285 @@
+// The window, headless: bad files show their message and do not crash; every view renders real data
+// (pixels checked in the areas where it draws); timeline ↔ table selection; exports; live mode.
+
+#include "widgets/main_window.h"
+
+#include <QAbstractItemModelTester>
+#include <QDir>
+#include <QFile>
+#include <QImage>
+#include <QLabel>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QtCharts/QChartView>
+
+#include "gradscope/storage/writer.h"
+#include "gui_test_support.h"
+#include "synthetic_trace.h"
+#include "widgets/calls_view.h"
+#include "widgets/consensus_view.h"
+#include "widgets/recommendation_view.h"
+#include "widgets/runs_view.h"
+#include "widgets/strategies_view.h"
+#include "widgets/timeline_widget.h"
+
+using namespace gradscope;
+using namespace gradscope::gui;
+
+namespace {
+
+// Idle for a few event-loop turns in a row: a load may be scheduled one turn after what asks for it.
+bool waitIdle(MainWindow& window, int timeout_ms = 60000) {
+  QElapsedTimer timer;
+  timer.start();
+  int idle = 0;
+  while (timer.elapsed() < timeout_ms) {
+    QTest::qWait(10);
+    idle = window.busy() ? 0 : idle + 1;
+    if (idle >= 5) return true;
+  }
+  return false;
+}
+
+// Pixels that are clearly coloured (not white, grey or black): bars, lines, markers.
+int colouredPixels(const QImage& image, const QRect& area) {
+  int count = 0;
+  const QRect clipped = area.intersected(image.rect());
+  for (int y = clipped.top(); y <= clipped.bottom(); ++y) {
+    for (int x = clipped.left(); x <= clipped.right(); ++x) {
+      const QColor c = image.pixelColor(x, y);
+      if (c.hsvSaturation() > 50 && c.value() > 60) ++count;
+    }
+  }
+  return count;
+}
+
+}  // namespace
+
+class MainWindowTest : public QObject {
+  Q_OBJECT
+ private:
+  QTemporaryDir dir_;
+  QString trace_;
+  QString slow_;
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(dir_.isValid());
+    trace_ = QString::fromStdString(
+        gui::testing::writeTestTrace(dir_.filePath(QStringLiteral("trace.db")).toStdString()));
+    slow_ = QString::fromStdString(
+        gui::testing::writeTestTrace(dir_.filePath(QStringLiteral("slow.db")).toStdString(),
+                                     gui::testing::TraceOptions{4, 40, 1.5, true}));
+  }
+
+  void badFilesShowTheirMessage_data() {
+    QTest::addColumn<QString>("path");
+    QTest::addColumn<QString>("kind");
+    QTest::newRow("missing") << dir_.filePath(QStringLiteral("no-such.db")) << QStringLiteral("missing");
+    QTest::newRow("empty") << QString::fromStdString(gui::testing::writeEmptyFile(dir_))
+                           << QStringLiteral("empty");
+    QTest::newRow("not SQLite") << QString::fromStdString(gui::testing::writeTextFile(dir_))
+                                << QStringLiteral("text");
+    QTest::newRow("foreign SQLite") << QString::fromStdString(gui::testing::writeForeignSqlite(dir_))
+                                    << QStringLiteral("foreign");
+    QTest::newRow("truncated") << QString::fromStdString(gui::testing::writeTruncatedTrace(dir_))
+                               << QStringLiteral("truncated");
+    QTest::newRow("newer schema") << QString::fromStdString(gui::testing::writeNewerSchemaTrace(dir_))
+                                  << QStringLiteral("newer");
+    QTest::newRow("directory") << dir_.path() << QStringLiteral("directory");
+  }
+  void badFilesShowTheirMessage() {
+    QFETCH(QString, path);
+    MainWindow window;
+    window.show();
+    window.openTrace(path);
+    QVERIFY(waitIdle(window));
+    QVERIFY2(window.showingError(), qPrintable(path));
+    QVERIFY(!window.errorText().isEmpty());
+    QVERIFY(!window.errorText().contains(QLatin1Char('\n')));  // the library's one line
+    QVERIFY(!window.trace().has_value());
+    // The message is on screen, in the window.
+    const QList<QLabel*> labels = window.findChildren<QLabel*>();
+    const bool shown = std::any_of(labels.begin(), labels.end(), [&](QLabel* label) {
+      return label->isVisible() && label->text().contains(window.errorText().toHtmlEscaped());
+    });
+    QVERIFY(shown);
+    // And a good file opens afterwards.
+    window.openTrace(trace_);
+    QVERIFY(waitIdle(window));
+    QVERIFY(!window.showingError());
+    QVERIFY(window.trace().has_value());
+  }
+
+  void everyViewRendersItsData() {
+    MainWindow window;
+    window.resize(1400, 900);
+    window.show();
+    window.openTrace(trace_);
+    QVERIFY(waitIdle(window));
+    QVERIFY(window.trace().has_value());
+    QCOMPARE(window.trace()->ranks.size(), std::size_t{4});
+
+    // Timeline: bars in the plot area, in every rank's row.
+    window.tabs()->setCurrentIndex(0);
+    QVERIFY(waitIdle(window));
+    TimelineWidget* timeline = window.timeline();
+    QVERIFY(timeline->hasFrame());
+    const QImage timeline_image = timeline->grab().toImage();
+    QVERIFY(colouredPixels(timeline_image, timeline->plotRect()) > 500);
+    const QRect gutter(0, timeline->plotRect().top(), timeline->plotRect().left() - 1,
+                       timeline->plotRect().height());
+    QVERIFY(colouredPixels(timeline_image, gutter) <
+            20);  // labels only (antialiased), no bars left of the plot
+    // Calls table: the window's calls.
+    QTRY_VERIFY(window.calls()->model()->rowCount() > 0);
+
+    // Charts: lines and markers in every chart of the three chart views.
+    for (const int tab : {1, 2}) {
+      window.tabs()->setCurrentIndex(tab);
+      QVERIFY(waitIdle(window));
+      const QList<QChartView*> charts = window.tabs()->widget(tab)->findChildren<QChartView*>();
+      QCOMPARE(charts.size(), 3);
+      for (QChartView* chart : charts) {
+        const QImage image = chart->grab().toImage();
+        QVERIFY2(colouredPixels(image, image.rect()) > 100, qPrintable(chart->chart()->title()));
+      }
+    }
+    QCOMPARE(window.strategies()->model()->rowCount(), 12);
+    QCOMPARE(window.consensus()->model()->rowCount(), 160);
+
+    // Recommendation: the tuner ran, its sizes are listed, the exports work.
+    window.tabs()->setCurrentIndex(3);
+    QVERIFY(waitIdle(window));
+    QVERIFY(window.recommendation()->result().has_value());
+    QVERIFY(window.recommendation()->model()->rowCount() > 0);
+    for (const tuner::Format format :
+         {tuner::Format::Text, tuner::Format::Json, tuner::Format::Markdown, tuner::Format::NcclTuner,
+          tuner::Format::Env, tuner::Format::Ddp, tuner::Format::Tf, tuner::Format::Horovod,
+          tuner::Format::Predictions}) {
+      const QString path = dir_.filePath(QStringLiteral("export-%1").arg(static_cast<int>(format)));
+      QCOMPARE(window.recommendation()->exportTo(format, path), QString());
+      QVERIFY(QFile(path).size() > 0);
+    }
+    const QImage recommendation = window.tabs()->currentWidget()->grab().toImage();
+    QVERIFY(colouredPixels(recommendation, recommendation.rect()) > 0 ||
+            window.recommendation()->model()->rowCount() > 0);
+
+    // Runs: the comparison with a slower trace finds the regression.
+    window.compareWith(slow_);
+    QVERIFY(waitIdle(window));
+    QCOMPARE(window.tabs()->currentIndex(), 4);
+    QVERIFY(window.runs()->model()->rowCount() > 0);
+    QCOMPARE(
+        window.runs()->model()->data(window.runs()->model()->index(0, CheckModel::ColVerdict)).toString(),
+        QStringLiteral("improvement"));  // the open trace is faster than the "baseline" slow one
+    const QImage runs = window.runs()->grab().toImage();
+    QVERIFY(colouredPixels(runs, runs.rect()) > 20);  // verdicts are coloured
+  }
+
+  void timelineAndTableShareTheSelection() {
+    MainWindow window;
+    window.resize(1400, 900);
+    window.show();
+    window.openTrace(trace_);
+    QVERIFY(waitIdle(window));
+    TimelineWidget* timeline = window.timeline();
+    QVERIFY(timeline->frame() && timeline->frame()->detailed);
+    // Zoom to a short window, then click a bar: the table selects its row.
+    const auto& all = timeline->frame()->calls.at(0);
+    QVERIFY(!all.empty());
+    const storage::CallRecord call = all[all.size() / 2];
+    const double length = 20.0 * static_cast<double>(call.end_ns - call.start_ns) + 1e5;
+    const double middle = static_cast<double>(call.start_ns + call.end_ns) / 2;
+    window.state()->setWindow({middle - length / 2, middle + length / 2}, true);
+    QVERIFY(waitIdle(window));
+    const TimelineMath m = timeline->math();
+    std::optional<QPoint> point;
+    for (int y = timeline->plotRect().top(); y < timeline->plotRect().bottom() && !point; ++y) {
+      const QPoint p(static_cast<int>(m.timeToX((static_cast<double>(call.start_ns + call.end_ns)) / 2)), y);
+      const auto hit = timeline->callAt(p);
+      if (hit && hit->id == call.id) point = p;
+    }
+    QVERIFY(point.has_value());
+    QTest::mouseClick(timeline, Qt::LeftButton, {}, *point);
+    QVERIFY(window.state()->selection().has_value());
+    QCOMPARE(window.state()->selection()->id, call.id);
+    QVERIFY(waitIdle(window));
+    CallsModel* model = window.calls()->model();
+    QTRY_VERIFY(model->rowOfCall(call.id) >= 0);
+    QTRY_COMPARE(window.calls()->table()->currentIndex().row(), model->rowOfCall(call.id));
+    // And the other way: selecting a row selects the call.
+    const int other = model->rowOfCall(call.id) == 0 ? 1 : 0;
+    window.calls()->table()->selectRow(other);
+    QCOMPARE(window.state()->selection()->id, model->rowAt(other)->call.id);
+  }
+
+  void wheelZoomsAroundTheCursor() {
+    MainWindow window;
+    window.resize(1400, 900);
+    window.show();
+    window.openTrace(trace_);
+    QVERIFY(waitIdle(window));
+    TimelineWidget* timeline = window.timeline();
+    const QPoint at(timeline->plotRect().left() + timeline->plotRect().width() / 4,
+                    timeline->plotRect().center().y());
+    const double anchor = timeline->math().xToTime(at.x());
+    const double before = window.state()->window().length();
+    QWheelEvent wheel(at, timeline->mapToGlobal(at), {}, QPoint(0, 120), Qt::NoButton, Qt::NoModifier,
+                      Qt::NoScrollPhase, false);
+    QApplication::sendEvent(timeline, &wheel);
+    QVERIFY(std::abs(window.state()->window().length() - before * 0.8) < 1);
+    QVERIFY(std::abs(timeline->math().xToTime(at.x()) - anchor) < 2);
+    QVERIFY(waitIdle(window));
+    QVERIFY(timeline->hasFrame());
+  }
+
+  void liveModeFollowsAGrowingTrace() {
+    const std::string path = dir_.filePath(QStringLiteral("live.db")).toStdString();
+    storage::TraceWriter writer = storage::TraceWriter::create(path);
+    storage::RunInfo run;
+    run.uuid = "00000000-0000-4000-8000-0000000000bb";
+    run.mode = "observe";
+    run.backend = Backend::Mpi;
+    run.world_size = 1;
+    run.host = "node0";
+    run.epoch_ns = 1'795'000'000'000'000'000;
+    const std::int64_t run_id = writer.addRun(run);
+    storage::RankInfo rank;
+    rank.run_id = run_id;
+    rank.host = "node0";
+    const std::int64_t rank_id = writer.addRank(rank);
+    storage::CommInfo comm;
+    comm.rank_id = rank_id;
+    comm.key = "world";
+    comm.size = 1;
+    const std::int64_t comm_id = writer.addComm(comm);
+    std::vector<storage::CallRecord> calls = gradscope::testing::manyCalls(2000, rank_id, comm_id, 7);
+    writer.appendCalls(std::span(calls).subspan(0, 1000));
+    writer.commit();
+
+    MainWindow window;
+    window.show();
+    window.followWhenOpened();
+    window.openTrace(QString::fromStdString(path));
+    QVERIFY(waitIdle(window));
+    QVERIFY(window.live());
+    QCOMPARE(window.trace()->calls, std::int64_t{1000});
+    const double end_before = window.state()->extent().end_ns;
+    writer.appendCalls(std::span(calls).subspan(1000));
+    writer.commit();
+    QTRY_COMPARE_WITH_TIMEOUT(window.trace()->calls, std::int64_t{2000}, 10000);
+    QVERIFY(window.state()->extent().end_ns > end_before);
+    // Showing everything before, so it still does: the window grew with the trace.
+    QCOMPARE(window.state()->window(), window.state()->extent());
+    window.setLive(false);
+    QVERIFY(!window.live());
+    writer.finish();
+  }
+};
+
+QTEST_MAIN(MainWindowTest)
+#include "main_window_test.moc"
