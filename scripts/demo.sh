@@ -34,10 +34,16 @@ if [ -x "$bin/cli/gradscope-bench" ] && command -v mpirun >/dev/null 2>&1; then
   mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np 2 \
     "$bin/cli/gradscope" bench --backend mpi -b 8 -e 4M -f 32 -n 10 -w 2 --no-progress -o "$out/bench.db"
 fi
+if [ -x "$bin/gui/gradscope-gui" ]; then
+  gui="$bin/gui/gradscope-gui $out/run/trace.db (the Qt viewer, docs/gui.md)"
+else
+  gui="not built here (it needs Qt 6: qt6-base-dev qt6-charts-dev; docs/gui.md)"
+fi
 cat <<MSG
 
 Trace:     $out/run/trace.db (SQLite; try: $bin/cli/gradscope report $out/run/trace.db,
            or sqlite3 $out/run/trace.db 'SELECT * FROM call_view LIMIT 5')
+GUI:       $gui
 Timeline:  $out/run.json (open in Perfetto or chrome://tracing)
 CSV:       $out/run.csv
 MSG
