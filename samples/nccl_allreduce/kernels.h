@@ -8,9 +8,10 @@ namespace sample {
 // grad[i] = base(i, bucket, step) + rank, base an integer in [0, 1024): this rank's "gradient".
 int launchFill(float* grad, unsigned long long n, int bucket, int step, int rank, cudaStream_t stream);
 // Adds to *wrong the number of elements of `sum` that differ from the exact sum over `ranks` ranks.
-int launchCheck(const float* sum, unsigned long long n, int bucket, int step, int ranks, unsigned long long* wrong,
-                cudaStream_t stream);
+int launchCheck(const float* sum, unsigned long long n, int bucket, int step, int ranks,
+                unsigned long long* wrong, cudaStream_t stream);
 // An SGD step with the mean gradient: weights -= lr * 1e-3 * (sum / ranks - its expected mean).
-int launchSgd(float* weights, const float* sum, unsigned long long n, int ranks, float lr, cudaStream_t stream);
+int launchSgd(float* weights, const float* sum, unsigned long long n, int ranks, float lr,
+              cudaStream_t stream);
 
 }  // namespace sample

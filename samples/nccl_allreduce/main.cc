@@ -13,10 +13,6 @@
 //
 // Exit status: 0 success; 1 a wrong all-reduce result or weights that differ between ranks; 2 a bad
 // argument; 3 no usable GPU, or a CUDA, NCCL or MPI failure.
-#include <cuda_runtime.h>
-#include <mpi.h>
-#include <nccl.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
@@ -26,6 +22,10 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
 
 #include "kernels.h"
 
@@ -103,7 +103,8 @@ int parseArgs(int argc, char** argv, Options& options, bool quiet) {
     if (arg == "--steps") {
       if (!parseInt(value, 1, 100000000, options.steps)) return fail("--steps: expected 1 to 100000000");
     } else if (arg == "--print-every") {
-      if (!parseInt(value, 0, 100000000, options.printEvery)) return fail("--print-every: expected 0 or more");
+      if (!parseInt(value, 0, 100000000, options.printEvery))
+        return fail("--print-every: expected 0 or more");
     } else if (arg == "--gpus") {
       if (!parseInt(value, 1, 1024, options.gpus)) return fail("--gpus: expected 1 to 1024");
     } else if (arg == "--lr") {
@@ -166,7 +167,9 @@ int gWorldRank = 0;
 void cudaCheck(cudaError_t status, const char* what) {
   if (status != cudaSuccess) die(std::string(what) + " failed: " + cudaGetErrorString(status));
 }
-void launchCheck(int status, const char* what) { cudaCheck(static_cast<cudaError_t>(status), what); }
+void launchCheck(int status, const char* what) {
+  cudaCheck(static_cast<cudaError_t>(status), what);
+}
 void ncclCheck(ncclResult_t status, const char* what) {
   if (status != ncclSuccess) die(std::string(what) + " failed: " + ncclGetErrorString(status));
 }
@@ -234,7 +237,8 @@ int main(int argc, char** argv) {
                 " GPUs visible; start one rank per GPU";
     }
   } else if (problem.empty() && options.gpus > deviceCount) {
-    problem = "--gpus " + std::to_string(options.gpus) + " but " + std::to_string(deviceCount) + " GPUs visible";
+    problem =
+        "--gpus " + std::to_string(options.gpus) + " but " + std::to_string(deviceCount) + " GPUs visible";
   }
   int firstBad = problem.empty() ? worldSize : gWorldRank;
   if (gUseMpi) MPI_Allreduce(MPI_IN_PLACE, &firstBad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -317,8 +321,8 @@ int main(int argc, char** argv) {
     for (Rank& r : ranks) {
       cudaCheck(cudaSetDevice(r.device), "cudaSetDevice");
       for (std::size_t b = 0; b < buckets; ++b) {
-        launchCheck(sample::launchFill(r.grads[b], options.bucketBytes[b] / 4, static_cast<int>(b), step, r.rank,
-                                       r.stream),
+        launchCheck(sample::launchFill(r.grads[b], options.bucketBytes[b] / 4, static_cast<int>(b), step,
+                                       r.rank, r.stream),
                     "fill kernel");
       }
     }
@@ -328,8 +332,8 @@ int main(int argc, char** argv) {
       for (Rank& r : ranks) {
         if (ranks.size() > 1) cudaCheck(cudaSetDevice(r.device), "cudaSetDevice");
         cudaCheck(cudaEventRecord(r.begin[k], r.stream), "cudaEventRecord");
-        ncclCheck(ncclAllReduce(r.grads[k], r.grads[k], options.bucketBytes[k] / 4, ncclFloat, ncclSum, r.comm,
-                                r.stream),
+        ncclCheck(ncclAllReduce(r.grads[k], r.grads[k], options.bucketBytes[k] / 4, ncclFloat, ncclSum,
+                                r.comm, r.stream),
                   "ncclAllReduce");
       }
       if (ranks.size() > 1) ncclCheck(ncclGroupEnd(), "ncclGroupEnd");
@@ -345,7 +349,8 @@ int main(int argc, char** argv) {
         const unsigned long long n = options.bucketBytes[b] / 4;
         launchCheck(sample::launchCheck(r.grads[b], n, static_cast<int>(b), step, nranks, r.wrong, r.stream),
                     "check kernel");
-        launchCheck(sample::launchSgd(r.weights[b], r.grads[b], n, nranks, options.lr, r.stream), "sgd kernel");
+        launchCheck(sample::launchSgd(r.weights[b], r.grads[b], n, nranks, options.lr, r.stream),
+                    "sgd kernel");
       }
     }
     for (Rank& r : ranks) {
@@ -382,7 +387,8 @@ int main(int argc, char** argv) {
     std::uint64_t hash = 0xcbf29ce484222325ull;
     for (std::size_t b = 0; b < buckets; ++b) {
       std::vector<float> host(options.bucketBytes[b] / 4);
-      cudaCheck(cudaMemcpy(host.data(), r.weights[b], options.bucketBytes[b], cudaMemcpyDeviceToHost), "cudaMemcpy");
+      cudaCheck(cudaMemcpy(host.data(), r.weights[b], options.bucketBytes[b], cudaMemcpyDeviceToHost),
+                "cudaMemcpy");
       hash = fnv1a(host.data(), options.bucketBytes[b], hash);
     }
     hashLow = std::min(hashLow, hash);
@@ -398,11 +404,14 @@ int main(int argc, char** argv) {
       const double ms = bucketMs[b] / std::max(timedSteps, 1);
       const double algbw = static_cast<double>(options.bucketBytes[b]) / (ms * 1e-3) / 1e9;
       const double busbw = algbw * 2.0 * (nranks - 1) / nranks;
-      std::printf("bucket %zu: %s, %.3f ms per all-reduce (rank 0, mean of %d steps), algbw %.2f GB/s, busbw %.2f GB/s\n",
-                  b, formatBytes(options.bucketBytes[b]).c_str(), ms, timedSteps, algbw, busbw);
+      std::printf(
+          "bucket %zu: %s, %.3f ms per all-reduce (rank 0, mean of %d steps), algbw %.2f GB/s, busbw %.2f "
+          "GB/s\n",
+          b, formatBytes(options.bucketBytes[b]).c_str(), ms, timedSteps, algbw, busbw);
     }
-    std::printf("final steps %d ranks %d buckets %zu wrong %llu weights fnv1a64 %016" PRIx64 "%s\n", options.steps,
-                nranks, buckets, wrong, hashLow, hashLow == hashHigh ? "" : " (DIFFERENT ON SOME RANKS)");
+    std::printf("final steps %d ranks %d buckets %zu wrong %llu weights fnv1a64 %016" PRIx64 "%s\n",
+                options.steps, nranks, buckets, wrong, hashLow,
+                hashLow == hashHigh ? "" : " (DIFFERENT ON SOME RANKS)");
     std::fflush(stdout);
   }
 
