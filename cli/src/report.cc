@@ -230,6 +230,8 @@ void writeApplied(const storage::TraceReader::AppliedSummary& applied, bool appl
 struct AgentStats {
   int rank = -1;
   double calls_recorded = 0, calls_dropped = 0, hot_path_ns = 0, flusher_cpu_ns = 0, buffer_bytes = 0;
+  // Explore and apply modes ("shadow"): sampled calls explored, and skipped for the budget or otherwise.
+  double explored = 0, skipped_budget = 0, skipped_other = 0;
 };
 
 // Every rank's agent statistics in the runs' configurations: "agent_ranks" in a merged file, "agent"
@@ -244,8 +246,22 @@ std::vector<AgentStats> agentStats(const std::vector<storage::RunInfo>& runs,
       const auto it = entry.find(key);
       return it != entry.end() && it->is_number() ? it->get<double>() : 0.0;
     };
-    out.push_back({rank, number("calls_recorded"), number("calls_dropped"), number("hot_path_ns"),
-                   number("flusher_cpu_ns"), number("buffer_bytes")});
+    AgentStats stats{rank,
+                     number("calls_recorded"),
+                     number("calls_dropped"),
+                     number("hot_path_ns"),
+                     number("flusher_cpu_ns"),
+                     number("buffer_bytes")};
+    if (const auto shadow = entry.find("shadow"); shadow != entry.end() && shadow->is_object()) {
+      const auto count = [&shadow](const char* key) {
+        const auto it = shadow->find(key);
+        return it != shadow->end() && it->is_number() ? it->get<double>() : 0.0;
+      };
+      stats.explored = count("explored");
+      stats.skipped_budget = count("skipped_budget");
+      stats.skipped_other = count("skipped_other");
+    }
+    out.push_back(stats);
   };
   for (const auto& run : runs) {
     const auto config = nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
@@ -261,6 +277,24 @@ std::vector<AgentStats> agentStats(const std::vector<storage::RunInfo>& runs,
              entry.contains("rank") && entry["rank"].is_number_integer() ? entry["rank"].get<int>() : -1);
   }
   return out;
+}
+
+// Explore mode that measured little or nothing says why, from the agent's own counts (rank 0's: the
+// decisions are collective, so every rank counts the same).
+void writeExploreBudget(const std::vector<AgentStats>& stats, bool explored_any, std::ostream& out) {
+  const auto first = std::min_element(
+      stats.begin(), stats.end(), [](const AgentStats& a, const AgentStats& b) { return a.rank < b.rank; });
+  if (first == stats.end() || first->skipped_budget <= 0) return;
+  const auto skipped = static_cast<std::uint64_t>(first->skipped_budget);
+  if (!explored_any)
+    out << fmt::format(
+        "\nStrategies measured (explore): none. The {} sampled call{} came when the explore budget was "
+        "spent (the first exploration also pays a one-off setup); give it more with --explore-budget "
+        "(e.g. 0.25) or profile a longer run\n",
+        formatCount(skipped), skipped == 1 ? "" : "s");
+  else
+    out << fmt::format("  {} more sampled call{} skipped: the explore budget was spent (--explore-budget)\n",
+                       formatCount(skipped), skipped == 1 ? " was" : "s were");
 }
 
 // What the agent cost the job, by its own measurements: the time it added on the calling threads (its
@@ -413,11 +447,17 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
   writeMeasurements(std::move(points), out);
   writeExplored(measurements, out);
   int world = 0;
-  bool apply_mode = false;
+  bool apply_mode = false, explore_mode = false;
   for (const auto& run : runs) {
     world = std::max(world, run.world_size);
     apply_mode = apply_mode || run.mode == "apply";
+    explore_mode = explore_mode || run.mode == "explore";
   }
+  if (explore_mode)
+    writeExploreBudget(agentStats(runs, ranks),
+                       std::any_of(measurements.begin(), measurements.end(),
+                                   [](const storage::Measurement& m) { return m.call_id.has_value(); }),
+                       out);
   writeConsensus(reader.consensus(), world, out);
   writeApplied(reader.appliedSummary(), apply_mode, out);
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "gradscope/common/version.h"
 #include "gradscope/storage/merge.h"
@@ -374,6 +375,46 @@ TEST(Report, ExploreModeStrategiesPerBucketAgainstSumNative) {
                                                              << text;
   EXPECT_EQ(text.find("\nConsensus"), std::string::npos) << text;
   EXPECT_EQ(text.find("\nApplied"), std::string::npos) << text;
+}
+
+// Explore mode whose budget was spent before any sampled call says so, with the fix; with some explored,
+// the skipped ones are one line under the strategies.
+TEST(Report, ExploreModeSaysWhenTheBudgetLeftCallsUnexplored) {
+  TempDir dir;
+  const std::string none = dir.file("none.db");
+  const auto stats = [](int explored, int skipped) {
+    return nlohmann::json{
+        {"agent_ranks",
+         {{{"rank", 0},
+           {"calls_recorded", 4},
+           {"shadow", {{"explored", explored}, {"skipped_budget", skipped}, {"skipped_other", 0}}}}}}}
+        .dump();
+  };
+  writeModeTrace(none, "explore", 1, 3, 4096, [&](TraceWriter& writer, std::int64_t run_id) {
+    writer.setRunConfig(run_id, stats(0, 36));
+  });
+  const std::string text = report(none);
+  EXPECT_NE(
+      text.find("Strategies measured (explore): none. The 36 sampled calls came when the explore budget "
+                "was spent"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("--explore-budget"), std::string::npos) << text;
+
+  const std::string some = dir.file("some.db");
+  writeModeTrace(some, "explore", 1, 3, 4096, [&](TraceWriter& writer, std::int64_t run_id) {
+    writer.setRunConfig(run_id, stats(1, 5));
+    measure(writer, run_id, 1, "sum/native", DType::Fp32, 4096, 2e4, 1e-7);
+  });
+  const std::string some_text = report(some);
+  EXPECT_TRUE(hasLine(some_text,
+                      "  5 more sampled calls were skipped: the explore budget was spent "
+                      "(--explore-budget)"))
+      << some_text;
+  // Observe mode, or nothing skipped: no such line.
+  const std::string observed = dir.file("observe.db");
+  writeModeTrace(observed, "observe", 1, 3, 4096, [](TraceWriter&, std::int64_t) {});
+  EXPECT_EQ(report(observed).find("explore budget"), std::string::npos);
 }
 
 TEST(Report, ConsensusSummaryAndItsReading) {
