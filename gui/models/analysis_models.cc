@@ -173,6 +173,38 @@ QVariant StrategiesModel::headerData(int section, Qt::Orientation orientation, i
 
 // ---- ConsensusModel
 
+ConsensusSeries consensusSeries(const std::vector<ConsensusRow>& rows) {
+  ConsensusSeries series;
+  series.steps_known =
+      std::any_of(rows.begin(), rows.end(), [](const ConsensusRow& r) { return r.record.step >= 0; });
+  std::map<int, std::map<std::int64_t, ConsensusPoint>> alpha, cosine;
+  std::map<std::int64_t, ConsensusPoint> diversity;
+  std::map<int, std::int64_t> index_of_rank;
+  for (const ConsensusRow& row : rows) {
+    const std::int64_t x = series.steps_known ? row.record.step : index_of_rank[row.rank]++;
+    if (x < 0) continue;
+    alpha[row.rank][x].values.push_back(row.record.alpha);
+    cosine[row.rank][x].values.push_back(row.record.cosine_to_mean);
+    diversity[x].values.push_back(row.record.diversity);
+  }
+  const auto flatten = [](std::map<std::int64_t, ConsensusPoint>& by_x) {
+    std::vector<ConsensusPoint> points;
+    points.reserve(by_x.size());
+    for (auto& [x, point] : by_x) {
+      point.x = x;
+      double sum = 0;
+      for (const double value : point.values) sum += value;
+      point.mean = sum / static_cast<double>(point.values.size());
+      points.push_back(std::move(point));
+    }
+    return points;
+  };
+  for (auto& [rank, by_x] : alpha) series.alpha[rank] = flatten(by_x);
+  for (auto& [rank, by_x] : cosine) series.cosine[rank] = flatten(by_x);
+  series.diversity = flatten(diversity);
+  return series;
+}
+
 void ConsensusModel::setRows(std::vector<ConsensusRow> rows) {
   beginResetModel();
   rows_ = std::move(rows);

@@ -6,6 +6,7 @@
 // sorts numerically.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,6 +75,24 @@ struct ConsensusRow {
   storage::ConsensusRecord record;
   int rank = 0;  // the rank number of record.rank_id
 };
+
+// What the consensus charts draw. x is the step, or the row's index within its rank when no row knows its
+// step (rows with an unknown step are left out otherwise). A step with several explored buffers has several
+// rows per rank: the chart's line goes through their mean, one point per step, and the rows themselves
+// are scattered behind it.
+struct ConsensusPoint {
+  std::int64_t x = 0;
+  double mean = 0;
+  std::vector<double> values;  // every row's value, in row order
+};
+struct ConsensusSeries {
+  bool steps_known = false;
+  // Per rank, points sorted by x.
+  std::map<int, std::vector<ConsensusPoint>> alpha, cosine;
+  // Gradient diversity, one point per x: the mean over that step's rows (of every rank).
+  std::vector<ConsensusPoint> diversity;
+};
+ConsensusSeries consensusSeries(const std::vector<ConsensusRow>& rows);
 
 class ConsensusModel : public QAbstractTableModel {
   Q_OBJECT

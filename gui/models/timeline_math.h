@@ -59,4 +59,32 @@ AxisTicks axisTicks(TimeRange window, int max_ticks);
 // every tick of an axis), with as many decimals as the step needs: "1.25 s", "12.5 ms", "800 ns".
 std::string tickLabel(double t_ns, double step_ns);
 
+// The chart axes of the analysis views.
+//
+// A linear value axis: [min, max] holds [lo, hi] with `margin` (a share of hi - lo) on each side, not
+// below 0 when lo is not, and both ends are multiples of the step, 1, 2 or 5 × 10^k, chosen so that the
+// axis has at most max_ticks ticks; `decimals` is what a label needs to show the step.
+struct ValueAxisTicks {
+  double min = 0;
+  double max = 1;
+  double step = 1;
+  int ticks = 2;
+  int decimals = 0;
+};
+ValueAxisTicks niceValueAxis(double lo, double hi, int max_ticks, double margin = 0.05);
+
+// A log axis over [lo, hi] (both > 0): ticks at m × 10^k for m in the densest of {1, 2, 5}, {1, 3},
+// {1} (then every 2nd, 5th, 10th… decade) that gives at most max_ticks ticks, the range widened to
+// the tick just below lo and the one just above hi, so both ends are labelled.
+struct LogAxisTicks {
+  double min = 1;
+  double max = 10;
+  std::vector<double> ticks;
+};
+LogAxisTicks niceLogAxis(double lo, double hi, int max_ticks);
+// A log-axis tick label. Plain: "0.5", "20", "500", and "2e-5", "1e6" outside [1e-3, 1e6); Si: "0.5",
+// "20", "1k", "20k", "1M"; Scientific: "1", "1e-9", "2e-5", "1e3" (the same form on every tick).
+enum class LogLabels { Plain, Si, Scientific };
+std::string logTickLabel(double value, LogLabels style);
+
 }  // namespace gradscope::gui

@@ -1,6 +1,10 @@
 #include "widgets/chart_util.h"
 
+#include <cmath>
+
 #include <QtCharts/QLegend>
+
+#include "models/timeline_math.h"
 
 namespace gradscope::gui {
 
@@ -13,19 +17,30 @@ QChartView* makeChartView(const QString& title, QWidget* parent) {
   font.setBold(true);
   chart->setTitleFont(font);
   chart->setTitle(title);
-  chart->setMargins(QMargins(4, 4, 4, 4));
+  chart->setMargins(QMargins(4, 4, 12, 4));  // room for the last x label
   auto* view = new QChartView(chart, parent);
   view->setRenderHint(QPainter::Antialiasing, true);
   view->setMinimumSize(320, 240);
   return view;
 }
 
-QLogValueAxis* makeLogAxis(const QString& title, const QString& format) {
-  auto* axis = new QLogValueAxis;
+double logPosition(double value) {
+  return std::log10(value);
+}
+
+QCategoryAxis* makeLogAxis(const QString& title, double lo, double hi, int max_ticks, LogLabels style) {
+  const LogAxisTicks ticks = niceLogAxis(lo, hi, max_ticks);
+  auto* axis = new QCategoryAxis;
   axis->setTitleText(title);
-  axis->setLabelFormat(format);
-  axis->setBase(10);
-  axis->setMinorTickCount(-1);
+  axis->setLabelsPosition(QCategoryAxis::AxisLabelsPositionOnValue);
+  // The end ticks are labelled at the plot's edges: let their labels reach into the margin rather than
+  // elide them ("10…").
+  axis->setTruncateLabels(false);
+  axis->setStartValue(logPosition(ticks.min));
+  for (const double tick : ticks.ticks) {
+    axis->append(QString::fromStdString(logTickLabel(tick, style)), logPosition(tick));
+  }
+  axis->setRange(logPosition(ticks.min), logPosition(ticks.max));
   return axis;
 }
 
@@ -34,6 +49,14 @@ QValueAxis* makeValueAxis(const QString& title, const QString& format) {
   axis->setTitleText(title);
   axis->setLabelFormat(format);
   return axis;
+}
+
+void setNiceRange(QValueAxis* axis, double lo, double hi, int max_ticks, double margin) {
+  const ValueAxisTicks ticks = niceValueAxis(lo, hi, max_ticks, margin);
+  axis->setRange(ticks.min, ticks.max);
+  axis->setTickType(QValueAxis::TicksFixed);
+  axis->setTickCount(ticks.ticks);
+  axis->setLabelFormat(QStringLiteral("%.%1f").arg(ticks.decimals));
 }
 
 void resetChart(QChart* chart, const QString& title, const QString& empty_reason) {

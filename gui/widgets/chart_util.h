@@ -1,19 +1,30 @@
 #pragma once
 
 // Small helpers shared by the chart views: a chart with readable fonts and no animation, log and value
-// axes with units in their titles, and a placeholder text for a chart without data.
+// axes with round ticks and units in their titles, and a placeholder text for a chart without data.
 
 #include <QString>
+#include <QtCharts/QCategoryAxis>
 #include <QtCharts/QChart>
 #include <QtCharts/QChartView>
-#include <QtCharts/QLogValueAxis>
 #include <QtCharts/QValueAxis>
+
+#include "models/timeline_math.h"
 
 namespace gradscope::gui {
 
 QChartView* makeChartView(const QString& title, QWidget* parent);
-QLogValueAxis* makeLogAxis(const QString& title, const QString& format);
 QValueAxis* makeValueAxis(const QString& title, const QString& format);
+// Gives a value axis the range [lo, hi] with a margin, rounded to 1-2-5 ticks (niceValueAxis), and a
+// label format with the digits the step needs.
+void setNiceRange(QValueAxis* axis, double lo, double hi, int max_ticks, double margin = 0.05);
+
+// A log axis the series plot on in log10 units (append logPosition(x), not x): a QCategoryAxis whose
+// labelled grid lines sit at 1-2-5 (or 1-3, or decade) values, so that a narrow range still shows
+// several readable labels, which QLogValueAxis (labels at powers of ten only) does not. The range is
+// [lo, hi] widened to the ticks around it (niceLogAxis), labelled as logTickLabel does.
+QCategoryAxis* makeLogAxis(const QString& title, double lo, double hi, int max_ticks, LogLabels style);
+double logPosition(double value);
 // Removes every series and axis, and sets a title that says why the chart is empty when `empty_reason`
 // is set.
 void resetChart(QChart* chart, const QString& title, const QString& empty_reason = {});

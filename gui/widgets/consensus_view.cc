@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -10,9 +11,12 @@
 #include <QSplitter>
 #include <QTableView>
 #include <QVBoxLayout>
+#include <QtCharts/QLegendMarker>
 #include <QtCharts/QLineSeries>
+#include <QtCharts/QScatterSeries>
 
 #include "models/palette.h"
+#include "models/timeline_math.h"
 #include "widgets/chart_util.h"
 
 namespace gradscope::gui {
@@ -20,16 +24,6 @@ namespace gradscope::gui {
 namespace {
 // Ranks drawn as their own line; beyond this the charts would be unreadable, and the table has them all.
 constexpr int kMaxRankLines = 16;
-
-struct Mean {
-  double sum = 0;
-  int n = 0;
-  void add(double value) {
-    sum += value;
-    ++n;
-  }
-  double value() const { return n > 0 ? sum / n : 0; }
-};
 }  // namespace
 
 ConsensusView::ConsensusView(QWidget* parent)
@@ -99,13 +93,18 @@ void ConsensusView::setTrace(const TraceInfo& info) {
           note_->setText(QStringLiteral("Cannot read the consensus rows: %1").arg(outcome.error));
         } else {
           model_->setRows(std::move(*outcome.value));
+          const ConsensusSeries series = consensusSeries(model_->rows());
           note_->setText(
               model_->rows().empty()
                   ? QStringLiteral("This trace has no consensus rows: they come from "
                                    "<tt>gradscope run --mode explore</tt> on a job's all-reduces.")
-                  : QStringLiteral("%1 consensus rows. α near 1/N on every rank and cosines near 1 mean "
-                                   "the ranks agree; low diversity means averaging loses little.")
-                        .arg(model_->rows().size()));
+                  : QStringLiteral("%1 consensus rows at %2 %3. Lines: the mean per step; dots: each "
+                                   "explored buffer. Equal α on every rank (AdaCons weights near 1/N) and "
+                                   "cosines near 1 mean the ranks agree; low diversity means averaging "
+                                   "loses little.")
+                        .arg(model_->rows().size())
+                        .arg(series.diversity.size())
+                        .arg(series.steps_known ? QStringLiteral("steps") : QStringLiteral("reductions")));
         }
         redraw();
         table_->resizeColumnsToContents();
@@ -120,83 +119,82 @@ void ConsensusView::redraw() {
   resetChart(cosine_chart_->chart(), QStringLiteral("Cosine to the mean gradient"), empty);
   resetChart(diversity_chart_->chart(), QStringLiteral("Gradient diversity"), empty);
   if (rows.empty()) return;
-  const bool steps_known =
-      std::any_of(rows.begin(), rows.end(), [](const ConsensusRow& r) { return r.record.step >= 0; });
-  // x: the step, or the row's index within its rank when steps are unknown.
-  std::map<int, std::map<std::int64_t, Mean>> alpha, cosine;
-  std::map<std::int64_t, Mean> diversity;
-  std::map<int, std::int64_t> index_of_rank;
-  for (const ConsensusRow& row : rows) {
-    const std::int64_t x = steps_known ? row.record.step : index_of_rank[row.rank]++;
-    if (steps_known && x < 0) continue;
-    alpha[row.rank][x].add(row.record.alpha);
-    cosine[row.rank][x].add(row.record.cosine_to_mean);
-    diversity[x].add(row.record.diversity);
-  }
-  const QString x_title = steps_known ? QStringLiteral("step") : QStringLiteral("explored reduction");
-  struct Target {
-    QChart* chart;
-    std::map<int, std::map<std::int64_t, Mean>>* data;
-    QString y_title;
+  const ConsensusSeries series = consensusSeries(rows);
+  const QString x_title = series.steps_known ? QStringLiteral("step") : QStringLiteral("explored reduction");
+
+  // One chart: per line, its rows as light dots first, then every line (the mean per x) over them; the
+  // y range holds every row, the x range every x.
+  struct Line {
+    QString name;
+    QColor colour;
+    const std::vector<ConsensusPoint>* points;
   };
-  for (const Target& target : {Target{alpha_chart_->chart(), &alpha, QStringLiteral("α")},
-                               Target{cosine_chart_->chart(), &cosine, QStringLiteral("cosine")}}) {
+  const auto draw = [&x_title](QChart* chart, const QString& y_title, const std::vector<Line>& lines) {
     auto* x_axis = makeValueAxis(x_title, QStringLiteral("%d"));
-    auto* y_axis = makeValueAxis(target.y_title, QStringLiteral("%.3f"));
-    target.chart->addAxis(x_axis, Qt::AlignBottom);
-    target.chart->addAxis(y_axis, Qt::AlignLeft);
+    auto* y_axis = makeValueAxis(y_title, QStringLiteral("%.2f"));
+    chart->addAxis(x_axis, Qt::AlignBottom);
+    chart->addAxis(y_axis, Qt::AlignLeft);
     double lo = 1e300, hi = -1e300, x_lo = 1e300, x_hi = -1e300;
-    int drawn = 0;
-    for (const auto& [rank, points] : *target.data) {
-      if (drawn++ >= kMaxRankLines) break;
-      auto* series = new QLineSeries;
-      series->setName(QStringLiteral("rank %1").arg(rank));
-      series->setPen(QPen(paletteColor(rank), 1.5));
-      series->setPointsVisible(true);
-      for (const auto& [x, mean] : points) {
-        series->append(static_cast<double>(x), mean.value());
-        lo = std::min(lo, mean.value());
-        hi = std::max(hi, mean.value());
-        x_lo = std::min(x_lo, static_cast<double>(x));
-        x_hi = std::max(x_hi, static_cast<double>(x));
+    for (const Line& line : lines) {
+      auto* dots = new QScatterSeries;
+      QColor light = line.colour;
+      light.setAlpha(80);
+      dots->setColor(light);
+      dots->setBorderColor(Qt::transparent);
+      dots->setMarkerSize(5);
+      for (const ConsensusPoint& point : *line.points) {
+        for (const double value : point.values) {
+          dots->append(static_cast<double>(point.x), value);
+          lo = std::min(lo, value);
+          hi = std::max(hi, value);
+        }
+        x_lo = std::min(x_lo, static_cast<double>(point.x));
+        x_hi = std::max(x_hi, static_cast<double>(point.x));
       }
-      target.chart->addSeries(series);
-      series->attachAxis(x_axis);
-      series->attachAxis(y_axis);
+      chart->addSeries(dots);
+      dots->attachAxis(x_axis);
+      dots->attachAxis(y_axis);
+      for (QLegendMarker* marker : chart->legend()->markers(dots)) marker->setVisible(false);
     }
-    const double pad = std::max((hi - lo) * 0.08, 1e-3);
-    y_axis->setRange(lo - pad, hi + pad);
-    x_axis->setRange(x_lo, std::max(x_hi, x_lo + 1));
-    x_axis->applyNiceNumbers();
-    target.chart->legend()->setAlignment(Qt::AlignBottom);
+    for (const Line& line : lines) {
+      auto* mean_line = new QLineSeries;
+      mean_line->setName(line.name);
+      mean_line->setPen(QPen(line.colour, 2));
+      mean_line->setPointsVisible(true);
+      for (const ConsensusPoint& point : *line.points)
+        mean_line->append(static_cast<double>(point.x), point.mean);
+      chart->addSeries(mean_line);
+      mean_line->attachAxis(x_axis);
+      mean_line->attachAxis(y_axis);
+    }
+    if (lo > hi) return;
+    setNiceRange(y_axis, lo, hi, 8);
+    // x: whole steps, 1-2-5 apart.
+    const ValueAxisTicks x_ticks = niceValueAxis(x_lo, x_hi, 8, 0.02);
+    if (x_ticks.step >= 1) {
+      setNiceRange(x_axis, x_lo, x_hi, 8, 0.02);
+    } else {
+      x_axis->setRange(x_lo, std::max(x_hi, x_lo + 1));
+      x_axis->setTickType(QValueAxis::TicksFixed);
+      x_axis->setTickCount(static_cast<int>(std::max(x_hi, x_lo + 1) - x_lo) + 1);
+    }
+    x_axis->setLabelFormat(QStringLiteral("%d"));
+    chart->legend()->setAlignment(Qt::AlignBottom);
+  };
+
+  for (const auto& [chart, by_rank, y_title] :
+       {std::tuple{alpha_chart_->chart(), &series.alpha, QStringLiteral("α")},
+        std::tuple{cosine_chart_->chart(), &series.cosine, QStringLiteral("cosine")}}) {
+    std::vector<Line> lines;
+    for (const auto& [rank, points] : *by_rank) {
+      if (static_cast<int>(lines.size()) >= kMaxRankLines) break;
+      lines.push_back(Line{QStringLiteral("rank %1").arg(rank), paletteColor(rank), &points});
+    }
+    draw(chart, y_title, lines);
   }
-  QChart* chart = diversity_chart_->chart();
-  auto* x_axis = makeValueAxis(x_title, QStringLiteral("%d"));
-  auto* y_axis = makeValueAxis(QStringLiteral("Σ‖gᵢ‖² / ‖Σgᵢ‖²"), QStringLiteral("%.3f"));
-  chart->addAxis(x_axis, Qt::AlignBottom);
-  chart->addAxis(y_axis, Qt::AlignLeft);
-  auto* series = new QLineSeries;
-  series->setName(QStringLiteral("diversity (mean over the step's reductions)"));
-  series->setPen(QPen(paletteColor(6), 2));
-  series->setPointsVisible(true);
-  double lo = 1e300, hi = -1e300;
-  for (const auto& [x, mean] : diversity) {
-    series->append(static_cast<double>(x), mean.value());
-    lo = std::min(lo, mean.value());
-    hi = std::max(hi, mean.value());
-  }
-  chart->addSeries(series);
-  series->attachAxis(x_axis);
-  series->attachAxis(y_axis);
-  const double pad = std::max((hi - lo) * 0.08, 1e-3);
-  y_axis->setRange(lo - pad, hi + pad);
-  if (!diversity.empty()) {
-    x_axis->setRange(static_cast<double>(diversity.begin()->first),
-                     std::max(static_cast<double>(diversity.rbegin()->first),
-                              static_cast<double>(diversity.begin()->first) + 1));
-    x_axis->applyNiceNumbers();
-  }
-  chart->legend()->setAlignment(Qt::AlignBottom);
+  draw(diversity_chart_->chart(), QStringLiteral("Σ‖gᵢ‖² / ‖Σgᵢ‖²"),
+       {Line{QStringLiteral("diversity (mean over the step's reductions)"), paletteColor(6),
+             &series.diversity}});
 }
 
 }  // namespace gradscope::gui

@@ -1,5 +1,6 @@
 #include "widgets/runs_view.h"
 
+#include <QDir>
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -12,6 +13,19 @@
 #include "gradscope/common/units.h"
 
 namespace gradscope::gui {
+
+namespace {
+// Both traces are named the same way, whatever path they were given by: the file name in bold, its
+// directory's name before it (two runs' traces are often both trace.db); the full paths are in the
+// tooltip.
+QString fileLabel(const std::string& path) {
+  const QFileInfo file(QString::fromStdString(path));
+  const QString directory = file.absoluteDir().dirName();
+  return QStringLiteral("%1<b>%2</b>")
+      .arg(directory.isEmpty() ? QString() : (directory + QLatin1Char('/')).toHtmlEscaped(),
+           file.fileName().toHtmlEscaped());
+}
+}  // namespace
 
 RunsView::RunsView(QWidget* parent) : QWidget(parent), model_(new CheckModel(this)), jobs_(this) {
   auto* proxy = new QSortFilterProxyModel(this);
@@ -48,6 +62,7 @@ void RunsView::clear() {
   model_->setComparisons({});
   compare_->setEnabled(false);
   summary_->setText(QStringLiteral("No trace open."));
+  summary_->setToolTip({});
 }
 
 void RunsView::setTrace(const TraceInfo& info) {
@@ -68,6 +83,7 @@ void RunsView::compareWith(const QString& baseline_path) {
   baseline_ = baseline_path;
   loading_ = true;
   summary_->setText(QStringLiteral("Comparing with %1…").arg(baseline_path.toHtmlEscaped()));
+  summary_->setToolTip({});
   const std::string baseline = baseline_path.toStdString();
   const std::string current = current_;
   jobs_.run<tuner::CheckResult>(
@@ -89,11 +105,10 @@ void RunsView::compareWith(const QString& baseline_path) {
                                     : QStringLiteral(
                                           "<span style='color:#2e7d32'><b>no regression</b></span> "
                                           "(gradscope check exits 0)");
-        summary_->setText(QStringLiteral("Baseline <tt>%1</tt> → current <tt>%2</tt>: %3<br>"
+        summary_->setText(QStringLiteral("Baseline %1 → current %2: %3<br>"
                                          "%4 regressions · %5 improvements · %6 noisy · %7 unchanged · "
                                          "%8 keys measured on one side only · tolerance %9 %, α %10")
-                              .arg(QString::fromStdString(result.baseline_path).toHtmlEscaped(),
-                                   QString::fromStdString(result.current_path).toHtmlEscaped(), verdict)
+                              .arg(fileLabel(result.baseline_path), fileLabel(result.current_path), verdict)
                               .arg(result.count(tuner::Verdict::Regression))
                               .arg(result.count(tuner::Verdict::Improvement))
                               .arg(result.count(tuner::Verdict::Noisy))
@@ -101,6 +116,10 @@ void RunsView::compareWith(const QString& baseline_path) {
                               .arg(result.not_compared.size())
                               .arg(100 * result.tolerance, 0, 'g', 3)
                               .arg(result.alpha, 0, 'g', 3));
+        summary_->setToolTip(
+            QStringLiteral("Baseline: %1\nCurrent: %2")
+                .arg(QFileInfo(QString::fromStdString(result.baseline_path)).absoluteFilePath(),
+                     QFileInfo(QString::fromStdString(result.current_path)).absoluteFilePath()));
         model_->setComparisons(result.comparisons);
         table_->resizeColumnsToContents();
         emit loaded();

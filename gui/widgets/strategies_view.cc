@@ -30,8 +30,10 @@ namespace gradscope::gui {
 namespace {
 // Strategies drawn by default: the baseline and the fastest at the largest size, at most this many.
 constexpr int kDefaultChecked = 7;
-// Exact strategies have no log position: they are drawn at this error, and the axis says so.
+// Exact strategies have no log position: they are drawn at this error, and a note under the chart says so.
 constexpr double kExactErrorFloor = 1e-9;
+// The min–max bands of the time chart: light enough that seven overlapping ones leave the lines readable.
+constexpr int kBandAlpha = 14;
 
 QString groupLabel(Api api, DType dtype, int world) {
   return QStringLiteral("%1 · %2 · %3 ranks").arg(toQString(name(api)), toQString(name(dtype))).arg(world);
@@ -78,7 +80,18 @@ StrategiesView::StrategiesView(QWidget* parent)
   auto* charts = new QHBoxLayout;
   charts->addWidget(time_chart_, 1);
   charts->addWidget(busbw_chart_, 1);
-  charts->addWidget(error_chart_, 1);
+  // Exact results have no place on a log axis: the note says where they are.
+  auto* error_column = new QVBoxLayout;
+  error_column->setSpacing(2);
+  error_column->addWidget(error_chart_, 1);
+  auto* exact_note =
+      new QLabel(QStringLiteral("Bit-exact results (error 0) are drawn at %1.")
+                     .arg(QString::fromStdString(logTickLabel(kExactErrorFloor, LogLabels::Scientific))),
+                 this);
+  exact_note->setAlignment(Qt::AlignHCenter);
+  exact_note->setWordWrap(true);
+  error_column->addWidget(exact_note);
+  charts->addLayout(error_column, 1);
   auto* top = new QWidget(this);
   auto* top_layout = new QHBoxLayout(top);
   top_layout->setContentsMargins(0, 0, 0, 0);
@@ -242,69 +255,85 @@ void StrategiesView::redraw() {
       drawn.push_back(item->text().toStdString());
     }
   }
-  auto* time_x = makeLogAxis(QStringLiteral("size (bytes)"), QStringLiteral("%g"));
-  auto* time_y = makeLogAxis(QStringLiteral("time (µs)"), QStringLiteral("%g"));
-  auto* bw_x = makeLogAxis(QStringLiteral("size (bytes)"), QStringLiteral("%g"));
+  // The series of each drawn strategy, sorted by size; the ranges of the axes from them.
+  struct Drawn {
+    QColor colour;
+    QString name;
+    std::vector<const StrategyPoint*> points;
+  };
+  std::vector<Drawn> series_of;
+  double lo_bytes = 1e300, hi_bytes = 0, max_bw = 0, lowest_ns = 1e300, highest_median_ns = 0;
+  for (std::size_t s = 0; s < drawn.size(); ++s) {
+    Drawn d{paletteColor(static_cast<int>(s)), QString::fromStdString(drawn[s]), {}};
+    for (const StrategyPoint* p : points) {
+      if (p->strategy != drawn[s] || p->bytes <= 0) continue;
+      d.points.push_back(p);
+      lo_bytes = std::min(lo_bytes, static_cast<double>(p->bytes));
+      hi_bytes = std::max(hi_bytes, static_cast<double>(p->bytes));
+      max_bw = std::max(max_bw, p->busbw_gbs);
+      lowest_ns = std::min(lowest_ns, std::max(p->min_ns, 1.0));
+      highest_median_ns = std::max(highest_median_ns, std::max(p->median_ns, 1.0));
+    }
+    std::sort(d.points.begin(), d.points.end(), [](auto* a, auto* b) { return a->bytes < b->bytes; });
+    if (!d.points.empty()) series_of.push_back(std::move(d));
+  }
+  if (series_of.empty()) {
+    lo_bytes = 1;
+    hi_bytes = 1e6;
+    lowest_ns = highest_median_ns = 1e3;
+  }
+  auto* time_x =
+      makeLogAxis(QStringLiteral("size (bytes)"), lo_bytes / 1.3, hi_bytes * 1.3, 8, LogLabels::Si);
+  // Medians decide the range; a band's outliers above three times the slowest median are cut off.
+  auto* time_y = makeLogAxis(QStringLiteral("time (µs)"), lowest_ns / 1e3 / 1.3, highest_median_ns / 1e3 * 3,
+                             10, LogLabels::Plain);
+  auto* bw_x = makeLogAxis(QStringLiteral("size (bytes)"), lo_bytes / 1.3, hi_bytes * 1.3, 8, LogLabels::Si);
   auto* bw_y = makeValueAxis(QStringLiteral("bus bandwidth (GB/s)"), QStringLiteral("%.2f"));
-  auto* err_x = makeLogAxis(QStringLiteral("median time (µs)"), QStringLiteral("%g"));
-  auto* err_y = makeLogAxis(QStringLiteral("relative L2 error (exact at 1e-9)"), QStringLiteral("%.0e"));
+  setNiceRange(bw_y, 0, std::max(max_bw, 0.001), 8);
   time_chart->addAxis(time_x, Qt::AlignBottom);
   time_chart->addAxis(time_y, Qt::AlignLeft);
   busbw_chart->addAxis(bw_x, Qt::AlignBottom);
   busbw_chart->addAxis(bw_y, Qt::AlignLeft);
-  error_chart->addAxis(err_x, Qt::AlignBottom);
-  error_chart->addAxis(err_y, Qt::AlignLeft);
 
-  double max_bw = 0;
-  double lowest_ns = 1e300, highest_median_ns = 0;
-  for (std::size_t s = 0; s < drawn.size(); ++s) {
-    const std::string& strategy = drawn[s];
-    const QColor colour = paletteColor(static_cast<int>(s));
-    std::vector<const StrategyPoint*> mine;
-    for (const StrategyPoint* p : points) {
-      if (p->strategy == strategy && p->bytes > 0) mine.push_back(p);
-    }
-    std::sort(mine.begin(), mine.end(), [](auto* a, auto* b) { return a->bytes < b->bytes; });
-    if (mine.empty()) continue;
-    auto* median = new QLineSeries;
+  // Bands first, every line over every band: a band never hides a line.
+  for (const Drawn& d : series_of) {
     auto* low = new QLineSeries;
     auto* high = new QLineSeries;
-    auto* bw = new QLineSeries;
-    median->setName(QString::fromStdString(strategy));
-    bw->setName(QString::fromStdString(strategy));
-    for (const StrategyPoint* p : mine) {
-      const auto bytes = static_cast<double>(p->bytes);
-      median->append(bytes, std::max(p->median_ns, 1.0) / 1e3);
-      low->append(bytes, std::max(p->min_ns, 1.0) / 1e3);
-      high->append(bytes, std::max(p->max_ns, 1.0) / 1e3);
-      bw->append(bytes, p->busbw_gbs);
-      max_bw = std::max(max_bw, p->busbw_gbs);
-      lowest_ns = std::min(lowest_ns, std::max(p->min_ns, 1.0));
-      highest_median_ns = std::max(highest_median_ns, p->median_ns);
+    for (const StrategyPoint* p : d.points) {
+      const double x = logPosition(static_cast<double>(p->bytes));
+      low->append(x, logPosition(std::max(p->min_ns, 1.0) / 1e3));
+      high->append(x, logPosition(std::max(p->max_ns, 1.0) / 1e3));
     }
     auto* band = new QAreaSeries(high, low);
-    QColor fill = colour;
-    fill.setAlpha(28);
+    QColor fill = d.colour;
+    fill.setAlpha(kBandAlpha);
     band->setBrush(fill);
     band->setPen(Qt::NoPen);
     time_chart->addSeries(band);
     band->attachAxis(time_x);
     band->attachAxis(time_y);
-    for (QLegendMarker* marker : time_chart->legend()->markers(band)) marker->setVisible(false);
-    median->setPen(QPen(colour, 2));
+  }
+  for (const Drawn& d : series_of) {
+    auto* median = new QLineSeries;
+    auto* bw = new QLineSeries;
+    median->setName(d.name);
+    bw->setName(d.name);
+    for (const StrategyPoint* p : d.points) {
+      const double x = logPosition(static_cast<double>(p->bytes));
+      median->append(x, logPosition(std::max(p->median_ns, 1.0) / 1e3));
+      bw->append(x, p->busbw_gbs);
+    }
+    median->setPen(QPen(d.colour, 2));
     median->setPointsVisible(true);
     time_chart->addSeries(median);
     median->attachAxis(time_x);
     median->attachAxis(time_y);
-    bw->setPen(QPen(colour, 2));
+    bw->setPen(QPen(d.colour, 2));
     bw->setPointsVisible(true);
     busbw_chart->addSeries(bw);
     bw->attachAxis(bw_x);
     bw->attachAxis(bw_y);
   }
-  bw_y->setRange(0, std::max(max_bw * 1.1, 0.001));
-  // Medians decide the range; a band's outliers above three times the slowest median are cut off.
-  if (highest_median_ns > 0) time_y->setRange(lowest_ns / 1e3 / 1.3, highest_median_ns / 1e3 * 3);
 
   // Error vs time at the chosen size: every strategy measured there; the Pareto front over all of them.
   std::vector<const StrategyPoint*> at_size;
@@ -317,12 +346,32 @@ void StrategiesView::redraw() {
                              std::max(p->rel_l2_error.value_or(0.0), kExactErrorFloor));
   }
   const std::vector<bool> front = paretoFront(coordinates);
+  // A log axis needs a positive range that shows every point with some room.
+  double lo_t = 1e300, hi_t = 0, lo_e = 1e300, hi_e = 0;
+  for (const auto& [t, e] : coordinates) {
+    lo_t = std::min(lo_t, t);
+    hi_t = std::max(hi_t, t);
+    lo_e = std::min(lo_e, e);
+    hi_e = std::max(hi_e, e);
+  }
+  if (coordinates.empty()) {
+    lo_t = hi_t = 1;
+    lo_e = hi_e = kExactErrorFloor;
+  }
+  auto* err_x = makeLogAxis(QStringLiteral("median time (µs)"), lo_t / 1.3, hi_t * 1.3, 7, LogLabels::Plain);
+  auto* err_y = makeLogAxis(QStringLiteral("relative L2 error"), lo_e / 3, std::max(hi_e * 3, lo_e * 30), 12,
+                            LogLabels::Scientific);
+  error_chart->addAxis(err_x, Qt::AlignBottom);
+  error_chart->addAxis(err_y, Qt::AlignLeft);
+  for (auto& [t, e] : coordinates) {
+    t = logPosition(t);
+    e = logPosition(e);
+  }
   std::vector<std::pair<double, double>> front_points;
   auto* others = new QScatterSeries;
   others->setName(QStringLiteral("other strategies"));
   others->setColor(QColor(0xba, 0xb0, 0xac));
   others->setMarkerSize(7);
-  std::map<std::string, QScatterSeries*> named;
   for (std::size_t i = 0; i < at_size.size(); ++i) {
     const auto drawn_at = std::find(drawn.begin(), drawn.end(), at_size[i]->strategy);
     if (front[i]) front_points.push_back(coordinates[i]);
@@ -352,18 +401,6 @@ void StrategiesView::redraw() {
   error_chart->addSeries(front_line);
   front_line->attachAxis(err_x);
   front_line->attachAxis(err_y);
-  // A log axis needs a positive range that shows every point with some room.
-  double lo_t = 1e300, hi_t = 0, lo_e = 1e300, hi_e = 0;
-  for (const auto& [t, e] : coordinates) {
-    lo_t = std::min(lo_t, t);
-    hi_t = std::max(hi_t, t);
-    lo_e = std::min(lo_e, e);
-    hi_e = std::max(hi_e, e);
-  }
-  if (!coordinates.empty()) {
-    err_x->setRange(lo_t / 1.5, hi_t * 1.5);
-    err_y->setRange(lo_e / 5, std::max(hi_e * 5, lo_e * 50));
-  }
   time_chart->legend()->setVisible(false);
   busbw_chart->legend()->setVisible(false);
   error_chart->legend()->setVisible(true);

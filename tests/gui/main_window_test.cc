@@ -14,6 +14,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <QtCharts/QChartView>
+#include <QtCharts/QLineSeries>
+#include <QtCharts/QScatterSeries>
 
 #include "gradscope/storage/writer.h"
 #include "gui_test_support.h"
@@ -150,6 +152,26 @@ class MainWindowTest : public QObject {
     }
     QCOMPARE(window.strategies()->model()->rowCount(), 12);
     QCOMPARE(window.consensus()->model()->rowCount(), 160);
+    // Consensus charts: per rank a line with one point per step, steps increasing, over the rows' dots;
+    // the diversity one line with one point per step.
+    for (QChartView* view : window.tabs()->widget(2)->findChildren<QChartView*>()) {
+      const bool diversity = view->chart()->title().startsWith(QStringLiteral("Gradient diversity"));
+      int lines = 0;
+      qsizetype dots = 0;
+      for (QAbstractSeries* series : view->chart()->series()) {
+        if (auto* scatter = qobject_cast<QScatterSeries*>(series)) {
+          dots += scatter->count();
+          continue;
+        }
+        auto* line = qobject_cast<QLineSeries*>(series);
+        QVERIFY(line != nullptr);
+        ++lines;
+        QCOMPARE(line->count(), 40);
+        for (int i = 1; i < line->count(); ++i) QVERIFY(line->at(i).x() > line->at(i - 1).x());
+      }
+      QCOMPARE(lines, diversity ? 1 : 4);
+      QCOMPARE(dots, qsizetype{160});
+    }
 
     // Recommendation: the tuner ran, its sizes are listed, the exports work.
     window.tabs()->setCurrentIndex(3);

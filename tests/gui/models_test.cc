@@ -2,6 +2,7 @@
 // sort of every call, the measurement aggregation, the Pareto front and the timeline frame loader.
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include <QAbstractItemModelTester>
@@ -225,6 +226,63 @@ class ModelsTest : public QObject {
     QCOMPARE(model.rowCount(), 40 * 4);
     QCOMPARE(model.data(model.index(0, ConsensusModel::ColStep)).toLongLong(), qint64{0});
     QVERIFY(model.data(model.index(0, ConsensusModel::ColAlpha), kSortRole).toDouble() > 0);
+  }
+
+  // The charts' series: one point per rank and step, the mean of that step's rows, steps sorted whatever
+  // the rows' order; every row's value kept for the dots.
+  void consensusSeriesPerStep() {
+    const auto row = [](int rank, std::int64_t step, double alpha, double cosine, double diversity) {
+      ConsensusRow r;
+      r.rank = rank;
+      r.record.rank_id = rank + 10;
+      r.record.step = step;
+      r.record.alpha = alpha;
+      r.record.cosine_to_mean = cosine;
+      r.record.diversity = diversity;
+      return r;
+    };
+    // Step 7 comes first and has three explored buffers on rank 0, two on rank 1; step 3 has one each.
+    const std::vector<ConsensusRow> rows = {
+        row(0, 7, 0.1, 0.9, 1.0), row(1, 7, 0.3, 0.5, 1.0), row(0, 7, 0.2, 0.8, 2.0),
+        row(0, 7, 0.6, 0.4, 3.0), row(1, 7, 0.5, 0.7, 2.0), row(0, 3, 0.4, 0.6, 1.5),
+        row(1, 3, 0.6, 0.2, 1.5),
+    };
+    const ConsensusSeries series = consensusSeries(rows);
+    QVERIFY(series.steps_known);
+    QCOMPARE(series.alpha.size(), std::size_t{2});
+    const std::vector<ConsensusPoint>& alpha0 = series.alpha.at(0);
+    QCOMPARE(alpha0.size(), std::size_t{2});
+    QCOMPARE(alpha0[0].x, std::int64_t{3});
+    QCOMPARE(alpha0[0].mean, 0.4);
+    QCOMPARE(alpha0[1].x, std::int64_t{7});
+    QCOMPARE(alpha0[1].values, (std::vector<double>{0.1, 0.2, 0.6}));
+    QVERIFY(std::abs(alpha0[1].mean - 0.3) < 1e-12);
+    QVERIFY(std::abs(series.alpha.at(1)[1].mean - 0.4) < 1e-12);
+    QVERIFY(std::abs(series.cosine.at(0)[1].mean - 0.7) < 1e-12);
+    QVERIFY(std::abs(series.cosine.at(1)[1].mean - 0.6) < 1e-12);
+    // Diversity: one point per step, the mean over the step's rows of every rank.
+    QCOMPARE(series.diversity.size(), std::size_t{2});
+    QCOMPARE(series.diversity[0].x, std::int64_t{3});
+    QCOMPARE(series.diversity[0].mean, 1.5);
+    QCOMPARE(series.diversity[1].values.size(), std::size_t{5});
+    QVERIFY(std::abs(series.diversity[1].mean - 1.8) < 1e-12);
+
+    // No known step: x is the row's index within its rank.
+    std::vector<ConsensusRow> unknown = {row(0, -1, 0.1, 0.9, 1.0), row(1, -1, 0.3, 0.5, 1.0),
+                                         row(0, -1, 0.2, 0.8, 2.0)};
+    const ConsensusSeries by_index = consensusSeries(unknown);
+    QVERIFY(!by_index.steps_known);
+    QCOMPARE(by_index.alpha.at(0).size(), std::size_t{2});
+    QCOMPARE(by_index.alpha.at(0)[1].x, std::int64_t{1});
+    QCOMPARE(by_index.alpha.at(0)[1].mean, 0.2);
+    QCOMPARE(by_index.diversity[0].mean, 1.0);
+    QCOMPARE(by_index.diversity[1].mean, 2.0);
+    // A row without a step among rows with steps is left out.
+    unknown.push_back(row(1, 4, 0.5, 0.5, 1.0));
+    const ConsensusSeries mixed = consensusSeries(unknown);
+    QCOMPARE(mixed.alpha.size(), std::size_t{1});
+    QCOMPARE(mixed.diversity.size(), std::size_t{1});
+    QVERIFY(consensusSeries({}).diversity.empty());
   }
 
   void recommendationModel() {

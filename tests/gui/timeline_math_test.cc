@@ -2,6 +2,8 @@
 
 #include "models/timeline_math.h"
 
+#include <cmath>
+
 #include <QTest>
 
 using gradscope::gui::TimelineMath;
@@ -119,6 +121,80 @@ class TimelineMathTest : public QObject {
     QFETCH(double, step);
     QFETCH(QString, label);
     QCOMPARE(QString::fromStdString(gradscope::gui::tickLabel(t, step)), label);
+  }
+
+  void niceValueAxes_data() {
+    QTest::addColumn<double>("lo");
+    QTest::addColumn<double>("hi");
+    QTest::addColumn<int>("max_ticks");
+    QTest::addColumn<double>("min");
+    QTest::addColumn<double>("max");
+    QTest::addColumn<int>("ticks");
+    QTest::addColumn<int>("decimals");
+    // The bus bandwidth chart: from 0, not 0.00, 0.88, 1.76…
+    QTest::newRow("bandwidth") << 0.0 << 3.19 << 8 << 0.0 << 3.5 << 8 << 1;
+    // α: non-negative data is not padded below 0.
+    QTest::newRow("alpha") << 0.0004 << 0.0359 << 8 << 0.0 << 0.04 << 5 << 2;
+    QTest::newRow("cosine") << 0.32 << 0.86 << 8 << 0.2 << 0.9 << 8 << 1;
+    QTest::newRow("negative") << -3.0 << 7.0 << 6 << -5.0 << 10.0 << 4 << 0;
+    QTest::newRow("one value") << 2.0 << 2.0 << 8 << 1.8 << 2.2 << 5 << 1;
+  }
+  void niceValueAxes() {
+    QFETCH(double, lo);
+    QFETCH(double, hi);
+    QFETCH(int, max_ticks);
+    const gradscope::gui::ValueAxisTicks axis = gradscope::gui::niceValueAxis(lo, hi, max_ticks);
+    QTEST(axis.min, "min");
+    QTEST(axis.max, "max");
+    QTEST(axis.ticks, "ticks");
+    QTEST(axis.decimals, "decimals");
+    QVERIFY(axis.ticks <= max_ticks);
+  }
+
+  void niceLogAxes_data() {
+    QTest::addColumn<double>("lo");
+    QTest::addColumn<double>("hi");
+    QTest::addColumn<int>("max_ticks");
+    QTest::addColumn<QVector<double>>("ticks");
+    // A narrow range still gets several labels, and its ends are labelled.
+    QTest::newRow("7 to 40") << 7.0 << 40.0 << 7 << QVector<double>{5, 10, 20, 50};
+    QTest::newRow("1-3") << 30.0 << 42000.0 << 8 << QVector<double>{30, 100, 300, 1e3, 3e3, 1e4, 3e4, 1e5};
+    QTest::newRow("decades") << 3e-10 << 0.3 << 12 << QVector<double>{1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5,
+                                                                      1e-4,  1e-3, 1e-2, 1e-1, 1};
+    QTest::newRow("every 2nd decade")
+        << 3e-10 << 0.3 << 7 << QVector<double>{1e-10, 1e-8, 1e-6, 1e-4, 1e-2, 1};
+    QTest::newRow("on a tick") << 1.0 << 100.0 << 8 << QVector<double>{1, 2, 5, 10, 20, 50, 100};
+  }
+  void niceLogAxes() {
+    QFETCH(double, lo);
+    QFETCH(double, hi);
+    QFETCH(int, max_ticks);
+    QFETCH(QVector<double>, ticks);
+    const gradscope::gui::LogAxisTicks axis = gradscope::gui::niceLogAxis(lo, hi, max_ticks);
+    QCOMPARE(axis.ticks.size(), static_cast<std::size_t>(ticks.size()));
+    for (qsizetype i = 0; i < ticks.size(); ++i) {
+      QVERIFY2(std::abs(axis.ticks[static_cast<std::size_t>(i)] / ticks[i] - 1) < 1e-9,
+               qPrintable(QString::number(i)));
+    }
+    QCOMPARE(axis.min, axis.ticks.front());
+    QCOMPARE(axis.max, axis.ticks.back());
+    QVERIFY(axis.min <= lo && axis.max >= hi);
+  }
+
+  void logTickLabels() {
+    using gradscope::gui::LogLabels;
+    using gradscope::gui::logTickLabel;
+    QCOMPARE(logTickLabel(0.5, LogLabels::Plain), std::string("0.5"));
+    QCOMPARE(logTickLabel(20, LogLabels::Plain), std::string("20"));
+    QCOMPARE(logTickLabel(2e-5, LogLabels::Plain), std::string("2e-5"));
+    QCOMPARE(logTickLabel(1e6, LogLabels::Plain), std::string("1e6"));
+    QCOMPARE(logTickLabel(300, LogLabels::Si), std::string("300"));
+    QCOMPARE(logTickLabel(3e4, LogLabels::Si), std::string("30k"));
+    QCOMPARE(logTickLabel(1e6, LogLabels::Si), std::string("1M"));
+    QCOMPARE(logTickLabel(1, LogLabels::Scientific), std::string("1"));
+    QCOMPARE(logTickLabel(0.1, LogLabels::Scientific), std::string("1e-1"));
+    QCOMPARE(logTickLabel(1e-9, LogLabels::Scientific), std::string("1e-9"));
+    QCOMPARE(logTickLabel(5e3, LogLabels::Scientific), std::string("5e3"));
   }
 };
 
