@@ -2,11 +2,30 @@
 
 #include <cmath>
 
+#include <QHeaderView>
+#include <QSortFilterProxyModel>
 #include <QtCharts/QLegend>
 
+#include "models/analysis_models.h"
 #include "models/timeline_math.h"
 
 namespace gradscope::gui {
+
+QTableView* makeSortedTable(QAbstractItemModel* model, int sort_column, bool stretch_last, QWidget* parent) {
+  auto* proxy = new QSortFilterProxyModel(parent);
+  proxy->setSourceModel(model);
+  proxy->setSortRole(kSortRole);
+  auto* table = new QTableView(parent);
+  table->setModel(proxy);
+  table->setSortingEnabled(sort_column >= 0);
+  if (sort_column >= 0) table->sortByColumn(sort_column, Qt::AscendingOrder);
+  table->setAlternatingRowColors(true);
+  table->verticalHeader()->hide();
+  table->verticalHeader()->setDefaultSectionSize(table->fontMetrics().height() + 6);
+  table->horizontalHeader()->setStretchLastSection(stretch_last);
+  table->setSelectionBehavior(QAbstractItemView::SelectRows);
+  return table;
+}
 
 QChartView* makeChartView(const QString& title, QWidget* parent) {
   auto* chart = new QChart;

@@ -1,9 +1,12 @@
 #pragma once
 
-// Small helpers shared by the chart views: a chart with readable fonts and no animation, log and value
-// axes with round ticks and units in their titles, and a placeholder text for a chart without data.
+// Small helpers shared by the analysis views: a chart with readable fonts and no animation, log and value
+// axes with round ticks and units in their titles, a placeholder text for a chart without data, and the
+// views' sortable tables.
 
+#include <QAbstractItemModel>
 #include <QString>
+#include <QTableView>
 #include <QtCharts/QCategoryAxis>
 #include <QtCharts/QChart>
 #include <QtCharts/QChartView>
@@ -14,6 +17,9 @@
 namespace gradscope::gui {
 
 QChartView* makeChartView(const QString& title, QWidget* parent);
+// A read-only table over `model` through a proxy sorting on kSortRole: rows selected whole, alternating
+// colours, compact rows. `sort_column` < 0 keeps the model's own order (no sorting by the user).
+QTableView* makeSortedTable(QAbstractItemModel* model, int sort_column, bool stretch_last, QWidget* parent);
 QValueAxis* makeValueAxis(const QString& title, const QString& format);
 // Gives a value axis the range [lo, hi] with a margin, rounded to 1-2-5 ticks (niceValueAxis), and a
 // label format with the digits the step needs.

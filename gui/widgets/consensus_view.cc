@@ -7,7 +7,6 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
-#include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QTableView>
 #include <QVBoxLayout>
@@ -28,17 +27,7 @@ constexpr int kMaxRankLines = 16;
 
 ConsensusView::ConsensusView(QWidget* parent)
     : QWidget(parent), model_(new ConsensusModel(this)), jobs_(this) {
-  auto* proxy = new QSortFilterProxyModel(this);
-  proxy->setSourceModel(model_);
-  proxy->setSortRole(kSortRole);
-  table_ = new QTableView(this);
-  table_->setModel(proxy);
-  table_->setSortingEnabled(true);
-  table_->sortByColumn(ConsensusModel::ColStep, Qt::AscendingOrder);
-  table_->setAlternatingRowColors(true);
-  table_->verticalHeader()->hide();
-  table_->verticalHeader()->setDefaultSectionSize(table_->fontMetrics().height() + 6);
-  table_->horizontalHeader()->setStretchLastSection(false);
+  table_ = makeSortedTable(model_, ConsensusModel::ColStep, false, this);
   alpha_chart_ = makeChartView(QStringLiteral("AdaCons α per rank"), this);
   cosine_chart_ = makeChartView(QStringLiteral("Cosine to the mean gradient"), this);
   diversity_chart_ = makeChartView(QStringLiteral("Gradient diversity"), this);

@@ -11,13 +11,13 @@
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSaveFile>
-#include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QTableView>
 #include <QTextBrowser>
 #include <QVBoxLayout>
 
 #include "gradscope/common/units.h"
+#include "widgets/chart_util.h"
 
 namespace gradscope::gui {
 
@@ -71,17 +71,7 @@ RecommendationView::RecommendationView(QWidget* parent)
   summary_->setMinimumHeight(summary_->fontMetrics().height() * 4);
   summary_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
   reasoning_ = new QTextBrowser(this);
-  auto* proxy = new QSortFilterProxyModel(this);
-  proxy->setSourceModel(model_);
-  proxy->setSortRole(kSortRole);
-  table_ = new QTableView(this);
-  table_->setModel(proxy);
-  table_->setSortingEnabled(true);
-  table_->sortByColumn(RecommendationModel::ColApi, Qt::AscendingOrder);
-  table_->setAlternatingRowColors(true);
-  table_->verticalHeader()->hide();
-  table_->verticalHeader()->setDefaultSectionSize(table_->fontMetrics().height() + 6);
-  table_->horizontalHeader()->setStretchLastSection(true);
+  table_ = makeSortedTable(model_, RecommendationModel::ColApi, true, this);
 
   auto* options = new QHBoxLayout;
   options->addWidget(new QLabel(QStringLiteral("Error budget:"), this));

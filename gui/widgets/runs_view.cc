@@ -6,11 +6,11 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QPushButton>
-#include <QSortFilterProxyModel>
 #include <QTableView>
 #include <QVBoxLayout>
 
 #include "gradscope/common/units.h"
+#include "widgets/chart_util.h"
 
 namespace gradscope::gui {
 
@@ -28,16 +28,7 @@ QString fileLabel(const std::string& path) {
 }  // namespace
 
 RunsView::RunsView(QWidget* parent) : QWidget(parent), model_(new CheckModel(this)), jobs_(this) {
-  auto* proxy = new QSortFilterProxyModel(this);
-  proxy->setSourceModel(model_);
-  proxy->setSortRole(kSortRole);
-  table_ = new QTableView(this);
-  table_->setModel(proxy);
-  table_->setSortingEnabled(false);  // the check's own order: regressions first
-  table_->setAlternatingRowColors(true);
-  table_->verticalHeader()->hide();
-  table_->verticalHeader()->setDefaultSectionSize(table_->fontMetrics().height() + 6);
-  table_->horizontalHeader()->setStretchLastSection(true);
+  table_ = makeSortedTable(model_, -1, true, this);  // the check's own order: regressions first
   summary_ = new QLabel(this);
   summary_->setWordWrap(true);
   summary_->setTextFormat(Qt::RichText);

@@ -12,7 +12,6 @@
 #include <QLabel>
 #include <QListWidget>
 #include <QPixmap>
-#include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QTableView>
 #include <QVBoxLayout>
@@ -39,26 +38,11 @@ QString groupLabel(Api api, DType dtype, int world) {
   return QStringLiteral("%1 · %2 · %3 ranks").arg(toQString(name(api)), toQString(name(dtype))).arg(world);
 }
 
-QTableView* makeTable(QAbstractItemModel* model, QWidget* parent) {
-  auto* proxy = new QSortFilterProxyModel(parent);
-  proxy->setSourceModel(model);
-  proxy->setSortRole(kSortRole);
-  auto* table = new QTableView(parent);
-  table->setModel(proxy);
-  table->setSortingEnabled(true);
-  table->sortByColumn(0, Qt::AscendingOrder);
-  table->setAlternatingRowColors(true);
-  table->verticalHeader()->hide();
-  table->verticalHeader()->setDefaultSectionSize(table->fontMetrics().height() + 6);
-  table->horizontalHeader()->setStretchLastSection(true);
-  table->setSelectionBehavior(QAbstractItemView::SelectRows);
-  return table;
-}
 }  // namespace
 
 StrategiesView::StrategiesView(QWidget* parent)
     : QWidget(parent), model_(new StrategiesModel(this)), jobs_(this) {
-  table_ = makeTable(model_, this);
+  table_ = makeSortedTable(model_, 0, true, this);
   group_ = new QComboBox(this);
   size_ = new QComboBox(this);
   strategies_ = new QListWidget(this);
