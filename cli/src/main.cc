@@ -16,6 +16,7 @@
 #include "gradscope/cli/report.h"
 #include "gradscope/cli/run.h"
 #include "gradscope/common/error.h"
+#include "gradscope/common/units.h"
 #include "gradscope/common/version.h"
 #include "gradscope/storage/export.h"
 #include "gradscope/storage/merge.h"
@@ -257,10 +258,15 @@ int main(int argc, char** argv) {
     } else if (*merge) {
       const auto inputs = storage::expandTraceInputs(merge_inputs, merge_output);
       const auto summary = storage::mergeTraces(inputs, merge_output, merge_options);
-      fmt::print("merged {} file{} ({} run{}, {} rank{}, {} calls, {} measurements{}) into {}\n",
+      fmt::print("merged {} file{} ({} run{}, {} rank{}, {} calls, {} measurements{}{}) into {}\n",
                  summary.files, summary.files == 1 ? "" : "s", summary.runs, summary.runs == 1 ? "" : "s",
                  summary.ranks, summary.ranks == 1 ? "" : "s", summary.calls, summary.measurements,
                  summary.steps_detected > 0 ? fmt::format(", {} steps detected", summary.steps_detected) : "",
+                 summary.largest_offset_ns > 0
+                     ? fmt::format(", clocks of {} host{} aligned (largest offset {})", summary.hosts_aligned,
+                                   summary.hosts_aligned == 1 ? "" : "s",
+                                   gradscope::formatDuration(static_cast<double>(summary.largest_offset_ns)))
+                     : "",
                  merge_output);
     } else if (*exporter) {
       const bool chrome = export_format == "chrome-trace";

@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -141,6 +143,57 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
   return detected;
 }
 
+// Clock offsets between hosts. Ranks on one host share its clock; hosts' clocks differ by however well
+// NTP/PTP keeps them, which misaligns a multi-node timeline by up to milliseconds. Every rank leaves a
+// blocking all-reduce when the last rank's data has arrived, so the ends of one all-reduce (same
+// communicator key and sequence number on every rank) happen at nearly the same true time: the median
+// over many of them of (reference end - this host's end) is the offset to add to this host's times.
+// Only the first kClockSamples all-reduces of each communicator are kept (bounded memory, the same calls on
+// every rank), and at least kMinClockMatches matched ends are needed for an estimate.
+constexpr std::int64_t kClockSamples = 4096;
+constexpr std::size_t kMinClockMatches = 8;
+
+struct ClockSamples {
+  // (run uuid, communicator key, seq) -> (merged rank id, end on its host's clock)
+  std::map<std::tuple<std::string, std::string, std::int64_t>,
+           std::vector<std::pair<std::int64_t, std::int64_t>>>
+      ends;
+  std::map<std::int64_t, std::pair<std::string, std::string>> host_of;  // merged rank id -> (run uuid, host)
+  std::map<std::string, std::pair<int, std::string>> reference;         // run uuid -> (lowest rank, its host)
+};
+
+bool alignsEnds(Api api) {
+  return api == Api::MpiAllreduce || api == Api::NcclAllReduce;
+}
+
+// Offsets per (run uuid, host) for the hosts other than each run's reference host (the lowest rank's).
+std::map<std::pair<std::string, std::string>, std::int64_t> estimateClockOffsets(
+    const ClockSamples& samples) {
+  std::map<std::pair<std::string, std::string>, std::vector<std::int64_t>> differences;
+  for (const auto& [key, ends] : samples.ends) {
+    const std::string& run = std::get<0>(key);
+    const auto reference = samples.reference.find(run);
+    if (reference == samples.reference.end()) continue;
+    std::optional<std::int64_t> reference_end;
+    for (const auto& [rank_id, end] : ends)
+      if (samples.host_of.at(rank_id).second == reference->second.second)
+        reference_end = std::max(reference_end.value_or(end), end);
+    if (!reference_end) continue;
+    for (const auto& [rank_id, end] : ends) {
+      const std::string& host = samples.host_of.at(rank_id).second;
+      if (host != reference->second.second) differences[{run, host}].push_back(*reference_end - end);
+    }
+  }
+  std::map<std::pair<std::string, std::string>, std::int64_t> offsets;
+  for (auto& [host, values] : differences) {
+    if (values.size() < kMinClockMatches) continue;
+    const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+    std::nth_element(values.begin(), middle, values.end());
+    offsets[host] = *middle;
+  }
+  return offsets;
+}
+
 }  // namespace
 
 std::vector<std::string> expandTraceInputs(const std::vector<std::string>& inputs,
@@ -235,6 +288,7 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
 
   detail::AtomicOutput out(output, options.overwrite, /*create_empty=*/false);
   MergeSummary summary;
+  ClockSamples clock;
   {
     TraceWriter writer = TraceWriter::create(out.temporaryPath());
     for (auto& [uuid, merged] : runs) {
@@ -260,9 +314,15 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
       for (RankInfo rank : source.ranks) {
         const std::int64_t old_id = rank.id;
         rank_shift[old_id] = shifts.at(rank.run_id);
+        const std::string& uuid = std::find_if(source.runs.begin(), source.runs.end(), [&](const RunInfo& r) {
+                                    return r.id == rank.run_id;
+                                  })->uuid;
         rank.run_id = run_ids.at(rank.run_id);
         rank.id = 0;
         rank_ids[old_id] = writer.addRank(rank);
+        clock.host_of[rank_ids[old_id]] = {uuid, rank.host};
+        const auto [reference, inserted] = clock.reference.try_emplace(uuid, rank.rank, rank.host);
+        if (!inserted && rank.rank < reference->second.first) reference->second = {rank.rank, rank.host};
       }
       for (CommInfo comm : source.reader.comms()) {
         const std::int64_t old_id = comm.id;
@@ -325,6 +385,10 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
         if (!step_of_call.empty())
           if (const auto wanted = step_of_call.find(original.id); wanted != step_of_call.end())
             wanted->second = call.step;
+        if (alignsEnds(call.api) && call.seq >= 0 && call.seq < kClockSamples && call.end_ns > 0)
+          if (const auto key = comm_keys.find(original.comm_id); key != comm_keys.end())
+            clock.ends[{clock.host_of.at(call.rank_id).first, key->second, call.seq}].emplace_back(
+                call.rank_id, call.end_ns);
         batch.push_back(call);
         if (batch.size() == batch.capacity()) {
           writer.appendCalls(batch);
@@ -362,6 +426,13 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
       summary.ranks += static_cast<int>(source.ranks.size());
       ++summary.files;
     }
+    const auto offsets = estimateClockOffsets(clock);
+    for (const auto& [rank_id, host] : clock.host_of)
+      if (const auto offset = offsets.find(host); offset != offsets.end())
+        writer.setClockOffset(rank_id, offset->second);
+    summary.hosts_aligned = static_cast<int>(offsets.size());
+    for (const auto& [host, offset] : offsets)
+      summary.largest_offset_ns = std::max(summary.largest_offset_ns, offset < 0 ? -offset : offset);
     writer.finish();
   }
   out.commit();

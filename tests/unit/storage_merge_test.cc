@@ -416,6 +416,50 @@ TEST_F(MergeTest, MergingAMergedFileAgainWorks) {
   EXPECT_EQ(absoluteCalls(TraceReader::open(whole)), absoluteCalls(a));
 }
 
+// Two hosts whose clocks disagree by 3 ms: the merge estimates the offset from the aligned ends of the
+// all-reduces, stores it for the second host's ranks (the first host's keep 0), and the readers that
+// compare ranks (lateness) then see the same job as with agreeing clocks.
+TEST_F(MergeTest, EstimatesTheClockOffsetsOfOtherHostsFromAllReduceEnds) {
+  testing::SyntheticJob job;
+  job.ranks = 4;  // node0: ranks 0, 1; node1: ranks 2, 3
+  job.steps = 10;
+  const auto agreeing = writeJob(dir_, job, "agree");
+  const auto skewed = writeJob(dir_, job, "skew");
+  constexpr std::int64_t kSkew = 3'000'000;  // node1's clock reads 3 ms ahead
+  for (int rank : {2, 3}) {
+    RawDb db(skewed[static_cast<std::size_t>(rank)]);
+    db.exec(fmt::format("UPDATE runs SET epoch_ns = epoch_ns + {}", kSkew));
+  }
+  const std::string reference = dir_.file("agree.db"), merged = dir_.file("skew.db");
+  const MergeSummary plain = mergeTraces(agreeing, reference, {});
+  EXPECT_EQ(plain.largest_offset_ns, 0);
+  const MergeSummary summary = mergeTraces(skewed, merged, {});
+  EXPECT_EQ(summary.hosts_aligned, 1);
+  EXPECT_EQ(summary.largest_offset_ns, kSkew);
+  const TraceReader reader = TraceReader::open(merged);
+  for (const RankInfo& rank : reader.ranks())
+    EXPECT_EQ(rank.clock_offset_ns, rank.host == "node1" ? -kSkew : 0) << rank.rank;
+
+  const auto describe = [](const std::vector<TraceReader::Lateness>& rows) {
+    std::vector<std::string> out;
+    for (const auto& row : rows)
+      out.push_back(fmt::format("{} {} {} {}", row.rank_id, row.matched, row.mean_ns, row.max_ns));
+    return out;
+  };
+  EXPECT_EQ(describe(reader.lateness()), describe(TraceReader::open(reference).lateness()));
+
+  // Too few all-reduces to tell: no offset rather than a guess.
+  testing::SyntheticJob tiny = job;
+  tiny.steps = 1;
+  tiny.model_bytes = 1 << 20;  // one bucket: one all-reduce per step
+  const auto few = writeJob(dir_, tiny, "few");
+  for (int rank : {2, 3}) {
+    RawDb db(few[static_cast<std::size_t>(rank)]);
+    db.exec(fmt::format("UPDATE runs SET epoch_ns = epoch_ns + {}", kSkew));
+  }
+  EXPECT_EQ(mergeTraces(few, dir_.file("few.db"), {}).hosts_aligned, 0);
+}
+
 TEST_F(MergeTest, ExpandsDirectoriesToTheirTraceFilesInNameOrder) {
   const std::string jobdir = dir_.makeSubdir("job");
   for (const char* name : {"rank-2.db", "rank-0.db", "rank-10.db", "rank-1.db"})

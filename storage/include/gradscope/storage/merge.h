@@ -21,6 +21,10 @@ struct MergeSummary {
   std::int64_t calls = 0;
   std::int64_t measurements = 0;
   std::int64_t steps_detected = 0;  // most steps detected on one rank; 0 when none were
+  // Hosts whose clock offset to the run's first host was estimated (ranks.clock_offset_ns), and the
+  // largest offset in absolute value.
+  int hosts_aligned = 0;
+  std::int64_t largest_offset_ns = 0;
 };
 
 // Expands the command line's inputs: a directory stands for the trace files (*.db) directly inside it,
