@@ -4,15 +4,16 @@
 //
 // Gradients are small integers stored as floats, so that their sum over the ranks is exact in fp32 in
 // any order and under any NCCL algorithm or protocol: the check compares bit for bit.
-#include "kernels.h"
-
 #include <cuda_runtime.h>
+
+#include "kernels.h"
 
 namespace {
 
 // The base value of element i of bucket `bucket` at step `step`: an integer in [0, 1024).
 __device__ __forceinline__ unsigned baseValue(unsigned long long i, int bucket, int step) {
-  unsigned long long x = i * 0x9E3779B97F4A7C15ull + static_cast<unsigned long long>(bucket) * 0xBF58476D1CE4E5B9ull +
+  unsigned long long x = i * 0x9E3779B97F4A7C15ull +
+                         static_cast<unsigned long long>(bucket) * 0xBF58476D1CE4E5B9ull +
                          static_cast<unsigned long long>(step) * 0x94D049BB133111EBull;
   x ^= x >> 31;
   x *= 0xD6E8FEB86659FD93ull;
@@ -21,7 +22,8 @@ __device__ __forceinline__ unsigned baseValue(unsigned long long i, int bucket, 
 }
 
 __global__ void fillKernel(float* grad, unsigned long long n, int bucket, int step, int rank) {
-  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < n; i += 1ull * gridDim.x * blockDim.x) {
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < n;
+       i += 1ull * gridDim.x * blockDim.x) {
     grad[i] = static_cast<float>(baseValue(i, bucket, step) + static_cast<unsigned>(rank));
   }
 }
@@ -32,8 +34,10 @@ __global__ void checkKernel(const float* sum, unsigned long long n, int bucket, 
                             unsigned long long* wrong) {
   unsigned long long local = 0;
   const unsigned triangle = static_cast<unsigned>(ranks) * static_cast<unsigned>(ranks - 1) / 2u;
-  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < n; i += 1ull * gridDim.x * blockDim.x) {
-    const float expected = static_cast<float>(static_cast<unsigned>(ranks) * baseValue(i, bucket, step) + triangle);
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < n;
+       i += 1ull * gridDim.x * blockDim.x) {
+    const float expected =
+        static_cast<float>(static_cast<unsigned>(ranks) * baseValue(i, bucket, step) + triangle);
     if (sum[i] != expected) ++local;
   }
   if (local != 0) atomicAdd(wrong, local);
@@ -44,7 +48,8 @@ __global__ void checkKernel(const float* sum, unsigned long long n, int bucket, 
 __global__ void sgdKernel(float* weights, const float* sum, unsigned long long n, int ranks, float lr) {
   const float centre = 511.5f + 0.5f * static_cast<float>(ranks - 1);
   const float inv = 1.0f / static_cast<float>(ranks);
-  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < n; i += 1ull * gridDim.x * blockDim.x) {
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < n;
+       i += 1ull * gridDim.x * blockDim.x) {
     weights[i] -= lr * (sum[i] * inv - centre) * 1e-3f;
   }
 }
@@ -63,13 +68,14 @@ int launchFill(float* grad, unsigned long long n, int bucket, int step, int rank
   return static_cast<int>(cudaGetLastError());
 }
 
-int launchCheck(const float* sum, unsigned long long n, int bucket, int step, int ranks, unsigned long long* wrong,
-                cudaStream_t stream) {
+int launchCheck(const float* sum, unsigned long long n, int bucket, int step, int ranks,
+                unsigned long long* wrong, cudaStream_t stream) {
   checkKernel<<<blocksFor(n), 256, 0, stream>>>(sum, n, bucket, step, ranks, wrong);
   return static_cast<int>(cudaGetLastError());
 }
 
-int launchSgd(float* weights, const float* sum, unsigned long long n, int ranks, float lr, cudaStream_t stream) {
+int launchSgd(float* weights, const float* sum, unsigned long long n, int ranks, float lr,
+              cudaStream_t stream) {
   sgdKernel<<<blocksFor(n), 256, 0, stream>>>(weights, sum, n, ranks, lr);
   return static_cast<int>(cudaGetLastError());
 }
