@@ -3,8 +3,8 @@
 # job (samples/mpi_train, 2 ranks) with `gradscope run --mode explore` — the LD_PRELOAD agent records
 # every gradient all-reduce and, within 10% of the run, times every aggregation strategy on copies of
 # the job's own gradient buffers; gradscope merges the per-rank traces and prints the summary — exports
-# its timeline for Perfetto, then times every strategy over a sweep of sizes on 2 MPI ranks (gradscope
-# bench) into build/demo/bench.db.
+# its timeline for Perfetto, times every strategy over a sweep of sizes on 2 MPI ranks (gradscope
+# bench) into build/demo/bench.db, and prints the recommendation for the job (gradscope recommend).
 #
 #   scripts/demo.sh [OUTPUT_DIR]     # default: build/demo
 set -euo pipefail
@@ -34,6 +34,17 @@ if [ -x "$bin/cli/gradscope-bench" ] && command -v mpirun >/dev/null 2>&1; then
   mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np 2 \
     "$bin/cli/gradscope" bench --backend mpi -b 8 -e 4M -f 32 -n 10 -w 2 --no-progress -o "$out/bench.db"
 fi
+# The job's own calls are the workload; the strategies explore mode timed on them and the benchmark's
+# sweep are the measurements.
+echo "==> the recommendation for this job (gradscope recommend)"
+inputs=("$out/run/trace.db")
+[ -f "$out/bench.db" ] && inputs+=("$out/bench.db")
+recommendation="none: gradscope recommend could not make one (its message is above)"
+if "$bin/cli/gradscope" recommend "${inputs[@]}" &&
+   "$bin/cli/gradscope" recommend "${inputs[@]}" --format json --no-store -o "$out/recommendation.json"; then
+  recommendation="$out/recommendation.json (apply it: $bin/cli/gradscope run --mode apply --recommendation
+           $out/recommendation.json -- mpirun ...; other formats: gradscope recommend --format env|ddp|horovod|...)"
+fi
 if [ -x "$bin/gui/gradscope-gui" ]; then
   gui="$bin/gui/gradscope-gui $out/run/trace.db (the Qt viewer, docs/gui.md)"
 else
@@ -44,6 +55,7 @@ cat <<MSG
 Trace:     $out/run/trace.db (SQLite; try: $bin/cli/gradscope report $out/run/trace.db,
            or sqlite3 $out/run/trace.db 'SELECT * FROM call_view LIMIT 5')
 GUI:       $gui
+Recommend: $recommendation
 Timeline:  $out/run.json (open in Perfetto or chrome://tracing)
 CSV:       $out/run.csv
 MSG
