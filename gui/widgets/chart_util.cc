@@ -4,12 +4,26 @@
 
 #include <QHeaderView>
 #include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QVBoxLayout>
 #include <QtCharts/QLegend>
 
 #include "models/analysis_models.h"
 #include "models/timeline_math.h"
 
 namespace gradscope::gui {
+
+void layOutChartsOverTable(QWidget* view, QWidget* note, QWidget* charts, QTableView* table) {
+  auto* splitter = new QSplitter(Qt::Vertical, view);
+  splitter->addWidget(charts);
+  splitter->addWidget(table);
+  splitter->setStretchFactor(0, 3);
+  splitter->setStretchFactor(1, 1);
+  auto* layout = new QVBoxLayout(view);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addWidget(note);
+  layout->addWidget(splitter, 1);
+}
 
 QTableView* makeSortedTable(QAbstractItemModel* model, int sort_column, bool stretch_last, QWidget* parent) {
   auto* proxy = new QSortFilterProxyModel(parent);

@@ -20,6 +20,8 @@ QChartView* makeChartView(const QString& title, QWidget* parent);
 // A read-only table over `model` through a proxy sorting on kSortRole: rows selected whole, alternating
 // colours, compact rows. `sort_column` < 0 keeps the model's own order (no sorting by the user).
 QTableView* makeSortedTable(QAbstractItemModel* model, int sort_column, bool stretch_last, QWidget* parent);
+// The analysis views' layout: `note` on top, then `charts` over `table` in a vertical splitter (3 : 1).
+void layOutChartsOverTable(QWidget* view, QWidget* note, QWidget* charts, QTableView* table);
 QValueAxis* makeValueAxis(const QString& title, const QString& format);
 // Gives a value axis the range [lo, hi] with a margin, rounded to 1-2-5 ticks (niceValueAxis), and a
 // label format with the digits the step needs.

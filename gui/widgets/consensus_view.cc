@@ -7,9 +7,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
-#include <QSplitter>
 #include <QTableView>
-#include <QVBoxLayout>
 #include <QtCharts/QLegendMarker>
 #include <QtCharts/QLineSeries>
 #include <QtCharts/QScatterSeries>
@@ -39,15 +37,7 @@ ConsensusView::ConsensusView(QWidget* parent)
   chart_layout->addWidget(alpha_chart_, 1);
   chart_layout->addWidget(cosine_chart_, 1);
   chart_layout->addWidget(diversity_chart_, 1);
-  auto* splitter = new QSplitter(Qt::Vertical, this);
-  splitter->addWidget(charts);
-  splitter->addWidget(table_);
-  splitter->setStretchFactor(0, 3);
-  splitter->setStretchFactor(1, 1);
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(4, 4, 4, 4);
-  layout->addWidget(note_);
-  layout->addWidget(splitter, 1);
+  layOutChartsOverTable(this, note_, charts, table_);
   clear();
 }
 

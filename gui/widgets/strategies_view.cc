@@ -12,7 +12,6 @@
 #include <QLabel>
 #include <QListWidget>
 #include <QPixmap>
-#include <QSplitter>
 #include <QTableView>
 #include <QVBoxLayout>
 #include <QtCharts/QAreaSeries>
@@ -81,15 +80,7 @@ StrategiesView::StrategiesView(QWidget* parent)
   top_layout->setContentsMargins(0, 0, 0, 0);
   top_layout->addLayout(left);
   top_layout->addLayout(charts, 1);
-  auto* splitter = new QSplitter(Qt::Vertical, this);
-  splitter->addWidget(top);
-  splitter->addWidget(table_);
-  splitter->setStretchFactor(0, 3);
-  splitter->setStretchFactor(1, 1);
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(4, 4, 4, 4);
-  layout->addWidget(note_);
-  layout->addWidget(splitter, 1);
+  layOutChartsOverTable(this, note_, top, table_);
 
   connect(group_, &QComboBox::currentIndexChanged, this, [this] {
     fillStrategies();
