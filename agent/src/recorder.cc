@@ -101,6 +101,8 @@ void writeAll(int fd, const void* data, std::size_t size) {
   }
 }
 
+bool createDirectories(const std::filesystem::path& directory, std::string& error);
+
 // ---- the background thread --------------------------------------------------------------------------
 
 class Flusher {
@@ -237,7 +239,30 @@ class Flusher {
       clock_.refine();
     } catch (const std::exception& error) {
       fail(error.what());
+      return;
     }
+    restoreIfRemoved();
+  }
+
+  // The output file (or its directory) removed while the job runs: SQLite would go on writing the
+  // unlinked file and everything would vanish at exit. Instead the directory and the file are made again
+  // with everything committed so far, and recording goes on there.
+  void restoreIfRemoved() {
+    if (!writer_.removed()) return;
+    const std::string path = writer_.path();
+    const auto lost = [&](const std::string& why) {
+      fail(fmt::format("{} was removed while the job ran and cannot be written again ({})", path, why));
+    };
+    std::string error;
+    if (!createDirectories(std::filesystem::path(path).parent_path(), error)) return lost(error);
+    try {
+      writer_.recreate();
+    } catch (const std::exception& failure) {
+      return lost(failure.what());
+    }
+    log("{} was removed while the job ran; written again with the {} calls recorded so far, recording goes "
+        "on",
+        path, writer_.callCount());
   }
 
   // Writes events_ (committed with the flush): communicators first, then the calls.

@@ -10,6 +10,15 @@ namespace gradscope::storage::detail {
 // directory is missing or not writable.
 void createPrivateFile(const std::string& path);
 
+// Which file a path names (device and inode), to notice a file removed or replaced behind a writer's
+// back; a missing file is the default value.
+struct FileIdentity {
+  unsigned long long device = 0;
+  unsigned long long inode = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+FileIdentity fileIdentity(const std::string& path);
+
 // Removes a database file and its -wal, -shm and -journal companions, ignoring missing ones.
 void removeDatabaseFiles(const std::string& path);
 

@@ -58,6 +58,7 @@ struct TraceWriter::Impl {
   sql::Statement insert_gpu;
   sql::Statement upsert_drop;
   std::unique_ptr<detail::TileUpserter> tile_upserter;
+  detail::FileIdentity file;  // of the file create() made, to notice when it is removed
 
   // After a failed append or commit (disk full, I/O error) the open transaction is rolled back and the
   // writer refuses further writes: its ids and tiles no longer match the file. Everything committed
@@ -88,6 +89,41 @@ struct TraceWriter::Impl {
     db.exec("COMMIT");
     in_transaction = false;
     rows_in_transaction = 0;
+  }
+
+  // The connection's settings while the job runs (a new connection after recreate() gets them too).
+  void configure() {
+    db.exec("PRAGMA journal_mode = WAL");
+    // OFF while the job runs: in WAL mode a crash of the job (SIGKILL included) still never corrupts
+    // the file or loses a committed transaction, because the data is in the OS's hands at commit;
+    // only an OS crash or power loss could, and for a diagnostic trace that is not worth the fsync at
+    // every checkpoint (8% of the ingest rate, bench/storage_bench). finish() syncs the final file.
+    db.exec("PRAGMA synchronous = OFF");
+    // Appends touch only the right edge of each b-tree: 4 MiB of page cache (256 pages) is plenty; a large
+    // cache is slower (page recycling), 1.9 M rows/s at 64 MiB vs 2.15 M at 4 MiB on 10 M rows.
+    db.exec("PRAGMA cache_size = -4096");
+  }
+
+  void prepare() {
+    insert_calls_bulk = sql::Statement(db, callInsertSql(kCallsPerStatement), true);
+    insert_call = sql::Statement(db, callInsertSql(1), true);
+    insert_gpu = sql::Statement(
+        db,
+        "INSERT OR REPLACE INTO gpu_calls (call_id, stream, algo, proto, channels) VALUES (?, ?, ?, ?, ?)",
+        true);
+    upsert_drop = sql::Statement(db,
+                                 "INSERT INTO drops (rank_id, kind, count) VALUES (?, ?, ?) "
+                                 "ON CONFLICT (rank_id, kind) DO UPDATE SET count = count + excluded.count",
+                                 true);
+    tile_upserter = std::make_unique<detail::TileUpserter>(db);
+  }
+
+  void release() {
+    insert_calls_bulk = {};
+    insert_call = {};
+    insert_gpu = {};
+    upsert_drop = {};
+    tile_upserter.reset();
   }
 
   // `id` is bound as NULL when it is the next rowid anyway: SQLite then appends without the
@@ -141,36 +177,17 @@ TraceWriter TraceWriter::create(const std::string& path, Options options) {
   impl->options = options;
   try {
     impl->db = sql::Database(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
-    sql::Database& db = impl->db;
     // 16 KiB pages: a quarter of the WAL frames (one write() each) of 4 KiB pages; measured about 5%
     // faster ingest on 10 M rows, and a window query reads few pages either way.
-    db.exec("PRAGMA page_size = 16384");
-    db.exec("PRAGMA journal_mode = WAL");
-    // OFF while the job runs: in WAL mode a crash of the job (SIGKILL included) still never corrupts
-    // the file or loses a committed transaction, because the data is in the OS's hands at commit;
-    // only an OS crash or power loss could, and for a diagnostic trace that is not worth the fsync at
-    // every checkpoint (8% of the ingest rate, bench/storage_bench). finish() syncs the final file.
-    db.exec("PRAGMA synchronous = OFF");
-    // Appends touch only the right edge of each b-tree: 4 MiB of page cache (256 pages) is plenty; a large
-    // cache is slower (page recycling), 1.9 M rows/s at 64 MiB vs 2.15 M at 4 MiB on 10 M rows.
-    db.exec("PRAGMA cache_size = -4096");
+    impl->db.exec("PRAGMA page_size = 16384");
+    impl->configure();
     {
-      sql::Transaction transaction(db);
-      detail::createSchema(db);
+      sql::Transaction transaction(impl->db);
+      detail::createSchema(impl->db);
       transaction.commit();
     }
-    impl->insert_calls_bulk = sql::Statement(db, callInsertSql(kCallsPerStatement), true);
-    impl->insert_call = sql::Statement(db, callInsertSql(1), true);
-    impl->insert_gpu = sql::Statement(
-        db,
-        "INSERT OR REPLACE INTO gpu_calls (call_id, stream, algo, proto, channels) VALUES (?, ?, ?, ?, ?)",
-        true);
-    impl->upsert_drop =
-        sql::Statement(db,
-                       "INSERT INTO drops (rank_id, kind, count) VALUES (?, ?, ?) "
-                       "ON CONFLICT (rank_id, kind) DO UPDATE SET count = count + excluded.count",
-                       true);
-    impl->tile_upserter = std::make_unique<detail::TileUpserter>(db);
+    impl->prepare();
+    impl->file = detail::fileIdentity(path);
   } catch (...) {
     impl->db.close();
     detail::removeDatabaseFiles(path);
@@ -418,6 +435,41 @@ void TraceWriter::commit() {
   }
 }
 
+bool TraceWriter::removed() const {
+  const Impl& w = *impl_;
+  return !w.finished && w.failure.empty() && detail::fileIdentity(w.db.path()) != w.file;
+}
+
+void TraceWriter::recreate() {
+  Impl& w = *impl_;
+  if (!w.failure.empty())
+    fail("{}: writing stopped after an earlier error ({}); nothing to recreate", w.db.path(), w.failure);
+  commit();
+  const std::string path = w.db.path();
+  detail::createPrivateFile(path);
+  sql::Database copy;
+  try {
+    copy = sql::Database(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+    // The online backup copies every committed page (the WAL's included) as this connection sees them.
+    sqlite3_backup* backup = sqlite3_backup_init(copy.handle(), "main", w.db.handle(), "main");
+    if (backup == nullptr) fail("{}: cannot write the trace again: {}", path, sqlite3_errmsg(copy.handle()));
+    const int step = sqlite3_backup_step(backup, -1);
+    sqlite3_backup_finish(backup);
+    if (step != SQLITE_DONE) fail("{}: cannot write the trace again: {}", path, sqlite3_errstr(step));
+    copy.exec("PRAGMA journal_mode = WAL");
+  } catch (...) {
+    copy.close();
+    detail::removeDatabaseFiles(path);
+    throw;
+  }
+  // From here on the new file is the trace; the old one (unlinked) is closed.
+  w.release();
+  w.db = std::move(copy);
+  w.configure();
+  w.prepare();
+  w.file = detail::fileIdentity(path);
+}
+
 void TraceWriter::finish(std::int64_t end_ns) {
   impl_->begin();
   sql::Statement update(impl_->db, "UPDATE runs SET end_ns = ? WHERE end_ns IS NULL");
@@ -438,11 +490,7 @@ void TraceWriter::finish() {
   w.db.exec("PRAGMA optimize");
   // Fold the WAL into the main file so a finished trace is one self-contained file. A reader that
   // still has it open (live view) keeps WAL mode in place; the checkpoint still happens.
-  w.insert_calls_bulk = {};
-  w.insert_call = {};
-  w.insert_gpu = {};
-  w.upsert_drop = {};
-  w.tile_upserter.reset();
+  w.release();
   w.db.exec("PRAGMA synchronous = FULL");
   if (sqlite3_exec(w.db.handle(), "PRAGMA journal_mode = DELETE", nullptr, nullptr, nullptr) != SQLITE_OK)
     sqlite3_exec(w.db.handle(), "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);

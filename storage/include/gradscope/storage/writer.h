@@ -63,6 +63,16 @@ class TraceWriter {
   void addDrops(std::int64_t rank_id, const std::string& kind, std::int64_t count);
 
   void commit();
+
+  // True when the file at path() is no longer the one being written: it (or its directory) was removed
+  // or replaced while the job ran. Writing goes on into the unlinked file, which vanishes when closed.
+  // A stat() of the path: cheap enough to ask at every commit.
+  bool removed() const;
+  // Commits, then writes everything committed so far into a new file at path() (mode 0600; the directory
+  // must exist: the caller creates it) and goes on writing there. Throws when the file cannot be created
+  // (a file now in its place is never overwritten); the writer then still writes the old file.
+  void recreate();
+
   // Commits and closes the file; `end_ns` is stored as the end of every run still open in this file.
   void finish(std::int64_t end_ns);
   void finish();  // keeps end_ns NULL unless setRunEnd() was called
