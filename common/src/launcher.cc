@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdint>
@@ -63,6 +64,15 @@ std::optional<int> worldSizeFromLauncher(const Environment& env) {
   return firstInteger(env, {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", "SLURM_NTASKS"});
 }
 
+std::string fileNameComponent(std::string_view text) {
+  std::string name(text);
+  for (char& c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_')) c = '_';
+  // "." and ".." name directories: a component of dots only would climb out of the template's folder.
+  if (name.find_first_not_of('.') == std::string::npos) std::replace(name.begin(), name.end(), '.', '_');
+  return name.empty() ? "host" : name;
+}
+
 std::string expandOutputTemplate(const std::string& pattern, int rank, long pid, const std::string& host) {
   std::string out;
   for (std::size_t i = 0; i < pattern.size(); ++i) {
@@ -73,7 +83,7 @@ std::string expandOutputTemplate(const std::string& pattern, int rank, long pid,
     switch (pattern[++i]) {
       case 'r': out += std::to_string(rank); break;
       case 'p': out += std::to_string(pid); break;
-      case 'h': out += host; break;
+      case 'h': out += fileNameComponent(host); break;
       case '%': out += '%'; break;
       default: out += '%'; out += pattern[i];
     }
@@ -104,10 +114,7 @@ std::string randomUuid() {
 std::string hostName() {
   char buffer[256] = {};
   if (gethostname(buffer, sizeof buffer - 1) != 0) return "host";
-  std::string host(buffer);
-  for (char& c : host)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_')) c = '_';
-  return host.empty() ? "host" : host;
+  return fileNameComponent(buffer);
 }
 
 }  // namespace gradscope

@@ -213,6 +213,19 @@ TEST(AgentConfig, OutputTemplate) {
   EXPECT_EQ(expandOutputTemplate("plain.db", 0, 1, "h"), "plain.db");
 }
 
+// Whatever the host is called, %h stays one name inside the template's directory (issue 10: output
+// templates cannot escape the chosen directory).
+TEST(AgentConfig, OutputTemplateNeverLeavesItsDirectory) {
+  EXPECT_EQ(expandOutputTemplate("out/%h/r.db", 0, 1, ".."), "out/__/r.db");
+  EXPECT_EQ(expandOutputTemplate("out/%h/r.db", 0, 1, "."), "out/_/r.db");
+  EXPECT_EQ(expandOutputTemplate("out/%h.db", 0, 1, "../../etc/passwd"), "out/.._.._etc_passwd.db");
+  EXPECT_EQ(expandOutputTemplate("out/%h.db", 0, 1, "/abs"), "out/_abs.db");
+  EXPECT_EQ(expandOutputTemplate("out/%h.db", 0, 1, ""), "out/host.db");
+  EXPECT_EQ(expandOutputTemplate("out/r%r-%p.db", -1, -5, "h"), "out/r-1--5.db");
+  EXPECT_EQ(gradscope::fileNameComponent("node-7.cluster_a"), "node-7.cluster_a");
+  EXPECT_EQ(gradscope::fileNameComponent("a b\nc"), "a_b_c");
+}
+
 TEST(AgentConfig, HostNameIsSafeInAFileName) {
   const std::string host = hostName();
   EXPECT_FALSE(host.empty());

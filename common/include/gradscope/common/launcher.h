@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace gradscope {
 
@@ -17,9 +18,8 @@ using Environment = std::function<const char*(const char* name)>;
 // The process environment (std::getenv).
 Environment processEnvironment();
 
-// Expands %r (rank), %p (pid), %h (host name) and %% in an output template. A result that would
-// leave the template's directory (a host name or rank containing '/') cannot happen: host names are
-// sanitised to [A-Za-z0-9._-].
+// Expands %r (rank), %p (pid), %h (host name) and %% in an output template. A substitution never
+// leaves the directory the template names: the host goes through fileNameComponent.
 std::string expandOutputTemplate(const std::string& pattern, int rank, long pid, const std::string& host);
 
 // The rank and the world size the launcher gave this process (Open MPI, PMI/PMIx, torchrun, Slurm), the
@@ -35,7 +35,11 @@ std::string runIdFromLauncher(const Environment& env);
 // A random uuid (version 4 format).
 std::string randomUuid();
 
-// The host name, sanitised for file names.
+// `text` as one file-name component: characters outside [A-Za-z0-9._-] become '_', and a name of dots
+// only ("." or "..", which would name a directory) becomes underscores; empty becomes "host".
+std::string fileNameComponent(std::string_view text);
+
+// The host name, sanitised for file names (fileNameComponent).
 std::string hostName();
 
 }  // namespace gradscope
