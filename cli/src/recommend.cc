@@ -5,11 +5,11 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <fstream>
 
 #include <fmt/format.h>
 
 #include "gradscope/common/error.h"
+#include "gradscope/storage/files.h"
 #include "gradscope/storage/reader.h"
 #include "gradscope/storage/writer.h"
 #include "gradscope/tuner/exporters.h"
@@ -38,10 +38,7 @@ void runRecommend(const RecommendCommand& command, std::ostream& out, std::ostre
     out.flush();
     if (!out) fail("cannot write the recommendation to standard output");
   } else {
-    std::ofstream file(command.output, std::ios::binary | std::ios::trunc);
-    file << text;
-    file.close();
-    if (!file) fail("{}: cannot write the recommendation: {}", command.output, errnoMessage(errno));
+    storage::writePrivateFile(command.output, text);
     log << fmt::format("wrote {}\n", command.output);
   }
 

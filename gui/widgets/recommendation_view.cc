@@ -2,7 +2,6 @@
 
 #include <QCheckBox>
 #include <QComboBox>
-#include <QFile>
 #include <QFileDialog>
 #include <QGridLayout>
 #include <QHBoxLayout>
@@ -10,13 +9,13 @@
 #include <QLabel>
 #include <QMessageBox>
 #include <QPushButton>
-#include <QSaveFile>
 #include <QSplitter>
 #include <QTableView>
 #include <QTextBrowser>
 #include <QVBoxLayout>
 
 #include "gradscope/common/units.h"
+#include "gradscope/storage/files.h"
 #include "widgets/chart_util.h"
 
 namespace gradscope::gui {
@@ -226,12 +225,7 @@ QString RecommendationView::exportTo(tuner::Format format, const QString& path) 
   if (!result_) return QStringLiteral("there is no recommendation to export");
   try {
     const std::string text = tuner::format(result_->recommendation, result_->report, format);
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) ||
-        file.write(text.data(), static_cast<qint64>(text.size())) != static_cast<qint64>(text.size()) ||
-        !file.commit()) {
-      return QStringLiteral("%1: %2").arg(path, file.errorString());
-    }
+    storage::writePrivateFile(path.toStdString(), text);
   } catch (const std::exception& error) {
     return QString::fromStdString(error.what());
   }

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "gradscope/common/error.h"
+#include "gradscope/storage/files.h"
 
 namespace gradscope::storage::detail {
 namespace {
@@ -100,3 +101,26 @@ void AtomicOutput::commit() {
 }
 
 }  // namespace gradscope::storage::detail
+
+namespace gradscope::storage {
+
+void writePrivateFile(const std::string& path, std::string_view text) {
+  detail::AtomicOutput output(path, /*overwrite=*/true);
+  const int fd = ::open(output.temporaryPath().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot write: {}", path, errnoMessage(errno));
+  std::size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int errnum = n < 0 ? errno : EIO;
+      ::close(fd);
+      fail("{}: cannot write: {}", path, errnoMessage(errnum));
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) fail("{}: cannot write: {}", path, errnoMessage(errno));
+  output.commit();
+}
+
+}  // namespace gradscope::storage

@@ -185,6 +185,8 @@ class MainWindowTest : public QObject {
       const QString path = dir_.filePath(QStringLiteral("export-%1").arg(static_cast<int>(format)));
       QCOMPARE(window.recommendation()->exportTo(format, path), QString());
       QVERIFY(QFile(path).size() > 0);
+      QCOMPARE(QFile(path).permissions() & (QFileDevice::ReadGroup | QFileDevice::ReadOther),
+               QFileDevice::Permissions());  // 0600, like every file gradscope writes
     }
     const QImage recommendation = window.tabs()->currentWidget()->grab().toImage();
     QVERIFY(colouredPixels(recommendation, recommendation.rect()) > 0 ||

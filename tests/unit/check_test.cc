@@ -415,6 +415,7 @@ TEST(CheckOutputs, MarkdownSummaryForCiPages) {
       << summary;
   EXPECT_NE(summary.find("</details>\n"), std::string::npos);
 
+  EXPECT_EQ(test::fileMode(command.json_path), 0600u);
   const auto json = nlohmann::json::parse(readFile(command.json_path));
   EXPECT_EQ(json["version"], 1);
   EXPECT_EQ(json["exit_code"], 1);

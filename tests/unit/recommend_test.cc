@@ -4,6 +4,7 @@
 
 #include "gradscope/tuner/recommend.h"
 
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -474,7 +475,20 @@ TEST(RecommendCommand, CommandLine) {
   const auto to_file = test::runCli({"recommend", path, "--format", "json", "-o", dir.file("plan.json")});
   ASSERT_EQ(to_file.exit_code, 0) << test::describe(to_file);
   EXPECT_NO_THROW(loadRecommendation(dir.file("plan.json")));
+  EXPECT_EQ(test::fileMode(dir.file("plan.json")), 0600u);  // private, like the traces
   EXPECT_EQ(storage::TraceReader::open(path).recommendations().size(), 1u);
+  // An existing file is replaced whole (never followed through a symlink), and becomes private.
+  test::writeFile(dir.file("target.txt"), "someone else's file\n");
+  std::filesystem::create_symlink(dir.file("target.txt"), dir.file("link.json"));
+  const auto over_link =
+      test::runCli({"recommend", path, "--format", "json", "-o", dir.file("link.json"), "--no-store"});
+  ASSERT_EQ(over_link.exit_code, 0) << test::describe(over_link);
+  EXPECT_EQ(test::readFile(dir.file("target.txt")), "someone else's file\n");
+  EXPECT_NO_THROW(loadRecommendation(dir.file("link.json")));
+  EXPECT_EQ(test::fileMode(dir.file("link.json")), 0600u);
+  test::expectCliError(
+      test::runCli({"recommend", path, "-o", dir.file("no-such-dir/plan.json"), "--no-store"}),
+      {"no-such-dir", "does not exist"});
 
   test::expectCliError(test::runCli({"recommend", dir.file("missing.db")}), {"missing.db"});
   const std::string bare = writeTrace(dir, "bare.db", false);

@@ -17,6 +17,7 @@
 
 #include "gradscope/common/error.h"
 #include "gradscope/common/units.h"
+#include "gradscope/storage/files.h"
 #include "gradscope/storage/reader.h"
 
 namespace gradscope::tuner {
@@ -595,11 +596,7 @@ int runCheckCommand(const CheckCommand& command,
              command.summary_path);
     }
     if (!command.json_path.empty()) {
-      std::ofstream json(command.json_path, std::ios::trunc);
-      json << checkJson(result);
-      if (!json.flush())
-        fail("{}: cannot write the JSON result (check the directory exists and is writable)",
-             command.json_path);
+      storage::writePrivateFile(command.json_path, checkJson(result));
     }
     return result.exitCode();
   } catch (const Error& error) {
