@@ -152,6 +152,14 @@ class Flusher {
           signal_number = byte;
         }
       }
+      // The last flush at normal priority: at the job's end, a launcher that got SIGTERM sends SIGKILL to
+      // what is left as soon as one rank has died, and at idle priority, next to ranks still spinning in
+      // MPI, this thread could be killed before the file is finished. (Leaving SCHED_IDLE for
+      // SCHED_OTHER at nice 0 needs no privilege; a thread that fell back to nice 19 stays there.)
+      if (stop) {
+        sched_param normal{};
+        pthread_setschedparam(pthread_self(), SCHED_OTHER, &normal);
+      }
       flush(stop);
       if (stop) break;
     }
