@@ -54,13 +54,16 @@ struct Options {
   int print_every = 5;  // 0: only the final line
   bool nonblocking = true;
   bool print_pid = false;
-  int exit_code = 0;  // returned after MPI_Finalize
+  int exit_code = 0;      // returned after MPI_Finalize
+  int hang_at_step = -1;  // -1: never; else hang_rank stops for good at the start of this step
+  int hang_rank = 0;
 };
 
 void printUsage(std::FILE* stream) {
   std::fprintf(stream,
                "usage: %s [--steps N] [--width W] [--sleep-ms M] [--print-every K]\n"
                "          [--nonblocking | --blocking] [--print-pid] [--exit-code C]\n"
+               "          [--hang-at-step S [--hang-rank R]]\n"
                "  --steps N        training steps (default 20)\n"
                "  --width W        hidden layers of 128W and 32W units, W from 1 to 64 (default 1)\n"
                "  --sleep-ms M     sleep M ms in every step (default 0)\n"
@@ -68,7 +71,11 @@ void printUsage(std::FILE* stream) {
                "  --nonblocking    reduce one gradient with MPI_Iallreduce + MPI_Wait (the default)\n"
                "  --blocking       reduce every gradient with MPI_Allreduce\n"
                "  --print-pid      every rank prints its pid to stderr at start\n"
-               "  --exit-code C    exit with status C after MPI_Finalize (default 0)\n",
+               "  --exit-code C    exit with status C after MPI_Finalize (default 0)\n"
+               "  --hang-at-step S rank R stops for good at the start of step S (counted from 0), before\n"
+               "                   its reductions, and the other ranks wait in that step's first\n"
+               "                   collective: a hung job, to test what ends it (a signal ends it)\n"
+               "  --hang-rank R    the rank that hangs (default 0)\n",
                kProgram);
 }
 
@@ -109,6 +116,10 @@ std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
       if (!number(0, 100'000'000, options.print_every)) return "--print-every needs a number >= 0";
     } else if (arg == "--exit-code") {
       if (!number(0, 255, options.exit_code)) return "--exit-code needs a number from 0 to 255";
+    } else if (arg == "--hang-at-step") {
+      if (!number(0, 100'000'000, options.hang_at_step)) return "--hang-at-step needs a number >= 0";
+    } else if (arg == "--hang-rank") {
+      if (!number(0, 1'000'000, options.hang_rank)) return "--hang-rank needs a rank >= 0";
     } else {
       return "unknown argument '" + std::string(arg) + "'";
     }
@@ -353,6 +364,13 @@ double trainStep(Parameters& parameters, Parameters& gradients, const Shard& sha
   return loss / world;
 }
 
+// --hang-at-step: what a rank stuck in a deadlock, a dead file system or an endless loop looks like to
+// the others. pause() keeps the process idle, and it still dies of SIGTERM or SIGINT as a stuck rank
+// would (a signal whose handler returns, such as a profiler's SIGPROF, must not end the hang).
+[[noreturn]] void hangForever() {
+  for (;;) pause();
+}
+
 // FNV-1a, 64 bits, over the bytes of the parameters: equal hashes mean (all but certainly) equal weights.
 std::uint64_t fnv1a64(std::span<const float> values) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;
@@ -371,7 +389,10 @@ int main(int argc, char** argv) {
 
   Options options;
   bool help = false;
-  const std::string error = parseOptions(argc, argv, options, help);
+  std::string error = parseOptions(argc, argv, options, help);
+  if (error.empty() && options.hang_rank >= world)
+    error = "--hang-rank " + std::to_string(options.hang_rank) + " is not a rank of this job (ranks 0 to " +
+            std::to_string(world - 1) + ")";
   if (help || !error.empty()) {
     if (rank == 0) {
       if (!error.empty()) std::fprintf(stderr, "%s: %s\n", kProgram, error.c_str());
@@ -401,6 +422,7 @@ int main(int argc, char** argv) {
   }
   double loss = 0.0;
   for (int step = 0; step < options.steps; ++step) {
+    if (step == options.hang_at_step && rank == options.hang_rank) hangForever();
     loss = trainStep(parameters, gradients, shard, step, world, options.nonblocking);
     if (rank == 0 && options.print_every > 0 && (step + 1) % options.print_every == 0) {
       std::printf("step %d loss %.6f\n", step + 1, loss);
