@@ -1,6 +1,9 @@
 #include "models/calls_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -65,10 +68,18 @@ std::optional<std::string> whereClause(const ReadOnlyDatabase& db, const CallsQu
         ">> {0}) - 1 "
         "AND ({2} >> {0}){3} GROUP BY rank_id",
         level, t0, t1, filter.rank_id ? fmt::format(" AND rank_id = {}", *filter.rank_id) : std::string()));
+    std::vector<std::pair<std::int64_t, std::int64_t>> ids;
+    while (ranges.step()) ids.emplace_back(ranges.int64(1), ranges.int64(2));
+    // Ranks' ids are contiguous in a merged trace, so a wide window's ranges touch: joined, they make one
+    // range scan. As an OR of ranges SQLite plans a multi-index OR that holds every matching rowid in
+    // memory (350 MB and 1.5 s per query for a whole 10-million-call trace).
+    std::sort(ids.begin(), ids.end());
     std::string any;
-    while (ranges.step()) {
-      any += fmt::format("{}c.id BETWEEN {} AND {}", any.empty() ? "" : " OR ", ranges.int64(1),
-                         ranges.int64(2));
+    for (std::size_t i = 0; i < ids.size();) {
+      const std::int64_t first = ids[i].first;
+      std::int64_t last = ids[i].second;
+      for (++i; i < ids.size() && ids[i].first <= last + 1; ++i) last = std::max(last, ids[i].second);
+      any += fmt::format("{}c.id BETWEEN {} AND {}", any.empty() ? "" : " OR ", first, last);
     }
     if (any.empty()) return std::nullopt;
     terms.push_back("(" + any + ")");
