@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
       "Exit status: 0 on success, 2 on an error (one line on stderr says what and how to fix it).\n"
       "gradscope run returns the job's exit code instead (127 when the command does not exist).\n"
       "gradscope check returns 1 on a regression and 3 on a changed recommendation (--fail-on-change).\n"
-      "Not built yet (later releases): the gradscope-gui viewer.");
+      "The viewer is a program of its own: gradscope-gui TRACE.db (timelines, comparisons, "
+      "recommendations).");
 
   // bench: listed for --help; main() hands it to gradscope-bench before parsing.
   app.add_subcommand(
