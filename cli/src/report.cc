@@ -356,17 +356,24 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
   }
 
   const auto stats = reader.callStatistics(options.top_calls);
-  std::int64_t total_calls = 0, total_ns = 0, rank_time_ns = 0;
+  std::int64_t total_calls = 0, total_ns = 0, busy_ns = 0, rank_time_ns = 0;
   for (const auto& rank : stats.ranks) {
     total_calls += rank.calls;
     total_ns += rank.total_ns;
+    busy_ns += rank.busy_ns;
     rank_time_ns += rank.calls > 0 ? rank.last_ns - rank.first_ns : 0;
   }
+  // The share is of the time a collective was running (the union of the calls), which nonblocking
+  // calls in flight while others run would otherwise count twice, past 100%.
+  const std::string overlap = busy_ns < total_ns
+                                  ? fmt::format("; {} of it in nonblocking calls overlapping others",
+                                                formatDuration(static_cast<double>(total_ns - busy_ns)))
+                                  : std::string();
   out << fmt::format(
-      "Calls     {} collective calls on {} rank{}, {} in collectives ({} of the ranks' active time)\n",
+      "Calls     {} collective calls on {} rank{}, {} in collectives ({} of the ranks' active time{})\n",
       formatCount(static_cast<std::uint64_t>(total_calls)), stats.ranks.size(),
       stats.ranks.size() == 1 ? "" : "s", formatDuration(static_cast<double>(total_ns)),
-      percent(static_cast<double>(total_ns), static_cast<double>(rank_time_ns)));
+      percent(static_cast<double>(busy_ns), static_cast<double>(rank_time_ns)), overlap);
   if (total_calls == 0) {
     out << "\nNo collective calls were recorded.\n";
     if (!reader.measurements().empty()) out << "(A benchmark trace: its measurements follow.)\n";
@@ -412,7 +419,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
           info == rank_by_id.end() ? 0 : info->second->pid,
           formatCount(static_cast<std::uint64_t>(rank.calls)),
           formatDuration(static_cast<double>(rank.total_ns)),
-          percent(static_cast<double>(rank.total_ns), static_cast<double>(rank.last_ns - rank.first_ns)),
+          percent(static_cast<double>(rank.busy_ns), static_cast<double>(rank.last_ns - rank.first_ns)),
           has_late ? formatDuration(lateness->second.mean_ns) : "-",
           has_late ? formatDuration(static_cast<double>(lateness->second.max_ns)) : "-");
       if (rank.calls > 0) {

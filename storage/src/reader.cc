@@ -473,10 +473,59 @@ TimeExtent TraceReader::timeExtent() const {
   return extent;
 }
 
+namespace {
+
+// The length of the union of a rank's call intervals, in bounded memory. Calls arrive in file order,
+// which is completion order per thread; a nonblocking call arrives after the calls that ran while it
+// was in flight and covers them. The disjoint intervals seen so far are kept sorted; past kMaxOpen the
+// oldest are settled into the sum, and a later call reaching back before the settled horizon is clipped
+// to it (exact unless a call overlaps more than kMaxOpen disjoint calls before it: then slightly low).
+class IntervalUnion {
+ public:
+  void add(std::int64_t start, std::int64_t end) {
+    start = std::max(start, horizon_);
+    if (end <= start) return;
+    // The first interval ending at or after `start`; merge every one that begins at or before `end`.
+    auto first = std::lower_bound(open_.begin(), open_.end(), start,
+                                  [](const Interval& interval, std::int64_t t) { return interval.end < t; });
+    auto last = first;
+    while (last != open_.end() && last->start <= end) {
+      start = std::min(start, last->start);
+      end = std::max(end, last->end);
+      ++last;
+    }
+    first = open_.erase(first, last);
+    open_.insert(first, {start, end});
+    if (open_.size() > kMaxOpen) {
+      const std::size_t settle = open_.size() / 2;
+      for (std::size_t i = 0; i < settle; ++i) settled_ += open_[i].end - open_[i].start;
+      horizon_ = open_[settle - 1].end;
+      open_.erase(open_.begin(), open_.begin() + static_cast<std::ptrdiff_t>(settle));
+    }
+  }
+  std::int64_t length() const {
+    std::int64_t total = settled_;
+    for (const Interval& interval : open_) total += interval.end - interval.start;
+    return total;
+  }
+
+ private:
+  struct Interval {
+    std::int64_t start, end;
+  };
+  static constexpr std::size_t kMaxOpen = 256;
+  std::vector<Interval> open_;
+  std::int64_t settled_ = 0;
+  std::int64_t horizon_ = std::numeric_limits<std::int64_t>::min();
+};
+
+}  // namespace
+
 TraceReader::CallStatistics TraceReader::callStatistics(std::size_t top) const {
   CallStatistics stats;
   std::map<std::pair<int, int>, SizeBucket> sizes;
   std::map<std::int64_t, RankSummary> ranks;
+  std::map<std::int64_t, IntervalUnion> busy;
   // Longest first; among equal durations, the earlier call first (deterministic output).
   const auto longer = [](const CallRecord& a, const CallRecord& b) {
     const std::int64_t da = a.end_ns - a.start_ns, db = b.end_ns - b.start_ns;
@@ -509,6 +558,7 @@ TraceReader::CallStatistics TraceReader::callStatistics(std::size_t top) const {
     rank.total_ns += duration;
     rank.first_ns = std::min(rank.first_ns, call.start_ns);
     rank.last_ns = std::max(rank.last_ns, call.end_ns);
+    busy[call.rank_id].add(call.start_ns, call.end_ns);
     if (top > 0) {
       if (longest.size() < top) longest.push(call);
       else if (longer(call, longest.top())) {
@@ -525,7 +575,10 @@ TraceReader::CallStatistics TraceReader::callStatistics(std::size_t top) const {
     rank.rank = info.rank;
     rank.host = info.host;
   }
-  for (auto& [id, rank] : ranks) stats.ranks.push_back(rank);
+  for (auto& [id, rank] : ranks) {
+    if (const auto it = busy.find(id); it != busy.end()) rank.busy_ns = it->second.length();
+    stats.ranks.push_back(rank);
+  }
   while (!longest.empty()) {
     stats.longest.push_back(longest.top());
     longest.pop();

@@ -720,6 +720,19 @@ TEST(CallStatistics, MatchesBruteForce) {
     EXPECT_EQ(got.total_ns, want.total_ns);
     EXPECT_EQ(got.first_ns, want.first_ns);
     EXPECT_EQ(got.last_ns, want.last_ns);
+    // busy_ns: the union of the rank's call intervals, computed here by sorting them.
+    std::vector<std::pair<std::int64_t, std::int64_t>> intervals;
+    for (const CallRecord& c : trace.calls)
+      if (c.rank_id == got.rank_id) intervals.emplace_back(c.start_ns, c.end_ns);
+    std::sort(intervals.begin(), intervals.end());
+    std::int64_t busy = 0, reach = std::numeric_limits<std::int64_t>::min();
+    for (const auto& [start, end] : intervals) {
+      if (end > reach) busy += end - std::max(start, reach);
+      reach = std::max(reach, end);
+    }
+    EXPECT_EQ(got.busy_ns, busy);
+    EXPECT_LE(got.busy_ns, got.total_ns);
+    EXPECT_LE(got.busy_ns, got.last_ns - got.first_ns);
   }
   // Longest first; equal durations in id order.
   std::vector<CallRecord> sorted = trace.calls;
@@ -730,6 +743,32 @@ TEST(CallStatistics, MatchesBruteForce) {
   sorted.resize(25);
   EXPECT_EQ(idsOf(stats.longest), idsOf(sorted));
   EXPECT_TRUE(reader.callStatistics(0).longest.empty());
+}
+
+// A nonblocking all-reduce recorded at its completion, after the calls that ran while it was in flight:
+// the time in collectives counts each call, the busy time counts the overlap once.
+TEST(CallStatistics, BusyTimeCountsOverlappingCallsOnce) {
+  TempDir dir;
+  std::vector<CallRecord> calls = {span(0, 100), span(120, 200), span(250, 300), span(50, 400),
+                                   span(500, 510)};
+  // And far more disjoint calls than the union keeps open, each with a call spanning the previous one.
+  for (std::int64_t i = 0; i < 2000; ++i) {
+    const std::int64_t t = 1000 + i * 100;
+    calls.push_back(span(t, t + 40));
+    if (i % 7 == 6) calls.push_back(span(t - 150, t + 60));
+  }
+  std::int64_t total = 0;
+  for (const CallRecord& c : calls) total += c.end_ns - c.start_ns;
+  const std::string path = writeCalls(dir, "overlap.db", calls);
+  const auto stats = TraceReader::open(path).callStatistics(0);
+  ASSERT_EQ(stats.ranks.size(), 2u);
+  const RankSummary& rank = stats.ranks[0];
+  EXPECT_EQ(rank.total_ns, total);
+  // [0, 400] and [500, 510]; then per group of 7 starting at i: calls [t, t + 40] with t = 1000 + 100 i, of
+  // which the 7th's companion [t - 150, t + 60] joins the 6th and the 7th into [t - 150, t + 60].
+  std::int64_t want = 400 + 10;
+  for (std::int64_t i = 0; i < 2000; ++i) want += i % 7 == 5 ? 0 : i % 7 == 6 ? 210 : 40;
+  EXPECT_EQ(rank.busy_ns, want);
 }
 
 TEST(CallStatistics, LongestCallsBreakTiesByIdAndKeepTheirFields) {

@@ -54,7 +54,8 @@ struct RankSummary {
   int rank = 0;
   std::string host;
   std::int64_t calls = 0;
-  std::int64_t total_ns = 0;
+  std::int64_t total_ns = 0;               // summed durations: overlapping calls count each
+  std::int64_t busy_ns = 0;                // time in at least one collective (the union of the calls)
   std::int64_t first_ns = 0, last_ns = 0;  // first call start, last call end
 };
 
