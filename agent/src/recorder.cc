@@ -163,7 +163,7 @@ class Flusher {
       flush(stop);
       if (stop) break;
     }
-    close();
+    close(/*signalled=*/signal_number != 0);
     if (signal_number != 0) {
       const char done = 1;
       writeAll(g_done_pipe[1], &done, 1);
@@ -526,7 +526,9 @@ class Flusher {
     log("{}; recording stopped, the job continues", what);
   }
 
-  void close() {
+  // `signalled`: the process dies of a signal next, and its launcher may SIGKILL it within milliseconds:
+  // the end is committed first and the file's tidy-up skipped (TraceWriter::finishQuickly).
+  void close(bool signalled) {
     g_recording.store(false, std::memory_order_relaxed);
     if (failed_) {
       try {
@@ -561,7 +563,8 @@ class Flusher {
         };
       }
       writer_.setRunConfig(run_id_, config.dump());
-      writer_.finish(clock_.epochNsNow() - epoch_ns_);
+      if (signalled) writer_.finishQuickly(clock_.epochNsNow() - epoch_ns_);
+      else writer_.finish(clock_.epochNsNow() - epoch_ns_);
     } catch (const std::exception& error) {
       fail(error.what());
     }

@@ -485,7 +485,10 @@ def start_long_job(args, traces):
 
 
 def check_sigterm(args):
-    """SIGTERM to mpiexec, which Open MPI forwards to the ranks: each rank's file is flushed and complete."""
+    """SIGTERM to mpiexec, which Open MPI forwards to the ranks: each rank's file is valid and holds calls;
+    the first rank to die has finished its file (runs.end_ns set: the agent re-raises the signal only then).
+    The others may not have: Open MPI SIGKILLs the remaining ranks as soon as one has died (check_faults.py's
+    launcher-sigterm case checks every call is there)."""
     label = "sigterm"
     traces = fresh_directory(os.path.join(args.workdir, "traces"))
     job, pids = start_long_job(args, traces)
@@ -497,15 +500,16 @@ def check_sigterm(args):
     job.finish(timeout=30)
     files = trace_files(traces)
     check(files == ["rank0.db", "rank1.db"], f"{label}: per-rank files {files}, expected rank0.db and rank1.db")
+    finished = 0
     for name in files:
         db = check_file_opens(os.path.join(traces, name), f"{label}: {name}")
         if db is None:
             continue
-        end_ns = db.execute("SELECT end_ns FROM runs").fetchone()[0]
-        check(end_ns is not None, f"{label}: {name}: runs.end_ns is NULL: the agent did not flush at SIGTERM")
+        finished += db.execute("SELECT end_ns FROM runs").fetchone()[0] is not None
         calls = db.execute("SELECT count(*) FROM calls").fetchone()[0]
         check(calls > 0, f"{label}: {name}: no calls recorded")
         db.close()
+    check(finished >= 1, f"{label}: no file has runs.end_ns: no agent finished its file at SIGTERM")
 
 
 def check_sigkill(args):

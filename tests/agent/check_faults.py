@@ -226,6 +226,15 @@ def check_calls_of_the_job(facts, label, in_flight_at_end=False):
           f"{' (an MPI_Iallreduce of the last step in flight at the end may be)' if in_flight_at_end else ''}")
 
 
+def check_first_to_die_finished(ranks, label):
+    """After a SIGTERM, Open MPI SIGKILLs the remaining ranks as soon as the first one has died: a rank's
+    agent may then be killed before its file is finished (runs.end_ns NULL; its calls are all there, up to
+    the flush interval). The first rank to die did finish: the agent's handler re-raises the signal only
+    once the file is finished. So at least one file is complete."""
+    check(any(facts.end_ns is not None for facts in ranks.values()),
+          f"{label}: no rank's runs.end_ns is set: the first rank to die should have finished its file at SIGTERM")
+
+
 def check_no_drops(ranks, label):
     for facts in ranks.values():
         check(facts.drops == [], f"{label}: rank {facts.rank}: drops {facts.drops}, expected none")
@@ -330,10 +339,12 @@ def check_hang(args):
     group, 1 s later (odls_base_sigkill_timeout) SIGTERM, and SIGKILL to the rest as soon as the first
     rank has died. Every rank gets the SIGTERM, the hung one too (the agent's handler runs while it sits
     in pause()), and the agent finishes its file before re-raising it (docs/agent.md, "Signals"): every
-    file is complete (runs.end_ns set) and holds exactly the calls before step 5. The waiting ranks'
-    step-5 all-reduce never returned and is not recorded (a call is recorded when it returns). The other
-    ranks' agents have only until the first rank's death, not the documented 3 s: one SIGKILLed while
-    finishing its file leaves a hot journal, which gradscope_read_error() accepts and reports."""
+    file holds exactly the calls before step 5, and the first rank to die has finished its file
+    (runs.end_ns set). The waiting ranks' step-5 all-reduce never returned and is not recorded (a call is
+    recorded when it returns). The other ranks' agents have only until the first rank's death, not the
+    documented 3 s: one SIGKILLed before it finished keeps end_ns NULL (the matrix row counts them), and
+    an older agent killed while switching the file out of WAL mode left a hot journal, which
+    gradscope_read_error() accepts and reports."""
     label, np, hang_step, hang_rank = "hang", 3, 5, 1
     sample_arguments = ["--steps", "1000", "--print-every", "1", "--hang-at-step", str(hang_step), "--hang-rank",
                         str(hang_rank)]
@@ -357,9 +368,8 @@ def check_hang(args):
 
     ranks = read_rank_files(traces, np, label)
     expected = len(ca.expected_calls(hang_step))
+    check_first_to_die_finished(ranks, label)
     for facts in ranks.values():
-        check(facts.end_ns is not None, f"{label}: rank {facts.rank}: runs.end_ns NULL: the agent did not finish "
-              "the file at SIGTERM")
         check(len(facts.calls) == expected, f"{label}: rank {facts.rank}: {len(facts.calls)} calls, expected the "
               f"{expected} of setup and steps 0..{hang_step - 1}")
         check_calls_of_the_job(facts, label)
@@ -412,9 +422,8 @@ def check_launcher_sigterm(args):
 
         ranks = read_rank_files(output, np, where)
         made = calls_surely_made(out)
+        check_first_to_die_finished(ranks, where)
         for facts in ranks.values():
-            check(facts.end_ns is not None, f"{where}: rank {facts.rank}: runs.end_ns NULL: the agent did not "
-                  "finish the file at SIGTERM")
             check(len(facts.calls) >= made, f"{where}: rank {facts.rank}: {len(facts.calls)} calls, but rank 0's "
                   f"output proves the job made {made} (step {steps_printed(out)} printed)")
             check_calls_of_the_job(facts, where, in_flight_at_end=True)
@@ -471,8 +480,8 @@ def check_rank_sigkill(args):
     for facts in ranks.values():
         check_calls_of_the_job(facts, label, in_flight_at_end=True)
         if facts.rank != victim:
-            check(facts.end_ns is not None, f"{label}: rank {facts.rank}: runs.end_ns NULL: the agent did not "
-                  "finish the file at the SIGTERM with which Open MPI ends the surviving ranks")
+            # The survivor gets SIGTERM and, the victim being dead already, SIGKILL close behind: its end
+            # is in the matrix row (end_ns set), its calls are checked.
             check(len(facts.calls) >= made, f"{label}: rank {facts.rank}: {len(facts.calls)} calls, but rank 0's "
                   f"output proves the job made {made} (step {steps_printed(out)} printed)")
             continue

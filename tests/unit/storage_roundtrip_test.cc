@@ -21,6 +21,7 @@
 #include "gradscope/storage/reader.h"
 #include "gradscope/storage/schema.h"
 #include "gradscope/storage/writer.h"
+#include "synthetic_trace.h"
 #include "test_util.h"
 
 namespace gradscope::storage {
@@ -357,6 +358,31 @@ TEST(StorageRoundTrip, FinishWithEndTimeClosesOnlyOpenRuns) {
   EXPECT_EQ(runs[0].end_ns, 999);
   EXPECT_EQ(runs[1].end_ns, 50);
   EXPECT_EQ(runs[2].end_ns, 70);
+}
+
+// The agent's finish when its process dies of a signal next: the end and every row committed, the WAL
+// folded in at close (no -wal left), the file read like a tidied one.
+TEST(StorageRoundTrip, FinishQuicklyKeepsEverythingAndLeavesOneFile) {
+  TempDir dir;
+  const std::string path = dir.file("trace.db");
+  const auto calls = testing::manyCalls(20'000, 0, 1, 3);
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    RunInfo run;
+    run.uuid = "quick";
+    const std::int64_t run_id = writer.addRun(run);
+    writer.addRank({0, run_id, 0, "host", 1, "cpu", 0});
+    writer.addComm({0, 0, "world", Backend::Mpi, 1, 0});
+    writer.appendCalls(calls);
+    writer.finishQuickly(4242);
+    writer.finishQuickly(1);  // a second finish is a no-op, as finish() is
+  }
+  EXPECT_FALSE(test::exists(path + "-wal"));
+  EXPECT_FALSE(test::exists(path + "-journal"));
+  const TraceReader reader = TraceReader::open(path);
+  EXPECT_EQ(reader.runs().at(0).end_ns, 4242);
+  EXPECT_EQ(reader.callCount(), static_cast<std::int64_t>(calls.size()));
+  EXPECT_EQ(test::fileMode(path), 0600u);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -76,6 +76,11 @@ class TraceWriter {
   // Commits and closes the file; `end_ns` is stored as the end of every run still open in this file.
   void finish(std::int64_t end_ns);
   void finish();  // keeps end_ns NULL unless setRunEnd() was called
+  // finish(end_ns) without the tidy-up (tile pruning, PRAGMA optimize, a synced switch out of WAL mode):
+  // one commit, then close. For a process about to die of a signal, whose launcher may SIGKILL it within
+  // milliseconds (Open MPI does, as soon as another rank has died). The file stays in WAL mode; closing
+  // the last connection folds the WAL in. Readers read it like any other trace.
+  void finishQuickly(std::int64_t end_ns);
 
   const std::string& path() const;
   std::int64_t callCount() const;
