@@ -723,6 +723,36 @@ MODES = {
 }
 
 
+def prepare(parser, cases, case_attribute, tmp_prefix):
+    """What every checker's main() does first: parses the arguments, refuses a case without the options it
+    needs, makes file paths absolute (every command runs in a work directory), empties the work directory
+    and makes the private TMPDIR. Returns (args, the case's function)."""
+    global private_tmpdir
+    args = parser.parse_args()
+    case = getattr(args, case_attribute)
+    function, needs = cases[case]
+    missing = [f"--{name.replace('_', '-')}" for name in needs if not getattr(args, name, None)]
+    if missing:
+        parser.error(f"{case} needs {' '.join(missing)}")
+    for name, value in vars(args).items():
+        if isinstance(value, str) and os.sep in value and name != "workdir":
+            setattr(args, name, os.path.abspath(value))
+    args.workdir = fresh_directory(os.path.abspath(args.workdir))
+    args.preload = preload(args.agent) if getattr(args, "agent", None) else None
+    private_tmpdir = tempfile.mkdtemp(prefix=tmp_prefix)
+    return args, function
+
+
+def conclude(script, case):
+    """What every checker's main() does last: removes the private TMPDIR, prints the verdict and each
+    failure on a line of its own; returns the exit code."""
+    shutil.rmtree(private_tmpdir, ignore_errors=True)
+    print(f"{script}: {case}: {'FAILED' if failures else 'passed'}")
+    for failure in failures:
+        print(f"{script}: FAIL: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent")
@@ -735,28 +765,12 @@ def main():
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--workdir", required=True)
     parser.add_argument("mode", choices=sorted(MODES))
-    args = parser.parse_args()
-    function, needs = MODES[args.mode]
-    missing = [f"--{name.replace('_', '-')}" for name in needs if not getattr(args, name)]
-    if missing:
-        parser.error(f"{args.mode} needs {' '.join(missing)}")
-    # Every command runs in a work directory: make paths to files absolute.
-    for name in ("agent", "gradscope", "mpiexec", "sample", "python", "python_sample", "init_order"):
-        value = getattr(args, name)
-        if value and os.sep in value:
-            setattr(args, name, os.path.abspath(value))
-    args.workdir = fresh_directory(os.path.abspath(args.workdir))
-    args.preload = preload(args.agent) if args.agent else None
-    global private_tmpdir
-    private_tmpdir = tempfile.mkdtemp(prefix="gs-agent-")
+    args, function = prepare(parser, MODES, "mode", "gs-agent-")
     try:
         function(args)
     finally:
-        shutil.rmtree(private_tmpdir, ignore_errors=True)
-    print(f"check_agent: {args.mode}: {'FAILED' if failures else 'passed'}")
-    for failure in failures:
-        print(f"check_agent: FAIL: {failure}", file=sys.stderr)
-    return 1 if failures else 0
+        code = conclude("check_agent", args.mode)
+    return code
 
 
 if __name__ == "__main__":

@@ -31,12 +31,11 @@ import shutil
 import signal
 import sqlite3
 import sys
-import tempfile
 import time
 
 import check_agent as ca
 from check_agent import check, tail
-from sanitizers import preload, sanitizer_runtime
+from sanitizers import sanitizer_runtime
 
 CALLS_PER_STEP = len(ca.STEP_CALLS)
 SIGNAL_DELAY = 0.7  # seconds a long job runs (after every rank reported its pid) before the harm is done
@@ -531,29 +530,15 @@ def main():
     parser.add_argument("--sample")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("case", choices=sorted(CASES))
-    args = parser.parse_args()
-    function, needs = CASES[args.case]
-    missing = [f"--{name}" for name in needs if not getattr(args, name)]
-    if missing:
-        parser.error(f"{args.case} needs {' '.join(missing)}")
-    for name in ("agent", "gradscope", "mpiexec", "sample"):
-        value = getattr(args, name)
-        if value and os.sep in value:
-            setattr(args, name, os.path.abspath(value))
-    args.workdir = ca.fresh_directory(os.path.abspath(args.workdir))
-    args.preload = preload(args.agent) if args.agent else None
+    args, function = ca.prepare(parser, CASES, "case", "gs-faults-")
     global GRADSCOPE
     GRADSCOPE = args.gradscope
-    ca.private_tmpdir = tempfile.mkdtemp(prefix="gs-faults-")
     try:
         function(args)
     finally:
         end_leftover_jobs()
-        shutil.rmtree(ca.private_tmpdir, ignore_errors=True)
-    print(f"check_faults: {args.case}: {'FAILED' if ca.failures else 'passed'}")
-    for failure in ca.failures:
-        print(f"check_faults: FAIL: {failure}", file=sys.stderr)
-    return 1 if ca.failures else 0
+        code = ca.conclude("check_faults", args.case)
+    return code
 
 
 if __name__ == "__main__":

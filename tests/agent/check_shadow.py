@@ -28,15 +28,12 @@ Shares its helpers with check_agent.py. Exits 0 when every check passes, 1 with 
 import argparse
 import json
 import os
-import shutil
 import sqlite3
 import sys
-import tempfile
 from collections import defaultdict
 
 import check_agent as ca
 from check_agent import check, tail
-from sanitizers import preload
 
 # Strategy names explore mode measures on MPI (methods/comm applicableStrategies).
 TRANSPORTS = ["native", "rs_ag", "reduce_bcast", "hier"]
@@ -363,26 +360,12 @@ def main():
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--workdir", required=True)
     parser.add_argument("mode", choices=sorted(MODES))
-    args = parser.parse_args()
-    function, needs = MODES[args.mode]
-    missing = [f"--{name.replace('_', '-')}" for name in needs if not getattr(args, name)]
-    if missing:
-        parser.error(f"{args.mode} needs {' '.join(missing)}")
-    for name in ("agent", "gradscope", "mpiexec", "sample", "apply_check", "python", "python_sample"):
-        value = getattr(args, name)
-        if value and os.sep in value:
-            setattr(args, name, os.path.abspath(value))
-    args.workdir = ca.fresh_directory(os.path.abspath(args.workdir))
-    args.preload = preload(args.agent) if args.agent else None
-    ca.private_tmpdir = tempfile.mkdtemp(prefix="gs-shadow-")
+    args, function = ca.prepare(parser, MODES, "mode", "gs-shadow-")
     try:
         function(args)
     finally:
-        shutil.rmtree(ca.private_tmpdir, ignore_errors=True)
-    print(f"check_shadow: {args.mode}: {'FAILED' if ca.failures else 'passed'}")
-    for failure in ca.failures:
-        print(f"check_shadow: FAIL: {failure}", file=sys.stderr)
-    return 1 if ca.failures else 0
+        code = ca.conclude("check_shadow", args.mode)
+    return code
 
 
 if __name__ == "__main__":

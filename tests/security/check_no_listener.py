@@ -143,17 +143,17 @@ def main():
     parser.add_argument("--gradscope")
     parser.add_argument("--mpiexec", default="mpiexec")
     parser.add_argument("--sample")
-    parser.add_argument("--workdir")
-    args = parser.parse_args()
-    if args.mode == "imports":
-        check_imports(args.files)
-    else:
-        args.workdir = ca.fresh_directory(os.path.abspath(args.workdir))
-        check_job(args)
-    print(f"check_no_listener: {args.mode}: {'FAILED' if ca.failures else 'passed'}")
-    for failure in ca.failures:
-        print(f"check_no_listener: FAIL: {failure}", file=sys.stderr)
-    return 1 if ca.failures else 0
+    parser.add_argument("--workdir", required=True)
+    args, function = ca.prepare(parser, MODES, "mode", "gs-listener-")
+    try:
+        function(args)
+    finally:
+        code = ca.conclude("check_no_listener", args.mode)
+    return code
+
+
+MODES = {"imports": (lambda args: check_imports(args.files), []),
+         "job": (check_job, ["agent", "gradscope", "sample"])}
 
 
 if __name__ == "__main__":
