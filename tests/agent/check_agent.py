@@ -723,6 +723,17 @@ MODES = {
 }
 
 
+def tool_parser(doc):
+    """The options every checker takes: the programs under test and the work directory."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--agent")
+    parser.add_argument("--gradscope")
+    parser.add_argument("--mpiexec", default="mpiexec")
+    parser.add_argument("--sample")
+    parser.add_argument("--workdir", required=True)
+    return parser
+
+
 def prepare(parser, cases, case_attribute, tmp_prefix):
     """What every checker's main() does first: parses the arguments, refuses a case without the options it
     needs, makes file paths absolute (every command runs in a work directory), empties the work directory
@@ -754,16 +765,11 @@ def conclude(script, case):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agent")
-    parser.add_argument("--gradscope")
-    parser.add_argument("--mpiexec", default="mpiexec")
-    parser.add_argument("--sample")
+    parser = tool_parser(__doc__)
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--python-sample")
     parser.add_argument("--init-order")
     parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--workdir", required=True)
     parser.add_argument("mode", choices=sorted(MODES))
     args, function = prepare(parser, MODES, "mode", "gs-agent-")
     try:

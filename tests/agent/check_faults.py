@@ -23,7 +23,6 @@ Each case prints its row of the fault matrix, to paste into docs:
 Shares its helpers with check_agent.py. Exits 0 when every check passes, 1 with one line per failure.
 """
 
-import argparse
 import os
 import queue
 import re
@@ -523,12 +522,7 @@ CASES = {
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agent")
-    parser.add_argument("--gradscope")
-    parser.add_argument("--mpiexec", default="mpiexec")
-    parser.add_argument("--sample")
-    parser.add_argument("--workdir", required=True)
+    parser = ca.tool_parser(__doc__)
     parser.add_argument("case", choices=sorted(CASES))
     args, function = ca.prepare(parser, CASES, "case", "gs-faults-")
     global GRADSCOPE

@@ -25,7 +25,6 @@ TOOLS: --agent SO --gradscope EXE --mpiexec EXE --sample EXE --apply-check EXE -
 Shares its helpers with check_agent.py. Exits 0 when every check passes, 1 with one line per failure.
 """
 
-import argparse
 import json
 import os
 import sqlite3
@@ -349,16 +348,11 @@ MODES = {
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agent")
-    parser.add_argument("--gradscope")
-    parser.add_argument("--mpiexec", default="mpiexec")
-    parser.add_argument("--sample")
+    parser = ca.tool_parser(__doc__)
     parser.add_argument("--apply-check")
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--python-sample")
     parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--workdir", required=True)
     parser.add_argument("mode", choices=sorted(MODES))
     args, function = ca.prepare(parser, MODES, "mode", "gs-shadow-")
     try:

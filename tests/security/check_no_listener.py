@@ -14,7 +14,6 @@
 Exits 0 when every check passes, 1 with one line per failure.
 """
 
-import argparse
 import os
 import re
 import shutil
@@ -136,14 +135,9 @@ def check_job(args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["imports", "job"])
+    parser = ca.tool_parser(__doc__)
+    parser.add_argument("mode", choices=sorted(MODES))
     parser.add_argument("files", nargs="*")
-    parser.add_argument("--agent")
-    parser.add_argument("--gradscope")
-    parser.add_argument("--mpiexec", default="mpiexec")
-    parser.add_argument("--sample")
-    parser.add_argument("--workdir", required=True)
     args, function = ca.prepare(parser, MODES, "mode", "gs-listener-")
     try:
         function(args)
