@@ -91,6 +91,13 @@ struct TraceWriter::Impl {
     rows_in_transaction = 0;
   }
 
+  void endOpenRuns(std::int64_t end_ns) {
+    begin();
+    sql::Statement update(db, "UPDATE runs SET end_ns = ? WHERE end_ns IS NULL");
+    update.bind(1, end_ns);
+    update.run();
+  }
+
   // The connection's settings while the job runs (a new connection after recreate() gets them too).
   void configure() {
     db.exec("PRAGMA journal_mode = WAL");
@@ -471,22 +478,14 @@ void TraceWriter::recreate() {
 }
 
 void TraceWriter::finish(std::int64_t end_ns) {
-  impl_->begin();
-  sql::Statement update(impl_->db, "UPDATE runs SET end_ns = ? WHERE end_ns IS NULL");
-  update.bind(1, end_ns);
-  update.run();
+  impl_->endOpenRuns(end_ns);
   finish();
 }
 
 void TraceWriter::finishQuickly(std::int64_t end_ns) {
   Impl& w = *impl_;
   if (w.finished) return;
-  {
-    w.begin();
-    sql::Statement update(w.db, "UPDATE runs SET end_ns = ? WHERE end_ns IS NULL");
-    update.bind(1, end_ns);
-    update.run();
-  }
+  w.endOpenRuns(end_ns);
   w.commit();
   w.release();
   w.db.close();  // the last connection: SQLite folds the WAL into the file and removes it
