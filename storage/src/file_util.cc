@@ -13,12 +13,13 @@
 #include "gradscope/storage/files.h"
 
 namespace gradscope::storage::detail {
-namespace {
 
 std::string parentDirectory(const std::string& path) {
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   return parent.empty() ? std::string(".") : parent.string();
 }
+
+namespace {
 
 [[noreturn]] void failCreate(const std::string& path, int errnum) {
   switch (errnum) {

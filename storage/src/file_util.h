@@ -6,6 +6,9 @@
 
 namespace gradscope::storage::detail {
 
+// The directory holding `path` ("." for a bare file name).
+std::string parentDirectory(const std::string& path);
+
 // Creates an empty file with mode 0600 (O_EXCL): fails with a clear message when it exists, its
 // directory is missing or not writable.
 void createPrivateFile(const std::string& path);

@@ -9,7 +9,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <thread>
@@ -19,6 +18,7 @@
 
 #include <queue>
 
+#include "file_util.h"
 #include "gradscope/common/error.h"
 #include "gradscope/storage/schema.h"
 #include "schema_sql.h"
@@ -81,8 +81,7 @@ void rollBackHotJournal(const std::string& path) {
   const ssize_t got = ::read(fd, magic, sizeof magic);
   ::close(fd);
   if (got != sizeof magic || std::memcmp(magic, "SQLite format 3", sizeof magic) != 0) return;
-  const std::string directory = std::filesystem::path(path).parent_path().string();
-  if (::access(path.c_str(), W_OK) != 0 || ::access(directory.empty() ? "." : directory.c_str(), W_OK) != 0)
+  if (::access(path.c_str(), W_OK) != 0 || ::access(detail::parentDirectory(path).c_str(), W_OK) != 0)
     fail(
         "{}: its writer was killed in the middle of an update, and {}-journal must be rolled back before it "
         "can be read, which needs write access; copy both files to a writable directory and open the copy",
