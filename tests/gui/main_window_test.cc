@@ -45,6 +45,14 @@ bool waitIdle(MainWindow& window, int timeout_ms = 60000) {
   return false;
 }
 
+// The window at the size the figures use, showing `path` once everything it loads has loaded.
+bool showTrace(MainWindow& window, const QString& path) {
+  window.resize(1400, 900);
+  window.show();
+  window.openTrace(path);
+  return waitIdle(window);
+}
+
 // Pixels that are clearly coloured (not white, grey or black): bars, lines, markers.
 int colouredPixels(const QImage& image, const QRect& area) {
   int count = 0;
@@ -118,10 +126,7 @@ class MainWindowTest : public QObject {
 
   void everyViewRendersItsData() {
     MainWindow window;
-    window.resize(1400, 900);
-    window.show();
-    window.openTrace(trace_);
-    QVERIFY(waitIdle(window));
+    QVERIFY(showTrace(window, trace_));
     QVERIFY(window.trace().has_value());
     QCOMPARE(window.trace()->ranks.size(), std::size_t{4});
 
@@ -206,10 +211,7 @@ class MainWindowTest : public QObject {
 
   void timelineAndTableShareTheSelection() {
     MainWindow window;
-    window.resize(1400, 900);
-    window.show();
-    window.openTrace(trace_);
-    QVERIFY(waitIdle(window));
+    QVERIFY(showTrace(window, trace_));
     TimelineWidget* timeline = window.timeline();
     QVERIFY(timeline->frame() && timeline->frame()->detailed);
     // Zoom to a short window, then click a bar: the table selects its row.
@@ -243,10 +245,7 @@ class MainWindowTest : public QObject {
 
   void wheelZoomsAroundTheCursor() {
     MainWindow window;
-    window.resize(1400, 900);
-    window.show();
-    window.openTrace(trace_);
-    QVERIFY(waitIdle(window));
+    QVERIFY(showTrace(window, trace_));
     TimelineWidget* timeline = window.timeline();
     const QPoint at(timeline->plotRect().left() + timeline->plotRect().width() / 4,
                     timeline->plotRect().center().y());
