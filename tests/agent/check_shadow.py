@@ -39,7 +39,8 @@ TRANSPORTS = ["native", "rs_ag", "reduce_bcast", "hier"]
 WIRES = ["fp16", "bf16", "fp8e4m3", "fp8e5m2"]
 MPI_ALGORITHMS = ["basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner"]
 SUMS = [f"sum/{t}" for t in TRANSPORTS] + [f"sum/mpi.{a}" for a in MPI_ALGORITHMS]
-FP32_STRATEGIES = set(SUMS + [f"sum/{t}/{w}" for t in TRANSPORTS for w in WIRES] + ["adacons/native", "adasum/native"])
+FP32_STRATEGIES = set(SUMS + [f"sum/{t}/{w}" for t in TRANSPORTS for w in WIRES] +
+                      ["adacons/native", "adacons/rs_ag", "adasum/native"])
 FP64_STRATEGIES = set(SUMS)
 
 # Error bounds against the fp64 reference (docs/methods.md, "Distributed strategies"): a lossless sum of N

@@ -127,7 +127,8 @@ def check_mpi(args):
         return
     csv_points = check_points(parse_csv(out), ranks, "float", label)
     strategies = check_full_grid(csv_points, SWEEP_SIZES, label,
-                                 ["sum/native", "sum/rs_ag", "sum/reduce_bcast", "adacons/native", "adasum/native"])
+                                 ["sum/native", "sum/rs_ag", "sum/reduce_bcast", "adacons/native", "adacons/rs_ag",
+                                  "adasum/native"])
 
     # JSON and the trace file of one run carry the same points as the CSV run.
     trace = os.path.join(args.workdir, f"bench-np{ranks}.db")

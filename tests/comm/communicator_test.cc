@@ -228,6 +228,26 @@ TYPED_TEST(NativeTypes, SendRecvBetweenPairs) {
   }
 }
 
+TYPED_TEST(NativeTypes, SendRecvIsAPairwiseExchange) {
+  Communicator& comm = world();
+  const Element element{dtypeOf<TypeParam>()};
+  const int n = comm.size();
+  // Step k of a pairwise exchange: every rank sends to rank + k and receives from rank − k at once,
+  // with a different count in each direction (rank r sends count + r elements), including none.
+  for (int k = 0; k < n; ++k)
+    for (const std::size_t count : kCounts) {
+      const int destination = (comm.rank() + k) % n;
+      const int source = (comm.rank() - k + n) % n;
+      const std::size_t sent = count + static_cast<std::size_t>(comm.rank());
+      const std::size_t received = count + static_cast<std::size_t>(source);
+      const std::vector<TypeParam> mine = rankInput<TypeParam>(comm.rank(), sent);
+      std::vector<TypeParam> theirs(received, TypeParam{99});
+      comm.sendRecv(mine.data(), sent, destination, theirs.data(), received, source, element);
+      EXPECT_TRUE(sameBits(theirs, rankInput<TypeParam>(source, received)))
+          << "step " << k << ", count " << count;
+    }
+}
+
 // ---- Narrow types -----------------------------------------------------------------------------------------
 
 struct NarrowCase {

@@ -332,6 +332,32 @@ TEST(Strategies, EveryApplicableStrategyOnFp32) {
   }
 }
 
+// rs_ag on the host works through its blocks in chunks of 2^17 fp32 elements (pipelined_rs_ag.h): a
+// block of one and a half chunks per rank, plus a few elements, takes each rank through a full chunk,
+// a partial one and uneven blocks; fp8's records make the chunks whole blocks.
+TEST(Strategies, RsAgAcrossChunks) {
+  Communicator& comm = testWorld();
+  const std::size_t count = static_cast<std::size_t>(comm.size()) * (3 << 16) + 5;
+  std::uint32_t seed = 200;
+  for (const char* text : {"sum/rs_ag", "sum/rs_ag/bf16", "sum/rs_ag/fp16", "sum/rs_ag/fp8e4m3",
+                           "sum/rs_ag/fp8e5m2", "adacons/rs_ag"}) {
+    SCOPED_TRACE(text);
+    const StrategyName name = *parseStrategyName(text);
+    const std::unique_ptr<Strategy> strategy = makeStrategy(name, comm, DType::Fp32);
+    methods::AdaConsState reference_state;
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(in_place ? "in place" : "out of place");
+      if (name.aggregator == Aggregator::AdaCons) {
+        checkAdaCons(comm, *strategy, count, in_place, ++seed, reference_state);
+      } else if (name.wire) {
+        checkWireSum(comm, *strategy, *name.wire, count, in_place, ++seed);
+      } else {
+        checkExactSum(comm, *strategy, DType::Fp32, count, in_place, ++seed);
+      }
+    }
+  }
+}
+
 TEST(Strategies, LosslessSumsOnOtherDTypesAreExact) {
   Communicator& comm = testWorld();
   for (DType dtype : {DType::Fp64, DType::Fp16, DType::Bf16}) {
@@ -461,10 +487,14 @@ TEST(Strategies, BadInputIsRefusedWithOneLine) {
   StrategyName wire_fp16;
   wire_fp16.wire = methods::WireFormat::Fp16;
   expectRefusal(wire_fp16, DType::Fp64, "sum/native/fp16 needs fp32 input, not fp64");
-  StrategyName adacons_rs_ag;
-  adacons_rs_ag.aggregator = Aggregator::AdaCons;
-  adacons_rs_ag.transport = Transport::RsAg;
-  expectRefusal(adacons_rs_ag, DType::Fp32, "adacons and adasum only run as <aggregator>/native");
+  StrategyName adasum_rs_ag;
+  adasum_rs_ag.aggregator = Aggregator::AdaSum;
+  adasum_rs_ag.transport = Transport::RsAg;
+  expectRefusal(adasum_rs_ag, DType::Fp32, "adasum/rs_ag: adasum only runs as adasum/native");
+  StrategyName adacons_bf16;
+  adacons_bf16.aggregator = Aggregator::AdaCons;
+  adacons_bf16.wire = methods::WireFormat::Bf16;
+  expectRefusal(adacons_bf16, DType::Fp32, "adacons/native/bf16: adacons and adasum take no wire precision");
   StrategyName adasum;
   adasum.aggregator = Aggregator::AdaSum;
   expectRefusal(adasum, DType::Fp64, "adasum/native needs fp32 input, not fp64");
@@ -518,18 +548,20 @@ TEST(StrategyNames, DefaultListIsStable) {
   EXPECT_NE(std::find(texts.begin(), texts.end(), "sum/rs_ag/bf16"), texts.end());
   EXPECT_NE(std::find(texts.begin(), texts.end(), "sum/hier/fp8e5m2"), texts.end());
   EXPECT_NE(std::find(texts.begin(), texts.end(), "sum/mpi.recursive_doubling"), texts.end());
-  EXPECT_EQ(texts[texts.size() - 2], "adacons/native");
+  EXPECT_EQ(texts[texts.size() - 3], "adacons/native");
+  EXPECT_EQ(texts[texts.size() - 2], "adacons/rs_ag");
   EXPECT_EQ(texts.back(), "adasum/native");
 }
 
 TEST(StrategyNames, UnknownNamesAreRefusedWithTheValidForms) {
-  for (const char* text : {"", "sum", "mean/native", "sum/ring", "sum/native/fp4", "adacons/rs_ag",
-                           "adasum/native/bf16", "sum/mpi.fastest", "sum/mpi.", "sum/nccl.ring",
-                           "sum/nccl.ring.ll256", "sum/nccl..simple", "sum/native/fp16/x"}) {
+  for (const char* text : {"", "sum", "mean/native", "sum/ring", "sum/native/fp4", "adasum/rs_ag",
+                           "adacons/rs_ag/bf16", "adasum/native/bf16", "sum/mpi.fastest", "sum/mpi.",
+                           "sum/nccl.ring", "sum/nccl.ring.ll256", "sum/nccl..simple", "sum/native/fp16/x"}) {
     std::string error;
     EXPECT_FALSE(parseStrategyName(text, &error)) << text;
     EXPECT_NE(error.find(fmt::format("'{}'", text)), std::string::npos) << error;
-    EXPECT_NE(error.find("valid: sum/<transport>[/<wire>], adacons/native, adasum/native"), std::string::npos)
+    EXPECT_NE(error.find("valid: sum/<transport>[/<wire>], adacons/<transport>, adasum/native"),
+              std::string::npos)
         << error;
     EXPECT_EQ(error.find('\n'), std::string::npos) << error;
   }

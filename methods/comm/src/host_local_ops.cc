@@ -36,13 +36,6 @@ void addStats(EncodeStats& into, const EncodeStats& from) {
   into.nan += from.nan;
 }
 
-// Inline executor for the per-chunk calls made from inside a parallel region (the shared pool is busy
-// running that region and must not be re-entered).
-CpuExecutor& serialExecutor() {
-  thread_local CpuExecutor executor(1);
-  return executor;
-}
-
 void checkFp8(WireFormat format, std::size_t block, const char* what) {
   if (!methods::isFp8(format))
     fail("{}: scaled blocks need an fp8 format, not {}", what, methods::name(format));
@@ -167,6 +160,11 @@ class HostLocalOps final : public LocalOps {
 };
 
 }  // namespace
+
+CpuExecutor& serialExecutor() {
+  thread_local CpuExecutor executor(1);
+  return executor;
+}
 
 void unpackRecords(const void* records, std::size_t n, std::size_t block, float* scales,
                    std::uint8_t* codes) {

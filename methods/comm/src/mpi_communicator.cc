@@ -476,6 +476,27 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  void sendRecv(const void* send, std::size_t send_count, int destination, void* recv, std::size_t recv_count,
+                int source, Element type) override {
+    const MPI_Datatype mapped = mapType(type, "MPI sendRecv");
+    const std::size_t bytes = elementBytes(type);
+    // Each direction in its own pieces of at most INT_MAX elements: the receiver's recv_count is the
+    // sender's send_count, so both sides cut the same pieces (none for 0).
+    std::vector<MPI_Request> requests;
+    forEachPiece(recv_count, [&](std::size_t offset, int n) {
+      check(MPI_Irecv(advance(recv, offset, bytes), n, mapped, source, kExchangeTag, comm_,
+                      &requests.emplace_back()),
+            "MPI_Irecv");
+    });
+    forEachPiece(send_count, [&](std::size_t offset, int n) {
+      check(MPI_Isend(advance(send, offset, bytes), n, mapped, destination, kExchangeTag, comm_,
+                      &requests.emplace_back()),
+            "MPI_Isend");
+    });
+    check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+          "MPI_Waitall");
+  }
+
   std::vector<double> allGatherScalars(double value) override {
     std::vector<double> values(static_cast<std::size_t>(size_));
     check(MPI_Allgather(&value, 1, MPI_DOUBLE, values.data(), 1, MPI_DOUBLE, comm_), "MPI_Allgather");
@@ -539,6 +560,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   static constexpr int kPointToPointTag = 0x6773;  // "gs"
+  static constexpr int kExchangeTag = 0x6774;
 
   struct HostNode {
     int color = 0;  // index of this rank's node, nodes ordered by their lowest rank

@@ -313,6 +313,26 @@ class NcclCommunicator final : public Communicator {
     checkNccl(ncclRecv(buffer, count, ncclType(type.dtype), peer, comm_.get(), stream()), "ncclRecv");
   }
 
+  void sendRecv(const void* send, std::size_t send_count, int destination, void* recv, std::size_t recv_count,
+                int source, Element type) override {
+    require(type, ReduceOp::None, "NCCL sendRecv");
+    if (send_count == 0 && recv_count == 0) return;
+    activate();
+    // Grouped, the send and the receive progress together (NCCL's pairwise exchange pattern).
+    // The group is always closed, even when a call in it failed.
+    checkNccl(ncclGroupStart(), "ncclGroupStart");
+    const ncclResult_t sent = send_count == 0 ? ncclSuccess
+                                              : ncclSend(send, send_count, ncclType(type.dtype), destination,
+                                                         comm_.get(), stream());
+    const ncclResult_t received =
+        recv_count == 0 ? ncclSuccess
+                        : ncclRecv(recv, recv_count, ncclType(type.dtype), source, comm_.get(), stream());
+    const ncclResult_t ended = ncclGroupEnd();
+    checkNccl(sent, "ncclSend");
+    checkNccl(received, "ncclRecv");
+    checkNccl(ended, "ncclGroupEnd");
+  }
+
   std::vector<double> allGatherScalars(double value) override {
     activate();
     auto* values =

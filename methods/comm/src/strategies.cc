@@ -19,6 +19,7 @@
 #include "adaptive_scalars.h"
 #include "gradscope/comm/strategy.h"
 #include "gradscope/common/error.h"
+#include "pipelined_rs_ag.h"
 #include "reduction_order.h"
 
 namespace gradscope::comm {
@@ -74,17 +75,30 @@ class TransportPath {
         break;
       }
       case Transport::Engine: engine_ = comm.withAlgorithm(name.algorithm, name.protocol); break;
-      case Transport::Native:
       case Transport::RsAg:
+        if (comm.memory() == Memory::Host) pipelined_ = std::make_unique<PipelinedRsAg>(comm);
+        break;
+      case Transport::Native:
       case Transport::ReduceBcast: break;
     }
   }
+
+  // rs_ag on host memory: the pipelined form that fp32 sums and the wire precisions take
+  // (pipelined_rs_ag.h); null for other transports and on devices, where the backend's own
+  // reduce-scatter and all-gather run.
+  PipelinedRsAg* pipelined() const { return pipelined_.get(); }
 
   // send may equal recv.
   void allReduce(const void* send, void* recv, std::size_t count, Element element) {
     switch (transport_) {
       case Transport::Native: comm_.allReduce(send, recv, count, element, ReduceOp::Sum); break;
-      case Transport::RsAg: reduceScatterAllGather(send, recv, count, element); break;
+      case Transport::RsAg:
+        if (pipelined_ && element == kFp32) {
+          pipelined_->sum(static_cast<const float*>(send), static_cast<float*>(recv), count);
+        } else {
+          reduceScatterAllGather(send, recv, count, element);
+        }
+        break;
       case Transport::ReduceBcast:
         comm_.reduce(send, recv, count, element, ReduceOp::Sum, 0);
         comm_.broadcast(recv, count, element, 0);
@@ -133,11 +147,12 @@ class TransportPath {
 
   Transport transport_;
   Communicator& comm_;
-  std::unique_ptr<Communicator> node_;     // hier: the ranks of this node
-  std::unique_ptr<Communicator> leaders_;  // hier: the first rank of every node
-  std::unique_ptr<Communicator> engine_;   // engine: the all-reduce algorithm forced
-  std::vector<std::size_t> counts_;        // rs_ag: elements per rank
-  Scratch block_;                          // rs_ag in place: this rank's reduced block
+  std::unique_ptr<Communicator> node_;        // hier: the ranks of this node
+  std::unique_ptr<Communicator> leaders_;     // hier: the first rank of every node
+  std::unique_ptr<Communicator> engine_;      // engine: the all-reduce algorithm forced
+  std::unique_ptr<PipelinedRsAg> pipelined_;  // rs_ag on the host
+  std::vector<std::size_t> counts_;           // rs_ag: elements per rank
+  Scratch block_;                             // rs_ag in place: this rank's reduced block
 };
 
 // ---- sum -------------------------------------------------------------------------------------------------
@@ -161,14 +176,18 @@ class SumStrategy final : public Strategy {
  private:
   // Each rank encodes x_r · (1/N) so that the sum of N values stays within the wire type's range, the
   // transport sums the codes (rounding to the wire type at every hop), and the result is decoded with
-  // postscale N. The transport runs in place on one wire buffer.
+  // postscale N. The transport runs in place on one wire buffer. rs_ag on the host does the same chunk
+  // by chunk, adding in fp32 and rounding the sum once (pipelined_rs_ag.h).
   RunStats runOnWire(methods::WireFormat format, const float* send, float* recv, std::size_t count) {
     LocalOps& local = comm_.local();
     const auto ranks = static_cast<float>(comm_.size());
     const float prescale = 1.0f / ranks;
     const Element element = wireElement(comm_, format, options_.fp8_block);
     RunStats stats;
-    if (!methods::isFp8(format)) {
+    if (PipelinedRsAg* pipelined = path_.pipelined();
+        pipelined && (!methods::isFp8(format) || element.block > 0)) {
+      stats.wire = pipelined->sumOnWire(format, options_.fp8_block, send, recv, count);
+    } else if (!methods::isFp8(format)) {
       void* codes = wire_.get(local, count * elementBytes(element));
       stats.wire = local.encode(format, send, count, codes, nullptr, {.prescale = prescale});
       path_.allReduce(codes, codes, count, element);
@@ -218,11 +237,12 @@ class SumStrategy final : public Strategy {
 
 // ---- adacons ---------------------------------------------------------------------------------------------
 
-// The AdaCons step of adaptive.h with collectives: g_sum = Σ g_j by all-reduce; this rank's ⟨g_sum, g_i⟩,
+// The AdaCons step of adaptive.h with collectives: g_sum = Σ g_j by an fp32 all-reduce over the
+// strategy's transport; this rank's ⟨g_sum, g_i⟩,
 // ‖g_i‖² and ‖g_sum‖² as methods::dot in the methods library's block order; the per-rank sums all-gathered
 // into the same GradientStats methods::adacons builds, so its scalar code (adaptive_scalars.h: α, the
 // weights with momentum, the norms, the scale, the coefficients) runs unchanged on every rank; then
-// Σ_i c_i · g_i by a second all-reduce.
+// Σ_i c_i · g_i by a second all-reduce over the same transport.
 //
 // Bit for bit: methods::adacons sums g_sum in fp64, the all-reduce in fp32, so the scalars are the same
 // bits whenever the fp32 sum is exact (verifiable inputs), and close to them otherwise. The aggregate
@@ -233,7 +253,7 @@ class SumStrategy final : public Strategy {
 class AdaConsStrategy final : public Strategy {
  public:
   AdaConsStrategy(const StrategyName& name, Communicator& comm, const StrategyOptions& options)
-      : Strategy(name), comm_(comm), options_(options.adacons) {}
+      : Strategy(name), comm_(comm), options_(options.adacons), path_(name, comm) {}
 
   bool lossless() const override { return false; }
 
@@ -245,7 +265,7 @@ class AdaConsStrategy final : public Strategy {
 
     // g_sum goes to recv when it is free: in place, the input is still needed until the last pass.
     float* sum = send == recv ? sum_.as<float>(local, count) : recv;
-    comm_.allReduce(send, sum, count, kFp32, ReduceOp::Sum);
+    path_.allReduce(send, sum, count, kFp32);
     methods::detail::GradientStats stats;
     // ⟨g_sum, g_i⟩, ‖g_sum‖² (for the scale) and ‖g_i‖² in one pass over both vectors.
     const methods::DotProducts dots = local.dotProducts(sum, send, count);
@@ -258,13 +278,14 @@ class AdaConsStrategy final : public Strategy {
     const double coefficient =
         methods::detail::adaconsCoefficients(*result.adacons)[static_cast<std::size_t>(comm_.rank())];
     local.scale(send, count, static_cast<float>(coefficient), recv);
-    comm_.allReduce(recv, recv, count, kFp32, ReduceOp::Sum);
+    path_.allReduce(recv, recv, count, kFp32);
     return result;
   }
 
  private:
   Communicator& comm_;
   methods::AdaConsOptions options_;
+  TransportPath path_;
   methods::AdaConsState state_;  // momentum, carried across runs
   Scratch sum_;                  // g_sum when running in place
 };
@@ -405,8 +426,10 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyName& name, Communicator& c
       fail("{} needs the {} backend, not {}", name.text(), gradscope::name(name.engine),
            gradscope::name(comm.backend()));
   }
-  if (name.aggregator != Aggregator::Sum && (name.transport != Transport::Native || name.wire))
-    fail("{}: adacons and adasum only run as <aggregator>/native", name.text());
+  if (name.aggregator != Aggregator::Sum && name.wire)
+    fail("{}: adacons and adasum take no wire precision", name.text());
+  if (name.aggregator == Aggregator::AdaSum && name.transport != Transport::Native)
+    fail("{}: adasum only runs as adasum/native", name.text());
   if (name.aggregator != Aggregator::Sum && dtype != DType::Fp32)
     fail("{} needs fp32 input, not {}", name.text(), gradscope::name(dtype));
 
@@ -461,6 +484,7 @@ std::vector<StrategyName> applicableStrategies(const Communicator& comm, DType d
   }
   if (dtype == DType::Fp32) {
     add(Aggregator::AdaCons, Transport::Native);
+    add(Aggregator::AdaCons, Transport::RsAg);
     add(Aggregator::AdaSum, Transport::Native);
   }
   return names;

@@ -19,7 +19,8 @@ constexpr std::array<std::string_view, 7> kMpiAlgorithms = {
     "", "basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner"};
 
 constexpr std::string_view kValidForms =
-    "valid: sum/<transport>[/<wire>], adacons/native, adasum/native; transport native, rs_ag, reduce_bcast, "
+    "valid: sum/<transport>[/<wire>], adacons/<transport>, adasum/native; transport native, rs_ag, "
+    "reduce_bcast, "
     "hier, nccl.<tree|ring|collnetdirect|collnetchain|nvls|nvlstree|pat>.<ll|ll128|simple> or "
     "mpi.<basic_linear|nonoverlapping|recursive_doubling|ring|segmented_ring|rabenseifner>; wire fp16, bf16, "
     "fp8e4m3 or fp8e5m2";
@@ -140,10 +141,12 @@ std::optional<StrategyName> parseStrategyName(std::string_view text, std::string
       if (!name.wire) return refuse(text, fmt::format("unknown wire precision '{}'", wire_text), error);
     }
   }
-  // AdaCons and AdaSum need the gradients themselves (dot products, pairwise exchange), not one
-  // reduction that a transport or a narrower wire type could stand in for.
-  if (name.aggregator != Aggregator::Sum && (name.transport != Transport::Native || name.wire))
-    return refuse(text, "adacons and adasum only run as <aggregator>/native", error);
+  // AdaCons and AdaSum need the gradients themselves (dot products), not codes of a narrower type.
+  // AdaCons' two all-reduces are sums that any transport can carry; AdaSum is its own pairwise schedule.
+  if (name.aggregator != Aggregator::Sum && name.wire)
+    return refuse(text, "adacons and adasum take no wire precision", error);
+  if (name.aggregator == Aggregator::AdaSum && name.transport != Transport::Native)
+    return refuse(text, "adasum only runs as adasum/native", error);
   return name;
 }
 

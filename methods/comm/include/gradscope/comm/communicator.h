@@ -138,6 +138,11 @@ class Communicator {
   // Point to point (AdaSum's pairwise schedule). Both sides must call in matching order.
   virtual void send(const void* buffer, std::size_t count, Element type, int peer) = 0;
   virtual void recv(void* buffer, std::size_t count, Element type, int peer) = 0;
+  // Sends `send_count` elements to `destination` while receiving `recv_count` from `source`, both at
+  // once (one step of a pairwise exchange in which every rank sends and receives: it cannot deadlock).
+  // recv_count must equal what the source sends; either count may be 0.
+  virtual void sendRecv(const void* send, std::size_t send_count, int destination, void* recv,
+                        std::size_t recv_count, int source, Element type) = 0;
 
   // Host values: every rank's `value`, in rank order; and the maximum over ranks.
   virtual std::vector<double> allGatherScalars(double value) = 0;
