@@ -51,6 +51,7 @@ TEST(BenchOptions, DefaultsFollowNcclTests) {
   EXPECT_TRUE(o.strategies.empty());
   EXPECT_EQ(o.inputs, 8);
   EXPECT_EQ(o.format, OutputFormat::Table);
+  EXPECT_EQ(o.mpi_threads, comm::MpiThreads::Single);  // as OSU's benchmarks start MPI
   EXPECT_EQ(o.command_line, "gradscope bench");
 }
 
@@ -75,6 +76,8 @@ TEST(BenchOptions, ParsesEveryOption) {
   EXPECT_EQ(options({"-d", "double"}).dtype, DType::Fp64);
   EXPECT_EQ(options({"-d", "half"}).dtype, DType::Fp16);
   EXPECT_EQ(options({"--json"}).format, OutputFormat::Json);
+  EXPECT_EQ(options({"--mpi-threads", "funneled"}).mpi_threads, comm::MpiThreads::Funneled);
+  EXPECT_EQ(options({"--mpi-threads", "multiple"}).mpi_threads, comm::MpiThreads::Multiple);
 }
 
 TEST(BenchOptions, BadArgumentsAreOneLine) {
@@ -89,6 +92,7 @@ TEST(BenchOptions, BadArgumentsAreOneLine) {
   errorOf({"--csv", "--json"});
   errorOf({"-c", "2"});
   errorOf({"--backend", "tpu"});
+  EXPECT_NE(errorOf({"--mpi-threads", "many"}).find("--mpi-threads"), std::string::npos);
 }
 
 TEST(BenchOptions, HelpExitsZeroWithText) {

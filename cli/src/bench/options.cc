@@ -102,6 +102,12 @@ ParsedArguments parseBenchArguments(int argc, const char* const* argv) {
       ->excludes(csv_flag);
   app.add_option("-o,--output", options.output, "Also write the results to this new trace file (.db)");
   app.add_flag("--no-progress", no_progress, "No progress bar on a terminal");
+  std::string threads_text{comm::name(options.mpi_threads)};
+  app.add_option("--mpi-threads", threads_text,
+                 "Thread support to start MPI with: single (as OSU), funneled, serialized or multiple (as "
+                 "mpi4py); above single Open MPI locks around every call")
+      ->check(CLI::IsMember({"single", "funneled", "serialized", "multiple"}))
+      ->capture_default_str();
 
   ParsedArguments parsed;
   try {
@@ -116,6 +122,7 @@ ParsedArguments parseBenchArguments(int argc, const char* const* argv) {
   }
 
   try {
+    options.mpi_threads = *comm::parseMpiThreads(threads_text);
     if (backend == "mpi") options.backend = Backend::Mpi;
     if (backend == "nccl") options.backend = Backend::Nccl;
     if (backend == "local") options.backend = Backend::Local;

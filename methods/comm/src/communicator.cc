@@ -1,6 +1,8 @@
 #include "gradscope/comm/communicator.h"
 
 #include <cstdlib>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "gradscope/comm/mpi.h"
@@ -41,6 +43,20 @@ void Buffer::reset() {
   data_ = nullptr;
   bytes_ = 0;
   release_ = nullptr;
+}
+
+namespace {
+constexpr std::string_view kMpiThreadNames[] = {"single", "funneled", "serialized", "multiple"};
+}  // namespace
+
+std::string_view name(MpiThreads threads) {
+  return kMpiThreadNames[static_cast<int>(threads)];
+}
+
+std::optional<MpiThreads> parseMpiThreads(std::string_view text) {
+  for (int level = 0; level < 4; ++level)
+    if (text == kMpiThreadNames[level]) return static_cast<MpiThreads>(level);
+  return std::nullopt;
 }
 
 // Here rather than in the MPI backend: a build without MPI can still tell that it was started by a launcher.

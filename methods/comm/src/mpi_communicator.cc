@@ -13,7 +13,8 @@
 // call the same way. Reduce-scatter and all-gather refuse totals above INT_MAX (their int displacements
 // would overflow).
 //
-// Threads: MPI is initialised with MPI_THREAD_FUNNELED; calls come from the thread that initialised it.
+// Threads: calls come from the thread that initialised MPI (mpiWorld() asks for MPI_THREAD_SINGLE
+// unless told otherwise: no other thread of ours calls MPI).
 // User operators run on that thread (inside MPI's progress) and use an inline executor, never the shared
 // pool, so they cannot wait on work queued behind the caller.
 
@@ -268,6 +269,13 @@ struct Mapped {
 };
 
 Mapped mapReduction(Element element, ReduceOp op, std::string_view what) {
+  // Every call goes through here: the usual case (a type and operation MPI has) first, without the
+  // checks that build a refusal message.
+  if (const MPI_Datatype native = nativeType(element.dtype);
+      native != MPI_DATATYPE_NULL && element.block == 0) {
+    if (op == ReduceOp::None) return {native, MPI_OP_NULL};
+    if (const MPI_Op mapped = nativeOp(op); mapped != MPI_OP_NULL) return {native, mapped};
+  }
   std::string why;
   if (!supported(element, op, &why)) fail("{}: {}", what, why);
   if (const MPI_Datatype native = nativeType(element.dtype); native != MPI_DATATYPE_NULL)
@@ -364,6 +372,19 @@ std::string libraryVersion() {
   // "Open MPI v4.1.4, package: ..., ident: ...": the first phrase is the useful one.
   version = version.substr(0, version.find_first_of(",\n"));
   return version;
+}
+
+// The thread level MPI runs at, as MPI names it: it changes what small calls cost.
+std::string_view providedThreadLevel() {
+  int provided = MPI_THREAD_SINGLE;
+  if (MPI_Query_thread(&provided) != MPI_SUCCESS) return "thread level unknown";
+  switch (provided) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "thread level unknown";
+  }
 }
 
 // ---- The communicator -------------------------------------------------------------------------------------
@@ -554,8 +575,8 @@ class MpiCommunicator final : public Communicator {
   LocalOps& local() override { return *local_; }
 
   std::string description() const override {
-    return fmt::format("MPI, {} rank{} on {} node{} ({})", size_, size_ == 1 ? "" : "s", nodes_,
-                       nodes_ == 1 ? "" : "s", libraryVersion());
+    return fmt::format("MPI, {} rank{} on {} node{} ({}, {})", size_, size_ == 1 ? "" : "s", nodes_,
+                       nodes_ == 1 ? "" : "s", libraryVersion(), providedThreadLevel());
   }
 
  private:
@@ -622,7 +643,7 @@ bool mpiBuilt(std::string* reason) {
   return true;
 }
 
-std::unique_ptr<Communicator> mpiWorld() {
+std::unique_ptr<Communicator> mpiWorld(MpiThreads threads) {
   if (mpiFinalized()) fail("MPI: already finalised; mpiWorld() must be called before MPI_Finalize");
   int initialized = 0;
   check(MPI_Initialized(&initialized), "MPI_Initialized");
@@ -631,7 +652,10 @@ std::unique_ptr<Communicator> mpiWorld() {
     // (the default, 0) the dynamic decision falls back to the fixed rules, so nothing else changes.
     setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", /*overwrite=*/0);
     int provided = 0;
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    constexpr int kLevels[] = {MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED, MPI_THREAD_SERIALIZED,
+                               MPI_THREAD_MULTIPLE};
+    check(MPI_Init_thread(nullptr, nullptr, kLevels[static_cast<int>(threads)], &provided),
+          "MPI_Init_thread");
     std::atexit(&finalizeAtExit);
   }
   // Our own duplicate: our error handler and our messages never touch the application's MPI_COMM_WORLD.

@@ -16,7 +16,7 @@ bool mpiBuilt(std::string* reason) {
   return false;
 }
 
-std::unique_ptr<Communicator> mpiWorld() {
+std::unique_ptr<Communicator> mpiWorld(MpiThreads) {
   fail("MPI: {}", kReason);
 }
 

@@ -44,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gradscope/comm/mpi.h"
 #include "gradscope/common/error.h"
 #include "gradscope/common/types.h"
 #include "gradscope/methods/error_metrics.h"
@@ -71,6 +72,8 @@ struct BenchOptions {
   OutputFormat format = OutputFormat::Table;
   std::string output;  // trace file to create; empty: none
   bool progress = true;
+  // --backend mpi: the thread support asked of MPI (comm::mpiWorld; single, as OSU's benchmarks start it).
+  comm::MpiThreads mpi_threads = comm::MpiThreads::Single;
   std::string command_line;  // the arguments as typed, for the trace store
 };
 
