@@ -84,7 +84,11 @@ methods::EncodeStats PipelinedRsAg::run(const float* send, float* recv, std::siz
   std::uint8_t* outgoing = wire != nullptr ? sized(outgoing_, part_bytes) : nullptr;
   std::uint8_t* incoming = wire != nullptr ? sized(incoming_, part_bytes) : nullptr;
   std::uint8_t* own = wire != nullptr ? sized(own_, part_bytes) : nullptr;
+  // 2-byte codes are summed hop by hop like the backend's own wire reductions (methods::addCodes: decode
+  // both, add in fp32, round back, in one pass); fp8 records accumulate in fp32 and are encoded once,
+  // with the block amax of the sum.
   const bool records = wire != nullptr && wire->block > 0;
+  const bool codes_hop = wire != nullptr && !records;
   float* accumulator = records ? sized(accumulator_, chunk_units_ * unit_) : nullptr;
   float* decoded = records ? sized(decoded_, chunk_units_ * unit_) : nullptr;
   float* incoming_floats = wire == nullptr ? sized(incoming_floats_, chunk_units_) : nullptr;
@@ -120,15 +124,11 @@ methods::EncodeStats PipelinedRsAg::run(const float* send, float* recv, std::siz
   };
   for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
     const Part mine = part(rank, chunk);
-    // 2-byte codes are summed hop by hop like the backend's own wire reductions (methods::addCodes:
-    // decode both, add in fp32, round back, in one pass); fp8 records accumulate in fp32 and are
-    // encoded once, with the block amax of the sum.
-    const bool codes_hop = wire != nullptr && !records;
     // Reduce-scatter: this rank's part of the chunk, summed over all ranks.
     if (wire != nullptr) {
       // Its own value goes through the wire precision like everyone else's.
       count_encode(encode(send + mine.first, mine, prescale, own));
-      if (!codes_hop) decode(own, mine, 1.0f, accumulator);
+      if (records) decode(own, mine, 1.0f, accumulator);
     } else if (ranks == 1 && send != recv) {
       std::copy_n(send + mine.first, mine.floats, recv + mine.first);
     }
@@ -154,7 +154,7 @@ methods::EncodeStats PipelinedRsAg::run(const float* send, float* recv, std::siz
     }
     if (wire != nullptr) {
       // Not counted: a sum of encoded values overflows only where an input did (counted above).
-      if (!codes_hop) encode(accumulator, mine, 1.0f, own);
+      if (records) encode(accumulator, mine, 1.0f, own);
       decode(own, mine, postscale, recv + mine.first);
     }
     // All-gather: the other ranks' reduced parts of the chunk, into place.
