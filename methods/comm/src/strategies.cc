@@ -177,7 +177,7 @@ class SumStrategy final : public Strategy {
   // Each rank encodes x_r · (1/N) so that the sum of N values stays within the wire type's range, the
   // transport sums the codes (rounding to the wire type at every hop), and the result is decoded with
   // postscale N. The transport runs in place on one wire buffer. rs_ag on the host does the same chunk
-  // by chunk, adding in fp32 and rounding the sum once (pipelined_rs_ag.h).
+  // by chunk, the conversions fused into its pipeline (pipelined_rs_ag.h).
   RunStats runOnWire(methods::WireFormat format, const float* send, float* recv, std::size_t count) {
     LocalOps& local = comm_.local();
     const auto ranks = static_cast<float>(comm_.size());
