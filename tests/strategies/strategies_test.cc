@@ -333,11 +333,11 @@ TEST(Strategies, EveryApplicableStrategyOnFp32) {
 }
 
 // rs_ag on the host works through its blocks in chunks of 2^17 fp32 elements (pipelined_rs_ag.h): a
-// block of one and a half chunks per rank, plus a few elements, takes each rank through a full chunk,
-// a partial one and uneven blocks; fp8's records make the chunks whole blocks.
+// block of one chunk and 1024 elements per rank, plus a few elements, takes each rank through a full
+// chunk, a partial one and uneven blocks; fp8's records (128 elements) make the chunks whole blocks.
 TEST(Strategies, RsAgAcrossChunks) {
   Communicator& comm = testWorld();
-  const std::size_t count = static_cast<std::size_t>(comm.size()) * (3 << 16) + 5;
+  const std::size_t count = static_cast<std::size_t>(comm.size()) * ((1 << 17) + 1024) + 5;
   std::uint32_t seed = 200;
   for (const char* text : {"sum/rs_ag", "sum/rs_ag/bf16", "sum/rs_ag/fp16", "sum/rs_ag/fp8e4m3",
                            "sum/rs_ag/fp8e5m2", "adacons/rs_ag"}) {
