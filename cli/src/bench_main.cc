@@ -189,7 +189,8 @@ int main(int argc, char** argv) {
   try {
     options.backend = resolveBackend(options.backend);
     if (options.backend == Backend::Local) return runLocal(options);
-    const auto comm = options.backend == Backend::Mpi ? comm::mpiWorld(options.mpi_threads) : comm::ncclWorld();
+    const auto comm =
+        options.backend == Backend::Mpi ? comm::mpiWorld(options.mpi_threads) : comm::ncclWorld();
     report = comm->rank() == 0;
     return runDistributed(*comm, options);
   } catch (const BenchError& error) {

@@ -269,13 +269,6 @@ struct Mapped {
 };
 
 Mapped mapReduction(Element element, ReduceOp op, std::string_view what) {
-  // Every call goes through here: the usual case (a type and operation MPI has) first, without the
-  // checks that build a refusal message.
-  if (const MPI_Datatype native = nativeType(element.dtype);
-      native != MPI_DATATYPE_NULL && element.block == 0) {
-    if (op == ReduceOp::None) return {native, MPI_OP_NULL};
-    if (const MPI_Op mapped = nativeOp(op); mapped != MPI_OP_NULL) return {native, mapped};
-  }
   std::string why;
   if (!supported(element, op, &why)) fail("{}: {}", what, why);
   if (const MPI_Datatype native = nativeType(element.dtype); native != MPI_DATATYPE_NULL)
