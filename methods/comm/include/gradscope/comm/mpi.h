@@ -31,7 +31,7 @@ std::optional<MpiThreads> parseMpiThreads(std::string_view text);
 //
 // Single by default, as OSU's benchmarks start MPI: only the thread that initialised MPI ever calls it
 // (gradscope's CPU pool threads run kernels, never MPI), and at any higher level Open MPI takes a lock
-// at every progress step, which costs small calls 10–40% on one node. A job that runs at a higher
+// at every progress step, which made small calls 8–34% slower here (docs/benchmarks.md). A job at a higher
 // level (mpi4py asks for MULTIPLE) pays that lock; `gradscope bench --mpi-threads` measures it.
 std::unique_ptr<Communicator> mpiWorld(MpiThreads threads = MpiThreads::Single);
 
