@@ -132,6 +132,7 @@ BenchPoint samplePoint(bool lossy) {
   point.count = 1024;
   point.reps = 20;
   point.time = {10.0, 12.5, 14.0, 15.0};
+  point.median_call = {9.0, 9.5, 10.0, 10.5};
   point.algbw_gbs = 4096 / 12.5e3;
   point.busbw_gbs = point.algbw_gbs;
   if (!lossy) point.wrong = 0;
@@ -183,6 +184,8 @@ TEST(BenchOutput, JsonHasNullForUnsetValues) {
   EXPECT_EQ(document["points"][0]["wrong"], 0);
   EXPECT_TRUE(document["points"][1]["wrong"].is_null());
   EXPECT_EQ(document["points"][1]["rel_err"], 2.5e-3);
+  EXPECT_EQ(document["points"][0]["time_us"]["median"], 12.5);
+  EXPECT_EQ(document["points"][0]["median_call_us"]["median"], 9.5);
   EXPECT_EQ(document["world_size"], 2);
   EXPECT_EQ(document["dtype"], "float");
 }
@@ -209,6 +212,8 @@ TEST(BenchLocal, EveryPointExactAndWithinTheTreeOrSequentialBound) {
     EXPECT_LE(point.error->rel_l2, 2 * 5 * 0x1.0p-24);  // (K-1)u·Σ|x| plus one rounding; Σ|x|/|Σx| < 2
     EXPECT_GT(point.time.median_us, 0);
     EXPECT_EQ(point.time.min_us, point.time.max_us);  // one process
+    EXPECT_GT(point.median_call.median_us, 0);
+    EXPECT_EQ(point.median_call.min_us, point.median_call.max_us);
   }
   EXPECT_EQ(points.front().bytes, 0u);  // 2 B holds no float: a count-0 point, as nccl-tests prints
 }
@@ -243,8 +248,11 @@ TEST(BenchTrace, RunAndMeasurementsReadBack) {
     EXPECT_EQ(row.bytes, 4096);
     EXPECT_EQ(row.world, 2);
     EXPECT_EQ(row.reps, 20);
-    EXPECT_DOUBLE_EQ(row.median_ns, 12500);
-    EXPECT_DOUBLE_EQ(row.p90_ns, 14000);
+    // The trace holds the ranks' median calls, not their averages (a stalled call would move those).
+    EXPECT_DOUBLE_EQ(row.min_ns, 9000);
+    EXPECT_DOUBLE_EQ(row.median_ns, 9500);
+    EXPECT_DOUBLE_EQ(row.p90_ns, 10000);
+    EXPECT_DOUBLE_EQ(row.max_ns, 10500);
     EXPECT_FALSE(row.rank_id.has_value());
   }
 }

@@ -63,7 +63,7 @@ std::string TableFormat::row(const BenchPoint& point) const {
 
 std::string formatCsvHeader() {
   return "strategy,backend,dtype,ranks,bytes,count,reps,time_min_us,time_median_us,time_p90_us,time_max_us,"
-         "algbw_gbs,busbw_gbs,wrong,rel_err,max_abs_err,cosine,overflow,nan\n";
+         "median_call_us,algbw_gbs,busbw_gbs,wrong,rel_err,max_abs_err,cosine,overflow,nan\n";
 }
 
 std::string formatCsvRow(const BenchPoint& point, const BenchContext& context, DType dtype) {
@@ -73,10 +73,11 @@ std::string formatCsvRow(const BenchPoint& point, const BenchContext& context, D
   if (point.error)
     errors = fmt::format("{},{},{},{},{}", point.error->rel_l2, point.error->max_abs, point.error->cosine,
                          point.error->overflow, point.error->nan);
-  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", point.strategy, name(context.backend),
-                     benchDTypeName(dtype), context.world_size, point.bytes, point.count, point.reps,
-                     point.time.min_us, point.time.median_us, point.time.p90_us, point.time.max_us,
-                     point.algbw_gbs, point.busbw_gbs, wrong, errors);
+  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", point.strategy,
+                     name(context.backend), benchDTypeName(dtype), context.world_size, point.bytes,
+                     point.count, point.reps, point.time.min_us, point.time.median_us, point.time.p90_us,
+                     point.time.max_us, point.median_call.median_us, point.algbw_gbs, point.busbw_gbs, wrong,
+                     errors);
 }
 
 std::string formatJson(const BenchContext& context, const BenchOptions& options,
@@ -106,6 +107,11 @@ std::string formatJson(const BenchContext& context, const BenchOptions& options,
           {"median", point.time.median_us},
           {"p90", point.time.p90_us},
           {"max", point.time.max_us}}},
+        {"median_call_us",
+         {{"min", point.median_call.min_us},
+          {"median", point.median_call.median_us},
+          {"p90", point.median_call.p90_us},
+          {"max", point.median_call.max_us}}},
         {"algbw_gbs", point.algbw_gbs},
         {"busbw_gbs", point.busbw_gbs},
         {"wrong", point.wrong ? nlohmann::ordered_json(*point.wrong) : nlohmann::ordered_json(nullptr)},

@@ -259,17 +259,36 @@ const std::vector<double>& referenceFor(const References& refs, comm::Aggregator
   return refs.sum;
 }
 
-// OSU's osu_allreduce loop: time each call on its own, barrier between calls, average.
-double timeEachCallWithBarrier(comm::Communicator& comm, comm::Strategy& strategy, const void* send,
-                               void* recv, std::size_t count, int iters) {
-  double total_us = 0;
-  for (int i = 0; i < iters; ++i) {
+// One rank's timed calls: the average (what OSU and nccl-tests report) and the median call. On a shared
+// machine one call now and then stalls for hundreds of microseconds (the process is descheduled); that
+// moves a 20-call average of a 10 µs collective by 100% and its median not at all.
+struct CallTimes {
+  double mean_us = 0, median_us = 0;
+};
+
+CallTimes summariseCalls(std::vector<double> calls_us) {
+  CallTimes times;
+  if (calls_us.empty()) return times;
+  double total = 0;
+  for (const double us : calls_us) total += us;
+  times.mean_us = total / static_cast<double>(calls_us.size());
+  std::sort(calls_us.begin(), calls_us.end());
+  const std::size_t n = calls_us.size();
+  times.median_us = n % 2 == 1 ? calls_us[n / 2] : 0.5 * (calls_us[n / 2 - 1] + calls_us[n / 2]);
+  return times;
+}
+
+// OSU's osu_allreduce loop: time each call on its own, barrier between calls.
+CallTimes timeEachCallWithBarrier(comm::Communicator& comm, comm::Strategy& strategy, const void* send,
+                                  void* recv, std::size_t count, int iters) {
+  std::vector<double> calls_us(static_cast<std::size_t>(iters));
+  for (auto& call_us : calls_us) {
     const auto start = Clock::now();
     strategy.run(send, recv, count);
-    total_us += microsecondsSince(start);
+    call_us = microsecondsSince(start);
     comm.barrier();
   }
-  return total_us / iters;
+  return summariseCalls(std::move(calls_us));
 }
 
 // nccl-tests' loop: enqueue every call, wait once, average (the calls overlap their launch latency).
@@ -289,9 +308,10 @@ BenchContext commContext(const comm::Communicator& comm) {
   context.backend = comm.backend();
   context.description = comm.description();
   context.world_size = comm.size();
-  context.timing = comm.backend() == Backend::Nccl
-                       ? "nccl-tests loop: n calls enqueued, one stream sync, average per rank"
-                       : "OSU loop: clock around each call, barrier between calls, average per rank";
+  context.timing =
+      comm.backend() == Backend::Nccl
+          ? "nccl-tests loop: n calls enqueued, one stream sync, average per rank"
+          : "OSU loop: clock around each call, barrier between calls, average per rank (trace: median call)";
   return context;
 }
 
@@ -303,7 +323,7 @@ BenchContext localContext(const BenchOptions& options) {
       fmt::format("local sums of {} inputs, {} thread{} ({})", options.inputs, executor.threads(),
                   executor.threads() == 1 ? "" : "s", methods::cpuKernelIsa());
   context.world_size = 1;
-  context.timing = "each call timed on its own, average";
+  context.timing = "each call timed on its own, average (trace: median call)";
   return context;
 }
 
@@ -396,11 +416,16 @@ void CommSweep::run(const PointCallback& on_point) {
       for (int i = 0; i < options.warmup_iters; ++i) entry.strategy->run(send.get(), recv.get(), count);
       comm.synchronize();
       comm.barrier();
-      const double mean_us =
-          comm.backend() == Backend::Nccl
-              ? timeLaunchLoop(comm, *entry.strategy, send.get(), recv.get(), count, options.iters)
-              : timeEachCallWithBarrier(comm, *entry.strategy, send.get(), recv.get(), count, options.iters);
-      point.time = summarise(comm.allGatherScalars(mean_us));
+      if (comm.backend() == Backend::Nccl) {
+        point.time = summarise(comm.allGatherScalars(
+            timeLaunchLoop(comm, *entry.strategy, send.get(), recv.get(), count, options.iters)));
+        point.median_call = point.time;
+      } else {
+        const CallTimes calls =
+            timeEachCallWithBarrier(comm, *entry.strategy, send.get(), recv.get(), count, options.iters);
+        point.time = summarise(comm.allGatherScalars(calls.mean_us));
+        point.median_call = summarise(comm.allGatherScalars(calls.median_us));
+      }
       point.algbw_gbs = gigabytesPerSecond(static_cast<double>(bytes), point.time.median_us);
       point.busbw_gbs = point.algbw_gbs * busBandwidthFactor(Collective::AllReduce, ranks);
       on_point(point);
@@ -460,13 +485,15 @@ void runLocalSweep(const BenchOptions& options, const std::vector<std::string>& 
 
       for (int i = 0; i < options.warmup_iters; ++i)
         methods::localSum(method, dtype, pointers, output.data(), count);
-      double total_us = 0;
-      for (int i = 0; i < options.iters; ++i) {
+      std::vector<double> calls_us(static_cast<std::size_t>(options.iters));
+      for (auto& call_us : calls_us) {
         const auto start = Clock::now();
         methods::localSum(method, dtype, pointers, output.data(), count);
-        total_us += microsecondsSince(start);
+        call_us = microsecondsSince(start);
       }
-      point.time = summarise({total_us / options.iters});
+      const CallTimes calls = summariseCalls(std::move(calls_us));
+      point.time = summarise({calls.mean_us});
+      point.median_call = summarise({calls.median_us});
       point.algbw_gbs = gigabytesPerSecond(static_cast<double>(bytes), point.time.median_us);
       const auto moved = methods::localSumBytesMoved(method, dtype, static_cast<std::size_t>(k), count);
       point.busbw_gbs = gigabytesPerSecond(static_cast<double>(moved), point.time.median_us);

@@ -115,8 +115,11 @@ struct BenchPoint {
   std::string strategy;
   std::uint64_t bytes = 0;  // count × element size: what was reduced
   std::uint64_t count = 0;  // elements
-  RankTimes time;
-  int reps = 0;  // timed calls per rank
+  RankTimes time;           // each rank's average call (OSU, nccl-tests): the table, CSV and JSON `time`
+  RankTimes median_call;    // each rank's median call, which one stalled call does not move: the trace's
+                            // times and what the tuner models (the nccl-tests loop times only the
+                            // average: equal to `time` there)
+  int reps = 0;             // timed calls per rank
   double algbw_gbs = 0, busbw_gbs = 0;
   std::optional<std::uint64_t> wrong;          // unset: lossy strategy, or checks off
   std::optional<methods::ErrorMetrics> error;  // unset: checks off
