@@ -892,8 +892,12 @@ void scanReductions(sql::Database& db, std::int64_t first, std::int64_t last, Re
 TraceReader::ReductionCounts TraceReader::reductionCounts(std::int64_t rows_per_thread) const {
   std::int64_t first = 0, last = -1;
   {
-    sql::Statement bounds(impl_->db, "SELECT min(id), max(id) FROM calls");
-    if (bounds.step() && !bounds.isNull(0)) first = bounds.int64(0), last = bounds.int64(1);
+    // Two statements: SQLite answers a lone min() or max() of the rowid from the b-tree's ends, but
+    // both in one SELECT scan the whole table (0.6 s for ten million calls).
+    sql::Statement lowest(impl_->db, "SELECT min(id) FROM calls");
+    sql::Statement highest(impl_->db, "SELECT max(id) FROM calls");
+    if (lowest.step() && !lowest.isNull(0) && highest.step() && !highest.isNull(0))
+      first = lowest.int64(0), last = highest.int64(0);
   }
   // A large trace is read in id ranges by parallel read-only connections (ids are the rowid: each
   // range is a b-tree seek). A trace still being written may show each connection a slightly newer
