@@ -21,6 +21,7 @@
 #include "gradscope/methods/error_metrics.h"
 #include "gradscope/methods/local_sum.h"
 #include "gradscope/methods/numeric.h"
+#include "sanitized.h"
 
 namespace gradscope::methods {
 
@@ -33,17 +34,13 @@ namespace {
 
 using Sizes = std::initializer_list<std::size_t>;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using gradscope::testing::kSanitized;
+
+// Elements for the tests of the parallel path: above CpuExecutor::kParallelBytes for every dtype and K
+// (the smallest case, fp16 with K = 1, touches 4 bytes per element), and not a multiple of any tile or
+// vector width. Under a sanitizer a fifth of the full count, still 2.3 MiB for that case.
+constexpr std::size_t kParallelCount = kSanitized ? 600'001 : 3'000'003;
+static_assert(kParallelCount * 4 >= 2 * CpuExecutor::kParallelBytes);
 
 constexpr DType kDTypes[] = {DType::Fp32, DType::Fp16, DType::Bf16, DType::Fp64};
 
@@ -370,15 +367,13 @@ TEST(LocalSum, ExactOnSmallIntegersForEveryMethodTypeAndK) {
 }
 
 TEST(LocalSum, ExactOnSmallIntegersOnTheParallelPath) {
-  // 3'000'003 elements: above the executor's parallel threshold, and not a multiple of any tile or
-  // vector width. Five distinct buffers keep the memory small for K = 17 and 64. Under a sanitizer
-  // (which checks memory and threads, not arithmetic) a subset of K keeps the test under a minute;
-  // it still covers the unrolled kernels (K <= 16) and the run-time loops (K = 17).
+  // Five distinct buffers keep the memory small for K = 17 and 64. Under a sanitizer a subset of K keeps
+  // the test short; it still covers the unrolled kernels (K <= 16) and the run-time loops (K = 17).
   const std::vector<std::size_t> ks =
       kSanitized ? std::vector<std::size_t>{1, 2, 5, 17} : std::vector<std::size_t>{1, 2, 3, 5, 8, 17, 64};
   CpuExecutor executor(3);
   for (DType dtype : kDTypes)
-    for (std::size_t k : ks) checkExactSums(dtype, k, 3'000'003, 5, executor);
+    for (std::size_t k : ks) checkExactSums(dtype, k, kParallelCount, 5, executor);
 }
 
 TEST(LocalSum, OutputMayAliasTheFirstInput) {
@@ -658,7 +653,7 @@ TEST(LocalSum, RandomInputsStayWithinTheErrorBounds) {
 
 TEST(LocalSum, ResultsDoNotDependOnTheThreadCount) {
   CpuExecutor one(1), two(2), five(5);
-  const std::size_t count = 3'000'003;
+  const std::size_t count = kParallelCount;
   for (DType dtype : kDTypes) {
     const std::vector<Buffer> inputs = uniformInputs(dtype, 5, count, -1.0, 1.0, 11);
     const std::vector<const void*> in = pointers(inputs);
