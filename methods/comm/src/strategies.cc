@@ -274,7 +274,8 @@ class AdaConsStrategy final : public Strategy {
     if (options_.scale != methods::AdaConsScale::Paper) stats.sum_squares = dots.aa;
 
     RunStats result;
-    result.adacons = methods::detail::adaconsStepFromStats(stats, state_, options_);
+    result.adacons = std::make_unique<const methods::AdaConsStep>(
+        methods::detail::adaconsStepFromStats(stats, state_, options_));
     const double coefficient =
         methods::detail::adaconsCoefficients(*result.adacons)[static_cast<std::size_t>(comm_.rank())];
     local.scale(send, count, static_cast<float>(coefficient), recv);

@@ -71,8 +71,11 @@ struct RunStats {
   // and NaNs (wire.h). Partial sums that overflow on the way (possible only when some |input| exceeds
   // the wire type's range) are not counted here; they show as non-finite results.
   methods::EncodeStats wire;
-  // AdaCons: the step's scalars (α, smoothed α, weights, norms, scale; the same on every rank).
-  std::optional<methods::AdaConsStep> adacons;
+  // AdaCons: the step's scalars (α, smoothed α, weights, norms, scale; the same on every rank); null for
+  // the other aggregators. Held by pointer so that RunStats stays three words: returning a 128-byte
+  // RunStats{} from every sum cost a `rep stos` of 0.05 µs per call, an eighth of an 8-byte MPI
+  // all-reduce (docs/benchmarks.md).
+  std::unique_ptr<const methods::AdaConsStep> adacons;
 };
 
 class Strategy {
