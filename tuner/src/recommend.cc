@@ -181,7 +181,8 @@ Inputs readInputs(const std::vector<std::string>& paths) {
   const auto by_key = [](const WorkloadEntry& a, const WorkloadEntry& b) {
     return std::tie(a.api, a.dtype, a.bytes) < std::tie(b.api, b.dtype, b.bytes);
   };
-  if (!std::is_sorted(rates.begin(), rates.end(), by_key)) std::stable_sort(rates.begin(), rates.end(), by_key);
+  if (!std::is_sorted(rates.begin(), rates.end(), by_key))
+    std::stable_sort(rates.begin(), rates.end(), by_key);
   for (const auto& entry : rates) {
     auto& workload = inputs.workload;
     if (!workload.empty() && workload.back().api == entry.api && workload.back().dtype == entry.dtype &&
