@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -272,9 +274,7 @@ CallTimes summariseCalls(std::vector<double> calls_us) {
   double total = 0;
   for (const double us : calls_us) total += us;
   times.mean_us = total / static_cast<double>(calls_us.size());
-  std::sort(calls_us.begin(), calls_us.end());
-  const std::size_t n = calls_us.size();
-  times.median_us = n % 2 == 1 ? calls_us[n / 2] : 0.5 * (calls_us[n / 2 - 1] + calls_us[n / 2]);
+  times.median_us = summarise(std::move(calls_us)).median_us;
   return times;
 }
 
