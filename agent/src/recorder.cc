@@ -816,6 +816,9 @@ bool activate(const Activation& activation) {
   }
   installSignalHandlers();
   std::atexit(atExit);
+  // The activating thread (inside MPI_Init or the first NCCL communicator's creation) is almost always
+  // the one that calls the collectives: its ring is mapped and populated here, not in its first call.
+  if (t_buffer == nullptr) claimThreadBuffer();
   g_recording.store(true, std::memory_order_release);
   return true;
 }

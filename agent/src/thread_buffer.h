@@ -6,13 +6,13 @@
 // Hot path (push): one load of the producer's cached view of the tail, a 72-byte copy, one release
 // store of the head. When the ring is full the record is dropped and counted, never waited for.
 // Buffers are claimed from a fixed table on a thread's first call (the only allocation, once per
-// thread) and returned to it, drained, when the thread exits, so memory is bounded by the number of
-// threads alive at once × the capacity, not by the run's length.
+// thread; the thread that activates the agent claims its buffer then) and returned to it, drained,
+// when the thread exits, so memory is bounded by the number of threads alive at once × the capacity,
+// not by the run's length.
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 
 #include "call_event.h"
@@ -72,6 +72,11 @@ class ThreadBuffer {
   std::uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   std::uint32_t capacity() const { return static_cast<std::uint32_t>(capacity_); }
 
+  struct Unmap {
+    std::size_t bytes;
+    void operator()(CallEvent* p) const;
+  };
+
   // Ownership, for reuse after the owning thread exits.
   enum State : int { kFree = 0, kOwned = 1, kOrphaned = 2 };
   std::atomic<int> state{kFree};
@@ -85,11 +90,10 @@ class ThreadBuffer {
   alignas(64) std::atomic<std::uint64_t> tail_{0};
   alignas(64) std::uint64_t capacity_;
   std::uint64_t mask_;
-  // malloc'd, not new[]'d: pages become resident only as the ring first fills them.
-  struct Free {
-    void operator()(CallEvent* p) const { std::free(p); }
-  };
-  std::unique_ptr<CallEvent[], Free> slots_;
+  // Mapped with every page populated up front: a ring whose pages the producer first touches costs a
+  // page fault (1–2 µs on a VM) every 57 records, which more than doubled the agent's cost per call
+  // until the ring had wrapped once (docs/benchmarks.md, "The agent's overhead").
+  std::unique_ptr<CallEvent[], Unmap> slots_;
 };
 
 // The table of every buffer ever claimed (at most kMaxThreadBuffers at once; later threads' calls are
@@ -106,8 +110,9 @@ class ThreadBufferTable {
   ThreadBufferTable(const ThreadBufferTable&) = delete;
   ThreadBufferTable& operator=(const ThreadBufferTable&) = delete;
 
-  // A free buffer for the calling thread (reusing a drained orphan), or nullptr when the table is full.
-  ThreadBuffer* claim();
+  // A free buffer for the calling thread (reusing a drained orphan), or nullptr when the table is full
+  // or the memory cannot be had.
+  ThreadBuffer* claim() noexcept;
   // The owning thread is gone: the background thread frees the buffer once it is drained.
   static void release(ThreadBuffer* buffer) {
     buffer->state.store(ThreadBuffer::kOrphaned, std::memory_order_release);

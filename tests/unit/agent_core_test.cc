@@ -1,7 +1,12 @@
 // The agent's recorder parts that need no MPI or NCCL: configuration, output templates, run ids,
 // the per-thread buffers, the communicator registry and the clock conversion.
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <regex>
 #include <string>
@@ -287,6 +292,23 @@ TEST(ThreadBuffer, ReserveAndPublish) {
   std::vector<std::int64_t> seen;
   buffer.drain([&](const CallEvent& e) { seen.push_back(e.seq); });
   EXPECT_EQ(seen, (std::vector<std::int64_t>{7}));
+}
+
+// The ring's pages are resident before the first record: a first-touch page fault on the hot path cost
+// more than the rest of the agent (docs/agent.md, "Memory").
+TEST(ThreadBuffer, EveryPageIsResidentBeforeTheFirstRecord) {
+  constexpr std::uint32_t kCapacity = 65536;
+  ThreadBuffer buffer(kCapacity);
+  auto* first = reinterpret_cast<unsigned char*>(buffer.reserve());
+  ASSERT_NE(first, nullptr);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(first) % static_cast<std::uintptr_t>(page), 0u);
+  const std::size_t bytes = sizeof(CallEvent) * kCapacity;
+  std::vector<unsigned char> resident((bytes + static_cast<std::size_t>(page) - 1) /
+                                      static_cast<std::size_t>(page));
+  ASSERT_EQ(::mincore(first, bytes, resident.data()), 0) << std::strerror(errno);
+  EXPECT_EQ(std::count_if(resident.begin(), resident.end(), [](unsigned char r) { return (r & 1) == 0; }), 0)
+      << "of " << resident.size() << " pages";
 }
 
 TEST(ThreadBuffer, DrainsAtMostTheBatchAskedFor) {
