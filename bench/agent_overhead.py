@@ -2,13 +2,16 @@
 """Overhead of the agent's observe mode on an MPI_Allreduce loop (docs/benchmarks.md).
 
 First the cost per call in isolation (gradscope_agent_hot_path: one rank, MPI_Allreduce through the
-agent's wrapper against PMPI_Allreduce, alternating blocks). Then runs gradscope_osu_allreduce (the OSU osu_allreduce loop: MPI_Wtime around each call, then a barrier)
-with 2 ranks, in pairs: bare, then with LD_PRELOAD=libgradscope-agent.so (the order alternates from
+agent's wrapper against PMPI_Allreduce, alternating blocks), then the same comparison inside one 2-rank
+job with the agent preloaded (the OSU loop in alternating blocks through the wrapper and around it, so
+both sides share the machine's state; without the agent the ratio is the method's own error). Then runs
+gradscope_osu_allreduce (the OSU osu_allreduce loop: MPI_Wtime around each call, then a barrier) with 2
+ranks, in pairs: bare, then with LD_PRELOAD=libgradscope-agent.so (the order alternates from
 pair to pair), and reports per message size the median over pairs of (latency with the agent /
 latency without). Then the agent's resident memory: each rank's peak RSS with and without the agent,
 for a short and a 10x longer run, to show it does not grow with the run's length.
 
-  bench/agent_overhead.py BUILD_DIR [--pairs 15] [--ranks 2]
+  bench/agent_overhead.py BUILD_DIR [--pairs 15] [--ranks 2] [--in-job-runs 7]
 """
 import argparse
 import os
@@ -55,19 +58,37 @@ def main():
     parser.add_argument("build")
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--in-job-runs", type=int, default=7)
     options = parser.parse_args()
-    cases = [("8 B", ["-n", "8", "-m", "8", "-i", "200000", "-x", "1000", "-p", "4"]),
+    # 8 B twice: 50,000 calls fit in one ring (64 Ki records), so the background writer has nothing to do
+    # until the loop ends; in 200,000 it drains while the ranks spin, and takes its CPU from them when
+    # they keep every core busy.
+    cases = [("8 B, 50,000 calls", ["-n", "8", "-m", "8", "-i", "50000", "-x", "1000", "-p", "4"]),
+             ("8 B, 200,000 calls", ["-n", "8", "-m", "8", "-i", "200000", "-x", "1000", "-p", "4"]),
              ("64 MiB", ["-n", str(64 << 20), "-m", str(64 << 20), "-i", "40", "-x", "3", "-p", "2"])]
     with tempfile.TemporaryDirectory() as out_dir:
-        hot_path = [os.path.join(options.build, "bench", "gradscope_agent_hot_path"), "21"]
-        for label, agent in (("without the agent", False), ("with the agent", True)):
-            command = ["mpiexec", "-np", "1"]
+        def hot_path(ranks, blocks, agent):
+            command = ["mpiexec", "-np", str(ranks), "--oversubscribe"]
             if agent:
                 command += ["-x", "LD_PRELOAD=" + os.path.join(options.build, "agent", "libgradscope-agent.so"),
-                            "-x", "GRADSCOPE_OUTPUT=" + os.path.join(out_dir, "hot%p.db")]
-            result = subprocess.run(command + hot_path, env={**os.environ, **MPI_ENV}, capture_output=True,
+                            "-x", "GRADSCOPE_OUTPUT=" + os.path.join(out_dir, "hot%r-%p.db")]
+            program = [os.path.join(options.build, "bench", "gradscope_agent_hot_path"), str(blocks)]
+            result = subprocess.run(command + program, env={**os.environ, **MPI_ENV}, capture_output=True,
                                     text=True, timeout=600)
-            print(f"hot path, 1 rank, {label}: {result.stdout.strip()}", flush=True)
+            if result.returncode != 0:
+                sys.exit("run failed: " + " ".join(command + program) + "\n" + result.stderr)
+            return result.stdout.strip()
+
+        for label, agent in (("without the agent", False), ("with the agent", True)):
+            print(f"hot path, 1 rank, {label}: {hot_path(1, 21, agent)}", flush=True)
+        # Both kinds of call in one job, so that they share the VM's latency mode (gradscope_agent_hot_path).
+        for label, agent, runs in (("without the agent", False, 3), ("with the agent", True, options.in_job_runs)):
+            ratios = []
+            for _ in range(runs):
+                line = hot_path(options.ranks, 200, agent)
+                ratios.append(float(line.rsplit(" ", 1)[1]))
+                print(f"in one job, {label}: {line}", flush=True)
+            print(f"in one job, {label}: median of {runs} runs' ratios {statistics.median(ratios):.4f}", flush=True)
         for name, args in cases:
             ratios, bare_all, agent_all = [], [], []
             for pair in range(options.pairs):
