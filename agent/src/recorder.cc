@@ -182,7 +182,8 @@ class Flusher {
     static CommRegistry* const registry = new CommRegistry();
     static const int handle = 0;
     if (registry->size() == 0) registry->add(&handle, {Backend::Unknown, "scratch", 1, 0});
-    // Twice: the first pass faults the buffer's pages in, the second is what a warm thread pays.
+    // Twice: the first pass warms the caches and the branch predictor, the second is what a warm thread
+    // pays (the ring's pages are resident from the start, as every thread's are).
     for (int pass = 0; pass < 2; ++pass) {
       const std::int64_t t0 = monotonicNs();
       for (int i = 0; i < kCalls; ++i) {
