@@ -5,11 +5,13 @@ Runs the same MPI benchmark (2 ranks, 8 B to 1 MiB by 4, 20 iterations, 5 warm-u
 PAIRS more times (repeats: no change at all), and checks each repeat against the baseline with
 `<build>/cli/gradscope check` (exit 1 = a regression reported: here, a false alarm). Then, to show the gate
 still sees a real change on the same noisy data, it checks a copy of each repeat with every time multiplied
-by 1.2 (a 20% slowdown everywhere) and counts how many of those are caught.
+by each FACTOR (1.2: a 20% slowdown everywhere) and counts how many of those are caught.
 
-  bench/check_false_alarms.py BUILD_DIR [--pairs 20] [--keep DIR]
+With --explore the traces are explore runs of a job instead: the MPI sample (2 ranks, an MLP, 1500 steps,
+2 ms of compute per step) under `gradscope run --mode explore`, as scripts/demo.sh runs it; each key then
+has three explorations a side, at the job's six gradient sizes.
 
-Needs `gradscope check` wired into the gradscope command; until then it stops with one line saying so.
+  bench/check_false_alarms.py BUILD_DIR [--pairs 20] [--explore] [--factors 1.2] [--keep DIR]
 """
 import argparse
 import os
@@ -29,6 +31,21 @@ def bench(gradscope, path):
                             stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:
         sys.exit(f"check_false_alarms: {' '.join(command)} failed ({result.returncode}): {result.stderr.strip()}")
+
+
+def explore(build, path):
+    gradscope = os.path.join(build, "cli", "gradscope")
+    sample = os.path.join(build, "samples", "mpi_train", "gradscope-sample-mpi-train")
+    out = path + ".d"
+    command = [gradscope, "run", "-o", out, "--mode", "explore", "--", "mpirun", "--oversubscribe", "--mca",
+               "mpi_yield_when_idle", "1", "-np", "2", sample, "--steps", "1500", "--sleep-ms", "2",
+               "--print-every", "500"]
+    result = subprocess.run(command, env={**os.environ, **MPI_ENV}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        sys.exit(f"check_false_alarms: {' '.join(command)} failed ({result.returncode}): {result.stderr.strip()}")
+    shutil.move(os.path.join(out, "trace.db"), path)
+    shutil.rmtree(out)
 
 
 def check(gradscope, baseline, current):
@@ -52,6 +69,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("build")
     parser.add_argument("--pairs", type=int, default=20)
+    parser.add_argument("--explore", action="store_true", help="explore runs of the MPI sample, not bench runs")
+    parser.add_argument("--factors", default="1.2", help="slowdowns to check, comma-separated (default 1.2)")
     parser.add_argument("--keep", help="directory to keep the traces in (default: a temporary one)")
     args = parser.parse_args()
     gradscope = os.path.join(args.build, "cli", "gradscope")
@@ -61,20 +80,26 @@ def main():
 
     work = args.keep or tempfile.mkdtemp(prefix="gradscope-check-")
     os.makedirs(work, exist_ok=True)
+    record = (lambda path: explore(args.build, path)) if args.explore else (lambda path: bench(gradscope, path))
+    factors = [float(f) for f in args.factors.split(",")]
     baseline = os.path.join(work, "baseline.db")
-    bench(gradscope, baseline)
-    false_alarms = caught = 0
+    record(baseline)
+    false_alarms = 0
+    caught = {factor: 0 for factor in factors}
     for i in range(args.pairs):
         repeat = os.path.join(work, f"repeat-{i:02d}.db")
-        bench(gradscope, repeat)
+        record(repeat)
         code, regressed = check(gradscope, baseline, repeat)
         false_alarms += code == 1
-        slow_code, slow_regressed = check(gradscope, baseline, slowed(repeat, 1.2, repeat + ".slow.db"))
-        caught += slow_code == 1
-        print(f"pair {i + 1:2d}: repeat {'REGRESSION' if code else 'ok':10s} ({len(regressed)} keys)   "
-              f"repeat x1.2 {'caught' if slow_code else 'missed':6s} ({len(slow_regressed)} keys)", flush=True)
+        line = f"pair {i + 1:2d}: repeat {'REGRESSION' if code else 'ok':10s} ({len(regressed)} keys)"
+        for factor in factors:
+            slow_code, slow_regressed = check(gradscope, baseline, slowed(repeat, factor, repeat + ".slow.db"))
+            caught[factor] += slow_code == 1
+            line += f"   repeat x{factor} {'caught' if slow_code else 'missed':6s} ({len(slow_regressed)} keys)"
+        print(line, flush=True)
     print(f"false alarms: {false_alarms} of {args.pairs} repeats reported a regression")
-    print(f"20% slowdown: caught in {caught} of {args.pairs}")
+    for factor in factors:
+        print(f"x{factor} slowdown: caught in {caught[factor]} of {args.pairs}")
     if not args.keep:
         shutil.rmtree(work)
     return 0

@@ -683,6 +683,15 @@ std::vector<Measurement> TraceReader::measurements(const std::string& strategy) 
   return out;
 }
 
+std::vector<TraceReader::MeasurementOrigin> TraceReader::measurementOrigins() const {
+  std::vector<MeasurementOrigin> out;
+  sql::Statement query(impl_->db,
+                       "SELECT m.id, k.key, c.seq FROM measurements m JOIN calls c ON c.id = m.call_id "
+                       "JOIN comms k ON k.id = c.comm_id ORDER BY m.id");
+  while (query.step()) out.push_back({query.int64(0), query.text(1), query.int64(2)});
+  return out;
+}
+
 std::vector<ConsensusRecord> TraceReader::consensus() const {
   std::vector<ConsensusRecord> out;
   sql::Statement query(impl_->db,

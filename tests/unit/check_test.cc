@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/common/error.h"
+#include "gradscope/storage/reader.h"
 #include "gradscope/storage/writer.h"
+#include "gradscope/tuner/model.h"
 #include "test_util.h"
 
 namespace gradscope::tuner {
@@ -77,7 +79,8 @@ std::vector<Point> sweep(const std::string& strategy, double scale, double sprea
   return points;
 }
 
-std::vector<Point> operator+(std::vector<Point> a, const std::vector<Point>& b) {
+template <typename T>
+std::vector<T> operator+(std::vector<T> a, const std::vector<T>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
@@ -186,7 +189,7 @@ TEST(Check, SlowdownInsideOverlappingSpreadsIsNoisy) {
   ASSERT_EQ(result.comparisons.size(), 1u);
   EXPECT_EQ(result.comparisons[0].verdict, Verdict::Noisy);
   EXPECT_EQ(result.comparisons[0].test, "sweep");
-  EXPECT_NE(result.comparisons[0].reason.find("intervals overlap"), std::string::npos);
+  EXPECT_NE(result.comparisons[0].reason.find("ranges overlap"), std::string::npos);
   EXPECT_EQ(result.exitCode(), 0);
 }
 
@@ -265,6 +268,126 @@ TEST(Check, BenchSweepShiftInsideRunToRunSpreadIsNoisy) {
   ASSERT_NE(point, nullptr);
   EXPECT_EQ(point->verdict, Verdict::Noisy);
   EXPECT_NE(point->reason.find("run-to-run spread"), std::string::npos) << point->reason;
+}
+
+// Explore traces: a key's rows come from explorations, each timed on one call of every rank.
+struct Exploration {
+  std::string strategy = "sum/native";
+  std::int64_t bytes = 1024;
+  std::vector<std::vector<double>> medians;  // per exploration, one median per rank
+};
+
+void writeExploreTrace(const std::string& path, const std::vector<Exploration>& keys) {
+  TraceWriter writer = TraceWriter::create(path);
+  storage::RunInfo run;
+  run.uuid = "explore-" + path;
+  run.mode = "explore";
+  run.backend = Backend::Mpi;
+  run.world_size = 2;
+  run.host = "h";
+  run.epoch_ns = 1'795'000'000'000'000'000;
+  const std::int64_t run_id = writer.addRun(run);
+  std::int64_t comm_ids[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    writer.addRank({rank, run_id, rank, "h", 7 + rank, "cpu", 0});
+    comm_ids[rank] = writer.addComm({0, rank, "world", Backend::Mpi, 2, rank});
+  }
+  std::int64_t seq = 0;
+  for (const auto& key : keys)
+    for (const auto& ranks : key.medians) {
+      for (int rank = 0; rank < 2; ++rank) {
+        storage::CallRecord call;
+        call.rank_id = rank;
+        call.comm_id = comm_ids[rank];
+        call.seq = seq;
+        call.api = Api::MpiAllreduce;
+        call.dtype = DType::Fp32;
+        call.op = ReduceOp::Sum;
+        call.bytes = key.bytes;
+        call.count = key.bytes / 4;
+        call.start_ns = call.enqueue_ns = 1000 * seq;
+        call.end_ns = call.start_ns + 500;
+        const std::int64_t call_id = writer.appendCalls(std::span(&call, 1));
+        storage::Measurement row;
+        row.run_id = run_id;
+        row.rank_id = rank;
+        row.call_id = call_id;
+        row.strategy = key.strategy;
+        row.api = Api::MpiAllreduce;
+        row.dtype = DType::Fp32;
+        row.bytes = key.bytes;
+        row.world = 2;
+        row.reps = 10;
+        const double median = ranks[static_cast<std::size_t>(rank)];
+        row.min_ns = median * 0.7;  // one slow and one fast repetition: wide min..max
+        row.median_ns = median;
+        row.p90_ns = median * 1.05;
+        row.max_ns = median * 1.6;
+        row.rel_l2_error = rank == 0 ? 1e-7 : 3e-7;
+        writer.addMeasurement(row);
+      }
+      ++seq;
+    }
+  writer.finish(1'000'000);
+}
+
+// Three explorations of each of six sizes, both ranks within 1% of each other, `scale` times a base time.
+std::vector<Exploration> exploreSweep(const std::string& strategy, double scale) {
+  std::vector<Exploration> keys;
+  for (std::int64_t bytes : {40, 128, 512, 1280, 16384, 32768}) {
+    Exploration key{strategy, bytes, {}};
+    const double base = scale * (1000 + static_cast<double>(bytes) / 4);
+    for (double jitter : {0.98, 1.0, 1.02}) key.medians.push_back({base * jitter, base * jitter * 1.01});
+    keys.push_back(key);
+  }
+  return keys;
+}
+
+TEST(CheckSamples, TheRanksOfOneExplorationAreOneSample) {
+  TempDir dir;
+  writeExploreTrace(dir.file("a.db"), {{"sum/native", 1024, {{1000, 1010}, {1100, 1090}, {900, 950}}}});
+  const auto rows = loadMeasurements(storage::TraceReader::open(dir.file("a.db")));
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].measurement.median_ns, 1005);  // the median over the ranks
+  EXPECT_EQ(rows[1].measurement.median_ns, 1095);
+  EXPECT_EQ(rows[2].measurement.median_ns, 925);
+  EXPECT_FALSE(rows[0].measurement.rank_id.has_value());
+  EXPECT_DOUBLE_EQ(rows[0].measurement.min_ns, 700);   // the smallest of the ranks' minima
+  EXPECT_DOUBLE_EQ(rows[0].measurement.max_ns, 1616);  // the largest of their maxima
+  EXPECT_EQ(rows[0].measurement.rel_l2_error, 3e-7);   // the worse rank's error
+  EXPECT_EQ(rows[0].backend, Backend::Mpi);
+}
+
+TEST(Check, ExploreRanksDoNotDoubleTheEvidence) {
+  TempDir dir;
+  // One key, 10% slower, three explorations a side; counted per rank (6 against 6 rows) a rank test gave
+  // p = 0.001, but two ranks timing one collective are one sample: 3 against 3 cannot reach p < 0.01.
+  writeExploreTrace(dir.file("a.db"), {{"sum/native", 1024, {{1000, 1005}, {990, 995}, {1010, 1012}}}});
+  writeExploreTrace(dir.file("b.db"), {{"sum/native", 1024, {{1100, 1104}, {1090, 1096}, {1110, 1113}}}});
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  ASSERT_EQ(result.comparisons.size(), 1u);
+  EXPECT_EQ(result.comparisons[0].baseline_rows, 3);
+  EXPECT_EQ(result.comparisons[0].current_rows, 3);
+  EXPECT_EQ(result.comparisons[0].verdict, Verdict::Noisy) << result.comparisons[0].reason;
+  EXPECT_EQ(result.exitCode(), 0);
+}
+
+TEST(Check, ExploreSweepSlowerAtEverySizeIsARegression) {
+  TempDir dir;
+  // A job's explorations: six sizes, three explorations each. sum/rs_ag is 25% slower at every size, the
+  // other strategies are not: six sizes are too few for a test over the sizes, the 36 samples are not.
+  writeExploreTrace(dir.file("a.db"), exploreSweep("sum/native", 1) + exploreSweep("sum/rs_ag", 1) +
+                                          exploreSweep("sum/hier", 1));
+  writeExploreTrace(dir.file("b.db"), exploreSweep("sum/native", 1.01) + exploreSweep("sum/rs_ag", 1.25) +
+                                          exploreSweep("sum/hier", 0.99));
+  const CheckResult result = checkTraces(dir.file("a.db"), dir.file("b.db"));
+  EXPECT_EQ(result.count(Verdict::Regression), 6);
+  for (const auto& c : result.comparisons)
+    if (c.verdict == Verdict::Regression) {
+      EXPECT_EQ(c.key.strategy, "sum/rs_ag");
+      EXPECT_NE(c.reason.find("Mann-Whitney of 36 samples"), std::string::npos) << c.reason;
+    }
+  EXPECT_EQ(result.exitCode(), 1);
 }
 
 TEST(CheckBadInput, ExitsTwoWithOneLine) {

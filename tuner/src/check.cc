@@ -19,6 +19,7 @@
 #include "gradscope/common/units.h"
 #include "gradscope/storage/files.h"
 #include "gradscope/storage/reader.h"
+#include "gradscope/tuner/model.h"
 
 namespace gradscope::tuner {
 namespace {
@@ -36,9 +37,18 @@ constexpr double kSweepSpreadFactor = 4.0;
 constexpr double kMadToSigma = 1.4826;
 
 struct Samples {
-  std::vector<double> medians;  // one per row
+  std::vector<double> medians;  // one per collective measured (loadMeasurements)
   double min_ns = 0, max_ns = 0;
 };
+
+// The range a change must clear to count as apart from the noise: with several samples (explorations,
+// merged bench runs) the range of their medians; with one, that row's own min..max (over its ranks'
+// median calls for a bench point, over every repetition for a single exploration).
+std::pair<double, double> rangeOf(const Samples& samples) {
+  if (samples.medians.size() < 2) return {samples.min_ns, samples.max_ns};
+  const auto [low, high] = std::minmax_element(samples.medians.begin(), samples.medians.end());
+  return {*low, *high};
+}
 
 using SampleMap = std::map<CheckKey, Samples>;
 using SweepKey = std::tuple<Collective, std::string, DType, int>;
@@ -47,26 +57,20 @@ SweepKey sweepOf(const CheckKey& key) {
   return {key.collective, key.strategy, key.dtype, key.world};
 }
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 SampleMap load(const std::string& path, std::string_view role) {
   std::error_code error;
   if (!std::filesystem::exists(path, error))
     fail("{}: no such file (give the {} trace written by gradscope run or gradscope bench)", path, role);
   const auto reader = storage::TraceReader::open(path);
-  const auto rows = reader.measurements();
+  // One sample per collective measured (the ranks of an exploration time one collective together).
+  const auto rows = loadMeasurements(reader);
   if (rows.empty())
     fail(
         "{}: the {} trace has no measurements (record it with gradscope bench or gradscope run --mode "
         "explore)",
         path, role);
   SampleMap samples;
-  for (const auto& row : rows) {
+  for (const auto& [row, backend] : rows) {
     const CheckKey key{collectiveOf(row.api), row.strategy, row.dtype, row.bytes, row.world};
     auto [it, inserted] = samples.try_emplace(key);
     auto& entry = it->second;
@@ -120,7 +124,13 @@ struct SweepEvidence {
   double median_change = 0;  // median log change over the sweep's sizes
   double p_slower = 1, p_faster = 1;
   std::size_t sizes = 0;
+  std::size_t pooled_samples = 0;  // samples of the pooled rank test; 0: Wilcoxon over the sizes
 };
+
+std::string testOf(const SweepEvidence& sweep) {
+  return sweep.pooled_samples > 0 ? fmt::format("Mann-Whitney of {} samples", sweep.pooled_samples)
+                                  : std::string("Wilcoxon");
+}
 
 void judgeBySweep(KeyComparison& comparison, const Samples& base, const Samples& current,
                   const SweepEvidence& sweep, double sweep_threshold, double log_tolerance, double alpha) {
@@ -135,22 +145,23 @@ void judgeBySweep(KeyComparison& comparison, const Samples& base, const Samples&
   const double p = slower ? sweep.p_slower : sweep.p_faster;
   comparison.p_value = p;
   comparison.verdict = Verdict::Noisy;
-  const bool separated = slower ? current.min_ns > base.max_ns : current.max_ns < base.min_ns;
+  const auto [base_low, base_high] = rangeOf(base);
+  const auto [current_low, current_high] = rangeOf(current);
+  const bool separated = slower ? current_low > base_high : current_high < base_low;
   const double sweep_change = slower ? sweep.median_change : -sweep.median_change;
-  if (!separated) comparison.reason = "within noise (min..max intervals overlap)";
+  if (!separated) comparison.reason = "within noise (the two sides' ranges overlap)";
   else if (p >= alpha)
-    comparison.reason =
-        fmt::format("within noise (sweep of {} sizes not {} as a whole: Wilcoxon p={:.2g} >= {})",
-                    sweep.sizes, slower ? "slower" : "faster", p, alpha);
+    comparison.reason = fmt::format("within noise (sweep of {} sizes not {} as a whole: {} p={:.2g} >= {})",
+                                    sweep.sizes, slower ? "slower" : "faster", testOf(sweep), p, alpha);
   else if (sweep_change <= sweep_threshold)
     comparison.reason =
         fmt::format("within noise (sweep median {:+.1f}% inside the run-to-run spread ±{:.1f}%)",
                     100 * std::expm1(sweep.median_change), 100 * std::expm1(sweep_threshold));
   else {
     comparison.verdict = slower ? Verdict::Regression : Verdict::Improvement;
-    comparison.reason =
-        fmt::format("{} (intervals apart; sweep of {} sizes {:+.1f}%, Wilcoxon p={:.2g})",
-                    slower ? "slower" : "faster", sweep.sizes, 100 * std::expm1(sweep.median_change), p);
+    comparison.reason = fmt::format("{} (ranges apart; sweep of {} sizes {:+.1f}%, {} p={:.2g})",
+                                    slower ? "slower" : "faster", sweep.sizes,
+                                    100 * std::expm1(sweep.median_change), testOf(sweep), p);
   }
 }
 
@@ -334,26 +345,59 @@ CheckResult checkTraces(const std::string& baseline_path, const std::string& cur
         baseline_path, current_path);
   }
 
-  // Sweep evidence for the keys with few rows: their log changes grouped by sweep.
-  std::map<SweepKey, std::vector<double>> sweep_changes;
+  // Sweep evidence for the keys with few rows: their log changes grouped by sweep, and where every key of
+  // the sweep has several samples on both sides (explorations of a job's gradients: typically 3 each, at
+  // only a handful of sizes), each sample's log time relative to its key's baseline median.
+  struct SweepSamples {
+    std::vector<double> changes;
+    std::vector<double> baseline, current;  // log(sample / baseline median of its key)
+    bool pooled = true;                     // every key has at least 2 samples on both sides
+  };
+  std::map<SweepKey, SweepSamples> sweep_samples;
   auto fewRows = [](const KeyComparison& c) {
     return static_cast<std::size_t>(std::min(c.baseline_rows, c.current_rows)) < kMinRowsForRankTest;
   };
-  for (const auto& comparison : result.comparisons)
-    if (fewRows(comparison)) sweep_changes[sweepOf(comparison.key)].push_back(logChange(comparison));
+  for (std::size_t i = 0; i < result.comparisons.size(); ++i) {
+    const auto& comparison = result.comparisons[i];
+    if (!fewRows(comparison)) continue;
+    auto& sweep = sweep_samples[sweepOf(comparison.key)];
+    sweep.changes.push_back(logChange(comparison));
+    const Samples& before = *sides[i].first;
+    const Samples& after = *sides[i].second;
+    if (before.medians.size() < 2 || after.medians.size() < 2 || !(comparison.baseline_median_ns > 0)) {
+      sweep.pooled = false;
+      continue;
+    }
+    for (double v : before.medians) sweep.baseline.push_back(std::log(v / comparison.baseline_median_ns));
+    for (double v : after.medians) sweep.current.push_back(std::log(v / comparison.baseline_median_ns));
+  }
   std::map<SweepKey, SweepEvidence> sweeps;
   std::vector<double> sweep_medians;
-  for (const auto& [key, changes] : sweep_changes) {
+  for (const auto& [key, sweep] : sweep_samples) {
     SweepEvidence evidence;
-    evidence.sizes = changes.size();
-    evidence.median_change = median(changes);
-    std::vector<double> above, below;
-    for (double d : changes) {
-      above.push_back(d - log_tolerance);
-      below.push_back(-d - log_tolerance);
+    evidence.sizes = sweep.changes.size();
+    evidence.median_change = median(sweep.changes);
+    if (sweep.pooled) {
+      // Whether the current samples lie above (below) the baseline's by more than the tolerance, all
+      // sizes pooled: a rank test on the samples, which a sweep of few sizes still has enough of.
+      std::vector<double> slower, faster;
+      for (double v : sweep.current) {
+        slower.push_back(v - log_tolerance);
+        faster.push_back(v + log_tolerance);
+      }
+      evidence.p_slower = mannWhitneyGreater(sweep.baseline, slower);
+      evidence.p_faster = mannWhitneyGreater(faster, sweep.baseline);
+      evidence.pooled_samples = sweep.baseline.size() + sweep.current.size();
+    } else {
+      // One sample per size on a side (a bench run): whether the sizes' changes clear the tolerance.
+      std::vector<double> above, below;
+      for (double d : sweep.changes) {
+        above.push_back(d - log_tolerance);
+        below.push_back(-d - log_tolerance);
+      }
+      evidence.p_slower = wilcoxonGreater(above);
+      evidence.p_faster = wilcoxonGreater(below);
     }
-    evidence.p_slower = wilcoxonGreater(above);
-    evidence.p_faster = wilcoxonGreater(below);
     sweeps[key] = evidence;
     sweep_medians.push_back(evidence.median_change);
   }

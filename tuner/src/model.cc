@@ -50,13 +50,64 @@ std::pair<double, double> lineFit(std::span<const double> x, std::span<const dou
 
 }  // namespace
 
+storage::Measurement collapseRanks(std::span<const storage::Measurement> rows) {
+  storage::Measurement out = rows.front();
+  if (rows.size() == 1) return out;
+  out.rank_id.reset();
+  std::vector<double> medians, p90s, algbws, busbws;
+  for (const auto& row : rows) {
+    medians.push_back(row.median_ns);
+    p90s.push_back(row.p90_ns);
+    algbws.push_back(row.algbw_gbs);
+    busbws.push_back(row.busbw_gbs);
+    out.min_ns = std::min(out.min_ns, row.min_ns);
+    out.max_ns = std::max(out.max_ns, row.max_ns);
+    if (row.rel_l2_error) out.rel_l2_error = std::max(out.rel_l2_error.value_or(0.0), *row.rel_l2_error);
+    if (row.max_abs_error) out.max_abs_error = std::max(out.max_abs_error.value_or(0.0), *row.max_abs_error);
+    if (row.cosine) out.cosine = std::min(out.cosine.value_or(1.0), *row.cosine);
+  }
+  out.overflow_count = 0;
+  for (const auto& row : rows) out.overflow_count += row.overflow_count;
+  out.median_ns = median(std::move(medians));
+  out.p90_ns = median(std::move(p90s));
+  out.algbw_gbs = median(std::move(algbws));
+  out.busbw_gbs = median(std::move(busbws));
+  return out;
+}
+
 std::vector<MeasurementRow> loadMeasurements(const storage::TraceReader& reader) {
   std::unordered_map<std::int64_t, Backend> backends;
   for (const auto& run : reader.runs()) backends[run.id] = run.backend;
-  std::vector<MeasurementRow> rows;
+  std::unordered_map<std::int64_t, std::pair<std::string, std::int64_t>> origins;
+  for (auto& origin : reader.measurementOrigins())
+    origins.emplace(origin.measurement_id, std::pair{std::move(origin.comm_key), origin.seq});
+
+  // Rows of one collective measurement: the same run, strategy, collective, dtype, size and world, timed on
+  // calls with the same communicator key and sequence number.
+  using Origin =
+      std::tuple<std::int64_t, std::string, Api, DType, std::int64_t, int, std::string, std::int64_t>;
+  std::map<Origin, std::size_t> group_of;
+  std::vector<std::vector<storage::Measurement>> groups;
   for (auto& measurement : reader.measurements()) {
-    const auto backend = backends.find(measurement.run_id);
-    rows.push_back({std::move(measurement), backend == backends.end() ? Backend::Unknown : backend->second});
+    const auto origin = origins.find(measurement.id);
+    if (origin == origins.end()) {
+      groups.push_back({std::move(measurement)});
+      continue;
+    }
+    const Origin key{measurement.run_id, measurement.strategy, measurement.api,      measurement.dtype,
+                     measurement.bytes,  measurement.world,    origin->second.first, origin->second.second};
+    const auto [it, inserted] = group_of.try_emplace(key, groups.size());
+    if (inserted) groups.emplace_back();
+    groups[it->second].push_back(std::move(measurement));
+  }
+  std::sort(groups.begin(), groups.end(),
+            [](const auto& a, const auto& b) { return a.front().id < b.front().id; });
+  std::vector<MeasurementRow> rows;
+  rows.reserve(groups.size());
+  for (const auto& group : groups) {
+    storage::Measurement row = collapseRanks(group);
+    const auto backend = backends.find(row.run_id);
+    rows.push_back({std::move(row), backend == backends.end() ? Backend::Unknown : backend->second});
   }
   return rows;
 }

@@ -111,6 +111,15 @@ class TraceReader {
 
   // Other tables. `strategy` empty = all.
   std::vector<Measurement> measurements(const std::string& strategy = {}) const;
+  // The collective each explore row was timed on, by measurement id: its call's communicator key and
+  // sequence number, the same on every rank (the rows of one exploration share them). Bench rows, timed
+  // on no call, have none.
+  struct MeasurementOrigin {
+    std::int64_t measurement_id = 0;
+    std::string comm_key;
+    std::int64_t seq = 0;
+  };
+  std::vector<MeasurementOrigin> measurementOrigins() const;
   std::vector<ConsensusRecord> consensus() const;  // ordered by step (-1 first), rank id, id
   std::vector<AppliedCall> appliedCalls() const;   // ordered by call id
   // What apply mode did: per strategy, the calls it replaced and their summed duration (most calls

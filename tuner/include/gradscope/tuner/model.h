@@ -31,8 +31,19 @@ struct MeasurementRow {
   Backend backend = Backend::Unknown;
 };
 
-// Every measurements row of the trace, in id order, with its run's backend.
+// The trace's measurements, one row per collective measured: a bench row as it is (already aggregated
+// over ranks), and the explore rows of one exploration — the same strategy timed on the same call of
+// every rank (run, communicator key, sequence number) — merged into one (collapseRanks). The ranks of an
+// exploration time one collective together, so their rows are not independent samples: counted as
+// such, two ranks would double the evidence a test or an interval sees. In id order of each row's
+// first member, with its run's backend.
 std::vector<MeasurementRow> loadMeasurements(const storage::TraceReader& reader);
+
+// One row from the rows of one collective measurement on several ranks: median_ns, p90_ns and the
+// bandwidths are the medians over the ranks, min_ns the smallest and max_ns the largest, the errors the
+// worst (largest relative and absolute error, smallest cosine), overflows summed; rank_id unset, the
+// rest from the first row. `rows` must not be empty.
+storage::Measurement collapseRanks(std::span<const storage::Measurement> rows);
 
 struct ModelKey {
   Collective collective = Collective::Unknown;  // MPI_Allreduce and MPI_Iallreduce are both AllReduce
