@@ -132,6 +132,12 @@ Config parseConfig(const Environment& env, std::vector<std::string>& errors) {
       bad("GRADSCOPE_BUFFER_CALLS", value, "a power of two from 1024 to 16777216");
     else config.buffer_calls = static_cast<std::uint32_t>(*calls);
   }
+  if (const char* value = env("GRADSCOPE_WRITER_CPUS")) {
+    const std::string_view text = value;
+    if (text == "any" || text.empty()) config.writer_any_cpu = true;
+    else if (text == "rank") config.writer_any_cpu = false;
+    else bad("GRADSCOPE_WRITER_CPUS", text, "any or rank");
+  }
   if (const char* value = env("GRADSCOPE_STEP_CALLS")) {
     const auto calls = parseInteger(value);
     if (!calls || *calls < 1) bad("GRADSCOPE_STEP_CALLS", value, "a positive number of calls per step");

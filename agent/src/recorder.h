@@ -40,6 +40,11 @@ inline bool recording() {
   return g_recording.load(std::memory_order_relaxed);
 }
 
+// Lets the calling thread run on every CPU the process may use (the kernel keeps it inside the job's
+// cpuset), undoing the one-core binding it inherited from its rank. Best effort: false when the kernel
+// refused.
+bool unbindCallingThread();
+
 ThreadBuffer* claimThreadBuffer();
 
 // Hot path: hands one record to the background thread, or drops and counts it.

@@ -1,6 +1,8 @@
 // The agent's recorder parts that need no MPI or NCCL: configuration, output templates, run ids,
 // the per-thread buffers, the communicator registry and the clock conversion.
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include "clock.h"
 #include "comm_registry.h"
 #include "config.h"
+#include "recorder.h"
 #include "shadow.h"
 #include "thread_buffer.h"
 
@@ -47,6 +50,7 @@ TEST(AgentConfig, DefaultsWhenNothingIsSet) {
   EXPECT_TRUE(config.step_nvtx.empty());
   EXPECT_TRUE(config.run_id.empty());
   EXPECT_FALSE(config.env_rank.has_value());
+  EXPECT_TRUE(config.writer_any_cpu);
 }
 
 TEST(AgentConfig, ParsesEveryVariable) {
@@ -58,6 +62,7 @@ TEST(AgentConfig, ParsesEveryVariable) {
                                {"GRADSCOPE_STEP_CALLS", "7"},
                                {"GRADSCOPE_DISABLE", "0"},
                                {"GRADSCOPE_COMMAND", "train --fast"},
+                               {"GRADSCOPE_WRITER_CPUS", "rank"},
                                {"OMPI_COMM_WORLD_RANK", "3"},
                                {"OMPI_COMM_WORLD_SIZE", "4"}},
                               errors);
@@ -67,6 +72,7 @@ TEST(AgentConfig, ParsesEveryVariable) {
   EXPECT_EQ(config.buffer_calls, 1024u);
   EXPECT_EQ(config.step_calls, 7);
   EXPECT_EQ(config.command, "train --fast");
+  EXPECT_FALSE(config.writer_any_cpu);
   EXPECT_EQ(config.env_rank, 3);
   EXPECT_EQ(config.env_world_size, 4);
 }
@@ -101,6 +107,7 @@ TEST(AgentConfig, EveryBadValueIsOneLineNamingTheVariable) {
       {"GRADSCOPE_STEP_CALLS", "0"},
       {"GRADSCOPE_STEP_CALLS", "x"},
       {"GRADSCOPE_DISABLE", "maybe"},
+      {"GRADSCOPE_WRITER_CPUS", "all"},
       {"GRADSCOPE_STEP_NVTX", ""}};
   for (const auto& [name, value] : bad) {
     std::vector<std::string> errors;
@@ -363,6 +370,34 @@ TEST(ThreadBufferTable, FullTableReturnsNull) {
   ThreadBufferTable table(1024);
   for (std::size_t i = 0; i < ThreadBufferTable::kMaxThreadBuffers; ++i) ASSERT_NE(table.claim(), nullptr);
   EXPECT_EQ(table.claim(), nullptr);
+}
+
+// The background writer leaves its rank's one-core binding: a thread pinned to one CPU, as a launcher
+// pins a rank's threads, may afterwards run on every CPU the process was allowed before the pinning.
+TEST(WriterAffinity, AThreadPinnedToOneCpuIsUnboundToEveryAllowedCpu) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  const int cpus = CPU_COUNT(&allowed);
+  if (cpus < 2) GTEST_SKIP() << "one CPU allowed: nothing to unbind to";
+  std::size_t first = 0;
+  while (!CPU_ISSET(first, &allowed)) ++first;
+  int before = 0, after = 0;
+  bool unbound = false;
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    cpu_set_t now;
+    pthread_getaffinity_np(pthread_self(), sizeof now, &now);
+    before = CPU_COUNT(&now);
+    unbound = unbindCallingThread();
+    pthread_getaffinity_np(pthread_self(), sizeof now, &now);
+    after = CPU_COUNT(&now);
+  }).join();
+  EXPECT_EQ(before, 1);
+  EXPECT_TRUE(unbound);
+  EXPECT_EQ(after, cpus);
 }
 
 TEST(CommRegistry, FindsAddsAndRetires) {
