@@ -111,11 +111,11 @@ void judgeByRankTest(KeyComparison& comparison, const Samples& base, const Sampl
   if (p < alpha) {
     comparison.verdict = slower ? Verdict::Regression : Verdict::Improvement;
     comparison.reason =
-        fmt::format("{} (Mann-Whitney p={:.2g} < {}, {} vs {} rows)", slower ? "slower" : "faster", p, alpha,
-                    base.medians.size(), current.medians.size());
+        fmt::format("{} (Mann-Whitney p={:.2g} < {}, {} vs {} samples)", slower ? "slower" : "faster", p,
+                    alpha, base.medians.size(), current.medians.size());
   } else {
     comparison.verdict = Verdict::Noisy;
-    comparison.reason = fmt::format("within noise (Mann-Whitney p={:.2g} >= {}, {} vs {} rows)", p, alpha,
+    comparison.reason = fmt::format("within noise (Mann-Whitney p={:.2g} >= {}, {} vs {} samples)", p, alpha,
                                     base.medians.size(), current.medians.size());
   }
 }
