@@ -141,7 +141,7 @@ class Flusher {
     // Any core, not only the rank's (GRADSCOPE_WRITER_CPUS=rank keeps the binding): launchers bind each
     // rank, and so every thread it starts, to one core, which the rank keeps busy computing or spinning
     // in MPI. Bound there, this thread ran only when its rank blocked, and dropped calls while other cores
-    // sat idle: of 5,000,000 calls of a 1-rank loop on 2 cores it recorded 73,728 bound, 483,328 unbound.
+    // sat idle: of 5,000,000 calls of a 1-rank loop on 2 cores it recorded 73,728 bound, 184,320 unbound.
     // At idle priority it still takes no core that has other work.
     if (g_config.writer_any_cpu) unbindCallingThread();
     pthread_setname_np(pthread_self(), "gradscope-write");
