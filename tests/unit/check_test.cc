@@ -33,16 +33,21 @@ struct Point {
   int world = 2;
 };
 
-void writeTrace(const std::string& path, const std::vector<Point>& points) {
-  TraceWriter writer = TraceWriter::create(path);
+// A 2-rank MPI run of `mode` on host "h"; its id.
+std::int64_t addRun(TraceWriter& writer, const std::string& mode, const std::string& path) {
   storage::RunInfo run;
-  run.uuid = "check-" + path;
-  run.mode = "bench";
+  run.uuid = mode + "-" + path;
+  run.mode = mode;
   run.backend = Backend::Mpi;
   run.world_size = 2;
   run.host = "h";
   run.epoch_ns = 1'795'000'000'000'000'000;
-  const std::int64_t run_id = writer.addRun(run);
+  return writer.addRun(run);
+}
+
+void writeTrace(const std::string& path, const std::vector<Point>& points) {
+  TraceWriter writer = TraceWriter::create(path);
+  const std::int64_t run_id = addRun(writer, "bench", path);
   writer.addRank({0, run_id, 0, "h", 7, "cpu", 0});
   writer.addRank({1, run_id, 1, "h", 8, "cpu", 0});
   for (const auto& point : points)
@@ -279,14 +284,7 @@ struct Exploration {
 
 void writeExploreTrace(const std::string& path, const std::vector<Exploration>& keys) {
   TraceWriter writer = TraceWriter::create(path);
-  storage::RunInfo run;
-  run.uuid = "explore-" + path;
-  run.mode = "explore";
-  run.backend = Backend::Mpi;
-  run.world_size = 2;
-  run.host = "h";
-  run.epoch_ns = 1'795'000'000'000'000'000;
-  const std::int64_t run_id = writer.addRun(run);
+  const std::int64_t run_id = addRun(writer, "explore", path);
   std::int64_t comm_ids[2];
   for (int rank = 0; rank < 2; ++rank) {
     writer.addRank({rank, run_id, rank, "h", 7 + rank, "cpu", 0});
