@@ -166,7 +166,7 @@ QVariant StrategiesModel::data(const QModelIndex& index, int role) const {
 }
 
 QVariant StrategiesModel::headerData(int section, Qt::Orientation orientation, int role) const {
-  static const char* const kNames[] = {"Strategy", "API", "Dtype", "Size",     "World",        "Rows",
+  static const char* const kNames[] = {"Strategy", "API", "Dtype", "Size",     "World",        "Samples",
                                        "Median",   "Min", "Max",   "Bus GB/s", "Rel. L2 error"};
   return header(kNames, ColumnCount, section, orientation, role);
 }

@@ -21,9 +21,10 @@ namespace gradscope::gui {
 
 inline constexpr int kSortRole = Qt::UserRole + 1;
 
-// The measurements of one strategy at one size (explore rows of every rank and call, or bench points),
-// aggregated: medians of the rows' medians and bandwidths, the extremes of their min and max, the worst
-// error.
+// The measurements of one strategy at one size, aggregated: medians of the rows' medians and bandwidths,
+// the extremes of their min and max, the worst error. The Strategies view passes one row per collective
+// measured (tuner::loadMeasurements: an exploration with its ranks merged, or a bench point), so that
+// `rows` counts what check and recommend count.
 struct StrategyPoint {
   std::string strategy;
   Api api = Api::Unknown;

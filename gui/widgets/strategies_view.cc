@@ -20,6 +20,7 @@
 #include <QtCharts/QScatterSeries>
 
 #include "gradscope/common/units.h"
+#include "gradscope/tuner/model.h"
 #include "models/palette.h"
 #include "widgets/chart_util.h"
 
@@ -105,7 +106,14 @@ void StrategiesView::setTrace(const TraceInfo& info) {
   note_->setText(QStringLiteral("Loading measurements…"));
   const std::string path = info.path;
   jobs_.run<std::vector<StrategyPoint>>(
-      [path] { return aggregateMeasurements(threadReader(path).measurements()); },
+      [path] {
+        // One sample per collective measured (an exploration's ranks merged), as check and recommend
+        // count them (tuner/model.h).
+        std::vector<storage::Measurement> samples;
+        for (auto& row : tuner::loadMeasurements(threadReader(path)))
+          samples.push_back(std::move(row.measurement));
+        return aggregateMeasurements(samples);
+      },
       [this](Outcome<std::vector<StrategyPoint>> outcome) {
         loading_ = false;
         if (!outcome.value) {
