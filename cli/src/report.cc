@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/common/units.h"
+#include "gradscope/tuner/model.h"
 
 namespace gradscope::cli {
 namespace {
@@ -114,10 +115,10 @@ void writeExplored(const std::vector<storage::Measurement>& measurements, std::o
   if (count == 0) return;
 
   out << fmt::format(
-      "\nStrategies measured (explore): {} measurements on {} calls; per API, dtype and size, fastest "
-      "first\n",
+      "\nStrategies measured (explore): {} samples on {} calls (a call's ranks merged); per API, dtype and "
+      "size, fastest first\n",
       formatCount(count), formatCount(calls.size()));
-  out << fmt::format("    {:<32} {:>8} {:>10} {:>9} {:>10}\n", "strategy", "rows", "median", "speedup",
+  out << fmt::format("    {:<32} {:>8} {:>10} {:>9} {:>10}\n", "strategy", "samples", "median", "speedup",
                      "worst err");
   bool any_marked = false;
   for (const auto& [bucket, strategies] : buckets) {
@@ -452,7 +453,11 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
   std::copy_if(measurements.begin(), measurements.end(), std::back_inserter(points),
                [](const storage::Measurement& m) { return !m.call_id; });
   writeMeasurements(std::move(points), out);
-  writeExplored(measurements, out);
+  // One sample per collective explored, its ranks' rows merged, as check and recommend count them.
+  std::vector<storage::Measurement> explored;
+  for (auto& row : tuner::loadMeasurements(reader))
+    if (row.measurement.call_id) explored.push_back(std::move(row.measurement));
+  writeExplored(explored, out);
   int world = 0;
   bool apply_mode = false, explore_mode = false;
   for (const auto& run : runs) {

@@ -314,7 +314,8 @@ TEST(Report, ExploreModeStrategiesPerBucketAgainstSumNative) {
   constexpr std::int64_t kBig = 25 << 20, kScalar = 4;
   writeModeTrace(path, "explore", 4, 3, kBig, [&](TraceWriter& writer, std::int64_t run_id) {
     // 25 MiB fp32: eight lossy strategies faster than every lossless one, which the listing must still show:
-    // the fastest lossless (sum/rs_ag) and the baseline (sum/native, the median of four rows).
+    // the fastest lossless (sum/rs_ag, timed on two calls: two samples) and the baseline (sum/native: four
+    // rows on one call, one sample, their median).
     for (double ms : {4.0, 4.0, 4.4, 9.0})
       measure(writer, run_id, 1, "sum/native", DType::Fp32, kBig, ms * 1e6, 1e-7);
     measure(writer, run_id, 1, "sum/rs_ag", DType::Fp32, kBig, 3.0e6, 2e-7);
@@ -347,8 +348,10 @@ TEST(Report, ExploreModeStrategiesPerBucketAgainstSumNative) {
   EXPECT_EQ(
       section(text, "Strategies measured (explore)"),
       (std::vector<std::string>{
-          "Strategies measured (explore): 21 measurements on 4 calls; per API, dtype and size, fastest first",
-          "    strategy                             rows     median   speedup  worst err",
+          "Strategies measured (explore): 18 samples on 4 calls (a call's ranks merged); per API, dtype and "
+          "size, "
+          "fastest first",
+          "    strategy                          samples     median   speedup  worst err",
           "  MPI_Allreduce fp32, 4 B - 8 B",
           "  * sum/native                              1    20.0 us     1.00x    0.0e+00",
           "    sum/rs_ag                               1    30.0 us     0.67x          -",
@@ -362,7 +365,7 @@ TEST(Report, ExploreModeStrategiesPerBucketAgainstSumNative) {
           "    sum/rs_ag/fp16                          1    1.60 ms     2.62x    1.0e-03",
           "    adasum/native                           1    1.70 ms     2.47x    1.0e-03",
           "  * sum/rs_ag                               2    3.00 ms     1.40x    2.0e-07",
-          "    sum/native                              4    4.20 ms     1.00x    1.0e-07",
+          "    sum/native                              1    4.20 ms     1.00x    1.0e-07",
           "    ... 3 more",
           "  MPI_Allreduce bf16, 1 MiB - 2 MiB",
           "  * sum/rs_ag                               1     500 us         -          -",
