@@ -84,13 +84,6 @@ constexpr std::string_view kBaselineStrategy = "sum/native";
 // strategy (dozens); the baseline and the fastest lossless one are listed as well when slower.
 constexpr std::size_t kStrategiesPerBucket = 8;
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t half = values.size() / 2;
-  return values.size() % 2 == 1 ? values[half] : (values[half - 1] + values[half]) / 2;
-}
-
 // Strategies the agent timed on the job's own calls (explore mode: measurements with a call_id): per
 // API, dtype and size bucket, each strategy's median time over its measurements, fastest first, with
 // its speed relative to the backend's own all-reduce and its worst error.
@@ -130,7 +123,7 @@ void writeExplored(const std::vector<storage::Measurement>& measurements, std::o
     };
     std::vector<Row> rows;
     for (const auto& [strategy, timed] : strategies)
-      rows.push_back({strategy, timed.median_ns.size(), median(timed.median_ns), timed.worst_error});
+      rows.push_back({strategy, timed.median_ns.size(), tuner::median(timed.median_ns), timed.worst_error});
     // Fastest first; equal times keep the names' order (the map's), so the output is deterministic.
     std::stable_sort(rows.begin(), rows.end(),
                      [](const Row& a, const Row& b) { return a.median_ns < b.median_ns; });
@@ -465,11 +458,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     apply_mode = apply_mode || run.mode == "apply";
     explore_mode = explore_mode || run.mode == "explore";
   }
-  if (explore_mode)
-    writeExploreBudget(agentStats(runs, ranks),
-                       std::any_of(measurements.begin(), measurements.end(),
-                                   [](const storage::Measurement& m) { return m.call_id.has_value(); }),
-                       out);
+  if (explore_mode) writeExploreBudget(agentStats(runs, ranks), !explored.empty(), out);
   writeConsensus(reader.consensus(), world, out);
   writeApplied(reader.appliedSummary(), apply_mode, out);
 

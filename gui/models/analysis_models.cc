@@ -10,17 +10,11 @@
 #include <fmt/format.h>
 
 #include "gradscope/common/units.h"
+#include "gradscope/tuner/model.h"
 
 namespace gradscope::gui {
 
 namespace {
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 QString bytesText(std::int64_t bytes) {
   return QString::fromStdString(formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(bytes, 0))));
@@ -88,10 +82,10 @@ std::vector<StrategyPoint> aggregateMeasurements(const std::vector<storage::Meas
     point.world = std::get<3>(key);
     point.bytes = std::get<4>(key);
     point.rows = static_cast<int>(samples.medians.size());
-    point.median_ns = median(samples.medians);
+    point.median_ns = tuner::median(samples.medians);
     point.min_ns = samples.min_ns;
     point.max_ns = samples.max_ns;
-    point.busbw_gbs = median(samples.busbw);
+    point.busbw_gbs = tuner::median(samples.busbw);
     point.rel_l2_error = samples.error;
     point.overflow = samples.overflow;
     points.push_back(std::move(point));

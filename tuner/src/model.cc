@@ -55,6 +55,7 @@ storage::Measurement collapseRanks(std::span<const storage::Measurement> rows) {
   if (rows.size() == 1) return out;
   out.rank_id.reset();
   std::vector<double> medians, p90s, algbws, busbws;
+  out.overflow_count = 0;
   for (const auto& row : rows) {
     medians.push_back(row.median_ns);
     p90s.push_back(row.p90_ns);
@@ -65,9 +66,8 @@ storage::Measurement collapseRanks(std::span<const storage::Measurement> rows) {
     if (row.rel_l2_error) out.rel_l2_error = std::max(out.rel_l2_error.value_or(0.0), *row.rel_l2_error);
     if (row.max_abs_error) out.max_abs_error = std::max(out.max_abs_error.value_or(0.0), *row.max_abs_error);
     if (row.cosine) out.cosine = std::min(out.cosine.value_or(1.0), *row.cosine);
+    out.overflow_count += row.overflow_count;
   }
-  out.overflow_count = 0;
-  for (const auto& row : rows) out.overflow_count += row.overflow_count;
   out.median_ns = median(std::move(medians));
   out.p90_ns = median(std::move(p90s));
   out.algbw_gbs = median(std::move(algbws));
