@@ -9,14 +9,22 @@ std::atomic<bool> g_nccl_profile_active{false};
 
 namespace {
 
+// NCCL describes a broadcast or an all-gather in bytes: ncclInfoSetDerived turns its count into bytes
+// and its type into ncclInt8 before the profiler sees it.
+bool sameBytes(const CallEvent& call, const NcclProfileRecordV1& report) {
+  const bool in_bytes = call.api == Api::NcclBroadcast || call.api == Api::NcclAllGather;
+  return in_bytes && report.dtype == static_cast<std::uint8_t>(DType::Int8) &&
+         call.count * static_cast<std::int64_t>(sizeOf(call.dtype)) ==
+             static_cast<std::int64_t>(report.count);
+}
+
 bool sameShape(const CallEvent& call, const NcclProfileRecordV1& report) {
-  if (static_cast<std::uint8_t>(call.api) != report.api ||
-      call.count != static_cast<std::int64_t>(report.count))
-    return false;
+  if (static_cast<std::uint8_t>(call.api) != report.api) return false;
   // NCCL 2.28 has no name for ncclUint8 ("Unknown"): the plugin then says Other, which matches any type.
-  if (report.dtype != static_cast<std::uint8_t>(DType::Other) &&
-      static_cast<std::uint8_t>(call.dtype) != report.dtype)
-    return false;
+  const bool same_elements = call.count == static_cast<std::int64_t>(report.count) &&
+                             (report.dtype == static_cast<std::uint8_t>(DType::Other) ||
+                              static_cast<std::uint8_t>(call.dtype) == report.dtype);
+  if (!same_elements && !sameBytes(call, report)) return false;
   const CommSlot& comm = comms().slot(call.comm);
   return comm.size == report.nranks && comm.rank == report.rank;
 }

@@ -426,9 +426,11 @@ def check_profiler_alone(args, workdir, label, extra_env):
     mine = sorted((r[2], r[3], r[4], r[5], r[9], r[10], r[11]) for r in rows)
     wanted = []
     for comm, api, dtype, op, count, nbytes, stream, group, captured in expected:
-        shown_dtype = UNKNOWN_DTYPE if dtype == UINT8 else dtype
-        shown_bytes = 0 if dtype == UINT8 else nbytes
-        wanted.append((api, shown_dtype, count, shown_bytes) + fake_choice(nbytes))
+        if api in (BROADCAST, ALLGATHER):  # NCCL describes these in bytes, as ncclInt8 (ncclInfoSetDerived)
+            shown = (INT8, nbytes, nbytes)
+        else:  # and has no name for ncclUint8
+            shown = (UNKNOWN_DTYPE, count, 0) if dtype == UINT8 else (dtype, count, nbytes)
+        wanted.append((api,) + shown + fake_choice(nbytes))
     check(mine == sorted(wanted), f"{label}: rows differ from the calls:\n{mine}\n---\n{sorted(wanted)}")
     for r in rows:
         check(r[6] <= r[7] <= r[8], f"{label}: {r[0]} seq {r[1]}: enqueue {r[6]} launch {r[7]} completion {r[8]}")

@@ -765,8 +765,10 @@ ncclResult_t launch(std::vector<Task>& tasks) {
       d.rank = comm->rank;
       d.coll.seqNumber = comm->seq[task.function]++;
       d.coll.func = kFunctionNames[task.function];
-      d.coll.count = task.count;
-      d.coll.datatype = datatypeName(task.type);
+      // As NCCL's ncclInfoSetDerived: a broadcast or an all-gather is described in bytes, as ncclInt8.
+      const bool in_bytes = task.function == kBroadcast || task.function == kAllGather;
+      d.coll.count = in_bytes ? task.count * sizeOf(task.type) : task.count;
+      d.coll.datatype = datatypeName(in_bytes ? ncclInt8 : task.type);
       d.coll.nChannels = static_cast<std::uint8_t>(choice.channels);
       d.coll.nWarps = 16;
       d.coll.algo = kAlgoNames[choice.algo];
