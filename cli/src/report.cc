@@ -293,6 +293,30 @@ void writeExploreBudget(const std::vector<AgentStats>& stats, bool explored_any,
 
 // What the agent cost the job, by its own measurements: the time it added on the calling threads (its
 // measured cost of one record times the calls it saw) and the CPU time of its background thread.
+// Drop kinds (docs/agent.md, docs/nccl-profiler-plugin.md): which lose calls, and what each means.
+bool dropLosesCalls(const std::string& kind) {
+  return kind == "call" || kind == "thread_buffer" || kind.ends_with("_table");
+}
+
+std::string dropMeaning(const std::string& kind) {
+  if (kind == "call" || kind == "thread_buffer")
+    return "calls not recorded: the agent's per-thread buffer was full (GRADSCOPE_BUFFER_CALLS)";
+  if (kind.ends_with("_table"))
+    return fmt::format("calls not recorded: the agent's fixed {} table was full",
+                       kind.substr(0, kind.size() - 6));
+  if (kind == "gpu_timing")
+    return "calls timed on the host instead of the GPU (no CUDA event pair free, or a CUDA error)";
+  if (kind == "cupti_record")
+    return "CUPTI kernel records lost: those calls' spans come from their CUDA events";
+  if (kind == "nccl_profile")
+    return "NCCL profiler reports that matched no call: those calls lack NCCL's algorithm, protocol and "
+           "channels";
+  if (kind.starts_with("nccl_profile_"))
+    return "the NCCL profiler plugin's own bounded pool or queue was full: collectives it did not record";
+  if (kind == "explore_result") return "explore measurements not stored (the agent's result queue was full)";
+  return "events the agent could not record";
+}
+
 void writeAgentOverhead(const std::vector<AgentStats>& stats, std::int64_t collective_ns, std::ostream& out) {
   if (stats.empty()) return;
   out << "\nAgent overhead (the agent's own measurements)\n";
@@ -467,15 +491,22 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
   if (drops.empty()) {
     out << "  none: every intercepted event was recorded\n";
   } else {
-    std::int64_t dropped = 0;
+    std::int64_t dropped = 0, calls_lost = 0;
+    std::set<std::string> kinds;
     for (const auto& drop : drops) {
       out << fmt::format("  rank {:>5}  {:<16} {:>12}\n", rankLabel(drop.rank_id), drop.kind,
                          formatCount(static_cast<std::uint64_t>(drop.count)));
       dropped += drop.count;
+      if (dropLosesCalls(drop.kind)) calls_lost += drop.count;
+      kinds.insert(drop.kind);
     }
-    out << fmt::format(
-        "  {} events dropped in total: the agent's buffers were full; the totals above miss them\n",
-        formatCount(static_cast<std::uint64_t>(dropped)));
+    for (const std::string& kind : kinds) out << fmt::format("  {}: {}\n", kind, dropMeaning(kind));
+    if (calls_lost > 0)
+      out << fmt::format("  {} calls not recorded in total: the totals above miss them\n",
+                         formatCount(static_cast<std::uint64_t>(calls_lost)));
+    else
+      out << fmt::format("  {} events dropped in total; every call is recorded, some with less detail\n",
+                         formatCount(static_cast<std::uint64_t>(dropped)));
   }
 
   writeAgentOverhead(agentStats(runs, ranks), total_ns, out);

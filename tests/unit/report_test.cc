@@ -212,9 +212,32 @@ TEST(Report, ListsDroppedEventsAndTheirTotal) {
   EXPECT_TRUE(hasLine(text, "  rank     3  call                    1,200")) << text;
   EXPECT_TRUE(hasLine(text, "  rank     3  cupti_record               34")) << text;
   EXPECT_TRUE(hasLine(
-      text, "  1,234 events dropped in total: the agent's buffers were full; the totals above miss them"))
+      text, "  call: calls not recorded: the agent's per-thread buffer was full (GRADSCOPE_BUFFER_CALLS)"))
       << text;
+  EXPECT_TRUE(hasLine(
+      text, "  cupti_record: CUPTI kernel records lost: those calls' spans come from their CUDA events"))
+      << text;
+  EXPECT_TRUE(hasLine(text, "  1,200 calls not recorded in total: the totals above miss them")) << text;
   EXPECT_EQ(text.find("none: every intercepted event"), std::string::npos);
+}
+
+TEST(Report, DropsThatLoseNoCallSaySo) {
+  TempDir dir;
+  const std::string path = dir.file("drops.db");
+  testing::SyntheticJob job;
+  testing::writeSyntheticRank(path, job, 0);
+  {
+    test::RawDb db(path);
+    db.exec("INSERT INTO drops VALUES (0, 'nccl_profile', 86), (0, 'gpu_timing', 2)");
+  }
+  const std::string text = report(path);
+  EXPECT_TRUE(hasLine(text,
+                      "  nccl_profile: NCCL profiler reports that matched no call: those calls lack NCCL's "
+                      "algorithm, protocol and channels"))
+      << text;
+  EXPECT_TRUE(hasLine(text, "  88 events dropped in total; every call is recorded, some with less detail"))
+      << text;
+  EXPECT_EQ(text.find("calls not recorded"), std::string::npos) << text;
 }
 
 TEST(Report, DropsAccumulatedByTheWriterAreReported) {
@@ -232,9 +255,7 @@ TEST(Report, DropsAccumulatedByTheWriterAreReported) {
   }
   const std::string text = report(path);
   EXPECT_TRUE(hasLine(text, "  rank     0  call                       11")) << text;
-  EXPECT_TRUE(hasLine(
-      text, "  11 events dropped in total: the agent's buffers were full; the totals above miss them"))
-      << text;
+  EXPECT_TRUE(hasLine(text, "  11 calls not recorded in total: the totals above miss them")) << text;
 }
 
 // ---------------------------------------------------------------------------------------------------
