@@ -123,8 +123,11 @@ CuptiTracer* CuptiTracer::start(std::string& why) {
     why = "CUPTI is in use already";
     return nullptr;
   }
+  // The loader's path first; then where the CUDA toolkit installs CUPTI, which is rarely on that path.
   void* handle = nullptr;
-  for (const char* name : {"libcupti.so.13", "libcupti.so"})
+  for (const char* name :
+       {"libcupti.so.13", "libcupti.so", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
+        "/usr/local/cuda/lib64/libcupti.so.13"})
     if ((handle = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
   if (handle == nullptr) {
     why.clear();  // no CUPTI here: the documented fallback, not worth a line
