@@ -55,6 +55,14 @@ GS_HOST_DEVICE std::uint16_t fp32ToFp16(float value) {
   const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
   // NaN: quiet NaN with the top payload bits; Inf and values that round to >= 2^16: Inf.
   const std::uint32_t nan = 0x7E00u | ((magnitude >> 13) & 0x3FFu);
+#if defined(__CUDA_ARCH__)
+  // The GPU's conversion rounds to nearest even with subnormals and overflow to Inf, as below, in one
+  // instruction instead of fifteen (fp16 sums ran at 0.78 of copy bandwidth on an H100 without it);
+  // only its NaN (canonical) differs from ours.
+  unsigned short converted;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(converted) : "f"(value));
+  return static_cast<std::uint16_t>(magnitude > 0x7F800000u ? (nan | sign) : converted);
+#else
   const std::uint32_t inf = 0x7C00u;
   // Subnormal results (|x| < 2^-14): adding 0.5 makes the float unit align with the fp16 subnormal
   // quantum 2^-24, so the hardware's round-to-nearest-even does the rounding.
@@ -68,12 +76,20 @@ GS_HOST_DEVICE std::uint16_t fp32ToFp16(float value) {
   half = magnitude >= 0x47800000u ? inf : half;
   half = magnitude > 0x7F800000u ? nan : half;
   return static_cast<std::uint16_t>(half | sign);
+#endif
 }
 
 GS_HOST_DEVICE float fp16ToFp32(std::uint16_t half) {
   const std::uint32_t sign = static_cast<std::uint32_t>(half & 0x8000u) << 16;
   const std::uint32_t exponent = (half >> 10) & 0x1Fu;
   const std::uint32_t mantissa = half & 0x3FFu;
+#if defined(__CUDA_ARCH__)
+  // Exact in hardware for every finite value and Inf; a NaN keeps its payload as below.
+  float converted;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(converted) : "h"(static_cast<unsigned short>(half)));
+  const bool nan = exponent == 0x1Fu && mantissa != 0;
+  return nan ? bitsFloat(sign | 0x7F800000u | (mantissa << 13)) : converted;
+#else
   // Normal: re-bias. Inf/NaN: all-ones exponent, payload kept. Subnormal: mantissa · 2^-24, exact.
   const std::uint32_t normal = ((exponent + 112u) << 23) | (mantissa << 13);
   const std::uint32_t special = 0x7F800000u | (mantissa << 13);
@@ -81,6 +97,7 @@ GS_HOST_DEVICE float fp16ToFp32(std::uint16_t half) {
   std::uint32_t bits = exponent == 0x1Fu ? special : normal;
   bits = exponent == 0 ? floatBits(subnormal) : bits;
   return bitsFloat(bits | sign);
+#endif
 }
 
 // ---- bf16 -----------------------------------------------------------------------------------------
