@@ -250,7 +250,11 @@ def check_nccl(args):
     if not check(code == 0, f"exit {code} from gradscope bench --backend nccl: {err.strip()[-2000:]}"):
         return None
     points = check_points(parse_csv(out), 1, "float", "nccl np=1")
-    check_full_grid(points, SWEEP_SIZES, "nccl np=1", ["sum/native", "sum/rs_ag", "adacons/native", "adasum/native"])
+    strategies = ["sum/native", "sum/rs_ag", "adacons/native", "adasum/native"]
+    check_full_grid(points, SWEEP_SIZES, "nccl np=1", strategies)
+    if not failures:
+        print(f"check_bench: nccl np=1: {len(points)} points of {len(strategies)} strategies × {len(SWEEP_SIZES)} "
+              "sizes checked")
     return None
 
 

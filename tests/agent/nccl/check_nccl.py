@@ -45,6 +45,12 @@
                                               spans that start after their call; `gradscope report`
                                               on the trace when --gradscope is given
   check_nccl.py TOOLS --workdir DIR real-nvtx the same with the NVTX step marker
+  check_nccl.py TOOLS --workdir DIR real-pair  nccl_pair.cc (--job): two ranks on one GPU, the real NCCL
+                                              choosing: every call carries NCCL's algorithm, protocol
+                                              and channels, the same on both ranks; with the tuner's
+                                              CSV, the rule's choice; `gradscope run` merges both ranks
+  check_nccl.py TOOLS --workdir DIR real-pair-explore  the same with GRADSCOPE_TUNER_EXPLORE=1: each
+                                              size walks through several algorithm/protocol pairs
 
 TOOLS: --agent SO --job EXE [--fake-cuda SO] [--fake-cupti SO] [--profiler SO] [--tuner SO] [--gradscope EXE]. Every mode also runs the job without the
 agent and requires the same stdout and exit status. Exits 0 when every check passes, 1 with one
@@ -757,6 +763,126 @@ def check_real(args, workdir, nvtx=False):
                 f.write(report.stdout)
 
 
+# ---- two ranks on one GPU (nccl_pair.cc, scripts/gpu_check.sh) --------------------------------------------
+
+PAIR_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20]  # nccl_pair.cc's all-reduces, in the order of each step
+PAIR_STEPS = 5
+
+# real-pair's rules: the opposite of what NCCL picks by itself on two ranks (LL for small buffers,
+# Simple for large ones), on Ring, which every communicator can use.
+PAIR_CSV = """# real-pair (check_nccl.py)
+allreduce,0,65536,ring,simple,-1,-1,-1
+allreduce,65537,-1,ring,ll,-1,-1,-1
+"""
+
+
+def pair_rows(trace):
+    """[(rank, seq, api, bytes, (algo, proto, channels))] of one rank's trace, in seq order."""
+    db = sqlite3.connect(f"file:{trace}?mode=ro", uri=True)
+    rows = db.execute(
+        "SELECT m.comm_rank, c.seq, c.api, c.bytes, g.algo, g.proto, g.channels FROM calls c "
+        "JOIN comms m ON m.id = c.comm_id LEFT JOIN gpu_calls g ON g.call_id = c.id ORDER BY c.seq").fetchall()
+    drops = dict(db.execute("SELECT kind, count FROM drops"))
+    db.close()
+    return [(r, seq, api, nbytes, tuple(-1 if v is None else v for v in (a, p, ch)))
+            for r, seq, api, nbytes, a, p, ch in rows], drops
+
+
+def run_real_pair(args, workdir, env, label):
+    """nccl-pair plain and under the agent with `env`; returns {rank: rows} of the two rank traces."""
+    os.makedirs(workdir, exist_ok=True)
+    plain = run([args.job, "--steps", str(PAIR_STEPS)], env, workdir, timeout=300)
+    check(plain.returncode == 0, f"{label}: the job fails without the agent ({plain.returncode}): {plain.stderr[-800:]}")
+    agent_env = dict(env, LD_PRELOAD=preload(args.agent), GRADSCOPE_OUTPUT=os.path.join(workdir, "trace-%p.db"))
+    traced = run([args.job, "--steps", str(PAIR_STEPS)], agent_env, workdir, timeout=300)
+    check(traced.returncode == 0, f"{label}: exit status {traced.returncode} under the agent: {traced.stderr[-800:]}")
+    # The ranks print concurrently: the same lines, in either order.
+    check(sorted(traced.stdout.splitlines()) == sorted(plain.stdout.splitlines()),
+          f"{label}: stdout differs under the agent:\n{traced.stdout}\n---\n{plain.stdout}")
+    for rank in (0, 1):
+        check(f"rank {rank}: done, {PAIR_STEPS} steps x 4 all-reduces, wrong 0" in traced.stdout,
+              f"{label}: rank {rank} did not finish with exact sums: {traced.stdout[-600:]}")
+    files = sorted(f for f in os.listdir(workdir) if f.startswith("trace-") and f.endswith(".db"))
+    if not check(len(files) == 2, f"{label}: expected two rank traces, found {files}"):
+        return None
+    by_rank = {}
+    for name in files:
+        rows, drops = pair_rows(os.path.join(workdir, name))
+        check(not drops, f"{label}: {name}: drops {drops}")
+        if rows:
+            by_rank[rows[0][0]] = rows
+    if not check(sorted(by_rank) == [0, 1], f"{label}: ranks {sorted(by_rank)} in the traces"):
+        return None
+    for rank, rows in by_rank.items():
+        wanted = [(ALLREDUCE, nbytes) for _ in range(PAIR_STEPS) for nbytes in PAIR_SIZES]
+        check([(api, nbytes) for _, _, api, nbytes, _ in rows] == wanted,
+              f"{label}: rank {rank}: calls {[(api, nbytes) for _, _, api, nbytes, _ in rows]}")
+        check(all(choice[0] >= 0 and choice[1] >= 0 and choice[2] > 0 for *_, choice in rows),
+              f"{label}: rank {rank}: calls without NCCL's algorithm, protocol or channels: "
+              f"{[choice for *_, choice in rows]}")
+    check([row[4] for row in by_rank[0]] == [row[4] for row in by_rank[1]],
+          f"{label}: the ranks' choices differ:\n{[row[4] for row in by_rank[0]]}\n{[row[4] for row in by_rank[1]]}")
+    summary = {nbytes: sorted({row[4] for row in by_rank[0] if row[3] == nbytes}) for nbytes in PAIR_SIZES}
+    print(f"check_nccl: {label}: (algo, proto, channels) per size on rank 0: {summary}")
+    return by_rank
+
+
+def check_real_pair(args, workdir):
+    """real-pair: two ranks on one GPU (NCCL_HOSTID per rank, sockets over loopback) under the agent with
+    the profiler plugin: every call carries NCCL's choice, the same on both ranks; then the tuner plugin
+    with PAIR_CSV: every call carries the rule's algorithm and protocol; then `gradscope run`."""
+    if not check(args.profiler and args.tuner and args.gradscope,
+                 "real-pair: --profiler, --tuner and --gradscope are required"):
+        return
+    own = run_real_pair(args, os.path.join(workdir, "own"), plugin_env(args), "real-pair")
+    config = os.path.join(workdir, "pair.csv")
+    with open(config, "w") as f:
+        f.write(PAIR_CSV)
+    tuned = run_real_pair(args, os.path.join(workdir, "tuned"),
+                          dict(plugin_env(args), NCCL_TUNER_PLUGIN=args.tuner, GRADSCOPE_TUNER_CONFIG=config),
+                          "real-pair-tuned")
+    if tuned:
+        for rank, rows in tuned.items():
+            for _, seq, _, nbytes, choice in rows:
+                wanted = (RING, SIMPLE) if nbytes <= 65536 else (RING, LL)
+                check(choice[:2] == wanted, f"real-pair-tuned: rank {rank} seq {seq} ({nbytes} bytes): "
+                                            f"NCCL used {choice[:2]}, the tuner asked for {wanted}")
+    if own and tuned:
+        check(any(a[4][:2] != b[4][:2] for a, b in zip(own[0], tuned[0])),
+              "real-pair: the tuner's rules are what NCCL chose anyway: the check proves nothing")
+    # gradscope run: the launcher process records nothing, the two ranks' files merge into one trace.
+    env = base_environment()
+    env["GRADSCOPE_AGENT_PATH"] = args.agent
+    output = os.path.join(workdir, "run")
+    result = run([args.gradscope, "run", "-o", output, "--", args.job, "--steps", str(PAIR_STEPS)], env, workdir,
+                 timeout=300)
+    check(result.returncode == 0, f"real-pair: gradscope run exit {result.returncode}: {result.stderr[-1500:]}")
+    merged = os.path.join(output, "trace.db")
+    if check(os.path.exists(merged), f"real-pair: gradscope run wrote no {merged}: {result.stderr[-800:]}"):
+        db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+        ranks = db.execute("SELECT COUNT(*) FROM ranks").fetchone()[0]
+        calls = db.execute("SELECT COUNT(*), COUNT(g.algo) FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id"
+                           ).fetchone()
+        db.close()
+        check(ranks == 2 and calls == (2 * PAIR_STEPS * 4,) * 2,
+              f"real-pair: gradscope run's trace: {ranks} ranks, (calls, calls with NCCL's algorithm) {calls}")
+        with open(os.path.join(workdir, "run-report.txt"), "w") as f:
+            f.write(result.stdout + result.stderr)
+
+
+def check_real_pair_explore(args, workdir):
+    """real-pair-explore: GRADSCOPE_TUNER_EXPLORE=1: each size's calls walk through NCCL's usable
+    algorithm/protocol pairs, in the same order on both ranks."""
+    if not check(args.profiler and args.tuner, "real-pair-explore: --profiler and --tuner are required"):
+        return
+    env = dict(plugin_env(args), NCCL_TUNER_PLUGIN=args.tuner, GRADSCOPE_TUNER_EXPLORE="1")
+    rows = run_real_pair(args, workdir, env, "real-pair-explore")
+    if rows:
+        for nbytes in PAIR_SIZES:
+            walk = [row[4][:2] for row in rows[0] if row[3] == nbytes]
+            check(len(set(walk)) >= 2, f"real-pair-explore: the {nbytes}-byte calls all used {walk}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agent", required=True)
@@ -770,7 +896,8 @@ def main():
     parser.add_argument("--workdir", required=True)
     parser.add_argument("mode", choices=["host", "gpu", "cupti", "nvtx", "disabled", "profiler", "profiler-agent",
                                          "profiler-unset", "tuner-profiler", "tuner-apply", "tuner-explore",
-                                         "tuner-malformed", "real", "real-nvtx"])
+                                         "tuner-malformed", "real", "real-nvtx", "real-pair",
+                                         "real-pair-explore"])
     args = parser.parse_args()
     for name in ("agent", "job", "fake_cuda", "fake_cupti", "gradscope", "profiler", "tuner", "workdir"):
         if getattr(args, name):
@@ -782,7 +909,8 @@ def main():
      "tuner-profiler": check_tuner_profiler, "tuner-apply": check_tuner_apply, "tuner-explore": check_tuner_explore,
      "tuner-malformed": check_tuner_malformed,
      "real": check_real,
-     "real-nvtx": lambda a, w: check_real(a, w, nvtx=True)}[args.mode](args, args.workdir)
+     "real-nvtx": lambda a, w: check_real(a, w, nvtx=True),
+     "real-pair": check_real_pair, "real-pair-explore": check_real_pair_explore}[args.mode](args, args.workdir)
     for failure in failures:
         print(f"check_nccl: FAIL: {failure}")
     if not failures:
