@@ -7,8 +7,10 @@
 # OUT_DIR receives nvidia-smi.txt, configure.log, build.log, cuda_tests.log, cuda_tests.json (gtest),
 # cuda_bench.log, cuda_bench.json (Google Benchmark), nccl_bench.csv (gradscope bench --backend nccl,
 # one rank), the agent on real NCCL jobs (agent_build.log, agent_nccl.log; agent_nccl/ and
-# agent_nccl-nvtx/ with the trace and its report; agent_ddp/ for PyTorch DDP where torch is installed)
-# and summary.txt.
+# agent_nccl-nvtx/ with the trace and its report; agent_nccl-pair*/ for two ranks on the one GPU with the
+# NCCL plugins; agent_ddp/ and agent_ddp2/ for PyTorch DDP, one rank and two, where torch is installed),
+# nccl_compare.txt (gradscope bench against an nccl-tests-style loop), gpu_timing_costs.txt and
+# summary.txt.
 #
 # Environment:
 #   GRADSCOPE_SKIP_BOOTSTRAP=1    never run scripts/bootstrap.sh (GPU machines often have no package
@@ -218,6 +220,8 @@ say "agent on a one-rank NCCL job (check_nccl.py real, real-nvtx)"
 agent_so=$build_dir/agent/libgradscope-agent.so
 gradscope_bin=$build_dir/cli/gradscope
 if ! cmake --build "$build_dir" --parallel "$jobs" --target gradscope_agent gradscope gradscope_nccl_job_real \
+  gradscope_nccl_pair_real gradscope_nccl_profiler gradscope_nccl_tuner gradscope_nccl_tests_allreduce \
+  gradscope_gpu_timing_costs \
   >"$out_dir/agent_build.log" 2>&1; then
   tail -n 5 "$out_dir/agent_build.log" >&2
   say "agent NCCL check FAILED to build (is tests/agent/nccl in the build?); see $out_dir/agent_build.log"
@@ -230,6 +234,16 @@ else
     python3 tests/agent/nccl/check_nccl.py --agent "$agent_so" --job "$job_bin" --gradscope "$gradscope_bin" \
       --workdir "$out_dir/agent_nccl${mode#real}" "$mode" >>"$out_dir/agent_nccl.log" 2>&1 || agent_status=1
   done
+  # Two ranks on this one GPU (NCCL_HOSTID per rank): NCCL really chooses, so the profiler plugin's
+  # report and the tuner plugin's rules show in the agent's rows (check_nccl.py real-pair*).
+  pair_bin=$(find "$build_dir/tests" -name nccl-pair -type f | head -n 1)
+  plugins=(--profiler "$build_dir/plugins/nccl-profiler/libnccl-profiler-gradscope.so"
+    --tuner "$build_dir/plugins/nccl-tuner/libnccl-tuner-gradscope.so")
+  for mode in real-pair real-pair-explore; do
+    python3 tests/agent/nccl/check_nccl.py --agent "$agent_so" --job "$pair_bin" --gradscope "$gradscope_bin" \
+      "${plugins[@]}" --workdir "$out_dir/agent_nccl-${mode#real-}" "$mode" >>"$out_dir/agent_nccl.log" 2>&1 ||
+      agent_status=1
+  done
   if [ "$agent_status" -ne 0 ]; then
     grep 'FAIL' "$out_dir/agent_nccl.log" | head -n 10 >&2 || true
     say "agent NCCL check FAILED; see $out_dir/agent_nccl.log"
@@ -237,7 +251,16 @@ else
     grep 'FAIL' "$out_dir/agent_nccl.log" | head -n 10 >>"$out_dir/summary.txt" || true
     status=1
   else
-    echo "agent:  NCCL job ok: exact calls, GPU spans, NVTX steps (agent_nccl.log, agent_nccl*/report.txt)" >>"$out_dir/summary.txt"
+    echo "agent:  NCCL jobs ok: exact calls, GPU spans, NVTX steps; two ranks: NCCL's choices, the tuner's rules, explore (agent_nccl.log)" >>"$out_dir/summary.txt"
+  fi
+
+  # gradscope bench against an independent nccl-tests-style loop, and what the agent's GPU timing costs.
+  if [ "${GRADSCOPE_SKIP_BENCH:-0}" != 1 ]; then
+    say "gradscope bench against an nccl-tests-style loop; costs of the agent's GPU primitives"
+    python3 bench/nccl_compare.py --gradscope "$gradscope_bin" --loop "$build_dir/bench/gradscope_nccl_tests_allreduce" \
+      --runs 5 -b 8 -e 256M -n 1000 -w 50 >"$out_dir/nccl_compare.txt" 2>&1 || status=1
+    "$build_dir/bench/gradscope_gpu_timing_costs" >"$out_dir/gpu_timing_costs.txt" 2>&1 || status=1
+    echo "bench:  $(tail -n 1 "$out_dir/nccl_compare.txt") (nccl_compare.txt); gpu_timing_costs.txt" >>"$out_dir/summary.txt"
   fi
 
   # PyTorch DDP, one rank, under the agent with the NVTX step marker; then `gradscope report` on the trace.
@@ -292,6 +315,44 @@ PYTHON
       tail -n 10 "$ddp_dir/ddp.log" >&2
       say "agent DDP job FAILED (exit $ddp_status); see $ddp_dir/ddp.log"
       echo "agent:  PyTorch DDP FAILED (exit $ddp_status; agent_ddp/ddp.log)" >>"$out_dir/summary.txt"
+      status=1
+    fi
+
+    # samples/pytorch_ddp with two ranks on this GPU (NCCL_HOSTID per rank, LOCAL_RANK 0 for both) under
+    # `gradscope run --mode apply`: NCCL loads both plugins, every NCCL call gets NCCL's algorithm and
+    # protocol, and the all-reduces the plan's Ring/Simple.
+    say "agent and both NCCL plugins on a two-rank PyTorch DDP job (one GPU)"
+    ddp2_dir=$out_dir/agent_ddp2
+    rm -rf "$ddp2_dir" && mkdir -p "$ddp2_dir"
+    cat >"$ddp2_dir/plan.json" <<'JSON'
+{"format": "gradscope-recommendation", "version": 1, "backend": "nccl",
+ "rules": [{"api": "ncclAllReduce", "dtype": "fp32", "min_bytes": 0, "max_bytes": 1073741824,
+            "strategy": "sum/nccl.ring.simple", "error_class": "lossless"}]}
+JSON
+    ddp2_status=0
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING GRADSCOPE_AGENT_PATH="$agent_so" \
+      "$gradscope_bin" run --mode apply --recommendation "$ddp2_dir/plan.json" -o "$ddp2_dir/run" -- \
+      torchrun --nproc_per_node=2 --no-python bash -c \
+      'export NCCL_HOSTID=gradscope-ddp-$RANK LOCAL_RANK=0 NCCL_SOCKET_IFNAME=lo; exec python3 samples/pytorch_ddp/train.py "$@"' \
+      ddp2 --steps 40 --print-every 20 >"$ddp2_dir/ddp2.log" 2>&1 || ddp2_status=$?
+    if [ "$ddp2_status" -eq 0 ] && python3 - "$ddp2_dir/run/trace.db" "$ddp2_dir/ddp2.log" >>"$ddp2_dir/ddp2.log" 2>&1 <<'PYTHON'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+log = open(sys.argv[2]).read()
+rows = db.execute("SELECT c.api, g.algo, g.proto, count(*) FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id "
+                  "GROUP BY 1, 2, 3").fetchall()
+drops = db.execute("SELECT kind, sum(count) FROM drops GROUP BY kind").fetchall()
+print("ddp2: (api, algo, proto, calls):", rows, "drops:", drops)
+loaded = all(line in log for line in ("PROFILER/Plugin: Loaded gradscope", "TUNER/Plugin: Using gradscope"))
+facts = all(algo is not None for _, algo, _, _ in rows)
+planned = all((algo, proto) == (1, 2) for api, algo, proto, _ in rows if api == 16)  # Ring / Simple
+sys.exit(0 if loaded and facts and planned and not drops and db.execute("SELECT count(*) FROM ranks").fetchone()[0] == 2 else 1)
+PYTHON
+    then
+      echo "agent:  two-rank PyTorch DDP with both plugins ok (agent_ddp2/ddp2.log)" >>"$out_dir/summary.txt"
+    else
+      say "two-rank DDP check FAILED (exit $ddp2_status); see $ddp2_dir/ddp2.log"
+      echo "agent:  two-rank PyTorch DDP with both plugins FAILED (agent_ddp2/ddp2.log)" >>"$out_dir/summary.txt"
       status=1
     fi
   else
