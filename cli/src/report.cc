@@ -291,19 +291,21 @@ void writeExploreBudget(const std::vector<AgentStats>& stats, bool explored_any,
                        formatCount(skipped), skipped == 1 ? " was" : "s were");
 }
 
-// What the agent cost the job, by its own measurements: the time it added on the calling threads (its
-// measured cost of one record times the calls it saw) and the CPU time of its background thread.
 // Drop kinds (docs/agent.md, docs/nccl-profiler-plugin.md): which lose calls, and what each means.
 bool dropLosesCalls(const std::string& kind) {
-  return kind == "call" || kind == "thread_buffer" || kind.ends_with("_table");
+  return kind == "call" || kind == "thread_buffer" || kind == "comm_table" || kind == "iallreduce_table";
 }
 
 std::string dropMeaning(const std::string& kind) {
   if (kind == "call" || kind == "thread_buffer")
     return "calls not recorded: the agent's per-thread buffer was full (GRADSCOPE_BUFFER_CALLS)";
-  if (kind.ends_with("_table"))
-    return fmt::format("calls not recorded: the agent's fixed {} table was full",
-                       kind.substr(0, kind.size() - 6));
+  if (kind == "comm_table") return "calls not recorded: the agent's table of communicators was full";
+  if (kind == "iallreduce_table")
+    return "MPI_Iallreduce calls not recorded: the agent's table of requests in flight was full";
+  if (kind == "stream_table")
+    return "calls recorded without their stream, timed on the host: the agent's table of streams was full";
+  if (kind == "group_table")
+    return "group members timed on their own, on the host: the group had more calls than the agent holds";
   if (kind == "gpu_timing")
     return "calls timed on the host instead of the GPU (no CUDA event pair free, or a CUDA error)";
   if (kind == "cupti_record")
@@ -317,6 +319,8 @@ std::string dropMeaning(const std::string& kind) {
   return "events the agent could not record";
 }
 
+// What the agent cost the job, by its own measurements: the time it added on the calling threads (its
+// measured cost of one record times the calls it saw) and the CPU time of its background thread.
 void writeAgentOverhead(const std::vector<AgentStats>& stats, std::int64_t collective_ns, std::ostream& out) {
   if (stats.empty()) return;
   out << "\nAgent overhead (the agent's own measurements)\n";
