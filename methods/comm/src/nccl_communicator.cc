@@ -28,25 +28,28 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "gradscope/comm/mpi.h"
 #include "gradscope/comm/nccl.h"
 #include "gradscope/common/error.h"
 #include "gradscope/methods/cuda.h"
+#include "nccl_internal.h"
 #include "ranks_per_node.h"
 
 namespace gradscope::comm {
-namespace {
 
-namespace cuda = methods::cuda;
-using methods::WireFormat;
-
-void checkNccl(ncclResult_t result, std::string_view what) {
+void detail::checkNccl(ncclResult_t result, std::string_view what) {
   if (result != ncclSuccess) fail("{} failed: {}", what, ncclGetErrorString(result));
 }
 
-void checkCuda(cudaError_t status, std::string_view what) {
+void detail::checkCuda(cudaError_t status, std::string_view what) {
   if (status != cudaSuccess) fail("{} failed: {}", what, cudaGetErrorString(status));
 }
+
+namespace {
+
+namespace cuda = methods::cuda;
+using detail::checkCuda;
+using detail::checkNccl;
+using methods::WireFormat;
 
 void freeDevice(void* data) {
   cudaFree(data);
@@ -416,6 +419,8 @@ class NcclCommunicator final : public Communicator {
     return fmt::format("{}, {} rank{}, {}", ncclVersion(), size_, size_ == 1 ? "" : "s", device_description_);
   }
 
+  cudaStream_t stream() const { return stream_.get(); }
+
  private:
   // cudaGetDevice reads a thread-local; cudaSetDevice costs a driver call, which an all-reduce of a few
   // bytes (5-6 us) would feel on every call.
@@ -460,8 +465,6 @@ class NcclCommunicator final : public Communicator {
     void operator()(cudaStream_t stream) const { cudaStreamDestroy(stream); }
   };
 
-  cudaStream_t stream() const { return stream_.get(); }
-
   std::unique_ptr<ncclComm, CommDestroy> comm_;
   int device_;
   std::unique_ptr<CUstream_st, StreamDestroy> stream_;
@@ -474,43 +477,39 @@ class NcclCommunicator final : public Communicator {
   cuda::DeviceBuffer scratch_out_;
 };
 
-// This process's index among the launcher's ranks on its node (Open MPI, MPICH/Hydra, Slurm).
-int localRank() {
-  for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char* text = std::getenv(variable); text != nullptr) return std::atoi(text);
-  return 0;
-}
-
 }  // namespace
 
 bool ncclAvailable(std::string* reason) {
   return cuda::available(reason);
 }
 
-std::unique_ptr<Communicator> ncclWorld() {
-  std::string reason;
-  if (!ncclAvailable(&reason)) fail("NCCL: {}", reason);
-  int ranks = 1;
-  int rank = 0;
-  ncclUniqueId id{};
-  if (mpiBuilt() && underMpiLauncher()) {
-    // Rank 0's id reaches the others over MPI (as an array of int32: the MPI backend moves whole types).
-    static_assert(sizeof(ncclUniqueId) % sizeof(std::int32_t) == 0);
-    const std::unique_ptr<Communicator> mpi = mpiWorld();
-    ranks = mpi->size();
-    rank = mpi->rank();
-    if (rank == 0) checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    mpi->broadcast(&id, sizeof id / sizeof(std::int32_t), Element{DType::Int32}, 0);
-  } else {
-    checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  }
-  int devices = 0;
-  checkCuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  const int device = localRank() % devices;
-  checkCuda(cudaSetDevice(device), "cudaSetDevice");
-  ncclComm_t comm = nullptr;
-  checkNccl(ncclCommInitRank(&comm, ranks, id, rank), "ncclCommInitRank");
+std::unique_ptr<Communicator> detail::ncclCommunicator(ncclComm_t comm, int device) {
   return std::make_unique<NcclCommunicator>(comm, device);
+}
+
+std::unique_ptr<Communicator> ncclDuplicateOf(void* job_comm, bool join) {
+  auto* const parent = static_cast<ncclComm_t>(job_comm);
+  int device = -1;
+  checkNccl(ncclCommCuDevice(parent, &device), "ncclCommCuDevice");
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device)
+    checkCuda(cudaSetDevice(device), "cudaSetDevice");
+  int rank = 0;
+  checkNccl(ncclCommUserRank(parent, &rank), "ncclCommUserRank");
+  // The job's communicator may be nonblocking; the strategies expect every call to be complete or
+  // enqueued when it returns.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  ncclComm_t part = nullptr;
+  checkNccl(ncclCommSplit(parent, join ? 0 : NCCL_SPLIT_NOCOLOR, rank, &part, &config), "ncclCommSplit");
+  if (part == nullptr) return nullptr;
+  return std::make_unique<NcclCommunicator>(part, device);
+}
+
+void* ncclStreamOf(Communicator& comm) {
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
+  if (nccl == nullptr) fail("ncclStreamOf: not an NCCL communicator ({})", comm.description());
+  return nccl->stream();
 }
 
 }  // namespace gradscope::comm

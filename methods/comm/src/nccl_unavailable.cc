@@ -20,4 +20,12 @@ std::unique_ptr<Communicator> ncclWorld() {
   fail("NCCL: {}", kReason);
 }
 
+std::unique_ptr<Communicator> ncclDuplicateOf(void*, bool) {
+  fail("NCCL: {}", kReason);
+}
+
+void* ncclStreamOf(Communicator&) {
+  fail("NCCL: {}", kReason);
+}
+
 }  // namespace gradscope::comm

@@ -19,4 +19,15 @@ bool ncclAvailable(std::string* reason = nullptr);
 // the reason when NCCL or a GPU is not available.
 std::unique_ptr<Communicator> ncclWorld();
 
+// The agent's explore and apply modes (agent/src/nccl_extension.cc), inside a job that drives NCCL itself.
+//
+// A communicator over the ranks of the job's communicator `job_comm` (an ncclComm_t): ncclCommSplit of
+// it, blocking whatever the job's configuration. Collective over `job_comm`, on the GPU the job uses
+// with it. A rank that passes join = false takes part in the split without joining (NCCL_SPLIT_NOCOLOR)
+// and gets nullptr; the others then get a communicator smaller than the job's, which tells them.
+std::unique_ptr<Communicator> ncclDuplicateOf(void* job_comm, bool join);
+
+// The CUDA stream (a cudaStream_t) on which an NCCL communicator from this header enqueues its work.
+void* ncclStreamOf(Communicator& comm);
+
 }  // namespace gradscope::comm
