@@ -4,14 +4,16 @@
 // over the job's own communicators (docs/agent.md, "Explore and apply").
 //
 // Why a second library. Strategies need the backend's library (the MPI communicator of
-// methods/comm links libmpi), and the agent itself must link neither: LD_PRELOAD puts it into
-// mpirun, shells and Python launchers too. So the strategies live in libgradscope-agent-mpi.so, which
-// the agent loads with dlopen once the job has initialised MPI; its dependency on libmpi then binds
-// to the copy the job already loaded (even one mpi4py loaded with RTLD_LOCAL: the soname matches).
+// methods/comm links libmpi, the NCCL one libnccl and the CUDA runtime), and the agent itself must
+// link neither: LD_PRELOAD puts it into mpirun, shells and Python launchers too. So the strategies
+// live in libgradscope-agent-mpi.so and libgradscope-agent-nccl.so, which the agent loads with dlopen
+// once the job has initialised MPI or created its first NCCL communicator; their dependency on libmpi
+// or libnccl then binds to the copy the job already loaded (even one loaded with RTLD_LOCAL, as mpi4py
+// and PyTorch do: the soname matches).
 //
-// The interface is C++: both libraries are built from this tree by one compiler, and
-// gradscope_agent_extension() refuses an ABI number it does not know. The extension's own MPI calls
-// reach the agent's wrappers (the agent is first in the search order); the agent marks the thread
+// The interface is C++: the libraries are built from this tree by one compiler, and
+// gradscope_agent_extension() refuses an ABI number it does not know. The extension's own MPI and NCCL
+// calls reach the agent's wrappers (the agent is first in the search order); the agent marks the thread
 // (InternalScope in shadow.h) around every call into the extension, and the wrappers pass such calls
 // straight to the library without recording them.
 //
@@ -30,11 +32,12 @@
 
 namespace gradscope::agent {
 
-inline constexpr int kExtensionAbi = 1;
+inline constexpr int kExtensionAbi = 2;
 
 // The intercepted reduction, as the extension needs it.
 struct ShadowCall {
-  const void* comm = nullptr;    // address of the job's communicator handle (an MPI_Comm)
+  const void* comm = nullptr;    // address of the job's communicator handle (an MPI_Comm, an ncclComm_t)
+  void* stream = nullptr;        // NCCL: the job's CUDA stream for this call (a cudaStream_t)
   std::uint32_t comm_index = 0;  // the agent's registry index: the key of per-communicator state
   Api api = Api::Unknown;
   DType dtype = DType::Other;
@@ -94,11 +97,20 @@ class Extension {
   virtual bool start(const ExploreSettings& settings, const std::string& local_problem,
                      std::string& error) = 0;
 
+  // Collective over the call's communicator, for backends without a world to agree over at start
+  // (NCCL): the agent calls it at the first explorable all-reduce of every communicator, on every rank
+  // whose agent is configured for explore or apply, whether start() succeeded there or not. It makes
+  // the communicator's duplicate; false, on every rank alike, when some rank could not start or the
+  // duplicate could not be made (`error` says why), and the agent then leaves the communicator alone.
+  virtual bool join(const ShadowCall& call, std::string& error) = 0;
+
   // Local: copies the call's input (`count` elements of `dtype`) into the shadow arena before the real
-  // call runs. False when it does not fit; explore() then agrees that every rank skips.
+  // call runs (NCCL: enqueued on the call's stream ahead of the call). False when it does not fit;
+  // explore() then agrees that every rank skips.
   virtual bool capture(const ShadowCall& call, const void* input) = 0;
 
-  // Collective over the call's communicator (on the extension's duplicate of it): agrees on going
+  // Collective over the call's communicator (on the extension's duplicate of it), after the job's call
+  // was issued (NCCL: the duplicate's work waits for the call's stream): agrees on going
   // ahead (every rank captured, and on every rank the time spent so far plus this exploration's
   // predicted cost stays within the budget), then times every strategy on the captured copy,
   // measures its error against an fp64 reference of the same data and the consensus diagnostics.
@@ -106,7 +118,8 @@ class Extension {
 
   // Collective over the call's communicator: aggregates `send` (nullptr: in place in `recv`) into
   // `recv` with `strategy`, as the job's all-reduce would (sum semantics; AdaCons scaled to match the
-  // sum's norm). The strategy is built (and agreed on) at its first use on a communicator and dtype.
+  // sum's norm); NCCL: ordered on the call's stream like the job's call, without waiting for it on the
+  // host. The strategy is built (and agreed on) at its first use on a communicator and dtype.
   // Returns false with `error` set, on every rank alike, when it cannot be built there; the caller
   // then runs the job's own call and never asks again for that communicator, dtype and strategy.
   virtual bool apply(const ShadowCall& call, const void* send, void* recv, const std::string& strategy,

@@ -452,7 +452,7 @@ int shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, int count, MPI_
   };
   const bool in_place = isInPlace(sendbuf);
 
-  if (shadowMode() == ShadowMode::Apply) {
+  if (shadowMode(Backend::Mpi) == ShadowMode::Apply) {
     const RecommendationRule* rule = applyRuleFor(api, type.dtype, op_code, bytes, slot->size);
     if (rule == nullptr) {
       event.enqueue = event.start = ticks();
@@ -463,7 +463,8 @@ int shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, int count, MPI_
     bool applied = false;
     {
       InternalScope internal;
-      applied = extension()->apply(call, in_place ? nullptr : sendbuf, recvbuf, rule->strategy, error);
+      applied =
+          extension(Backend::Mpi)->apply(call, in_place ? nullptr : sendbuf, recvbuf, rule->strategy, error);
     }
     countApplied(applied);
     if (!applied) {
@@ -484,7 +485,7 @@ int shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, int count, MPI_
   const std::int64_t t0 = monotonicNs();
   {
     InternalScope internal;
-    extension()->capture(call, in_place ? recvbuf : sendbuf);
+    extension(Backend::Mpi)->capture(call, in_place ? recvbuf : sendbuf);
   }
   event.flags |= kSampled;
   // A blocking call runs first and is explored after; a nonblocking one is explored before it is
@@ -495,7 +496,7 @@ int shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, int count, MPI_
     ExploreRecord record;
     {
       InternalScope internal;
-      record.result = extension()->explore(call, budget);
+      record.result = extension(Backend::Mpi)->explore(call, budget);
     }
     explorePlan().done(slot->index, api, type.dtype, bytes, record.result.explored);
     record.comm = slot->index;
@@ -562,7 +563,7 @@ using namespace gradscope::agent;
     if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("P" #NAME);                     \
     if (__builtin_expect(shadowHooks(), 0)) {                                                               \
       if (t_internal) return real_##NAME ARGS;                                                              \
-      if (ShadowHook<Api::API>::kActive && shadowMode() != ShadowMode::Off)                                 \
+      if (ShadowHook<Api::API>::kActive && shadowMode(Backend::Mpi) != ShadowMode::Off)                     \
         return ShadowHook<Api::API>::call ARGS;                                                             \
     }                                                                                                       \
     if (__builtin_expect(!recording(), 0) && !activateLate()) return real_##NAME ARGS;                      \
@@ -590,7 +591,7 @@ GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_
                              MPI_Comm comm, MPI_Request* request) {
   GS_REAL(MPI_Iallreduce);
   if (real_MPI_Iallreduce == nullptr) return missingFunction("PMPI_Iallreduce");
-  if (shadowHooks() && !t_internal && shadowMode() != ShadowMode::Off)
+  if (shadowHooks() && !t_internal && shadowMode(Backend::Mpi) != ShadowMode::Off)
     return shadowAllreduce(Api::MpiIallreduce, sendbuf, recvbuf, count, datatype, op, comm, request, [&] {
       return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
     });
@@ -663,7 +664,7 @@ GS_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provid
 GS_EXPORT int MPI_Finalize() {
   GS_REAL(MPI_Finalize);
   if (real_MPI_Finalize == nullptr) return missingFunction("PMPI_Finalize");
-  stopShadow();
+  stopShadow(Backend::Mpi);
   finish();
   return real_MPI_Finalize();
 }
@@ -700,10 +701,10 @@ GS_EXPORT int MPI_Comm_free(MPI_Comm* comm) {
   GS_REAL(MPI_Comm_free);
   if (real_MPI_Comm_free == nullptr) return missingFunction("PMPI_Comm_free");
   if (shadowHooks() && t_internal) return real_MPI_Comm_free(comm);
-  if (comm != nullptr && shadowMode() != ShadowMode::Off)
+  if (comm != nullptr && shadowMode(Backend::Mpi) != ShadowMode::Off)
     if (const CommSlot* slot = comms().find(*comm)) {
       InternalScope internal;
-      extension()->forget(slot->index);
+      extension(Backend::Mpi)->forget(slot->index);
     }
   if (comm != nullptr) comms().retire(*comm);
   return real_MPI_Comm_free(comm);

@@ -23,6 +23,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -32,6 +34,7 @@
 #include "nccl_profile.h"
 #include "nccl_state.h"
 #include "recorder.h"
+#include "shadow.h"
 #include "symbols.h"
 
 #define GS_EXPORT extern "C" __attribute__((visibility("default")))
@@ -263,17 +266,9 @@ void activateAt(ncclComm_t comm, int nranks, int rank) {
   activation.world_size = config().env_world_size.value_or(nranks);
   activation.device = deviceOf(comm);
   activate(activation);
-  // Explore and apply run strategies over MPI communicators only in this version (docs/agent.md); in
-  // apply mode NCCL's own algorithm choices come from the tuner plugin that gradscope run loads.
-  if (config().mode != Mode::Observe && !config().disabled && !configHasErrors() && activation.rank == 0) {
-    if (config().mode == Mode::Apply)
-      log("apply mode: the recommendation's nccl.<algo>.<proto> rules act inside NCCL through the tuner "
-          "plugin (NCCL_TUNER_PLUGIN, which gradscope run sets); its other strategies apply to MPI "
-          "reductions only in this version (docs/agent.md)");
-    else
-      log("explore mode covers MPI reductions in this version; NCCL calls are observed only "
-          "(docs/agent.md)");
-  }
+  // Explore and apply: the NCCL extension starts here, on this rank alone; the ranks of each
+  // communicator agree at its first explorable all-reduce (joinNow below).
+  startShadow(Backend::Nccl, activation.world_size, recording());
 }
 
 void onCreated(ncclResult_t rc, ncclComm_t* newcomm, int nranks, int rank, const ncclUniqueId* ids,
@@ -281,9 +276,260 @@ void onCreated(ncclResult_t rc, ncclComm_t* newcomm, int nranks, int rank, const
   // ncclInProgress: a nonblocking communicator, usable once NCCL says so; its handle is set already.
   if ((rc != ncclSuccess && rc != ncclInProgress) || newcomm == nullptr || *newcomm == nullptr) return;
   activateAt(*newcomm, nranks, rank);
-  if (recording() && ids != nullptr && count > 0)
+  // A rank that stopped recording still takes part in explore and apply (their agreements need it).
+  if ((recording() || shadowHooks()) && ids != nullptr && count > 0)
     registerComm(*newcomm, uniqueIdKey(ids, count), nranks, rank);
 }
+
+// ---- explore and apply (shadow.h, extension.h) ------------------------------------------------------
+
+// Collective safety (docs/agent.md, "Explore and apply"): every decision below that leads to the
+// extension's collectives depends on the communicator's call sequence and the configuration only, and
+// is taken whether this rank records or not.
+
+// Whether a communicator joined the extension's agreement (Extension::join), made on every rank at its
+// first explorable all-reduce.
+enum class JoinState : std::uint8_t { Unknown, Joined, Refused };
+std::mutex g_joins_mutex;
+std::unordered_map<std::uint32_t, JoinState> g_joins;
+
+JoinState joinState(std::uint32_t comm) {
+  const std::lock_guard lock(g_joins_mutex);
+  const auto it = g_joins.find(comm);
+  return it == g_joins.end() ? JoinState::Unknown : it->second;
+}
+
+JoinState joinNow(const ShadowCall& call) {
+  std::string error;
+  bool joined = false;
+  {
+    InternalScope internal;
+    joined = extension(Backend::Nccl)->join(call, error);
+  }
+  if (!joined) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      log("{} mode leaves an NCCL communicator of {} ranks alone: {} (said once)", modeName(config().mode),
+          call.comm_size, error);
+  }
+  const JoinState state = joined ? JoinState::Joined : JoinState::Refused;
+  const std::lock_guard lock(g_joins_mutex);
+  g_joins[call.comm_index] = state;
+  return state;
+}
+
+// The communicator is being destroyed (every rank does it): its duplicate goes with it.
+void forgetComm(ncclComm_t comm) {
+  CommSlot* const slot = comms().find(comm);
+  Extension* const extension = gradscope::agent::extension(Backend::Nccl);
+  if (slot == nullptr || extension == nullptr || joinState(slot->index) != JoinState::Joined) return;
+  {
+    InternalScope internal;
+    extension->forget(slot->index);
+  }
+  const std::lock_guard lock(g_joins_mutex);
+  g_joins.erase(slot->index);
+}
+
+// Whether work on `stream` is being captured into a CUDA graph now (or the driver cannot tell): the
+// extension's work cannot be ordered with a graph, so such calls run untouched.
+bool capturing(cudaStream_t stream) {
+  if (gpuTimer() == nullptr) return false;  // no CUDA driver in this process: nothing is captured
+  cuda::CUstreamCaptureStatus status = cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+  return g_driver.streamIsCapturing(reinterpret_cast<cuda::CUstream>(stream), &status) !=
+             cuda::CUDA_SUCCESS ||
+         status != cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+void exploreNow(const ShadowCall& call, std::int64_t step) {
+  const std::int64_t t0 = monotonicNs();
+  const auto bytes = static_cast<std::int64_t>(call.count * sizeOf(call.dtype));
+  ExploreRecord record;
+  {
+    InternalScope internal;
+    // The job's call time is not known on the host (NCCL returns once it is enqueued): 0.
+    record.result = extension(Backend::Nccl)->explore(call, budgetNow(0));
+  }
+  explorePlan().done(call.comm_index, call.api, call.dtype, bytes, record.result.explored);
+  record.comm = call.comm_index;
+  record.seq = call.seq;
+  record.step = step;
+  record.api = call.api;
+  record.dtype = call.dtype;
+  record.bytes = bytes;
+  record.world = call.comm_size;
+  submitExplore(std::move(record));
+  addSpentNs(monotonicNs() - t0);
+}
+
+// Runs the rule's strategy in place of the call; false (said once per strategy and dtype) when the
+// extension could not, and the caller then runs the job's own call.
+bool applyNow(const ShadowCall& call, const void* send, void* recv, const RecommendationRule& rule,
+              CallEvent& event) {
+  std::string error;
+  bool applied = false;
+  {
+    InternalScope internal;
+    applied =
+        extension(Backend::Nccl)->apply(call, send == recv ? nullptr : send, recv, rule.strategy, error);
+  }
+  countApplied(applied);
+  if (applied) event.strategy = appliedStrategyIndex(rule);
+  else reportApplyFailure(rule.strategy, call.dtype, error);
+  return applied;
+}
+
+// Shadow work on a group's members waits for the outermost ncclGroupEnd: NCCL launches the group
+// there, and the extension's own NCCL calls must not join the job's group. A member to apply is not
+// handed to NCCL at all; its strategy runs after the group, ordered on the member's stream.
+struct DeferredShadow {
+  enum class Kind : std::uint8_t { Join, Explore, Apply };
+  Kind kind = Kind::Join;
+  ShadowCall call;  // call.comm is set to &comm when the work runs
+  ncclComm_t comm = nullptr;
+  CallEvent event;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  const RecommendationRule* rule = nullptr;
+};
+thread_local std::vector<DeferredShadow> t_deferred;
+
+void runDeferred() {
+  std::vector<DeferredShadow> work;
+  work.swap(t_deferred);
+  GS_NCCL_REAL(ncclAllReduce);
+  for (DeferredShadow& item : work) {
+    item.call.comm = &item.comm;
+    JoinState joined = joinState(item.call.comm_index);
+    if (joined == JoinState::Unknown) joined = joinNow(item.call);
+    switch (item.kind) {
+      case DeferredShadow::Kind::Join: break;
+      case DeferredShadow::Kind::Explore:
+        if (joined == JoinState::Joined) exploreNow(item.call, item.event.step);
+        break;
+      case DeferredShadow::Kind::Apply: {
+        // Outside the group now: timed like a call of its own.
+        const auto stream = static_cast<cudaStream_t>(item.call.stream);
+        const auto apply_or_run = [&] {
+          if (joined == JoinState::Joined &&
+              applyNow(item.call, item.send, item.recv, *item.rule, item.event))
+            return ncclSuccess;
+          return real_ncclAllReduce(item.send, item.recv, item.call.count,
+                                    static_cast<ncclDataType_t>(item.event.dtype), ncclSum, item.comm,
+                                    stream);
+        };
+        if (recording()) timed(item.event, stream, apply_or_run);
+        else apply_or_run();
+        break;
+      }
+    }
+  }
+}
+
+bool explorableDtype(DType dtype) {
+  return dtype == DType::Fp32 || dtype == DType::Fp64 || dtype == DType::Fp16 || dtype == DType::Bf16;
+}
+
+// ncclAllReduce while the NCCL extension is loaded. `real` runs the job's own call.
+template <typename Real>
+ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, const void* sendbuff,
+                             void* recvbuff, std::size_t count, ncclComm_t comm, cudaStream_t stream) {
+  const auto plain = [&] { return recording() ? timed(event, stream, real) : real(); };
+  if (event.op != ReduceOp::Sum || count == 0 || !explorableDtype(event.dtype) || capturing(stream))
+    return plain();
+  ShadowCall call;
+  call.comm = &comm;
+  call.comm_index = slot->index;
+  call.stream = stream;
+  call.api = event.api;
+  call.dtype = event.dtype;
+  call.op = event.op;
+  call.count = count;
+  call.seq = event.seq;
+  call.comm_size = slot->size;
+  call.comm_rank = slot->rank;
+  const bool in_group = t_group.depth() > 0;
+  JoinState joined = joinState(slot->index);
+  if (joined == JoinState::Unknown) {
+    if (in_group) {
+      DeferredShadow item;
+      item.kind = DeferredShadow::Kind::Join;
+      item.call = call;
+      item.comm = comm;
+      t_deferred.push_back(item);
+      return plain();
+    }
+    joined = joinNow(call);
+  }
+  const ShadowMode mode = shadowMode(Backend::Nccl);
+  if (joined != JoinState::Joined || mode == ShadowMode::Off) return plain();
+
+  if (mode == ShadowMode::Apply) {
+    const RecommendationRule* rule = applyRuleFor(event.api, event.dtype, event.op, event.bytes, slot->size);
+    // sum/nccl.<algo>.<proto> rules act inside NCCL, through the tuner plugin (gradscope run loads it).
+    if (rule == nullptr || rule->strategy.starts_with("sum/nccl.")) return plain();
+    if (in_group) {
+      DeferredShadow item;
+      item.kind = DeferredShadow::Kind::Apply;
+      item.call = call;
+      item.comm = comm;
+      item.event = event;
+      item.send = sendbuff;
+      item.recv = recvbuff;
+      item.rule = rule;
+      t_deferred.push_back(item);
+      return ncclSuccess;
+    }
+    // Timed like the job's call: the events around it bracket the strategy, which the job's stream
+    // waits for.
+    const auto apply_or_run = [&] {
+      return applyNow(call, sendbuff, recvbuff, *rule, event) ? ncclSuccess : real();
+    };
+    return recording() ? timed(event, stream, apply_or_run) : apply_or_run();
+  }
+
+  // Explore: the input copy goes onto the stream ahead of the call; the exploration follows the call.
+  if (!explorePlan().sample(slot->index, event.api, event.dtype, event.op, event.bytes)) return plain();
+  const std::int64_t t0 = monotonicNs();
+  {
+    InternalScope internal;
+    extension(Backend::Nccl)->capture(call, sendbuff);
+  }
+  addSpentNs(monotonicNs() - t0);
+  event.flags |= kSampled;
+  const ncclResult_t rc = plain();
+  if (in_group) {
+    DeferredShadow item;
+    item.kind = DeferredShadow::Kind::Explore;
+    item.call = call;
+    item.comm = comm;
+    item.event = event;
+    t_deferred.push_back(item);
+    return rc;
+  }
+  exploreNow(call, event.step);
+  return rc;
+}
+
+// The interposers' hook: only ncclAllReduce has a shadow path.
+template <Api>
+struct ShadowHook {
+  static constexpr bool kActive = false;
+  template <typename... Args>
+  static ncclResult_t call(Args&&...) {
+    return ncclInternalError;  // never called: kActive is false
+  }
+};
+template <>
+struct ShadowHook<Api::NcclAllReduce> {
+  static constexpr bool kActive = true;
+  template <typename Real>
+  static ncclResult_t call(CommSlot* slot, CallEvent& event, Real&& real, const void* sendbuff,
+                           void* recvbuff, std::size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t comm,
+                           cudaStream_t stream) {
+    return shadowAllReduce(slot, event, real, sendbuff, recvbuff, count, comm, stream);
+  }
+};
 
 }  // namespace
 }  // namespace gradscope::agent
@@ -294,11 +540,18 @@ using namespace gradscope::agent::nccl;
 
 // ---- the collectives and communicator life cycle (generated) ---------------------------------------
 
+#define GS_UNPAREN(...) __VA_ARGS__
+
+// With an extension loaded (explore, apply), the extension's own calls pass straight through, and
+// the all-reduce takes the shadow path, whether this rank records or not.
 #define GS_NCCL_COLLECTIVE(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM, STREAM)        \
   GS_EXPORT ncclResult_t NAME PARAMS {                                                                  \
     GS_NCCL_REAL(NAME);                                                                                 \
     if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("p" #NAME);                 \
-    if (__builtin_expect(!recording(), 0)) return real_##NAME ARGS;                                     \
+    const bool shadow = __builtin_expect(shadowHooks(), 0);                                             \
+    if (shadow && t_internal) return real_##NAME ARGS;                                                  \
+    const bool hooked = shadow && ShadowHook<Api::API>::kActive;                                        \
+    if (__builtin_expect(!recording() && !hooked, 0)) return real_##NAME ARGS;                          \
     CommSlot* const slot = commSlot(COMM);                                                              \
     if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                                  \
     CallEvent event;                                                                                    \
@@ -310,7 +563,9 @@ using namespace gradscope::agent::nccl;
     event.bytes = static_cast<std::int64_t>(ELEMENTS) * static_cast<std::int64_t>(sizeOf(event.dtype)); \
     event.seq = slot->nextSeq();                                                                        \
     event.step = stepForCall();                                                                         \
-    return timed(event, STREAM, [&] { return real_##NAME ARGS; });                                      \
+    const auto real = [&] { return real_##NAME ARGS; };                                                 \
+    if (hooked) return ShadowHook<Api::API>::call(slot, event, real, GS_UNPAREN ARGS);                  \
+    return timed(event, STREAM, real);                                                                  \
   }
 
 #define GS_NCCL_COMM_INIT(NAME, PARAMS, ARGS, NEWCOMM, NRANKS, RANK, IDS, NIDS) \
@@ -323,13 +578,17 @@ using namespace gradscope::agent::nccl;
   }
 
 // The slot is retired before NCCL frees the handle, so a communicator created meanwhile at the same
-// address is a new one.
-#define GS_NCCL_COMM_END(NAME, PARAMS, ARGS, COMM)                 \
-  GS_EXPORT ncclResult_t NAME PARAMS {                             \
-    GS_NCCL_REAL(NAME);                                            \
-    if (real_##NAME == nullptr) return missingFunction("p" #NAME); \
-    if (COMM != nullptr) comms().retire(COMM);                     \
-    return real_##NAME ARGS;                                       \
+// address is a new one. ncclCommDestroy (which every rank calls) destroys the extension's duplicate
+// too; after ncclCommAbort the duplicate is left as it is (a job aborts when a peer failed, and
+// destroying it might wait for that peer).
+#define GS_NCCL_COMM_END(NAME, PARAMS, ARGS, COMM)                                                          \
+  GS_EXPORT ncclResult_t NAME PARAMS {                                                                      \
+    GS_NCCL_REAL(NAME);                                                                                     \
+    if (real_##NAME == nullptr) return missingFunction("p" #NAME);                                          \
+    if (shadowHooks() && t_internal) return real_##NAME ARGS;                                               \
+    if (COMM != nullptr && shadowHooks() && std::string_view(#NAME) == "ncclCommDestroy") forgetComm(COMM); \
+    if (COMM != nullptr) comms().retire(COMM);                                                              \
+    return real_##NAME ARGS;                                                                                \
   }
 
 #define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS)
@@ -357,6 +616,7 @@ GS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
                                      ncclConfig_t* config) {
   GS_NCCL_REAL(ncclCommSplit);
   if (real_ncclCommSplit == nullptr) return missingFunction("pncclCommSplit");
+  if (shadowHooks() && t_internal) return real_ncclCommSplit(comm, color, key, newcomm, config);
   const ncclResult_t rc = real_ncclCommSplit(comm, color, key, newcomm, config);
   if (!recording()) return rc;
   CommSlot* parent = commSlot(comm);
@@ -378,6 +638,7 @@ GS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
 GS_EXPORT ncclResult_t ncclGroupStart() {
   GS_NCCL_REAL(ncclGroupStart);
   if (real_ncclGroupStart == nullptr) return missingFunction("pncclGroupStart");
+  if (shadowHooks() && t_internal) return real_ncclGroupStart();
   t_group.start();
   return real_ncclGroupStart();
 }
@@ -385,7 +646,13 @@ GS_EXPORT ncclResult_t ncclGroupStart() {
 GS_EXPORT ncclResult_t ncclGroupEnd() {
   GS_NCCL_REAL(ncclGroupEnd);
   if (real_ncclGroupEnd == nullptr) return missingFunction("pncclGroupEnd");
-  if (!t_group.end() || t_group.members().empty()) return real_ncclGroupEnd();
+  if (shadowHooks() && t_internal) return real_ncclGroupEnd();
+  const bool outermost = t_group.end();
+  if (!outermost || t_group.members().empty()) {
+    const ncclResult_t rc = real_ncclGroupEnd();
+    if (outermost && !t_deferred.empty()) runDeferred();
+    return rc;
+  }
   // The outermost end launches the group's work: time it on each distinct stream.
   cudaStream_t streams[GroupState::kMaxStreams];
   int domains[GroupState::kMaxStreams];
@@ -412,6 +679,7 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
     record(member.event);
   }
   t_group.clear();
+  if (!t_deferred.empty()) runDeferred();  // explore and apply of the group's members
   return rc;
 }
 
@@ -419,7 +687,11 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
 GS_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   GS_NCCL_REAL(ncclGroupSimulateEnd);
   if (real_ncclGroupSimulateEnd == nullptr) return missingFunction("pncclGroupSimulateEnd");
-  if (t_group.end()) t_group.clear();
+  if (shadowHooks() && t_internal) return real_ncclGroupSimulateEnd(simInfo);
+  if (t_group.end()) {
+    t_group.clear();
+    t_deferred.clear();  // nothing ran, so nothing is explored; members to apply were never launched
+  }
   return real_ncclGroupSimulateEnd(simInfo);
 }
 

@@ -1,6 +1,7 @@
 #include "nccl_profile.h"
 
 #include "recorder.h"
+#include "shadow.h"
 
 namespace gradscope::agent {
 
@@ -47,6 +48,8 @@ const CallEvent* NcclCallsInFlight::match(const NcclProfileRecordV1& report) {
 
 int ncclProfileReceived(const NcclProfileRecordV1* report) {
   if (!recording()) return kNcclProfileNotRecording;
+  // The extension's own collectives (explore, apply) are not the job's: nothing to attach them to.
+  if (t_internal) return kNcclProfileNotRecording;
   if (report == nullptr || report->size < sizeof(NcclProfileRecordV1)) {
     countDrop("nccl_profile");
     return kNcclProfileUnmatched;

@@ -16,10 +16,16 @@ std::atomic<bool> g_shadow_hooks{false};
 
 namespace {
 
-std::atomic<ShadowMode> g_mode{ShadowMode::Off};
-ShadowMode g_started_mode = ShadowMode::Off;  // what start agreed on (g_mode is Off again after stop)
-Extension* g_extension = nullptr;
-ExplorePlan* g_plan = nullptr;
+// Per backend (Backend::Mpi, Backend::Nccl).
+constexpr int kBackends = 3;
+int slotOf(Backend backend) {
+  return static_cast<int>(backend) % kBackends;
+}
+std::atomic<ShadowMode> g_mode[kBackends] = {};
+ShadowMode g_started_mode[kBackends] = {};  // what start agreed on (g_mode is Off again after stop)
+std::atomic<Extension*> g_extension[kBackends] = {};
+std::mutex g_start_mutex;
+std::atomic<ExplorePlan*> g_plan{nullptr};
 std::optional<Recommendation> g_recommendation;
 std::int64_t g_started_ns = 0;
 std::atomic<std::int64_t> g_spent_ns{0};
@@ -39,7 +45,9 @@ struct Counters {
 std::string extensionPath(Backend backend) {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&extensionPath), &info) == 0 || info.dli_fname == nullptr) return {};
-  const char* file = backend == Backend::Mpi ? "libgradscope-agent-mpi.so" : "";
+  const char* file = backend == Backend::Mpi    ? "libgradscope-agent-mpi.so"
+                     : backend == Backend::Nccl ? "libgradscope-agent-nccl.so"
+                                                : "";
   return (std::filesystem::path(info.dli_fname).parent_path() / file).string();
 }
 
@@ -126,21 +134,25 @@ void ExplorePlan::done(std::uint32_t comm, Api api, DType dtype, std::int64_t by
 
 // ---- start and stop ---------------------------------------------------------------------------------
 
-ShadowMode shadowMode() {
-  return g_mode.load(std::memory_order_relaxed);
+ShadowMode shadowMode(Backend backend) {
+  return g_mode[slotOf(backend)].load(std::memory_order_relaxed);
 }
 
 void startShadow(Backend backend, int world_size, bool recording) {
   const Config& cfg = config();
   if (cfg.disabled || cfg.mode == Mode::Observe || configHasErrors()) return;
+  const std::lock_guard start_lock(g_start_mutex);
+  const int slot = slotOf(backend);
+  if (g_extension[slot].load(std::memory_order_relaxed) != nullptr) return;
   // Every rank gets here with the same configuration; a rank whose extension does not load cannot
   // agree with the others, so its failure must be the same everywhere: a missing library is (one
   // installation), and the message says so.
   const std::string path = extensionPath(backend);
   void* library = path.empty() ? nullptr : dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
-    log("{} mode needs {} ({}); the job runs in observe mode", modeName(cfg.mode), path,
-        dlerror() != nullptr ? "it does not load" : "not found");
+    const char* why = dlerror();
+    log("{} mode needs {} ({}); the job's {} calls run in observe mode", modeName(cfg.mode), path,
+        why != nullptr ? why : "not found", name(backend));
     return;
   }
   using Entry = Extension* (*)(int, void (*)(const char*));
@@ -151,7 +163,7 @@ void startShadow(Backend backend, int world_size, bool recording) {
         modeName(cfg.mode));
     return;
   }
-  g_extension = extension;
+  g_extension[slot].store(extension, std::memory_order_release);
   g_shadow_hooks.store(true, std::memory_order_release);
 
   std::string local_problem;
@@ -172,14 +184,14 @@ void startShadow(Backend backend, int world_size, bool recording) {
   // Preparing exploration (the agreement, mapping the arena) is part of its cost: the budget counts it.
   if (cfg.mode == Mode::Explore) g_spent_ns.fetch_add(monotonicNs() - start_ns, std::memory_order_relaxed);
   if (!started) {
-    // Only the lowest rank that failed has a message: one line per job, not per rank.
+    if (cfg.mode == Mode::Apply && local_problem.empty()) g_recommendation.reset();  // loaded here, unused
+    // MPI: only the lowest rank that failed has a message: one line per job, not per rank.
     if (!error.empty())
-      log("{}; {} mode is off, the job {}", error, modeName(cfg.mode),
-          cfg.mode == Mode::Apply ? "runs untouched" : "runs in observe mode");
-    g_recommendation.reset();
+      log("{}; {} mode is off for {} calls, {}", error, modeName(cfg.mode), name(backend),
+          cfg.mode == Mode::Apply ? "they run untouched" : "they are observed only");
     return;
   }
-  if (cfg.mode == Mode::Explore) {
+  if (cfg.mode == Mode::Explore && g_plan.load(std::memory_order_relaxed) == nullptr) {
     // The arena holds the input copy, the result, the fp64 reference (8 bytes per element, at most 4×
     // an fp16 input): the largest call explored is a quarter of it for fp32.
     ExplorePlan::Settings plan;
@@ -187,30 +199,30 @@ void startShadow(Backend backend, int world_size, bool recording) {
     plan.warmup = cfg.explore.warmup;
     plan.spacing = cfg.explore.spacing;
     plan.max_bytes = cfg.explore.shadow_bytes / 4;
-    g_plan = new ExplorePlan(plan);
+    g_plan.store(new ExplorePlan(plan), std::memory_order_release);
   }
-  g_started_ns = start_ns;
-  g_started_mode = cfg.mode == Mode::Explore ? ShadowMode::Explore : ShadowMode::Apply;
-  g_mode.store(cfg.mode == Mode::Explore ? ShadowMode::Explore : ShadowMode::Apply,
-               std::memory_order_release);
+  if (g_started_ns == 0) g_started_ns = start_ns;
+  const ShadowMode mode = cfg.mode == Mode::Explore ? ShadowMode::Explore : ShadowMode::Apply;
+  g_started_mode[slot] = mode;
+  g_mode[slot].store(mode, std::memory_order_release);
 }
 
-void stopShadow() {
-  if (g_extension == nullptr) return;
-  g_mode.store(ShadowMode::Off, std::memory_order_release);
+void stopShadow(Backend backend) {
+  Extension* const extension = g_extension[slotOf(backend)].load(std::memory_order_acquire);
+  if (extension == nullptr) return;
+  g_mode[slotOf(backend)].store(ShadowMode::Off, std::memory_order_release);
   InternalScope internal;
-  g_extension->stop();
+  extension->stop();
 }
 
-Extension* extension() {
-  return g_extension;
+Extension* extension(Backend backend) {
+  return g_extension[slotOf(backend)].load(std::memory_order_acquire);
 }
 
 std::string shadowModeName() {
-  switch (g_started_mode) {
-    case ShadowMode::Explore: return "explore";
-    case ShadowMode::Apply: return "apply";
-    case ShadowMode::Off: break;
+  for (const ShadowMode mode : g_started_mode) {
+    if (mode == ShadowMode::Explore) return "explore";
+    if (mode == ShadowMode::Apply) return "apply";
   }
   return "off";
 }
@@ -218,7 +230,7 @@ std::string shadowModeName() {
 // ---- explore ----------------------------------------------------------------------------------------
 
 ExplorePlan& explorePlan() {
-  return *g_plan;
+  return *g_plan.load(std::memory_order_acquire);
 }
 
 BudgetState budgetNow(double call_ns) {

@@ -38,12 +38,14 @@ struct InternalScope {
 };
 
 // True once an extension is loaded (the interposers then check t_internal and the mode). Read on the
-// hot path: a plain load, set before the job's other threads can call MPI.
+// hot path: a plain load, set before the job's other threads can call MPI or NCCL.
 extern std::atomic<bool> g_shadow_hooks;
 inline bool shadowHooks() {
   return g_shadow_hooks.load(std::memory_order_relaxed);
 }
-ShadowMode shadowMode();
+// Each backend has its own extension and mode: a job that bootstraps with MPI and reduces gradients
+// with NCCL explores (or applies to) both. Off where its start failed or was never made.
+ShadowMode shadowMode(Backend backend);
 
 // Which calls explore mode times strategies on: per communicator and key (api, dtype, size bucket =
 // ⌊log2 bytes⌋), the occurrences after `warmup` ones, `samples` of them, each at least `spacing`
@@ -88,14 +90,18 @@ class ExplorePlan {
 std::uint16_t appliedStrategyIndex(const RecommendationRule& rule);
 std::string appliedStrategyName(std::uint16_t index);
 
-// Loads the extension and agrees with every rank on starting explore or apply (collective over the
-// world; call it on every rank right after MPI_Init, whether or not this rank records). `recording` is
-// whether this rank's trace file is open. Logs one line and leaves the mode Off when anything fails.
-// Apply: a recommendation made for another backend, or naming another world size, is refused too.
+// Loads the backend's extension and starts explore or apply with it. MPI: collective over the world
+// (call it on every rank right after MPI_Init, whether or not this rank records), agreed by every
+// rank. NCCL: local, at the first communicator; the ranks agree per communicator (Extension::join),
+// and a rank whose start failed still joins those agreements (extension(Nccl) is set, its mode Off).
+// `recording` is whether this rank's trace file is open. Logs one line and leaves the mode Off when
+// anything fails. Apply: a recommendation made for another backend, or naming another world size, is
+// refused too.
 void startShadow(Backend backend, int world_size, bool recording);
-// MPI_Finalize: frees the extension's communicators first.
-void stopShadow();
-Extension* extension();
+// MPI_Finalize: frees the MPI extension's communicators first.
+void stopShadow(Backend backend);
+// The backend's extension, or nullptr when none was loaded.
+Extension* extension(Backend backend);
 
 // Explore mode.
 ExplorePlan& explorePlan();
