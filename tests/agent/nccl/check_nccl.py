@@ -40,6 +40,19 @@
                                               through the usable algorithm/protocol pairs, cycling
   check_nccl.py TOOLS --workdir DIR tuner-malformed  a bad CSV: the job unchanged, NCCL's own choices,
                                               one WARN line on stderr with NCCL_DEBUG=WARN
+  check_nccl.py TOOLS --workdir DIR shadow-explore  explore mode over NCCL with the fake extension
+                                              (--fake-extension, beside a link to the agent) and the fake
+                                              driver: every communicator joins once, at its first sum
+                                              all-reduce; exactly the calls ExplorePlan samples (group
+                                              members after the group, never a graph-captured call) get
+                                              measurements and consensus rows; the extension's own
+                                              communicators and calls leave no trace; the job unchanged
+  check_nccl.py TOOLS --workdir DIR shadow-apply  apply mode with a plan of fp32 rules: calls of the
+                                              sum/rs_ag rules (group members included, never a graph-
+                                              captured call) run the extension's strategy and get
+                                              applied_calls rows; the sum/reduce_bcast rule is refused,
+                                              one line says so, its call runs untouched; the
+                                              sum/nccl.* rule is left to the tuner plugin
   check_nccl.py TOOLS --workdir DIR real      the job on the real NCCL and a GPU (scripts/gpu_check.sh):
                                               the same calls, keys from NCCL's random unique ids, GPU
                                               spans that start after their call; `gradscope report`
@@ -51,8 +64,11 @@
                                               CSV, the rule's choice; `gradscope run` merges both ranks
   check_nccl.py TOOLS --workdir DIR real-pair-explore  the same with GRADSCOPE_TUNER_EXPLORE=1: each
                                               size walks through several algorithm/protocol pairs
+  check_nccl.py TOOLS --workdir DIR real-pair-shadow  explore and apply modes through the real NCCL
+                                              extension (check_real_pair_shadow says what is checked)
 
-TOOLS: --agent SO --job EXE [--fake-cuda SO] [--fake-cupti SO] [--profiler SO] [--tuner SO] [--gradscope EXE]. Every mode also runs the job without the
+TOOLS: --agent SO --job EXE [--fake-cuda SO] [--fake-cupti SO] [--fake-extension SO] [--profiler SO] [--tuner SO]
+[--gradscope EXE]. Every mode also runs the job without the
 agent and requires the same stdout and exit status. Exits 0 when every check passes, 1 with one
 "check_nccl: FAIL: ..." line per failed check.
 """
@@ -185,9 +201,10 @@ def load_trace(path):
     return calls, comms, drops, run_row, device
 
 
-def check_trace(path, label, keys, nvtx=False):
+def check_trace(path, label, keys, nvtx=False, outside_groups=()):
     """The calls of the trace against expected_calls(); returns the rows in the job's order, each with
-    its expectation, for the timing checks."""
+    its expectation, for the timing checks. `outside_groups`: indices of group members that ran after
+    their group (apply mode's replaced members), with spans of their own."""
     calls, comms, drops, run_row, device = load_trace(path)
     check(run_row is not None and run_row[0] == BACKEND_NCCL and run_row[1] == 1 and run_row[2] is not None,
           f"{label}: runs row {run_row} (expected backend nccl, world 1, complete)")
@@ -229,7 +246,7 @@ def check_trace(path, label, keys, nvtx=False):
         rows.append((row, want))
     # Members of one group share one span; calls outside groups have their own.
     for group in range(STEPS):
-        spans = {(r[10], r[11]) for r, w in rows if w[7] == group}
+        spans = {(r[10], r[11]) for i, (r, w) in enumerate(rows) if w[7] == group and i not in outside_groups}
         check(len(spans) == 1, f"{label}: the members of group {group} have spans {sorted(spans)}, expected one")
     return rows, drops, device
 
@@ -729,6 +746,144 @@ def check_tuner_malformed(args, workdir):
                         warns[0]) is not None, f"tuner-malformed: WARN line {warns[0]!r}")
 
 
+# ---- explore and apply through the fake extension (fake_extension.cc) ------------------------------------
+
+FLOAT_TYPES = (FP32, FP64, BF16, 6)  # 6: fp16
+SHADOW_SAMPLES = 2
+
+
+def shadow_setup(args, workdir, mode, **settings):
+    """A folder with a link to the agent and the fake extension beside it (where the agent looks for
+    libgradscope-agent-nccl.so); returns (args with that agent, environment, the extension's log)."""
+    folder = os.path.join(workdir, "lib")
+    os.makedirs(folder)
+    os.symlink(args.agent, os.path.join(folder, "libgradscope-agent.so"))
+    os.symlink(args.fake_extension, os.path.join(folder, "libgradscope-agent-nccl.so"))
+    log = os.path.join(workdir, "extension.log")
+    env = dict(base_environment(), GRADSCOPE_FAKE_CUDA=args.fake_cuda, GRADSCOPE_FAKE_KERNEL_NS="100000",
+               GRADSCOPE_CUPTI="0", GRADSCOPE_MODE=mode, GRADSCOPE_FAKE_EXTENSION_LOG=log)
+    env.update(settings)
+    shadow_args = argparse.Namespace(**vars(args))
+    shadow_args.agent = os.path.join(folder, "libgradscope-agent.so")
+    return shadow_args, env, log
+
+
+def explorable(call):
+    return call[1] == ALLREDUCE and call[3] == SUM and call[2] in FLOAT_TYPES and not call[8]
+
+
+def expected_sampled():
+    """Indices in expected_calls() that ExplorePlan samples with WARMUP 0, SAMPLES 2, SPACING 1: the first
+    two of each (communicator, dtype, size bucket)."""
+    seen, sampled = {}, []
+    for index, call in enumerate(expected_calls(fake=True)):
+        if not explorable(call):
+            continue
+        key = (call[0], call[2], call[5].bit_length() - 1)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= SHADOW_SAMPLES:
+            sampled.append(index)
+    return sampled
+
+
+def extension_log(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.split() for line in f.read().splitlines()]
+
+
+def check_joins(log, label):
+    """One join per communicator with a float sum all-reduce, before anything else on it."""
+    joined = [entry[1] for entry in log if entry[0] == "join"]
+    check(len(joined) == len(set(joined)) == 4, f"{label}: joins {joined}, expected one for each of 4 communicators")
+    first = {}
+    for position, entry in enumerate(log):
+        if entry[0] in ("join", "capture", "explore", "apply"):
+            first.setdefault(entry[1], (position, entry[0]))
+    check(all(kind == "join" for _, kind in first.values()), f"{label}: a communicator was used before it joined: {log}")
+    # The job destroys every communicator but the last to join (CONFIG), which it aborts: that one keeps
+    # its duplicate (docs/agent.md).
+    forgotten = [entry[1] for entry in log if entry[0] == "forget"]
+    check(sorted(forgotten) == sorted(joined[:-1]), f"{label}: forgotten {forgotten}, joined {joined}")
+
+
+def check_shadow_explore(args, workdir):
+    if not check(args.fake_extension and args.fake_cuda, "shadow-explore: --fake-extension and --fake-cuda are required"):
+        return
+    shadow_args, env, log_path = shadow_setup(args, workdir, "explore", GRADSCOPE_EXPLORE_WARMUP="0",
+                                              GRADSCOPE_EXPLORE_SAMPLES=str(SHADOW_SAMPLES),
+                                              GRADSCOPE_EXPLORE_REPS="3", GRADSCOPE_EXPLORE_WARMUP_REPS="1",
+                                              GRADSCOPE_EXPLORE_BUDGET="1")
+    stderr, trace = run_pair(shadow_args, workdir, env, "shadow-explore")
+    if not check(isinstance(trace, str), f"shadow-explore: expected one trace file, found {trace}"):
+        return
+    check("gradscope: " not in stderr, f"shadow-explore: the agent wrote to stderr: {stderr[-600:]}")
+    # The duplicates and their calls are not the job's: the communicators and calls are exactly the job's.
+    rows, _, _ = check_trace(trace, "shadow-explore", fake_keys())
+    log = extension_log(log_path)
+    check_joins(log, "shadow-explore")
+    sampled = expected_sampled()
+    check(sum(entry[0] == "explore" for entry in log) == len(sampled) == sum(entry[0] == "capture" for entry in log),
+          f"shadow-explore: {len(sampled)} calls should be explored; the extension saw {log}")
+    db = sqlite3.connect(f"file:{trace}?mode=ro", uri=True)
+    mode = db.execute("SELECT mode FROM runs").fetchone()[0]
+    measured = db.execute("SELECT call_id, strategy, reps, rel_l2_error, world, bytes FROM measurements "
+                          "ORDER BY call_id, strategy").fetchall()
+    consensus = db.execute("SELECT call_id, cosine_to_mean, diversity FROM consensus ORDER BY call_id").fetchall()
+    db.close()
+    check(mode == "explore", f"shadow-explore: runs.mode {mode!r}")
+    ids = {index: row[0] for index, (row, _) in enumerate(rows)}
+    calls = expected_calls(fake=True)
+    wanted = [(ids[i], strategy, 3, 0.0, 1, calls[i][5]) for i in sampled for strategy in ("sum/native", "sum/rs_ag")
+              if i in ids]
+    check(measured == wanted, f"shadow-explore: measurements\n{measured}\n--- expected\n{wanted}")
+    wanted_consensus = [(ids[i], 1.0, 1.0) for i in sampled if calls[i][2] == FP32 and i in ids]
+    check(consensus == wanted_consensus, f"shadow-explore: consensus rows {consensus}, expected {wanted_consensus}")
+    check(any(calls[i][7] is not None for i in sampled), "shadow-explore: no group member among the explored calls")
+    if args.gradscope:
+        report = run([args.gradscope, "report", trace], base_environment(), workdir)
+        check(report.returncode == 0 and "sum/rs_ag" in report.stdout,
+              f"shadow-explore: gradscope report: {report.returncode} {report.stdout[-800:]} {report.stderr[-400:]}")
+
+
+def check_shadow_apply(args, workdir):
+    if not check(args.fake_extension and args.fake_cuda, "shadow-apply: --fake-extension and --fake-cuda are required"):
+        return
+    plan = os.path.join(workdir, "plan.json")
+    os.makedirs(workdir, exist_ok=True)
+    with open(plan, "w") as f:
+        json.dump(recommendation([("fp32", 0, 32, "sum/rs_ag"), ("fp32", 33, 64, "sum/reduce_bcast"),
+                                  ("fp32", 65, 2048, "sum/rs_ag"), ("fp32", 2049, 1 << 40, "sum/nccl.ring.simple")]),
+                  f, indent=2)
+    shadow_args, env, log_path = shadow_setup(args, workdir, "apply", GRADSCOPE_RECOMMENDATION=plan)
+    stderr, trace = run_pair(shadow_args, workdir, env, "shadow-apply")
+    if not check(isinstance(trace, str), f"shadow-apply: expected one trace file, found {trace}"):
+        return
+    lines = [line for line in stderr.splitlines() if line.startswith("gradscope: ")]
+    refused = [line for line in lines if "sum/reduce_bcast" in line]
+    check(len(refused) == 1 and "the fake extension refuses sum/reduce_bcast" in refused[0]
+          and "run untouched" in refused[0] and len(lines) == 1,
+          f"shadow-apply: expected one line about sum/reduce_bcast, got {lines}")
+    calls = expected_calls(fake=True)
+    # The 64-byte call's rule is refused, the 4000-byte calls' is the tuner plugin's (not loaded here).
+    applied_indices = [i for i, call in enumerate(calls)
+                       if explorable(call) and call[2] == FP32 and call[5] <= 2048 and call[5] != 64]
+    rows, _, _ = check_trace(trace, "shadow-apply", fake_keys(), outside_groups=applied_indices)
+    log = extension_log(log_path)
+    check_joins(log, "shadow-apply")
+    ids = {index: row[0] for index, (row, _) in enumerate(rows)}
+    db = sqlite3.connect(f"file:{trace}?mode=ro", uri=True)
+    applied = db.execute("SELECT call_id, strategy FROM applied_calls ORDER BY call_id").fetchall()
+    db.close()
+    wanted = [(ids[i], "sum/rs_ag") for i in applied_indices if i in ids]
+    check(applied == wanted, f"shadow-apply: applied_calls {applied}, expected {wanted}")
+    check(any(calls[i][7] is not None for i in applied_indices), "shadow-apply: no group member among the applied calls")
+    check(sum(entry[0] == "apply" for entry in log) == len(applied_indices),
+          f"shadow-apply: the extension applied {sum(entry[0] == 'apply' for entry in log)} calls, expected "
+          f"{len(applied_indices)}: {log}")
+
+
 def check_real(args, workdir, nvtx=False):
     env = base_environment()
     label = "real-nvtx" if nvtx else "real"
@@ -883,12 +1038,82 @@ def check_real_pair_explore(args, workdir):
             check(len(set(walk)) >= 2, f"real-pair-explore: the {nbytes}-byte calls all used {walk}")
 
 
+LOSSLESS_PREFIXES = ("sum/native", "sum/rs_ag", "sum/reduce_bcast", "sum/hier", "sum/nccl.")
+
+
+def check_real_pair_shadow(args, workdir):
+    """real-pair-shadow: explore and apply over the real NCCL extension (libgradscope-agent-nccl.so beside
+    the agent), two ranks on one GPU. Explore: the first two calls of each size are explored on both
+    ranks alike, every strategy measured on each, the lossless ones exact (the inputs are small integers);
+    the job's sums stay exact. Apply: a sum/rs_ag/bf16 plan replaces every call (exact on these inputs
+    too: every value and partial sum fits bf16), applied_calls says so on both ranks."""
+    if not check(args.profiler, "real-pair-shadow: --profiler is required"):
+        return
+    explore_env = dict(plugin_env(args), GRADSCOPE_MODE="explore", GRADSCOPE_EXPLORE_WARMUP="0",
+                       GRADSCOPE_EXPLORE_SAMPLES="2", GRADSCOPE_EXPLORE_REPS="5", GRADSCOPE_EXPLORE_BUDGET="1")
+    explore_dir = os.path.join(workdir, "explore")
+    if run_real_pair(args, explore_dir, explore_env, "real-pair-shadow-explore"):
+        measured = {}
+        for name in sorted(f for f in os.listdir(explore_dir) if f.startswith("trace-")):
+            db = sqlite3.connect(f"file:{os.path.join(explore_dir, name)}?mode=ro", uri=True)
+            rank = db.execute("SELECT rank FROM ranks").fetchone()[0]
+            rows = db.execute("SELECT c.seq, c.bytes, m.strategy, m.rel_l2_error, m.median_ns, m.algbw_gbs "
+                              "FROM measurements m JOIN calls c ON c.id = m.call_id ORDER BY c.seq, m.strategy"
+                              ).fetchall()
+            config = db.execute("SELECT config_json FROM runs").fetchone()[0]
+            begin, end = db.execute("SELECT start_ns, end_ns FROM runs").fetchone()
+            db.close()
+            measured[rank] = rows
+            shadow = json.loads(config).get("agent", {}).get("shadow", {})
+            spent = shadow.get("explore_ns", 0)
+            print(f"check_nccl: real-pair-shadow: rank {rank}: {shadow}; exploring took {spent / 1e6:.1f} ms "
+                  f"of a {(end - begin) / 1e6:.1f} ms run ({100.0 * spent / max(end - begin, 1):.1f}%)")
+        if check(sorted(measured) == [0, 1], f"real-pair-shadow: ranks with measurements {sorted(measured)}"):
+            seqs = sorted({row[0] for row in measured[0]})
+            check(seqs == list(range(2 * len(PAIR_SIZES))), f"real-pair-shadow: explored seqs {seqs}")
+            check([row[:3] for row in measured[0]] == [row[:3] for row in measured[1]],
+                  "real-pair-shadow: the ranks measured different calls or strategies")
+            strategies = sorted({row[2] for row in measured[0]})
+            check({"sum/native", "sum/rs_ag", "sum/native/bf16"} <= set(strategies),
+                  f"real-pair-shadow: strategies measured {strategies}")
+            for rank, rows in measured.items():
+                for seq, nbytes, strategy, error, median, _ in rows:
+                    check(median > 0, f"real-pair-shadow: rank {rank} seq {seq} {strategy}: median {median}")
+                    if strategy.startswith(LOSSLESS_PREFIXES) and strategy.count("/") == 1:
+                        check(error == 0, f"real-pair-shadow: rank {rank} seq {seq} {strategy}: rel error {error}")
+            largest = max(PAIR_SIZES)
+            table = sorted((median, strategy, algbw) for seq, nbytes, strategy, _, median, algbw in measured[0]
+                           if nbytes == largest and seq == max(s for s, b, *_ in measured[0] if b == largest))
+            print(f"check_nccl: real-pair-shadow: {largest} bytes on rank 0, median us and algbw GB/s:")
+            for median, strategy, algbw in table:
+                print(f"check_nccl:   {strategy:28s} {median / 1e3:10.1f} {algbw:8.2f}")
+
+    plan = os.path.join(workdir, "plan.json")
+    os.makedirs(workdir, exist_ok=True)
+    rules = recommendation([("fp32", 0, 1 << 40, "sum/rs_ag/bf16")])
+    rules.update(world_size=2, max_rel_error=0.01)
+    for rule in rules["rules"]:
+        rule.update(world_size=2, error_class="lossy")
+    with open(plan, "w") as f:
+        json.dump(rules, f, indent=2)
+    apply_dir = os.path.join(workdir, "apply")
+    apply_env = dict(plugin_env(args), GRADSCOPE_MODE="apply", GRADSCOPE_RECOMMENDATION=plan)
+    if run_real_pair(args, apply_dir, apply_env, "real-pair-shadow-apply"):
+        for name in sorted(f for f in os.listdir(apply_dir) if f.startswith("trace-")):
+            db = sqlite3.connect(f"file:{os.path.join(apply_dir, name)}?mode=ro", uri=True)
+            applied = db.execute("SELECT strategy, COUNT(*) FROM applied_calls GROUP BY strategy").fetchall()
+            db.close()
+            check(applied == [("sum/rs_ag/bf16", PAIR_STEPS * len(PAIR_SIZES))],
+                  f"real-pair-shadow: {name}: applied calls {applied}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agent", required=True)
     parser.add_argument("--job", required=True)
     parser.add_argument("--fake-cuda")
     parser.add_argument("--fake-cupti")
+    parser.add_argument("--fake-extension", help="fake_extension.cc's libgradscope-agent-nccl.so")
     parser.add_argument("--gradscope")
     parser.add_argument("--profiler", help="libnccl-profiler-gradscope.so")
     parser.add_argument("--tuner", help="libnccl-tuner-gradscope.so")
@@ -896,10 +1121,11 @@ def main():
     parser.add_argument("--workdir", required=True)
     parser.add_argument("mode", choices=["host", "gpu", "cupti", "nvtx", "disabled", "profiler", "profiler-agent",
                                          "profiler-unset", "tuner-profiler", "tuner-apply", "tuner-explore",
-                                         "tuner-malformed", "real", "real-nvtx", "real-pair",
+                                         "tuner-malformed", "shadow-explore", "shadow-apply", "real",
+                                         "real-nvtx", "real-pair", "real-pair-shadow",
                                          "real-pair-explore"])
     args = parser.parse_args()
-    for name in ("agent", "job", "fake_cuda", "fake_cupti", "gradscope", "profiler", "tuner", "workdir"):
+    for name in ("agent", "job", "fake_cuda", "fake_cupti", "fake_extension", "gradscope", "profiler", "tuner", "workdir"):
         if getattr(args, name):
             setattr(args, name, os.path.abspath(getattr(args, name)))
     shutil.rmtree(args.workdir, ignore_errors=True)
@@ -908,9 +1134,11 @@ def main():
      "profiler": check_profiler, "profiler-agent": check_profiler_agent, "profiler-unset": check_profiler_unset,
      "tuner-profiler": check_tuner_profiler, "tuner-apply": check_tuner_apply, "tuner-explore": check_tuner_explore,
      "tuner-malformed": check_tuner_malformed,
+     "shadow-explore": check_shadow_explore, "shadow-apply": check_shadow_apply,
      "real": check_real,
      "real-nvtx": lambda a, w: check_real(a, w, nvtx=True),
-     "real-pair": check_real_pair, "real-pair-explore": check_real_pair_explore}[args.mode](args, args.workdir)
+     "real-pair": check_real_pair, "real-pair-explore": check_real_pair_explore,
+     "real-pair-shadow": check_real_pair_shadow}[args.mode](args, args.workdir)
     for failure in failures:
         print(f"check_nccl: FAIL: {failure}")
     if not failures:
