@@ -266,9 +266,13 @@ void activateAt(ncclComm_t comm, int nranks, int rank) {
   activation.world_size = config().env_world_size.value_or(nranks);
   activation.device = deviceOf(comm);
   activate(activation);
-  // Explore and apply: the NCCL extension starts here, on this rank alone; the ranks of each
-  // communicator agree at its first explorable all-reduce (joinNow below).
-  startShadow(Backend::Nccl, activation.world_size, recording());
+}
+
+// Explore and apply: the NCCL extension starts at the first communicator, on this rank alone (also in
+// a job that MPI_Init activated); the ranks of each communicator agree at its first explorable
+// all-reduce (joinNow below).
+void startNcclShadow(int nranks) {
+  if (activated()) startShadow(Backend::Nccl, config().env_world_size.value_or(nranks), recording());
 }
 
 void onCreated(ncclResult_t rc, ncclComm_t* newcomm, int nranks, int rank, const ncclUniqueId* ids,
@@ -276,6 +280,7 @@ void onCreated(ncclResult_t rc, ncclComm_t* newcomm, int nranks, int rank, const
   // ncclInProgress: a nonblocking communicator, usable once NCCL says so; its handle is set already.
   if ((rc != ncclSuccess && rc != ncclInProgress) || newcomm == nullptr || *newcomm == nullptr) return;
   activateAt(*newcomm, nranks, rank);
+  startNcclShadow(nranks);
   // A rank that stopped recording still takes part in explore and apply (their agreements need it).
   if ((recording() || shadowHooks()) && ids != nullptr && count > 0)
     registerComm(*newcomm, uniqueIdKey(ids, count), nranks, rank);
@@ -606,7 +611,8 @@ GS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* de
   const std::int64_t ordinal = calls.fetch_add(1, std::memory_order_relaxed);
   if (rc != ncclSuccess || comm == nullptr || ndev <= 0) return rc;
   activateAt(comm[0], ndev, 0);
-  if (!recording()) return rc;
+  startNcclShadow(ndev);
+  if (!recording() && !shadowHooks()) return rc;
   for (int i = 0; i < ndev; ++i)
     if (comm[i] != nullptr) registerComm(comm[i], initAllKey(ordinal), ndev, i);
   return rc;
@@ -618,7 +624,7 @@ GS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
   if (real_ncclCommSplit == nullptr) return missingFunction("pncclCommSplit");
   if (shadowHooks() && t_internal) return real_ncclCommSplit(comm, color, key, newcomm, config);
   const ncclResult_t rc = real_ncclCommSplit(comm, color, key, newcomm, config);
-  if (!recording()) return rc;
+  if (!recording() && !shadowHooks()) return rc;
   CommSlot* parent = commSlot(comm);
   if (parent == nullptr) return rc;
   // Every rank of the parent takes part in the split (with NCCL_SPLIT_NOCOLOR too), so the ordinal is

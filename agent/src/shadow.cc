@@ -143,7 +143,9 @@ void startShadow(Backend backend, int world_size, bool recording) {
   if (cfg.disabled || cfg.mode == Mode::Observe || configHasErrors()) return;
   const std::lock_guard start_lock(g_start_mutex);
   const int slot = slotOf(backend);
-  if (g_extension[slot].load(std::memory_order_relaxed) != nullptr) return;
+  static bool tried[kBackends] = {};  // once per backend, loaded or not
+  if (tried[slot]) return;
+  tried[slot] = true;
   // Every rank gets here with the same configuration; a rank whose extension does not load cannot
   // agree with the others, so its failure must be the same everywhere: a missing library is (one
   // installation), and the message says so.

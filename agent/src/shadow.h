@@ -94,9 +94,9 @@ std::string appliedStrategyName(std::uint16_t index);
 // (call it on every rank right after MPI_Init, whether or not this rank records), agreed by every
 // rank. NCCL: local, at the first communicator; the ranks agree per communicator (Extension::join),
 // and a rank whose start failed still joins those agreements (extension(Nccl) is set, its mode Off).
-// `recording` is whether this rank's trace file is open. Logs one line and leaves the mode Off when
-// anything fails. Apply: a recommendation made for another backend, or naming another world size, is
-// refused too.
+// Once per backend: later calls return at once. `recording` is whether this rank's trace file is open. Logs
+// one line and leaves the mode Off when anything fails. Apply: a recommendation made for another backend, or
+// naming another world size, is refused too.
 void startShadow(Backend backend, int world_size, bool recording);
 // MPI_Finalize: frees the MPI extension's communicators first.
 void stopShadow(Backend backend);
