@@ -38,6 +38,8 @@ class MpiExtension final : public StrategyExtension {
     return false;
   }
 
+  bool speaksForAll() const override { return world_ && world_->rank() == 0; }
+
   bool reserve(std::size_t bytes) override {
     if (bytes == 0) return true;
     void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

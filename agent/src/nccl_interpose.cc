@@ -399,6 +399,11 @@ struct DeferredShadow {
 };
 thread_local std::vector<DeferredShadow> t_deferred;
 
+void defer(DeferredShadow::Kind kind, const ShadowCall& call, ncclComm_t comm, const CallEvent& event,
+           const void* send = nullptr, void* recv = nullptr, const RecommendationRule* rule = nullptr) {
+  t_deferred.push_back(DeferredShadow{kind, call, comm, event, send, recv, rule});
+}
+
 void runDeferred() {
   std::vector<DeferredShadow> work;
   work.swap(t_deferred);
@@ -457,11 +462,7 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
   JoinState joined = joinState(slot->index);
   if (joined == JoinState::Unknown) {
     if (in_group) {
-      DeferredShadow item;
-      item.kind = DeferredShadow::Kind::Join;
-      item.call = call;
-      item.comm = comm;
-      t_deferred.push_back(item);
+      defer(DeferredShadow::Kind::Join, call, comm, event);
       return plain();
     }
     joined = joinNow(call);
@@ -474,15 +475,7 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
     // sum/nccl.<algo>.<proto> rules act inside NCCL, through the tuner plugin (gradscope run loads it).
     if (rule == nullptr || rule->strategy.starts_with("sum/nccl.")) return plain();
     if (in_group) {
-      DeferredShadow item;
-      item.kind = DeferredShadow::Kind::Apply;
-      item.call = call;
-      item.comm = comm;
-      item.event = event;
-      item.send = sendbuff;
-      item.recv = recvbuff;
-      item.rule = rule;
-      t_deferred.push_back(item);
+      defer(DeferredShadow::Kind::Apply, call, comm, event, sendbuff, recvbuff, rule);
       return ncclSuccess;
     }
     // Timed like the job's call: the events around it bracket the strategy, which the job's stream
@@ -504,12 +497,7 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
   event.flags |= kSampled;
   const ncclResult_t rc = plain();
   if (in_group) {
-    DeferredShadow item;
-    item.kind = DeferredShadow::Kind::Explore;
-    item.call = call;
-    item.comm = comm;
-    item.event = event;
-    t_deferred.push_back(item);
+    defer(DeferredShadow::Kind::Explore, call, comm, event);
     return rc;
   }
   exploreNow(call, event.step);

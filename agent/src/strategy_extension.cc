@@ -150,7 +150,7 @@ bool StrategyExtension::start(const ExploreSettings& settings, const std::string
     error = failure.what();
     started_ = false;
   }
-  if (started_ && !unknown.empty())
+  if (started_ && !unknown.empty() && speaksForAll())
     log(fmt::format(
         "GRADSCOPE_EXPLORE_STRATEGIES: {} not strategy names (DESIGN: aggregator/transport[/wire], "
         "e.g. sum/rs_ag/bf16); left out",

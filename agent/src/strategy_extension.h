@@ -93,8 +93,10 @@ class StrategyExtension : public Extension {
   virtual bool agreeToStart(const std::string& local_problem, std::string& error) = 0;
   // start(): reserves the shadow memory for `bytes` of explored buffers. False when it cannot.
   virtual bool reserve(std::size_t bytes) = 0;
-  // The communicator's duplicate, made at its first explored or applied call on every rank. Throws
-  // gradscope::Error when it cannot be made or some rank did not join (every rank then throws alike).
+  // The communicator's duplicate, made at its first explored or applied call (NCCL: at join()) on every
+  // rank. `join` is false on a rank whose start() failed: it takes part without joining (NCCL's
+  // NOCOLOR split) and throws. Throws gradscope::Error when the duplicate cannot be made or some rank
+  // did not join (every rank then throws alike).
   virtual std::unique_ptr<comm::Communicator> duplicate(const ShadowCall& call, bool join) = 0;
   // Hands out a slice for a capture of `base` bytes, or `base + gather` when that fits (Capture::layout
   // of it); false when not even `base` fits. give() takes it back.
@@ -106,10 +108,9 @@ class StrategyExtension : public Extension {
   // and the job's next work after what the duplicate enqueued (no-ops where calls complete on return).
   virtual void afterJob(const ShadowCall&, comm::Communicator&) {}
   virtual void beforeJob(const ShadowCall&, comm::Communicator&) {}
-  // Whether this rank could take part at all (start() succeeded); a rank that could not still joins
-  // the split of duplicate(), with join = false, where the backend agrees per communicator.
-  bool started() const { return started_; }
-  const ExploreSettings& settings() const { return settings_; }
+  // Whether this rank says what is the same on every rank (once per job, not once per rank): MPI's
+  // world rank 0; without a world (NCCL) every rank.
+  virtual bool speaksForAll() const { return true; }
   void log(const std::string& line) const;
 
  private:
