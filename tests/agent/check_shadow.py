@@ -33,6 +33,7 @@ from collections import defaultdict
 
 import check_agent as ca
 from check_agent import check, tail
+from sanitizers import sanitizer_runtime
 
 # Strategy names explore mode measures on MPI (methods/comm applicableStrategies).
 TRANSPORTS = ["native", "rs_ag", "reduce_bcast", "hier"]
@@ -193,7 +194,9 @@ def check_slow_rank(args):
 def check_budget(args):
     """The default budget (10%) on a run long enough to explore several times: the time spent exploring,
     as every rank counts it, stays within the budget plus the last exploration."""
-    label, steps = "explore, default budget", 1500
+    # Under the sanitizers every step is 10-20x slower, so a third of the steps still makes a run several
+    # times the length the budget needs (and keeps CI within its time).
+    label, steps = "explore, default budget", 500 if sanitizer_runtime(args.agent) else 1500
     variables = explore_variables()
     for name in ("GRADSCOPE_EXPLORE_BUDGET", "GRADSCOPE_EXPLORE_SAMPLES", "GRADSCOPE_EXPLORE_WARMUP",
                  "GRADSCOPE_EXPLORE_REPS", "GRADSCOPE_EXPLORE_WARMUP_REPS"):

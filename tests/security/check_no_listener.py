@@ -142,7 +142,10 @@ def observe_job(args, command, env, label):
 
 
 def check_job(args):
-    program = [args.sample, "--steps", "400", "--sleep-ms", "10", "--print-pid", "--print-every", "0"]
+    # The job must outlive the 1.5 s wait below: 400 steps of 10 ms or more; under the sanitizers a step
+    # takes ten times longer, and 150 steps are plenty.
+    steps = "150" if sanitizer_runtime(args.agent) else "400"
+    program = [args.sample, "--steps", steps, "--sleep-ms", "10", "--print-pid", "--print-every", "0"]
     env = ca.base_environment()
     plain, _ = observe_job(args, ca.mpiexec(args, 2, program), env, "plain job")
     output = os.path.join(args.workdir, "out")
