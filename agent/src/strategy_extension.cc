@@ -271,7 +271,10 @@ bool StrategyExtension::apply(const ShadowCall& call, const void* send, void* re
         std::string parse_error;
         const auto name = comm::parseStrategyName(strategy, &parse_error);
         if (!name) fail("{}", parse_error);
-        built = comm::makeStrategy(*name, comm, call.dtype);
+        // Nothing reads an applied run's statistics; counting them would stall the job's thread on NCCL.
+        comm::StrategyOptions options;
+        options.wire_stats = false;
+        built = comm::makeStrategy(*name, comm, call.dtype, options);
       } catch (const std::exception& failure) {
         local_error = failure.what();
       }

@@ -189,7 +189,8 @@ class SumStrategy final : public Strategy {
       stats.wire = pipelined->sumOnWire(format, options_.fp8_block, send, recv, count);
     } else if (!methods::isFp8(format)) {
       void* codes = wire_.get(local, count * elementBytes(element));
-      stats.wire = local.encode(format, send, count, codes, nullptr, {.prescale = prescale});
+      stats.wire = local.encode(format, send, count, codes, nullptr,
+                                {.prescale = prescale, .count = options_.wire_stats});
       path_.allReduce(codes, codes, count, element);
       local.decode(format, codes, nullptr, count, recv, ranks, options_.fp8_block);
     } else if (element.block > 0) {
@@ -223,7 +224,7 @@ class SumStrategy final : public Strategy {
     local.copy(staged, send, count * sizeof(float));
     local.upload(staged + count, &anchor, sizeof(float));
     return local.encode(format, staged, count + 1, codes, scale_.as<float>(local, 1),
-                        {.prescale = prescale, .block = count + 1});
+                        {.prescale = prescale, .block = count + 1, .count = options_.wire_stats});
   }
 
   Communicator& comm_;

@@ -34,6 +34,9 @@ float wireMax(WireFormat format);                 // largest finite value
 struct EncodeOptions {
   float prescale = 1.0f;    // multiply before converting (1/N for an N-rank sum)
   std::size_t block = 128;  // fp8 scaling block, in elements (>= 1)
+  // false: the caller does not read the EncodeStats (they stay 0). On a GPU that saves reading the
+  // counters back, a host synchronisation per conversion.
+  bool count = true;
 };
 
 // What a conversion did to the values. overflow: finite inputs whose (prescaled, block-scaled) value

@@ -62,6 +62,9 @@ std::optional<int> parseMpiAlgorithm(std::string_view name);
 
 struct StrategyOptions {
   std::size_t fp8_block = 128;  // scaling block of fp8 wire formats on backends with scaled blocks
+  // false: RunStats::wire stays 0. Apply mode reads no statistics, and on NCCL counting costs a host
+  // synchronisation per run (the counters are read back), which would stall the job's thread.
+  bool wire_stats = true;
   methods::AdaConsOptions adacons{.beta = 0.9, .epsilon = 1e-8, .scale = methods::AdaConsScale::MatchSumNorm};
 };
 
