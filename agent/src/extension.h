@@ -34,6 +34,11 @@ namespace gradscope::agent {
 
 inline constexpr int kExtensionAbi = 2;
 
+// The element types explore and apply take (sums of floating point the references can widen to fp64).
+inline bool explorableDType(DType dtype) {
+  return dtype == DType::Fp32 || dtype == DType::Fp64 || dtype == DType::Fp16 || dtype == DType::Bf16;
+}
+
 // The intercepted reduction, as the extension needs it.
 struct ShadowCall {
   const void* comm = nullptr;    // address of the job's communicator handle (an MPI_Comm, an ncclComm_t)

@@ -7,8 +7,6 @@
 // mapping made at start, touched only as used; the job's buffers are host memory, and every MPI call
 // is complete when it returns, so no ordering with the job's work is needed.
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -40,13 +38,7 @@ class MpiExtension final : public StrategyExtension {
 
   bool speaksForAll() const override { return world_ && world_->rank() == 0; }
 
-  bool reserve(std::size_t bytes) override {
-    if (bytes == 0) return true;
-    void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) return false;
-    arena_.assign(static_cast<std::byte*>(memory), bytes);
-    return true;
-  }
+  bool reserve(std::size_t bytes) override { return arena_.mapHost(bytes); }
 
   std::unique_ptr<comm::Communicator> duplicate(const ShadowCall& call, bool) override {
     return comm::mpiDuplicateOf(call.comm);  // start() agreed over the world: every rank joins

@@ -16,8 +16,6 @@
 //   ahead of its call; the duplicate's stream waits for an event recorded on the job's stream after
 //   the call; in apply mode the job's stream waits in turn for an event recorded after the strategy.
 
-#include <sys/mman.h>
-
 #include <map>
 #include <mutex>
 
@@ -120,11 +118,7 @@ class NcclExtension final : public StrategyExtension {
 
   bool reserve(std::size_t bytes) override {
     bytes_ = bytes;
-    if (bytes == 0) return true;
-    void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) return false;
-    host_.assign(static_cast<std::byte*>(memory), bytes);
-    return true;
+    return host_.mapHost(bytes);
   }
 
   std::unique_ptr<comm::Communicator> duplicate(const ShadowCall& call, bool join) override {

@@ -436,16 +436,12 @@ void runDeferred() {
   }
 }
 
-bool explorableDtype(DType dtype) {
-  return dtype == DType::Fp32 || dtype == DType::Fp64 || dtype == DType::Fp16 || dtype == DType::Bf16;
-}
-
 // ncclAllReduce while the NCCL extension is loaded. `real` runs the job's own call.
 template <typename Real>
 ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, const void* sendbuff,
                              void* recvbuff, std::size_t count, ncclComm_t comm, cudaStream_t stream) {
   const auto plain = [&] { return recording() ? timed(event, stream, real) : real(); };
-  if (event.op != ReduceOp::Sum || count == 0 || !explorableDtype(event.dtype) || capturing(stream))
+  if (event.op != ReduceOp::Sum || count == 0 || !explorableDType(event.dtype) || capturing(stream))
     return plain();
   ShadowCall call;
   call.comm = &comm;

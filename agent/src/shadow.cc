@@ -104,8 +104,7 @@ std::uint64_t ExplorePlan::key(std::uint32_t comm, Api api, DType dtype, std::in
 
 bool ExplorePlan::sample(std::uint32_t comm, Api api, DType dtype, ReduceOp op, std::int64_t bytes) {
   if (op != ReduceOp::Sum || bytes <= 0 || bytes > settings_.max_bytes) return false;
-  if (dtype != DType::Fp32 && dtype != DType::Fp64 && dtype != DType::Fp16 && dtype != DType::Bf16)
-    return false;
+  if (!explorableDType(dtype)) return false;
   const std::lock_guard lock(mutex_);
   auto it = keys_.find(key(comm, api, dtype, bytes));
   if (it == keys_.end()) {

@@ -1,5 +1,7 @@
 #include "strategy_extension.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,10 +49,6 @@ double loadAsDouble(DType dtype, const std::byte* data, std::size_t i) {
   }
 }
 
-bool explorable(DType dtype) {
-  return dtype == DType::Fp32 || dtype == DType::Fp64 || dtype == DType::Fp16 || dtype == DType::Bf16;
-}
-
 // Device -> host and host -> device where the two sides differ (nothing to do for host memory).
 void toHost(comm::Communicator& comm, void* host, const void* source, std::size_t bytes) {
   if (host != source && bytes != 0) comm.local().download(host, source, bytes);
@@ -77,6 +75,14 @@ void StrategyExtension::maxOverRanks(comm::Communicator& comm, CommState& state,
 }
 
 // ---- SliceArena -------------------------------------------------------------------------------------------
+
+bool SliceArena::mapHost(std::size_t bytes) {
+  if (bytes == 0) return true;
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return false;
+  assign(static_cast<std::byte*>(memory), bytes);
+  return true;
+}
 
 std::byte* SliceArena::take(std::size_t bytes) {
   bytes = alignUp(std::max<std::size_t>(bytes, 1));
@@ -175,7 +181,7 @@ bool StrategyExtension::capture(const ShadowCall& call, const void* input) {
   const std::lock_guard lock(state.mutex);
   give(state.capture);
   state.capture = {};
-  if (!started_ || !state.refused_all.empty() || !explorable(call.dtype)) return false;
+  if (!started_ || !state.refused_all.empty() || !explorableDType(call.dtype)) return false;
   const std::size_t bytes = call.count * sizeOf(call.dtype);
   try {
     if (!take(call, bytes, call.dtype == DType::Fp32, state.capture)) return false;

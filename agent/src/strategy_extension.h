@@ -37,10 +37,12 @@ class SliceArena {
     base_ = base;
     size_ = bytes;
   }
+  // Maps `bytes` of host memory (touched only as used) and hands out slices of it; false when the
+  // mapping fails. Nothing to map for 0 bytes.
+  bool mapHost(std::size_t bytes);
   // A slice of `bytes`, or nullptr when no gap is large enough.
   std::byte* take(std::size_t bytes);
   void give(std::byte* slice);
-  std::size_t size() const { return size_; }
 
  private:
   std::mutex mutex_;
