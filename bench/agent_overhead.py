@@ -2,8 +2,8 @@
 """Overhead of the agent's observe mode on an MPI_Allreduce loop (docs/benchmarks.md).
 
 First the cost per call in isolation (gradscope_agent_hot_path: one rank, MPI_Allreduce through the
-agent's wrapper against PMPI_Allreduce, alternating blocks), then the same comparison inside one 2-rank
-job with the agent preloaded (the OSU loop in alternating blocks through the wrapper and around it, so
+agent's wrapper against PMPI_Allreduce, alternating blocks; every call recorded, and with the default
+recording rate limit), then the same comparisons inside one 2-rank job with the agent preloaded (the OSU loop in alternating blocks through the wrapper and around it, so
 both sides share the machine's state; without the agent the ratio is the method's own error). Then runs
 gradscope_osu_allreduce (the OSU osu_allreduce loop: MPI_Wtime around each call, then a barrier) with 2
 ranks, in pairs: bare, then with LD_PRELOAD=libgradscope-agent.so (the order alternates from
@@ -60,20 +60,20 @@ def main():
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--in-job-runs", type=int, default=9)
     options = parser.parse_args()
-    # 8 B twice: 50,000 calls fit in one ring (64 Ki records), so the background writer has nothing to do
-    # until the loop ends; in 200,000 it drains while the ranks spin, and takes its CPU from them when
-    # they keep every core busy.
+    # 8 B twice, with the agent's defaults: both loops call far faster than GRADSCOPE_MAX_CALL_RATE, so a
+    # rank records 5,000 calls per 20 ms and counts the rest; 200,000 calls last long enough for the
+    # background writer to drain while the ranks spin.
     cases = [("8 B, 50,000 calls", ["-n", "8", "-m", "8", "-i", "50000", "-x", "1000", "-p", "4"]),
              ("8 B, 200,000 calls", ["-n", "8", "-m", "8", "-i", "200000", "-x", "1000", "-p", "4"]),
              ("64 MiB", ["-n", str(64 << 20), "-m", str(64 << 20), "-i", "40", "-x", "3", "-p", "2"])]
     with tempfile.TemporaryDirectory() as out_dir:
-        def hot_path(ranks, blocks, agent, ring=None):
+        def hot_path(ranks, blocks, agent, **variables):
             command = ["mpiexec", "-np", str(ranks), "--oversubscribe"]
             if agent:
                 command += ["-x", "LD_PRELOAD=" + os.path.join(options.build, "agent", "libgradscope-agent.so"),
                             "-x", "GRADSCOPE_OUTPUT=" + os.path.join(out_dir, "hot%r-%p.db")]
-            if agent and ring:
-                command += ["-x", f"GRADSCOPE_BUFFER_CALLS={ring}"]
+                for name, value in variables.items():
+                    command += ["-x", f"{name}={value}"]
             program = [os.path.join(options.build, "bench", "gradscope_agent_hot_path"), str(blocks)]
             result = subprocess.run(command + program, env={**os.environ, **MPI_ENV}, capture_output=True,
                                     text=True, timeout=600)
@@ -81,15 +81,21 @@ def main():
                 sys.exit("run failed: " + " ".join(command + program) + "\n" + result.stderr)
             return result.stdout.strip()
 
-        for label, agent in (("without the agent", False), ("with the agent", True)):
-            print(f"hot path, 1 rank, {label}: {hot_path(1, 21, agent)}", flush=True)
+        # Every call recorded: no rate limit, and a ring of 256 Ki records (with the default 64 Ki, most calls
+        # of the 2-rank loop would find it full). Over the limit: the default configuration, where all but
+        # GRADSCOPE_MAX_CALL_RATE calls per second are counted and not timed.
+        recorded = {"GRADSCOPE_MAX_CALL_RATE": "0", "GRADSCOPE_BUFFER_CALLS": "262144"}
+        kinds = (("without the agent", False, {}, 3), ("with the agent, every call recorded", True, recorded,
+                                                      options.in_job_runs),
+                 ("with the agent, default (rate limit)", True, {}, options.in_job_runs))
+        for label, agent, variables, _ in kinds:
+            print(f"hot path, 1 rank, {label}: {hot_path(1, 21, agent, **variables)}", flush=True)
         # Both kinds of call in one job, so that they share the VM's latency mode (gradscope_agent_hot_path):
-        # 100 pairs of blocks of 2,000 calls, and a ring of 256 Ki records so that every call through the
-        # agent is recorded (with the default 64 Ki, two thirds of them would time the cheaper drop path).
-        for label, agent, runs in (("without the agent", False, 3), ("with the agent", True, options.in_job_runs)):
+        # 100 pairs of blocks of 2,000 calls.
+        for label, agent, variables, runs in kinds:
             ratios = []
             for _ in range(runs):
-                line = hot_path(options.ranks, 100, agent, ring=262144)
+                line = hot_path(options.ranks, 100, agent, **variables)
                 ratios.append(float(line.rsplit(" ", 1)[1]))
                 print(f"in one job, {label}: {line}", flush=True)
             print(f"in one job, {label}: median of {runs} runs' ratios {statistics.median(ratios):.4f}", flush=True)

@@ -132,6 +132,15 @@ Config parseConfig(const Environment& env, std::vector<std::string>& errors) {
       bad("GRADSCOPE_BUFFER_CALLS", value, "a power of two from 1024 to 16777216");
     else config.buffer_calls = static_cast<std::uint32_t>(*calls);
   }
+  if (const char* value = env("GRADSCOPE_MAX_CALL_RATE")) {
+    const auto rate = parseInteger(value);
+    // At least one call per window; at most 10^9 calls/s, which no thread reaches (0 says "all" plainly).
+    if (!rate || *rate < 0 || (*rate > 0 && *rate < 1'000'000'000 / kCallRateWindowNs) ||
+        *rate > 1'000'000'000)
+      bad("GRADSCOPE_MAX_CALL_RATE", value,
+          "calls per second per thread from 50 to 1000000000, or 0 for no limit");
+    else config.max_call_rate = *rate;
+  }
   if (const char* value = env("GRADSCOPE_WRITER_CPUS")) {
     const std::string_view text = value;
     if (text == "any" || text.empty()) config.writer_any_cpu = true;

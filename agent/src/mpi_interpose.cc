@@ -575,7 +575,8 @@ using namespace gradscope::agent;
     const std::int64_t bytes = static_cast<std::int64_t>(ELEMENTS) * type.size;                             \
     const std::int64_t seq = slot->nextSeq();                                                               \
     const std::int64_t step = stepForCall();                                                                \
-    const std::uint64_t start = ticks();                                                                    \
+    std::uint64_t start;                                                                                    \
+    if (!startRecording(start)) return real_##NAME ARGS;                                                    \
     const int rc = real_##NAME ARGS;                                                                        \
     const std::uint64_t end = ticks();                                                                      \
     recordInPlace([&](CallEvent& event) {                                                                   \

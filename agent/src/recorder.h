@@ -54,6 +54,19 @@ inline void record(const CallEvent& event) {
   if (buffer != nullptr) buffer->push(event);
 }
 
+// The recording rate limit of every thread (GRADSCOPE_MAX_CALL_RATE), set at activation.
+extern ThreadBuffer::RateLimit g_rate_limit;
+
+// Hot path, before a call is timed: whether it is to be recorded, and then its start tick. A call is not
+// recorded when its thread is over the recording rate limit, or its ring is full, or it could get no
+// ring; the drop is counted here and the caller neither reads the clock nor writes a record: two TSC
+// reads are most of what recording a call costs (docs/agent.md, "Overhead").
+inline bool startRecording(std::uint64_t& start) {
+  ThreadBuffer* buffer = t_buffer;
+  if (__builtin_expect(buffer == nullptr, 0)) buffer = claimThreadBuffer();
+  return buffer != nullptr && buffer->admit(g_rate_limit, ticks, start) && buffer->roomOrDrop();
+}
+
 // Hot path, in place: `fill` writes every field of the record straight into the thread's ring.
 template <typename Fill>
 inline void recordInPlace(Fill&& fill) {

@@ -34,8 +34,10 @@ ThreadBuffer* ThreadBufferTable::claim() noexcept {
   for (std::size_t i = 0; i < n; ++i) {
     ThreadBuffer* buffer = at(i);
     int expected = ThreadBuffer::kFree;
-    if (buffer != nullptr && buffer->state.compare_exchange_strong(expected, ThreadBuffer::kOwned))
+    if (buffer != nullptr && buffer->state.compare_exchange_strong(expected, ThreadBuffer::kOwned)) {
+      buffer->restartRateWindow();
       return buffer;
+    }
   }
   // A new one. Claims are rare (once per thread), so a mutex keeps the append simple.
   static std::mutex mutex;

@@ -44,16 +44,19 @@ class ThreadBuffer {
   // on every call would fetch a cache line the consumer keeps writing, which made a dropped call cost
   // more than a recorded one. At most kFullRecheck − 1 calls are dropped after space was freed.
   CallEvent* reserve() {
+    return roomOrDrop() ? &slots_[head_.load(std::memory_order_relaxed) & mask_] : nullptr;
+  }
+
+  // Whether a record fits now; when it does not, the record is dropped and counted here. The wrappers ask
+  // before they time a call, so that a call whose record would be dropped is not timed at all.
+  bool roomOrDrop() {
     const std::uint64_t head = head_.load(std::memory_order_relaxed);
-    if (head - cached_tail_ >= capacity_) {
-      const std::uint64_t dropped = dropped_.load(std::memory_order_relaxed);
-      if (dropped % kFullRecheck == 0) cached_tail_ = tail_.load(std::memory_order_acquire);
-      if (head - cached_tail_ >= capacity_) {
-        dropped_.store(dropped + 1, std::memory_order_relaxed);
-        return nullptr;
-      }
-    }
-    return &slots_[head & mask_];
+    if (head - cached_tail_ < capacity_) return true;
+    const std::uint64_t dropped = dropped_.load(std::memory_order_relaxed);
+    if (dropped % kFullRecheck == 0) cached_tail_ = tail_.load(std::memory_order_acquire);
+    if (head - cached_tail_ < capacity_) return true;
+    dropped_.store(dropped + 1, std::memory_order_relaxed);
+    return false;
   }
   void publish() { head_.store(head_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
 
@@ -69,7 +72,47 @@ class ThreadBuffer {
     return static_cast<std::size_t>(head - tail);
   }
 
+  // The recording rate limit (GRADSCOPE_MAX_CALL_RATE) of the owning thread: at most `window_calls`
+  // records per window of `window_ticks` clock ticks; window_calls 0: no limit.
+  struct RateLimit {
+    std::uint64_t window_ticks = 0;
+    std::uint32_t window_calls = 0;
+  };
+  static constexpr std::uint32_t kRateRecheck = 64;
+
+  // Producer, before a call is timed: true and the call's start tick (read from `now`) when the call is to
+  // be recorded; false when this window's calls are spent, the call then being counted (rateDropped()) and
+  // not timed. While they are spent, the clock is read only every kRateRecheck calls, to see whether the
+  // window has ended: a call over the limit costs a few ns, not two clock reads.
+  template <typename Now>
+  bool admit(const RateLimit& limit, Now&& now, std::uint64_t& start) {
+    if (limit.window_calls == 0) {
+      start = now();
+      return true;
+    }
+    if (window_left_ == 0 && (window_skips_++ % kRateRecheck != 0 || (start = now()) < window_end_)) {
+      rate_dropped_.store(rate_dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      return false;
+    }
+    if (window_left_ != 0) start = now();
+    if (start >= window_end_) {
+      window_end_ = start + limit.window_ticks;
+      window_left_ = limit.window_calls;
+      window_skips_ = 0;
+    }
+    --window_left_;
+    return true;
+  }
+
+  // A new owner starts a new window at its first call (the owner calls this, on claiming the buffer).
+  void restartRateWindow() {
+    window_end_ = 0;
+    window_left_ = 0;
+    window_skips_ = 0;
+  }
+
   std::uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  std::uint64_t rateDropped() const { return rate_dropped_.load(std::memory_order_relaxed); }
   std::uint32_t capacity() const { return static_cast<std::uint32_t>(capacity_); }
 
   struct Unmap {
@@ -86,6 +129,11 @@ class ThreadBuffer {
   alignas(64) std::atomic<std::uint64_t> head_{0};
   std::uint64_t cached_tail_ = 0;
   std::atomic<std::uint64_t> dropped_{0};
+  // The rate limit's window (producer only) and the calls it left out (read by the consumer).
+  std::uint64_t window_end_ = 0;
+  std::uint32_t window_left_ = 0;
+  std::uint32_t window_skips_ = 0;
+  std::atomic<std::uint64_t> rate_dropped_{0};
   // Consumer-side line.
   alignas(64) std::atomic<std::uint64_t> tail_{0};
   alignas(64) std::uint64_t capacity_;

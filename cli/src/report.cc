@@ -293,12 +293,16 @@ void writeExploreBudget(const std::vector<AgentStats>& stats, bool explored_any,
 
 // Drop kinds (docs/agent.md, docs/nccl-profiler-plugin.md): which lose calls, and what each means.
 bool dropLosesCalls(const std::string& kind) {
-  return kind == "call" || kind == "thread_buffer" || kind == "comm_table" || kind == "iallreduce_table";
+  return kind == "call" || kind == "call_rate" || kind == "thread_buffer" || kind == "comm_table" ||
+         kind == "iallreduce_table";
 }
 
 std::string dropMeaning(const std::string& kind) {
   if (kind == "call" || kind == "thread_buffer")
     return "calls not recorded: the agent's per-thread buffer was full (GRADSCOPE_BUFFER_CALLS)";
+  if (kind == "call_rate")
+    return "calls not recorded: the thread made more calls per second than the agent records "
+           "(GRADSCOPE_MAX_CALL_RATE, 250000 by default; 0 records them all)";
   if (kind == "comm_table") return "calls not recorded: the agent's table of communicators was full";
   if (kind == "iallreduce_table")
     return "MPI_Iallreduce calls not recorded: the agent's table of requests in flight was full";

@@ -15,9 +15,11 @@
   check_agent.py TOOLS --workdir DIR failopen-non-mpi  sh, python, mpiexec preloaded    } one 'gradscope:' line
   check_agent.py TOOLS --workdir DIR failopen-disabled  GRADSCOPE_DISABLE=1             } per rank on a problem
   check_agent.py TOOLS --workdir DIR init-order       PMPI_Init (the agent's MPI_Init bypassed), then calls
+  check_agent.py TOOLS --workdir DIR call-rate        a burst of tiny calls over GRADSCOPE_MAX_CALL_RATE: every
+                                                      call recorded or counted; 0 records them all
 
 TOOLS: --agent SO --gradscope EXE --mpiexec EXE --sample EXE --python /usr/bin/python3 --python-sample PY
---init-order EXE (each mode needs only some of them).
+--init-order EXE --call-burst EXE (each mode needs only some of them).
 
 The expected calls come from the samples (samples/mpi_train/train.cc, samples/python_mpi4py/train.py):
 one MPI_Bcast of the 12778 float32 parameters at setup, then per step, in order, MPI_Allreduce 320, 10,
@@ -28,6 +30,7 @@ Exits 0 when every check passes, 1 with one "check_agent: FAIL: ..." line per fa
 """
 
 import argparse
+import json
 import os
 import queue
 import shutil
@@ -712,6 +715,51 @@ def check_init_order(args):
         db.close()
 
 
+def check_call_rate(args):
+    """A burst of 20,000 MPI_Allreduce calls per rank, as fast as MPI makes them. With GRADSCOPE_MAX_CALL_RATE=50
+    (one call per 20 ms window) a rank records its first call and one per window after, in order, and
+    counts every other one as a 'call_rate' drop: recorded + counted = made, and the run's agent
+    statistics agree. With 0 (no limit) every call is recorded and nothing is dropped. The job's output is
+    the same either way."""
+    np, calls = 2, 20000
+    for rate in ("50", "0"):
+        label = f"call rate {rate}"
+        traces = fresh_directory(os.path.join(args.workdir, f"traces-{rate}"))
+        options = agent_options(args, os.path.join(traces, "rank%r.db"), GRADSCOPE_MAX_CALL_RATE=rate)
+        code, out, err = run(mpiexec(args, np, [args.call_burst, str(calls)], options), base_environment(),
+                             args.workdir)
+        check(code == 0, f"{label}: exit {code}: {tail(err)}")
+        check(out == "call_burst: ok\n", f"{label}: the job's output changed under the agent: {out!r}")
+        files = trace_files(traces)
+        check(files == [f"rank{r}.db" for r in range(np)], f"{label}: per-rank files {files}")
+        for name in files:
+            db = check_file_opens(os.path.join(traces, name), f"{label}: {name}")
+            if db is None:
+                continue
+            seqs = [row[0] for row in db.execute("SELECT seq FROM calls WHERE api = ? ORDER BY start_ns",
+                                                 (MPI_ALLREDUCE,))]
+            drops = dict(db.execute("SELECT kind, count FROM drops WHERE count != 0").fetchall())
+            stats = json.loads(db.execute("SELECT config_json FROM runs").fetchone()[0]).get("agent", {})
+            db.close()
+            check(seqs == sorted(set(seqs)) and all(0 <= seq < calls for seq in seqs),
+                  f"{label}: {name}: recorded seq numbers out of order or range: {seqs[:10]}...")
+            if rate == "0":
+                check(seqs == list(range(calls)) and drops == {},
+                      f"{label}: {name}: {len(seqs)} calls recorded, drops {drops}; expected all {calls}, none")
+                continue
+            counted = drops.get("call_rate", 0)
+            check(set(drops) <= {"call_rate"}, f"{label}: {name}: drops {drops}, expected only call_rate")
+            check(len(seqs) + counted == calls,
+                  f"{label}: {name}: {len(seqs)} recorded + {counted} counted, expected the {calls} made")
+            # The first call opens a window; a window lasts 20 ms, and the burst far less than 20 s.
+            check(seqs[:1] == [0] and len(seqs) < calls // 20,
+                  f"{label}: {name}: {len(seqs)} calls recorded, the first {seqs[:3]}; expected seq 0 and one "
+                  "per 20 ms window")
+            check(stats.get("calls_dropped") == counted,
+                  f"{label}: {name}: agent statistics {stats}, expected calls_dropped {counted}")
+        print(f"check_agent: {label}: ok")
+
+
 # mode: (function, the options it needs)
 MODES = {
     "cpp": (lambda args: check_sample(args, "cpp"), ["agent", "gradscope", "sample"]),
@@ -727,6 +775,7 @@ MODES = {
     "failopen-non-mpi": (check_failopen_non_mpi, ["agent", "sample", "python"]),
     "failopen-disabled": (check_failopen_disabled, ["agent", "sample"]),
     "init-order": (check_init_order, ["agent", "init_order"]),
+    "call-rate": (check_call_rate, ["agent", "call_burst"]),
 }
 
 
@@ -776,6 +825,7 @@ def main():
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--python-sample")
     parser.add_argument("--init-order")
+    parser.add_argument("--call-burst")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("mode", choices=sorted(MODES))
     args, function = prepare(parser, MODES, "mode", "gs-agent-")

@@ -46,6 +46,7 @@ TEST(AgentConfig, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(config.output, "gradscope-%h-%p.db");
   EXPECT_EQ(config.flush_interval_ns, 50'000'000);
   EXPECT_EQ(config.buffer_calls, 65536u);
+  EXPECT_EQ(config.max_call_rate, 250'000);
   EXPECT_EQ(config.step_calls, 0);
   EXPECT_TRUE(config.step_nvtx.empty());
   EXPECT_TRUE(config.run_id.empty());
@@ -59,6 +60,7 @@ TEST(AgentConfig, ParsesEveryVariable) {
                                {"GRADSCOPE_MODE", "observe"},
                                {"GRADSCOPE_FLUSH_INTERVAL", "2s"},
                                {"GRADSCOPE_BUFFER_CALLS", "1024"},
+                               {"GRADSCOPE_MAX_CALL_RATE", "0"},
                                {"GRADSCOPE_STEP_CALLS", "7"},
                                {"GRADSCOPE_DISABLE", "0"},
                                {"GRADSCOPE_COMMAND", "train --fast"},
@@ -70,6 +72,7 @@ TEST(AgentConfig, ParsesEveryVariable) {
   EXPECT_EQ(config.output, "/tmp/x/rank%r.db");
   EXPECT_EQ(config.flush_interval_ns, 2'000'000'000);
   EXPECT_EQ(config.buffer_calls, 1024u);
+  EXPECT_EQ(config.max_call_rate, 0);
   EXPECT_EQ(config.step_calls, 7);
   EXPECT_EQ(config.command, "train --fast");
   EXPECT_FALSE(config.writer_any_cpu);
@@ -95,6 +98,9 @@ TEST(AgentConfig, EveryBadValueIsOneLineNamingTheVariable) {
       {"GRADSCOPE_BUFFER_CALLS", "7"},
       {"GRADSCOPE_BUFFER_CALLS", "3000"},
       {"GRADSCOPE_BUFFER_CALLS", "99999999999"},
+      {"GRADSCOPE_MAX_CALL_RATE", "-1"},
+      {"GRADSCOPE_MAX_CALL_RATE", "10"},
+      {"GRADSCOPE_MAX_CALL_RATE", "fast"},
       {"GRADSCOPE_MODE", "warp"},
       {"GRADSCOPE_EXPLORE_BUDGET", "0"},
       {"GRADSCOPE_EXPLORE_BUDGET", "150%"},
@@ -352,6 +358,79 @@ TEST(ThreadBuffer, ConcurrentProducerAndConsumerLoseNothingUncounted) {
   EXPECT_TRUE(ordered);
   EXPECT_TRUE(intact);
   EXPECT_EQ(received + static_cast<std::int64_t>(buffer.dropped()), kRecords);
+}
+
+// The recording rate limit, on a fake clock: `calls` records per window, the rest counted and not timed
+// (the clock is read only every kRateRecheck calls over the limit), a new window once the clock passes
+// the end of the last.
+TEST(ThreadBuffer, RateLimitAdmitsAWindowsCallsAndCountsTheRestWithoutTimingThem) {
+  ThreadBuffer buffer(1024);
+  const ThreadBuffer::RateLimit limit{/*window_ticks=*/1000, /*window_calls=*/3};
+  std::uint64_t clock = 5000;
+  int reads = 0;
+  const auto now = [&] {
+    ++reads;
+    return clock;
+  };
+  std::uint64_t start = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(buffer.admit(limit, now, start)) << i;
+    EXPECT_EQ(start, clock);
+    clock += 10;
+  }
+  EXPECT_EQ(reads, 3);
+  // Over the limit: 2 × kRateRecheck calls, of which 2 look at the clock (the window has not ended).
+  for (std::uint32_t i = 0; i < 2 * ThreadBuffer::kRateRecheck; ++i)
+    EXPECT_FALSE(buffer.admit(limit, now, start));
+  EXPECT_EQ(reads, 5);
+  EXPECT_EQ(buffer.rateDropped(), 2u * ThreadBuffer::kRateRecheck);
+  // The window (from tick 5000) ends at 6000: the next look at the clock opens a new one.
+  clock = 6000;
+  int admitted = 0;
+  for (std::uint32_t i = 0; i < ThreadBuffer::kRateRecheck; ++i)
+    admitted += buffer.admit(limit, now, start) ? 1 : 0;
+  EXPECT_EQ(admitted, 3);  // the call that saw the new window and the window's other two
+  EXPECT_EQ(buffer.rateDropped(), 3u * ThreadBuffer::kRateRecheck - 3);
+}
+
+// A window ends by the clock even when its calls are not spent: the next window has all its calls.
+TEST(ThreadBuffer, RateLimitWindowEndsByTheClock) {
+  ThreadBuffer buffer(16);
+  const ThreadBuffer::RateLimit limit{/*window_ticks=*/1000, /*window_calls=*/3};
+  std::uint64_t clock = 0, start = 0;
+  const auto now = [&] { return clock; };
+  ASSERT_TRUE(buffer.admit(limit, now, start));
+  clock = 1500;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(buffer.admit(limit, now, start)) << i;
+  EXPECT_FALSE(buffer.admit(limit, now, start));
+  EXPECT_EQ(buffer.rateDropped(), 1u);
+}
+
+TEST(ThreadBuffer, NoRateLimitTimesEveryCall) {
+  ThreadBuffer buffer(16);
+  std::uint64_t clock = 0, start = 0;
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_TRUE(buffer.admit(
+        {}, [&] { return ++clock; }, start));
+  EXPECT_EQ(start, 1000u);
+  EXPECT_EQ(buffer.rateDropped(), 0u);
+}
+
+// A buffer reused by a new thread starts a window at that thread's first call, whatever its last owner
+// left.
+TEST(ThreadBufferTable, AReusedBufferStartsANewRateWindow) {
+  ThreadBufferTable table(1024);
+  ThreadBuffer* buffer = table.claim();
+  ASSERT_NE(buffer, nullptr);
+  const ThreadBuffer::RateLimit limit{1'000'000, 1};
+  std::uint64_t start = 0;
+  const auto now = [] { return std::uint64_t{100}; };
+  ASSERT_TRUE(buffer->admit(limit, now, start));
+  EXPECT_FALSE(buffer->admit(limit, now, start));  // spent, and the window lasts
+  ThreadBufferTable::release(buffer);
+  buffer->state.store(ThreadBuffer::kFree);
+  ASSERT_EQ(table.claim(), buffer);
+  EXPECT_TRUE(buffer->admit(limit, now, start));
 }
 
 TEST(ThreadBufferTable, ReusesTheBufferOfAnExitedThreadOnlyOnceFree) {

@@ -205,7 +205,7 @@ TEST(Report, ListsDroppedEventsAndTheirTotal) {
   testing::writeSyntheticRank(path, job, 3);
   {
     test::RawDb db(path);
-    db.exec("INSERT INTO drops VALUES (3, 'call', 1200), (3, 'cupti_record', 34)");
+    db.exec("INSERT INTO drops VALUES (3, 'call', 1200), (3, 'call_rate', 800), (3, 'cupti_record', 34)");
   }
   const std::string text = report(path);
   EXPECT_TRUE(hasLine(text, "Dropped events")) << text;
@@ -217,7 +217,11 @@ TEST(Report, ListsDroppedEventsAndTheirTotal) {
   EXPECT_TRUE(hasLine(
       text, "  cupti_record: CUPTI kernel records lost: those calls' spans come from their CUDA events"))
       << text;
-  EXPECT_TRUE(hasLine(text, "  1,200 calls not recorded in total: the totals above miss them")) << text;
+  EXPECT_TRUE(hasLine(text,
+                      "  call_rate: calls not recorded: the thread made more calls per second than the agent "
+                      "records (GRADSCOPE_MAX_CALL_RATE, 250000 by default; 0 records them all)"))
+      << text;
+  EXPECT_TRUE(hasLine(text, "  2,000 calls not recorded in total: the totals above miss them")) << text;
   EXPECT_EQ(text.find("none: every intercepted event"), std::string::npos);
 }
 
