@@ -104,6 +104,42 @@ void writeAll(int fd, const void* data, std::size_t size) {
 
 bool createDirectories(const std::filesystem::path& directory, std::string& error);
 
+// The cost of what a recorded call adds, measured on the calling thread with the same operations: a
+// communicator look-up that hits (the common case: the thread's last communicator), two clock reads and a
+// record written into a ring. bench/agent_hot_path.c measures the real wrapper; the two agree within a few
+// ns. About 1 ms, run by the activating thread inside MPI_Init or the first communicator's creation: on
+// the background thread, at its start, it took that millisecond from a rank whose timed loop had begun.
+double measureHotPathNs() {
+  constexpr int kCalls = 20000;
+  double ns = 0;
+  ThreadBuffer scratch(32768);
+  // A private registry, never destroyed: the thread's last-hit pointer points into it until the thread
+  // looks up one of the job's communicators (whose handles never equal `handle`'s address).
+  static CommRegistry* const registry = new CommRegistry();
+  static const int handle = 0;
+  if (registry->size() == 0) registry->add(&handle, {Backend::Unknown, "scratch", 1, 0});
+  // Twice: the first pass warms the caches and the branch predictor, the second is what a warm thread
+  // pays (the ring's pages are resident from the start, as every thread's are).
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::int64_t t0 = monotonicNs();
+    for (int i = 0; i < kCalls; ++i) {
+      const CommSlot* slot = registry->find(&handle);
+      const std::uint64_t start = ticks();
+      const std::uint64_t end = ticks();
+      if (CallEvent* event = scratch.reserve()) {
+        event->start = event->enqueue = start;
+        event->end = end;
+        event->comm = slot == nullptr ? 0 : slot->index;
+        event->seq = i;
+        scratch.publish();
+      }
+    }
+    ns = static_cast<double>(monotonicNs() - t0) / kCalls;
+    scratch.drain([](const CallEvent&) {});
+  }
+  return ns;
+}
+
 // ---- the background thread --------------------------------------------------------------------------
 
 class Flusher {
@@ -121,6 +157,7 @@ class Flusher {
   }
   // Before start(): afterwards the clock is the background thread's.
   double ticksPerNs() const { return clock_.ticksPerNs(); }
+  void setHotPathNs(double ns) { hot_path_ns_ = ns; }
   void join() {
     if (thread_.joinable()) thread_.join();
   }
@@ -131,8 +168,6 @@ class Flusher {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    // Measured before the priority drops: at idle priority the job's threads would preempt the loop.
-    measureHotPath();
     // Idle priority: on a machine whose cores the job keeps busy, this thread takes about 0.3% of one
     // (SCHED_IDLE's CFS weight is 3 against a normal thread's 1024) instead of a full share, and calls
     // it cannot keep up with are dropped and counted rather than slowing the job: with ranks that spin
@@ -177,39 +212,6 @@ class Flusher {
     if (signal_number != 0) {
       const char done = 1;
       writeAll(g_done_pipe[1], &done, 1);
-    }
-  }
-
-  // The cost of what an intercepted call adds, measured on this thread with the same operations: a
-  // communicator look-up that hits (the common case: the thread's last communicator), two clock reads
-  // and a record written into a ring. bench/agent_hot_path.c measures the real wrapper; the two agree
-  // within a few ns.
-  void measureHotPath() {
-    constexpr int kCalls = 20000;
-    ThreadBuffer scratch(32768);
-    // A private registry, never destroyed (the thread's last-hit pointer may point into it); the job's
-    // communicators are not touched.
-    static CommRegistry* const registry = new CommRegistry();
-    static const int handle = 0;
-    if (registry->size() == 0) registry->add(&handle, {Backend::Unknown, "scratch", 1, 0});
-    // Twice: the first pass warms the caches and the branch predictor, the second is what a warm thread
-    // pays (the ring's pages are resident from the start, as every thread's are).
-    for (int pass = 0; pass < 2; ++pass) {
-      const std::int64_t t0 = monotonicNs();
-      for (int i = 0; i < kCalls; ++i) {
-        const CommSlot* slot = registry->find(&handle);
-        const std::uint64_t start = ticks();
-        const std::uint64_t end = ticks();
-        if (CallEvent* event = scratch.reserve()) {
-          event->start = event->enqueue = start;
-          event->end = end;
-          event->comm = slot == nullptr ? 0 : slot->index;
-          event->seq = i;
-          scratch.publish();
-        }
-      }
-      hot_path_ns_ = static_cast<double>(monotonicNs() - t0) / kCalls;
-      scratch.drain([](const CallEvent&) {});
     }
   }
 
@@ -611,7 +613,7 @@ class Flusher {
   static constexpr std::size_t kMaxPendingGpu = 1 << 16;
   static constexpr std::size_t kMaxSampledIds = 1 << 16;
   static constexpr std::size_t kMaxPendingExplorations = 256;
-  static constexpr std::size_t kBatch = 512;
+  static constexpr std::size_t kBatch = 256;
   static constexpr std::size_t kMaxNcclInfo = 4096;
   static constexpr std::size_t kNcclProfileDrops = 8;  // g_drop_counters index of "nccl_profile"
 
@@ -847,6 +849,7 @@ bool activate(const Activation& activation) {
       fail("cannot create the agent's wake-up pipe: {}", errnoMessage(errno));
     g_buffers = new ThreadBufferTable(g_config.buffer_calls);
     g_flusher = new Flusher(std::move(writer), run_id, rank_id, epoch_ns, run.config_json);
+    g_flusher->setHotPathNs(measureHotPathNs());
     if (g_config.max_call_rate > 0) {
       // The tick rate of the flusher's first 2 ms: a window a few % off its length changes nothing.
       g_rate_limit.window_ticks =
