@@ -17,6 +17,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -104,27 +105,38 @@ void writeAll(int fd, const void* data, std::size_t size) {
 
 bool createDirectories(const std::filesystem::path& directory, std::string& error);
 
-// The cost of what a recorded call adds, measured on the calling thread with the same operations: a
-// communicator look-up that hits (the common case: the thread's last communicator), two clock reads and a
-// record written into a ring. bench/agent_hot_path.c measures the real wrapper; the two agree within a few
-// ns. About 1 ms, run by the activating thread inside MPI_Init or the first communicator's creation: on
-// the background thread, at its start, it took that millisecond from a rank whose timed loop had begun.
-double measureHotPathNs() {
+// What an intercepted call costs the calling thread, measured on it with the same operations: a
+// communicator look-up that hits (the common case: the thread's last communicator), then for a recorded
+// call the rate limit's admission, two clock reads and a record written into a ring, and for a call the
+// rate limit turns away the admission alone. bench/agent_hot_path.c measures the real wrapper; the two
+// agree within a few ns. About 1 ms, run by the activating thread inside MPI_Init or the first
+// communicator's creation: on the background thread, at its start, it took that millisecond from a rank
+// whose timed loop had begun.
+struct HotPathCost {
+  double recorded_ns = 0, dropped_ns = 0;
+};
+
+HotPathCost measureHotPath() {
   constexpr int kCalls = 20000;
-  double ns = 0;
+  HotPathCost cost;
   ThreadBuffer scratch(32768);
   // A private registry, never destroyed: the thread's last-hit pointer points into it until the thread
   // looks up one of the job's communicators (whose handles never equal `handle`'s address).
   static CommRegistry* const registry = new CommRegistry();
   static const int handle = 0;
   if (registry->size() == 0) registry->add(&handle, {Backend::Unknown, "scratch", 1, 0});
+  // A window longer than the loop with more calls than it makes: the limit's bookkeeping, nothing turned
+  // away.
+  const ThreadBuffer::RateLimit roomy{std::numeric_limits<std::uint64_t>::max() / 2,
+                                      std::numeric_limits<std::uint32_t>::max()};
   // Twice: the first pass warms the caches and the branch predictor, the second is what a warm thread
   // pays (the ring's pages are resident from the start, as every thread's are).
   for (int pass = 0; pass < 2; ++pass) {
     const std::int64_t t0 = monotonicNs();
     for (int i = 0; i < kCalls; ++i) {
       const CommSlot* slot = registry->find(&handle);
-      const std::uint64_t start = ticks();
+      std::uint64_t start = 0;
+      if (!scratch.admit(roomy, ticks, start) || !scratch.roomOrDrop()) continue;
       const std::uint64_t end = ticks();
       if (CallEvent* event = scratch.reserve()) {
         event->start = event->enqueue = start;
@@ -134,10 +146,22 @@ double measureHotPathNs() {
         scratch.publish();
       }
     }
-    ns = static_cast<double>(monotonicNs() - t0) / kCalls;
+    cost.recorded_ns = static_cast<double>(monotonicNs() - t0) / kCalls;
     scratch.drain([](const CallEvent&) {});
   }
-  return ns;
+  // One call per window, and a window longer than the loop: every call but the first is turned away.
+  const ThreadBuffer::RateLimit spent{std::numeric_limits<std::uint64_t>::max() / 2, 1};
+  scratch.restartRateWindow();
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::int64_t t0 = monotonicNs();
+    for (int i = 0; i < kCalls; ++i) {
+      const CommSlot* slot = registry->find(&handle);
+      std::uint64_t start = 0;
+      if (slot != nullptr && scratch.admit(spent, ticks, start)) scratch.roomOrDrop();
+    }
+    cost.dropped_ns = static_cast<double>(monotonicNs() - t0) / kCalls;
+  }
+  return cost;
 }
 
 // ---- the background thread --------------------------------------------------------------------------
@@ -157,7 +181,7 @@ class Flusher {
   }
   // Before start(): afterwards the clock is the background thread's.
   double ticksPerNs() const { return clock_.ticksPerNs(); }
-  void setHotPathNs(double ns) { hot_path_ns_ = ns; }
+  void setHotPathCost(HotPathCost cost) { hot_path_ = cost; }
   void join() {
     if (thread_.joinable()) thread_.join();
   }
@@ -571,7 +595,8 @@ class Flusher {
       config["agent"] = {
           {"calls_recorded", calls_recorded_},
           {"calls_dropped", calls_dropped_},
-          {"hot_path_ns", hot_path_ns_},
+          {"hot_path_ns", hot_path_.recorded_ns},
+          {"dropped_call_ns", hot_path_.dropped_ns},
           {"flusher_cpu_ns", static_cast<std::int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec},
           {"buffer_bytes", static_cast<std::int64_t>(g_buffers->size()) * g_buffers->capacity() *
                                static_cast<std::int64_t>(sizeof(CallEvent))},
@@ -644,7 +669,7 @@ class Flusher {
   std::vector<std::int64_t> comm_rows_;
   std::vector<std::uint64_t> dropped_per_buffer_, rate_dropped_per_buffer_;
   std::int64_t calls_recorded_ = 0, calls_dropped_ = 0;
-  double hot_path_ns_ = 0;
+  HotPathCost hot_path_;
   bool failed_ = false;
 };
 
@@ -849,7 +874,7 @@ bool activate(const Activation& activation) {
       fail("cannot create the agent's wake-up pipe: {}", errnoMessage(errno));
     g_buffers = new ThreadBufferTable(g_config.buffer_calls);
     g_flusher = new Flusher(std::move(writer), run_id, rank_id, epoch_ns, run.config_json);
-    g_flusher->setHotPathNs(measureHotPathNs());
+    g_flusher->setHotPathCost(measureHotPath());
     if (g_config.max_call_rate > 0) {
       // The tick rate of the flusher's first 2 ms: a window a few % off its length changes nothing.
       g_rate_limit.window_ticks =

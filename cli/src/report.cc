@@ -224,6 +224,10 @@ void writeApplied(const storage::TraceReader::AppliedSummary& applied, bool appl
 struct AgentStats {
   int rank = -1;
   double calls_recorded = 0, calls_dropped = 0, hot_path_ns = 0, flusher_cpu_ns = 0, buffer_bytes = 0;
+  // What a call the agent did not record cost its caller; files written before the agent measured it
+  // (no "dropped_call_ns") count such a call at hot_path_ns, as it then cost.
+  double dropped_call_ns = 0;
+  double callerNs() const { return calls_recorded * hot_path_ns + calls_dropped * dropped_call_ns; }
   // Explore and apply modes ("shadow"): sampled calls explored, and skipped for the budget or otherwise.
   double explored = 0, skipped_budget = 0, skipped_other = 0;
 };
@@ -246,6 +250,10 @@ std::vector<AgentStats> agentStats(const std::vector<storage::RunInfo>& runs,
                      number("hot_path_ns"),
                      number("flusher_cpu_ns"),
                      number("buffer_bytes")};
+    const auto dropped_call = entry.find("dropped_call_ns");
+    stats.dropped_call_ns = dropped_call != entry.end() && dropped_call->is_number()
+                                ? dropped_call->get<double>()
+                                : stats.hot_path_ns;
     if (const auto shadow = entry.find("shadow"); shadow != entry.end() && shadow->is_object()) {
       const auto count = [&shadow](const char* key) {
         const auto it = shadow->find(key);
@@ -323,8 +331,9 @@ std::string dropMeaning(const std::string& kind) {
   return "events the agent could not record";
 }
 
-// What the agent cost the job, by its own measurements: the time it added on the calling threads (its
-// measured cost of one record times the calls it saw) and the CPU time of its background thread.
+// What the agent cost the job, by its own measurements: the time it added on the calling threads (the
+// calls it recorded at its measured cost of one record, the others at its measured cost of turning one
+// away) and the CPU time of its background thread.
 void writeAgentOverhead(const std::vector<AgentStats>& stats, std::int64_t collective_ns, std::ostream& out) {
   if (stats.empty()) return;
   out << "\nAgent overhead (the agent's own measurements)\n";
@@ -337,11 +346,11 @@ void writeAgentOverhead(const std::vector<AgentStats>& stats, std::int64_t colle
                        rank.rank >= 0 ? std::to_string(rank.rank) : "-",
                        formatCount(static_cast<std::uint64_t>(rank.calls_recorded)),
                        formatCount(static_cast<std::uint64_t>(rank.calls_dropped)),
-                       formatDuration(rank.hot_path_ns), formatDuration(seen * rank.hot_path_ns),
+                       formatDuration(rank.hot_path_ns), formatDuration(rank.callerNs()),
                        formatDuration(rank.flusher_cpu_ns),
                        formatBytes(static_cast<std::uint64_t>(rank.buffer_bytes)));
     calls += seen;
-    caller_ns += seen * rank.hot_path_ns;
+    caller_ns += rank.callerNs();
     background_ns += rank.flusher_cpu_ns;
     buffer_bytes += rank.buffer_bytes;
   }

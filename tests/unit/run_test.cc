@@ -425,6 +425,27 @@ TEST(RunFinish, MergesTheRanksIntoTraceDbAndSummarises) {
   EXPECT_TRUE(contains(again.str(), "(2 rank files merged")) << again.str();
 }
 
+// Since the agent measures what an unrecorded call costs (dropped_call_ns), the summary counts the calls
+// it turned away at that cost, not at the cost of a record.
+TEST(RunFinish, CallsNotRecordedCostWhatTheAgentMeasuredForThem) {
+  const TempDir dir;
+  const auto ranks = writeRanks(dir.path(), 1, kRun, /*agent_stats=*/false);
+  {
+    test::RawDb db(ranks.at(0));
+    db.exec(
+        R"(UPDATE runs SET config_json = '{"mode":"observe","agent":{"calls_recorded":1000,"calls_dropped":9000,)"
+        R"("hot_path_ns":20,"dropped_call_ns":2,"flusher_cpu_ns":2500000,"buffer_bytes":4194304}}')");
+  }
+  FinishOptions options;
+  options.run_id = kRun;
+  std::ostringstream log;
+  finishRun(dir.path(), options, log);
+  // 1,000 x 20 ns + 9,000 x 2 ns = 38 us over 10,000 calls.
+  EXPECT_TRUE(
+      contains(log.str(), "agent overhead: ~4 ns per call on the calling thread x 10,000 calls = 38.0 us"))
+      << log.str();
+}
+
 TEST(RunFinish, MergeGathersEveryRanksAgentStatistics) {
   const TempDir dir;
   const auto ranks = writeRanks(dir.path(), 3, kRun, /*agent_stats=*/true);
