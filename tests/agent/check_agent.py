@@ -717,10 +717,11 @@ def check_init_order(args):
 
 def check_call_rate(args):
     """A burst of 20,000 MPI_Allreduce calls per rank, as fast as MPI makes them. With GRADSCOPE_MAX_CALL_RATE=50
-    (one call per 20 ms window) a rank records its first call and one per window after, in order, and
-    counts every other one as a 'call_rate' drop: recorded + counted = made, and the run's agent
-    statistics agree. With 0 (no limit) every call is recorded and nothing is dropped. The job's output is
-    the same either way."""
+    (one call per 20 ms window) a rank records its first call and one per window after and counts every
+    other one as a 'call_rate' drop: recorded + counted = made, and the run's agent statistics agree.
+    With 0 (no limit) every call is recorded and nothing is dropped. Either way the recorded calls' start
+    times follow their order (the clock map never steps back between flushes), and the job's output is
+    the same."""
     np, calls = 2, 20000
     for rate in ("50", "0"):
         label = f"call rate {rate}"
@@ -736,13 +737,17 @@ def check_call_rate(args):
             db = check_file_opens(os.path.join(traces, name), f"{label}: {name}")
             if db is None:
                 continue
-            seqs = [row[0] for row in db.execute("SELECT seq FROM calls WHERE api = ? ORDER BY start_ns",
-                                                 (MPI_ALLREDUCE,))]
+            rows = db.execute("SELECT seq, start_ns FROM calls WHERE api = ? ORDER BY seq",
+                              (MPI_ALLREDUCE,)).fetchall()
+            seqs = [seq for seq, _ in rows]
+            # One thread's calls, so their times follow their order, across every flush of the run.
+            backwards = [(a, b) for a, b in zip(rows, rows[1:]) if b[1] < a[1]]
+            check(backwards == [], f"{label}: {name}: a later call starts before an earlier one: {backwards[:3]}")
             drops = dict(db.execute("SELECT kind, count FROM drops WHERE count != 0").fetchall())
             stats = json.loads(db.execute("SELECT config_json FROM runs").fetchone()[0]).get("agent", {})
             db.close()
-            check(seqs == sorted(set(seqs)) and all(0 <= seq < calls for seq in seqs),
-                  f"{label}: {name}: recorded seq numbers out of order or range: {seqs[:10]}...")
+            check(len(seqs) == len(set(seqs)) and all(0 <= seq < calls for seq in seqs),
+                  f"{label}: {name}: recorded seq numbers repeated or out of range: {seqs[:10]}...")
             if rate == "0":
                 check(seqs == list(range(calls)) and drops == {},
                       f"{label}: {name}: {len(seqs)} calls recorded, drops {drops}; expected all {calls}, none")

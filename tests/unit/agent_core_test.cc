@@ -506,6 +506,44 @@ TEST(CommRegistry, FindsAddsAndRetires) {
   EXPECT_EQ(registry.size(), 3u);
 }
 
+// The background thread converts each batch of records after refining the rate, so consecutive calls
+// are converted under different refinements. A first rate 0.2% too low (the TSC really runs at 1 tick
+// per ns here) must not make a later tick convert to an earlier time, and the map must come onto the
+// true clock as it learns the rate.
+TEST(ClockConversion, LaterTicksNeverConvertEarlierAcrossRefinements) {
+  constexpr std::int64_t kMono0 = 1'000'000'000, kEpoch = 1'700'000'000'000'000'000;
+  ClockConversion clock(/*tsc=*/true, /*anchor_ticks=*/5000, kMono0, kEpoch - kMono0, /*ticks_per_ns=*/0.998);
+  std::int64_t last = kEpoch, worst_backwards = 0;
+  std::uint64_t tick = 5000;
+  for (std::int64_t ms = 1; ms <= 2000; ++ms) {
+    // A flush every 50 ms: refine, then convert the calls of the last 50 ms (one per 10 µs).
+    if (ms % 50 != 0) continue;
+    const std::uint64_t now = 5000 + static_cast<std::uint64_t>(ms) * 1'000'000;
+    clock.refineAt(now, kMono0 + ms * 1'000'000);
+    for (; tick < now; tick += 10'000) {
+      const std::int64_t converted = clock.toEpochNs(tick);
+      worst_backwards = std::max(worst_backwards, last - converted);
+      last = converted;
+    }
+  }
+  EXPECT_LE(worst_backwards, 0) << "a later tick converted " << worst_backwards << " ns earlier";
+  // After 2 s the map is on the true clock (epoch + ticks since the anchor) within a microsecond.
+  const std::uint64_t end = 5000 + 2'000'000'000ULL;
+  EXPECT_NEAR(static_cast<double>(clock.toEpochNs(end)), static_cast<double>(kEpoch + 2'000'000'000LL),
+              1000.0);
+  EXPECT_NEAR(clock.ticksPerNs(), 1.0, 1e-9);
+}
+
+// Refinements come at intervals that grow with the run: a day of flushes every 50 ms adds a few hundred
+// segments, not 1.7 million.
+TEST(ClockConversion, ADayOfFlushesKeepsAFewHundredSegments) {
+  ClockConversion clock(/*tsc=*/true, 0, 0, 0, /*ticks_per_ns=*/2.5);
+  for (std::int64_t ms = 50; ms <= 86'400'000; ms += 50)
+    clock.refineAt(static_cast<std::uint64_t>(ms) * 2'500'000, ms * 1'000'000);
+  EXPECT_LT(clock.segments(), 400u);
+  EXPECT_NEAR(static_cast<double>(clock.toEpochNs(86'400'000ULL * 2'500'000)), 86'400'000'000'000.0, 1000.0);
+}
+
 TEST(ClockConversion, TicksConvertToTheWallClock) {
   chooseTickSource();
   ClockConversion clock;
