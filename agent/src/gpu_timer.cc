@@ -165,10 +165,10 @@ bool CudaEventTimer::recordReference(Domain& domain, Reference& reference, bool 
   // (the previous reference stays in use meanwhile).
   const int tries = first ? 5 : 1;
   for (int i = 0; i < tries; ++i) {
-    const std::int64_t before = realtimeNs();
+    const std::int64_t before = options_.host_clock_ns();
     if (driver_.eventRecord(reference.event, domain.stream) != cuda::CUDA_SUCCESS) return false;
     if (driver_.eventSynchronize(reference.event) != cuda::CUDA_SUCCESS) return false;
-    const std::int64_t width = realtimeNs() - before;
+    const std::int64_t width = options_.host_clock_ns() - before;
     if (width <= kReferenceWidthNs || (first && i + 1 == tries)) {
       reference.host_ns = before + width / 2;
       return true;

@@ -42,6 +42,7 @@
 #include <mutex>
 #include <string>
 
+#include "clock.h"
 #include "cuda_driver.h"
 #include "cupti_tracer.h"
 #include "recorder.h"
@@ -67,6 +68,9 @@ class CudaEventTimer final : public GpuTimer {
   struct Options {
     std::uint32_t pairs_per_domain = 4096;
     std::int64_t reference_interval_ns = 200'000'000;  // how often poll() renews a domain's reference
+    // The host clock read around each reference (Unix-epoch ns). Tests give one that the scheduler
+    // cannot stretch past kReferenceWidthNs.
+    std::int64_t (*host_clock_ns)() = realtimeNs;
   };
 
   // `driver` must stay valid as long as the timer.

@@ -210,10 +210,17 @@ struct FakeGpu {
   int job_stream_syncs = 0;
   std::vector<cuda::CUevent> events;
 
+  // The host's Unix-epoch clock as the timer reads it around references (hostClock): each read moves it
+  // on by host_step_ns, so the width of a reference read is exactly that, however the test is scheduled.
+  std::int64_t host_ns = 1'700'000'000'000'000'000;
+  std::int64_t host_step_ns = 1'000;
+
   void launch(CUstream stream, std::int64_t ns) { cursor[stream] = std::max(now_ns, cursor[stream]) + ns; }
   void advance(std::int64_t ns) { now_ns += ns; }
 };
 FakeGpu* g_gpu = nullptr;
+
+std::int64_t hostClock() { return g_gpu->host_ns += g_gpu->host_step_ns; }
 
 cuda::CUcontext contextObject(std::uintptr_t n) {
   return reinterpret_cast<cuda::CUcontext>(0x1000 * n);
@@ -517,7 +524,9 @@ TEST_F(AgentGpuTimer, OneDomainPerContextAndBounded) {
 }
 
 TEST_F(AgentGpuTimer, ReferencesAreRenewedAndAnOverwrittenOneFailsTheCall) {
-  auto t = timer({.pairs_per_domain = 8, .reference_interval_ns = 0});
+  // The fake host clock: with the real one, a renewal the scheduler stretches past kReferenceWidthNs is
+  // (rightly) not used, and the old reference would not have been overwritten after kReferences polls.
+  auto t = timer({.pairs_per_domain = 8, .reference_interval_ns = 0, .host_clock_ns = hostClock});
   const int domain = domainOf(*t, s1_);
   bool captured = false;
   const std::uint32_t old_call = t->start(domain, s1_, captured);
@@ -532,6 +541,37 @@ TEST_F(AgentGpuTimer, ReferencesAreRenewedAndAnOverwrittenOneFailsTheCall) {
   ASSERT_EQ(t->query(new_call - 1, start, end), GpuTimer::Status::Ready);
   EXPECT_NEAR(static_cast<double>(end - start), 1e6, 1e3);
   EXPECT_EQ(gpu_.job_stream_syncs, 0);  // references are synchronised on the timer's own stream only
+}
+
+TEST_F(AgentGpuTimer, AReferenceReadTooWideIsNotUsed) {
+  auto t = timer({.pairs_per_domain = 8, .reference_interval_ns = 0, .host_clock_ns = hostClock});
+  const int domain = domainOf(*t, s1_);
+  const std::int64_t set_up_at = gpu_.host_ns;
+  bool captured = false;
+  const std::uint32_t call = t->start(domain, s1_, captured);
+  gpu_.launch(s1_, 1'000'000);
+  t->stop(call, s1_);
+  gpu_.advance(1'000'000);
+  // Every renewal's host reads are one step too far apart: none replaces the set-up's reference, so the
+  // call's reference survives a full round of polls.
+  gpu_.host_step_ns = CudaEventTimer::kReferenceWidthNs + 1;
+  for (std::uint32_t i = 0; i < CudaEventTimer::kReferences; ++i) t->poll();
+  std::int64_t start = 0, end = 0;
+  ASSERT_EQ(t->query(call - 1, start, end), GpuTimer::Status::Ready);
+  EXPECT_NEAR(static_cast<double>(end - start), 1e6, 1e3);
+  // The span is placed by the set-up's reference: within its host reads of the set-up time.
+  EXPECT_NEAR(static_cast<double>(start), static_cast<double>(set_up_at), 1e6);
+  // A read just narrow enough is used: a call started after it is timed against it.
+  gpu_.host_step_ns = CudaEventTimer::kReferenceWidthNs;
+  const std::int64_t renewed_before = gpu_.host_ns;
+  t->poll();
+  const std::uint32_t later = t->start(domain, s1_, captured);
+  gpu_.launch(s1_, 2'000'000);
+  t->stop(later, s1_);
+  gpu_.advance(2'000'000);
+  ASSERT_EQ(t->query(later - 1, start, end), GpuTimer::Status::Ready);
+  EXPECT_NEAR(static_cast<double>(end - start), 2e6, 1e3);
+  EXPECT_GE(start, renewed_before);
 }
 
 }  // namespace
