@@ -88,8 +88,15 @@ class TransportPath {
   // reduce-scatter and all-gather run.
   PipelinedRsAg* pipelined() const { return pipelined_.get(); }
 
-  // send may equal recv.
+  // send may equal recv. The native transport alone is a tail call, with no frame: the other transports'
+  // code inlined here gave every 8-byte call a frame of saved registers.
   void allReduce(const void* send, void* recv, std::size_t count, Element element) {
+    if (transport_ == Transport::Native) return comm_.allReduce(send, recv, count, element, ReduceOp::Sum);
+    allReduceOther(send, recv, count, element);
+  }
+
+ private:
+  [[gnu::noinline]] void allReduceOther(const void* send, void* recv, std::size_t count, Element element) {
     switch (transport_) {
       case Transport::Native: comm_.allReduce(send, recv, count, element, ReduceOp::Sum); break;
       case Transport::RsAg:
@@ -112,7 +119,6 @@ class TransportPath {
     }
   }
 
- private:
   // Rank r reduces block r (count/N elements, one more on the first count % N ranks), then every rank
   // gathers all blocks. Out of place the block is reduced straight into its place in recv and gathered
   // in place; in place it cannot be (recv is still the input), so it goes through a scratch block.
@@ -178,7 +184,8 @@ class SumStrategy final : public Strategy {
   // transport sums the codes (rounding to the wire type at every hop), and the result is decoded with
   // postscale N. The transport runs in place on one wire buffer. rs_ag on the host does the same chunk
   // by chunk, the conversions fused into its pipeline (pipelined_rs_ag.h).
-  RunStats runOnWire(methods::WireFormat format, const float* send, float* recv, std::size_t count) {
+  [[gnu::noinline]] RunStats runOnWire(methods::WireFormat format, const float* send, float* recv,
+                                      std::size_t count) {
     LocalOps& local = comm_.local();
     const auto ranks = static_cast<float>(comm_.size());
     const float prescale = 1.0f / ranks;
