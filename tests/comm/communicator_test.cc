@@ -470,6 +470,20 @@ TEST(Scalars, AllGatherAndMax) {
   comm.synchronize();
 }
 
+TEST(Scalars, SeveralValuesPerRankInRankOrder) {
+  Communicator& comm = world();
+  const double mine[3] = {comm.rank() + 0.5, -1.0 * comm.rank(), 1e300};
+  const std::vector<double> all = comm.allGatherValues(mine);
+  ASSERT_EQ(all.size(), 3u * static_cast<std::size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) {
+    const auto at = static_cast<std::size_t>(3 * r);
+    EXPECT_EQ(all[at], r + 0.5);
+    EXPECT_EQ(all[at + 1], -1.0 * r);
+    EXPECT_EQ(all[at + 2], 1e300);
+  }
+  EXPECT_TRUE(comm.allGatherValues({}).empty());
+}
+
 TEST(Split, ColorsAndKeys) {
   Communicator& comm = world();
   // Two groups by parity, each ordered by descending world rank.

@@ -54,7 +54,9 @@ class LoopbackCommunicator final : public comm::Communicator {
   void sendRecv(const void*, std::size_t, int, void*, std::size_t, int, comm::Element) override {
     fail("loopback: no peers");
   }
-  std::vector<double> allGatherScalars(double value) override { return {value}; }
+  std::vector<double> allGatherValues(std::span<const double> values) override {
+    return {values.begin(), values.end()};
+  }
   double allReduceMax(double value) override { return value; }
   void barrier() override {}
   void synchronize() override { ++*synchronizations_; }

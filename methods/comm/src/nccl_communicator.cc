@@ -340,14 +340,16 @@ class NcclCommunicator final : public Communicator {
     checkNccl(ended, "ncclGroupEnd");
   }
 
-  std::vector<double> allGatherScalars(double value) override {
+  std::vector<double> allGatherValues(std::span<const double> values) override {
     activate();
-    auto* values =
-        static_cast<double*>(scratch(scratch_out_, sizeof(double) * static_cast<std::size_t>(size_)));
-    local_->upload(values + rank_, &value, sizeof value);
-    checkNccl(ncclAllGather(values + rank_, values, 1, ncclFloat64, comm_.get(), stream()), "ncclAllGather");
-    std::vector<double> result(static_cast<std::size_t>(size_));
-    local_->download(result.data(), values, result.size() * sizeof(double));
+    const std::size_t k = values.size();
+    std::vector<double> result(k * static_cast<std::size_t>(size_));
+    if (k == 0) return result;
+    auto* all = static_cast<double*>(scratch(scratch_out_, sizeof(double) * result.size()));
+    double* mine = all + static_cast<std::size_t>(rank_) * k;
+    local_->upload(mine, values.data(), k * sizeof(double));
+    checkNccl(ncclAllGather(mine, all, k, ncclFloat64, comm_.get(), stream()), "ncclAllGather");
+    local_->download(result.data(), all, result.size() * sizeof(double));
     return result;
   }
 

@@ -277,8 +277,15 @@ class AdaConsStrategy final : public Strategy {
     methods::detail::GradientStats stats;
     // ⟨g_sum, g_i⟩, ‖g_sum‖² (for the scale) and ‖g_i‖² in one pass over both vectors.
     const methods::DotProducts dots = local.dotProducts(sum, send, count);
-    stats.dots = comm_.allGatherScalars(dots.ab);
-    stats.squares = comm_.allGatherScalars(dots.bb);
+    // Both per-rank scalars in one all-gather: (⟨g_sum, g_i⟩, ‖g_i‖²) of rank r at [2r, 2r + 2).
+    const double mine[2] = {dots.ab, dots.bb};
+    const std::vector<double> all = comm_.allGatherValues(mine);
+    stats.dots.resize(all.size() / 2);
+    stats.squares.resize(all.size() / 2);
+    for (std::size_t r = 0; r < stats.dots.size(); ++r) {
+      stats.dots[r] = all[2 * r];
+      stats.squares[r] = all[2 * r + 1];
+    }
     if (options_.scale != methods::AdaConsScale::Paper) stats.sum_squares = dots.aa;
 
     RunStats result;

@@ -144,8 +144,12 @@ class Communicator {
   virtual void sendRecv(const void* send, std::size_t send_count, int destination, void* recv,
                         std::size_t recv_count, int source, Element type) = 0;
 
-  // Host values: every rank's `value`, in rank order; and the maximum over ranks.
-  virtual std::vector<double> allGatherScalars(double value) = 0;
+  // Host values: every rank's `values` (the same number on every rank), in rank order: rank r's at
+  // [r·k, r·k + k) for k = values.size(). One collective, whatever k.
+  virtual std::vector<double> allGatherValues(std::span<const double> values) = 0;
+  // Every rank's `value`, in rank order.
+  std::vector<double> allGatherScalars(double value) { return allGatherValues({&value, 1}); }
+  // The maximum over ranks.
   virtual double allReduceMax(double value) = 0;
   virtual void barrier() = 0;
   // Waits until enqueued collectives and local work are complete (NCCL: the stream; MPI: nothing).
