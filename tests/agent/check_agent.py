@@ -17,9 +17,14 @@
   check_agent.py TOOLS --workdir DIR init-order       PMPI_Init (the agent's MPI_Init bypassed), then calls
   check_agent.py TOOLS --workdir DIR call-rate        a burst of tiny calls over GRADSCOPE_MAX_CALL_RATE: every
                                                       call recorded or counted; 0 records them all
+  check_agent.py TOOLS --workdir DIR collectives --np N  every intercepted MPI function, every Wait/Test
+                                                      completion and every communicator creation: same stdout;
+                                                      each call's communicator, api, dtype, op, count, bytes
+                                                      and step (GRADSCOPE_STEP_CALLS) exactly as made
+  check_agent.py TOOLS --workdir DIR sigint           SIGINT to one rank mid-run: its file finished and recent
 
 TOOLS: --agent SO --gradscope EXE --mpiexec EXE --sample EXE --python /usr/bin/python3 --python-sample PY
---init-order EXE --call-burst EXE (each mode needs only some of them).
+--init-order EXE --call-burst EXE --collectives EXE (each mode needs only some of them).
 
 The expected calls come from the samples (samples/mpi_train/train.cc, samples/python_mpi4py/train.py):
 one MPI_Bcast of the 12778 float32 parameters at setup, then per step, in order, MPI_Allreduce 320, 10,
@@ -48,13 +53,16 @@ from sanitizers import preload, sanitizer_runtime
 SKIPPED = 77  # exit code ctest reads as 'skipped' (SKIP_RETURN_CODE)
 
 # gradscope::Api, DType and ReduceOp codes (common/include/gradscope/common/types.h): part of the format.
-MPI_ALLREDUCE, MPI_IALLREDUCE, MPI_BCAST = 1, 2, 7
-API_NAMES = {MPI_ALLREDUCE: "MPI_Allreduce", MPI_IALLREDUCE: "MPI_Iallreduce", MPI_BCAST: "MPI_Bcast"}
-FP32, FP64 = 7, 8
-DTYPE_NAMES = {FP32: "fp32", FP64: "fp64"}
-ELEMENT_BYTES = {FP32: 4, FP64: 8}
-SUM = 0
-OP_NAMES = {SUM: "sum", None: "(no op)"}
+MPI_ALLREDUCE, MPI_IALLREDUCE, MPI_REDUCE, MPI_REDUCE_SCATTER, MPI_REDUCE_SCATTER_BLOCK, MPI_ALLGATHER, MPI_BCAST = \
+    1, 2, 3, 4, 5, 6, 7
+API_NAMES = {MPI_ALLREDUCE: "MPI_Allreduce", MPI_IALLREDUCE: "MPI_Iallreduce", MPI_REDUCE: "MPI_Reduce",
+             MPI_REDUCE_SCATTER: "MPI_Reduce_scatter", MPI_REDUCE_SCATTER_BLOCK: "MPI_Reduce_scatter_block",
+             MPI_ALLGATHER: "MPI_Allgather", MPI_BCAST: "MPI_Bcast"}
+INT32, INT64, FP32, FP64 = 2, 4, 7, 8
+DTYPE_NAMES = {INT32: "int32", INT64: "int64", FP32: "fp32", FP64: "fp64"}
+ELEMENT_BYTES = {INT32: 4, INT64: 8, FP32: 4, FP64: 8}
+SUM, MAX = 0, 2
+OP_NAMES = {SUM: "sum", MAX: "max", None: "(no op)"}
 BACKEND_MPI = 1
 
 # (api, dtype, count, op) of the samples' calls; op None: the API has no reduction (stored as NULL).
@@ -766,6 +774,126 @@ def check_call_rate(args):
 
 
 # mode: (function, the options it needs)
+def collectives_expected(np):
+    """tests/agent/collectives.c's calls of one step, by communicator: {key suffix: [(api, dtype, count, op,
+    bytes)]}. The key suffix is what follows the world's key: /<kind><ordinal>@<world rank of the leader>
+    (agent/src/mpi_interpose.cc, registerChild); the split's leader depends on the rank ('{parity}').
+    calls.count is the count argument (MPI_Reduce_scatter: the total of recvcounts); calls.bytes is the send
+    buffer (MPI_Reduce_scatter_block: recvcount x n elements; MPI_Allgather in place: recvcount)."""
+    def call(api, dtype, count, op, elements=None):
+        return (api, dtype, count, op, (count if elements is None else elements) * ELEMENT_BYTES[dtype])
+    scattered = np * (np + 1) // 2
+    return {
+        "": [call(MPI_REDUCE, FP32, 7, SUM), call(MPI_REDUCE_SCATTER, INT32, scattered, SUM),
+             call(MPI_REDUCE_SCATTER_BLOCK, FP64, 3, MAX, 3 * np), call(MPI_ALLGATHER, INT32, 5, None),
+             call(MPI_ALLGATHER, FP64, 2, None), call(MPI_BCAST, INT32, 9, None),
+             call(MPI_ALLREDUCE, INT64, 3, SUM)],
+        "/d0@0": [call(MPI_IALLREDUCE, FP32, 100 + k, SUM) for k in range(14)],
+        "/s1@{parity}": [call(MPI_ALLREDUCE, FP32, 4, SUM)],
+        "/t2@0": [call(MPI_ALLREDUCE, FP64, 2, MAX)],
+        "/c3@0": [call(MPI_BCAST, INT32, 1, None)],
+        "/g4@0": [call(MPI_REDUCE, FP64, 3, SUM)],
+        "/d5@0": [call(MPI_ALLGATHER, INT32, 1, None)],
+    }
+
+
+def check_collectives(args):
+    """collectives --np N: tests/agent/collectives.c plain and under the agent with GRADSCOPE_STEP_CALLS set to
+    its calls per step. The job's stdout (a hash of every rank's results per step) is identical; each rank's
+    file holds the seven communicators with their sizes and ranks, and on each exactly the calls the program
+    made, in order, with api, dtype, op, count, bytes and step; every MPI_Iallreduce is completed (by
+    MPI_Wait, MPI_Test, MPI_Waitall, MPI_Testall, MPI_Waitany, MPI_Testany, MPI_Waitsome or MPI_Testsome) and
+    nothing is dropped."""
+    np, steps, label = args.np, 3, f"collectives np={args.np}"
+    expected = collectives_expected(np)
+    per_step = sum(len(calls) for calls in expected.values())
+    program = [args.collectives, "--steps", str(steps)]
+    plain_out, _ = plain_run(args, np, program, args.workdir, label)
+    check(plain_out.count("collectives: step") == steps, f"{label}: plain run printed {plain_out!r}")
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    code, out, err = run(mpiexec(args, np, program, agent_options(args, os.path.join(traces, "rank%r.db"),
+                                                                  GRADSCOPE_STEP_CALLS=per_step)),
+                         base_environment(), args.workdir)
+    check(code == 0, f"{label}: exit {code} under the agent: {tail(err)}")
+    check(out == plain_out, f"{label}: stdout under the agent differs from the plain run's:\n--- plain\n{plain_out}"
+          f"--- agent\n{out}")
+    check(gradscope_lines(err) == [], f"{label}: the agent printed {gradscope_lines(err)}")
+    files = trace_files(traces)
+    check(files == [f"rank{r}.db" for r in range(np)], f"{label}: per-rank files {files}")
+    world_keys = set()
+    for rank in range(np):
+        where = f"{label}: rank {rank}"
+        db = check_file_opens(os.path.join(traces, f"rank{rank}.db"), where) if f"rank{rank}.db" in files else None
+        if db is None:
+            continue
+        drops = db.execute("SELECT kind, count FROM drops WHERE count != 0").fetchall()
+        check(drops == [], f"{where}: drops {drops}, expected none")
+        check(db.execute("SELECT end_ns FROM runs").fetchone()[0] is not None, f"{where}: runs.end_ns NULL")
+        comms = db.execute("SELECT id, key, backend, size, comm_rank FROM comms").fetchall()
+        world = [c for c in comms if "/" not in c[1]]
+        if not check(len(world) == 1 and len(comms) == len(expected),
+                     f"{where}: communicators {[c[1:] for c in comms]}, expected the world and six made from it"):
+            db.close()
+            continue
+        world_key = world[0][1]
+        world_keys.add(world_key)
+        parity = rank % 2
+        shape = {"": (np, rank), "/s1@{parity}": (len(range(parity, np, 2)), rank // 2)}
+        for suffix, calls in expected.items():
+            key = world_key + suffix.format(parity=parity)
+            comm = [c for c in comms if c[1] == key]
+            if not check(len(comm) == 1, f"{where}: no communicator {key} among {[c[1] for c in comms]}"):
+                continue
+            comm_id, _, backend, size, comm_rank = comm[0]
+            want = shape.get(suffix, (np, rank))
+            check((backend, size, comm_rank) == (BACKEND_MPI,) + want,
+                  f"{where}: {key}: backend, size, rank {(backend, size, comm_rank)}, expected {(BACKEND_MPI,) + want}")
+            rows = db.execute("SELECT seq, step, api, dtype, count, op, bytes, enqueue_ns, start_ns, end_ns "
+                              "FROM calls WHERE comm_id = ? ORDER BY seq", (comm_id,)).fetchall()
+            check([row[0] for row in rows] == list(range(len(rows))), f"{where}: {key}: seq not 0, 1, 2, ...")
+            actual = [(row[2], row[3], row[4], row[5], row[6]) for row in rows]
+            check(actual == calls * steps, f"{where}: {key}: calls (api, dtype, count, op, bytes) "
+                  f"{actual[:len(calls) + 1]}... ({len(actual)}), expected {calls} in each of {steps} steps")
+            wrong_steps = [(row[0], row[1]) for i, row in enumerate(rows) if row[1] != i // len(calls)]
+            check(not wrong_steps, f"{where}: {key}: (seq, step) {wrong_steps[:4]}, expected step = seq // "
+                  f"{len(calls)} (GRADSCOPE_STEP_CALLS={per_step})")
+            bad_times = [row[0] for row in rows if None in row[7:10] or not row[7] <= row[8] <= row[9]]
+            check(not bad_times, f"{where}: {key}: calls {bad_times[:5]} lack enqueue <= start <= end")
+        db.close()
+    check(len(world_keys) == 1, f"{label}: the world's key differs between ranks: {world_keys}")
+
+
+def check_sigint(args):
+    """SIGINT to one rank (as a terminal's Ctrl-C reaches a process of its own): the agent finishes the
+    rank's file (runs.end_ns set), then the signal ends the rank as it would have without the agent; the
+    file holds the calls up to the signal."""
+    label, victim = "sigint", 1
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    job, pids = start_long_job(args, traces)
+    if job is None:
+        return
+    time.sleep(1.0)
+    check(job.process.poll() is None, f"{label}: the job ended before the signal")
+    signal_ns = time.time_ns()
+    os.kill(pids[victim], signal.SIGINT)
+    job.finish(timeout=30)
+    name = f"rank{victim}.db"
+    db = check_file_opens(os.path.join(traces, name), f"{label}: {name}") if name in trace_files(traces) else None
+    if not check(db is not None, f"{label}: {name} missing or unreadable: {trace_files(traces)}"):
+        return
+    epoch_ns, end_ns = db.execute("SELECT epoch_ns, end_ns FROM runs").fetchone()
+    check(end_ns is not None, f"{label}: {name}: runs.end_ns NULL: the agent did not finish the file at SIGINT")
+    calls, last_end = db.execute("SELECT count(*), max(end_ns) FROM calls").fetchone()
+    if check(calls > 0, f"{label}: {name}: no calls recorded"):
+        # The rank's calls end every ~20 ms (the step's sleep); the file is finished after the signal, with
+        # every call made before it: the last one ended at most a step before the signal.
+        lag_ms = (signal_ns - (epoch_ns + last_end)) / 1e6
+        check(-20 <= lag_ms <= 100, f"{label}: {name}: the last recorded call ended {lag_ms:.1f} ms before the "
+              "signal, expected within a step (0..100 ms)")
+        print(f"check_agent: {label}: {calls} calls, the last ended {lag_ms:.1f} ms before the signal")
+    db.close()
+
+
 MODES = {
     "cpp": (lambda args: check_sample(args, "cpp"), ["agent", "gradscope", "sample"]),
     "python": (lambda args: check_sample(args, "python"), ["agent", "gradscope", "python", "python_sample"]),
@@ -781,6 +909,8 @@ MODES = {
     "failopen-disabled": (check_failopen_disabled, ["agent", "sample"]),
     "init-order": (check_init_order, ["agent", "init_order"]),
     "call-rate": (check_call_rate, ["agent", "call_burst"]),
+    "collectives": (check_collectives, ["agent", "collectives"]),
+    "sigint": (check_sigint, ["agent", "sample"]),
 }
 
 
@@ -831,6 +961,7 @@ def main():
     parser.add_argument("--python-sample")
     parser.add_argument("--init-order")
     parser.add_argument("--call-burst")
+    parser.add_argument("--collectives")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("mode", choices=sorted(MODES))
     args, function = prepare(parser, MODES, "mode", "gs-agent-")
