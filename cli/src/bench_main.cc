@@ -7,7 +7,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <string>
 #include <optional>
 
 #include <fmt/format.h>
@@ -27,25 +29,54 @@ constexpr int kExitError = 2;
 
 // The rank the launcher gave this process, known before MPI is initialised (argument errors are found
 // then, identically on every rank, and only rank 0 should print them). 0 outside a launcher.
+constexpr const char* kLauncherRankVariables[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+
 int launcherRank() {
-  for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+  for (const char* variable : kLauncherRankVariables)
     if (const char* value = std::getenv(variable)) return std::atoi(value);
   return 0;
+}
+
+bool underLauncher() {
+  for (const char* variable : kLauncherRankVariables)
+    if (std::getenv(variable) != nullptr) return true;
+  return false;
 }
 
 void printError(const std::string& message) {
   fmt::print(stderr, "gradscope bench: {}\n", message);
 }
 
-std::size_t terminalColumns() {
+std::size_t terminalColumns(int fd) {
   winsize size{};
-  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  if (ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
   return 80;
 }
 
+// Whether the process that started this one writes its stdout to a terminal: on Linux, its fd 1 is a
+// terminal device. For a rank on mpirun's own node the parent is mpirun; elsewhere it is a daemon whose
+// stdout is no terminal.
+bool parentStdoutIsTerminal() {
+  std::error_code error;
+  const std::string target =
+      std::filesystem::read_symlink(fmt::format("/proc/{}/fd/1", getppid()), error).string();
+  return !error && (target.starts_with("/dev/pts/") || target.starts_with("/dev/tty"));
+}
+
+// Where the progress line goes, if anywhere. Alone: stderr, when it is a terminal. Under a launcher
+// neither of the rank's own streams tells: Open MPI gives every rank's stdout a pty of its own, whatever
+// mpirun's stdout is, and its stderr a pipe (so that with stderr alone the line never showed). There the
+// line goes to stdout, which mpirun forwards partial line by partial line, when mpirun's own stdout is
+// a terminal; never into a CSV piped to a file.
+std::FILE* progressStream(bool wanted) {
+  if (!wanted) return nullptr;
+  if (underLauncher()) return isatty(STDOUT_FILENO) == 1 && parentStdoutIsTerminal() ? stdout : nullptr;
+  return isatty(STDERR_FILENO) == 1 ? stderr : nullptr;
+}
+
 // Rank 0's view of the run: prints points as they arrive, keeps them for JSON and the trace file,
-// and draws the progress line on a terminal's stderr (erased before each output line, so that the
-// two never interleave when stdout and stderr share the terminal).
+// and draws the progress line on a terminal (erased before each output line, so that the two never
+// interleave when they share the terminal).
 class Printer {
  public:
   Printer(const BenchOptions& options, const BenchContext& context,
@@ -54,8 +85,8 @@ class Printer {
         context_(context),
         table_(strategies),
         total_(total_points),
-        progress_(options.progress && isatty(STDERR_FILENO) == 1),
-        columns_(progress_ ? terminalColumns() - 1 : 0) {}
+        progress_(progressStream(options.progress)),
+        columns_(progress_ != nullptr ? terminalColumns(fileno(progress_)) - 1 : 0) {}
 
   void start() {
     if (options_.format == OutputFormat::Table) emit(table_.header(context_, options_));
@@ -82,19 +113,19 @@ class Printer {
     std::fflush(stdout);
   }
   void erase() {
-    if (progress_) std::fputs("\r\033[K", stderr);
+    if (progress_ != nullptr) std::fputs("\r\033[K", progress_);
   }
   void drawProgress(const std::string& label) {
-    if (!progress_) return;
-    std::fputs(formatProgress(points_.size(), total_, label, columns_).c_str(), stderr);
-    std::fflush(stderr);
+    if (progress_ == nullptr) return;
+    std::fputs(formatProgress(points_.size(), total_, label, columns_).c_str(), progress_);
+    std::fflush(progress_);
   }
 
   const BenchOptions& options_;
   const BenchContext& context_;
   TableFormat table_;
   std::size_t total_;
-  bool progress_;
+  std::FILE* progress_;  // null: no progress line
   std::size_t columns_;
   std::vector<BenchPoint> points_;
 };

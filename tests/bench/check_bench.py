@@ -18,6 +18,7 @@ import io
 import json
 import math
 import os
+import pty
 import shutil
 import sqlite3
 import subprocess
@@ -172,6 +173,52 @@ def check_mpi(args):
     if out is not None:
         check(len(parse_csv(out)) == len(json_points), f"{label}: export lists {len(parse_csv(out))} measurements")
     print(f"check_bench: {label}: {len(strategies)} strategies × {len(SWEEP_SIZES)} sizes checked")
+    if ranks == 2:
+        check_progress(args)
+
+
+def run_on_terminal(command):
+    """Runs `command` with a pseudo-terminal as stdout and a pipe as stderr, as a user at a terminal runs
+    mpirun; returns (exit code, what reached the terminal, stderr)."""
+    main, secondary = pty.openpty()
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=secondary, stderr=subprocess.PIPE)
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    err = process.stderr.read().decode(errors="replace")
+    process.wait(timeout=300)
+    return process.returncode, b"".join(chunks).decode(errors="replace"), err
+
+
+def check_progress(args):
+    """Under mpirun at a terminal the progress line shows (Open MPI gives a rank's stdout a pty but its
+    stderr a pipe), reaches every point, and is erased before each table line; --no-progress draws none."""
+    label = "mpi progress"
+    sweep = ["--backend", "mpi", "--strategies", "sum/native,sum/rs_ag", "-b", "8", "-e", "64", "-f", "8",
+             "-n", "2", "-w", "1"]
+    code, shown, err = run_on_terminal(mpi_command(args, 2, sweep))
+    if not check(code == 0, f"{label}: exit {code}: {err.strip()[-2000:]}"):
+        return
+    erase = "\r\x1b[K"
+    check(erase in shown and "] 4/4 sum/rs_ag 64 B" in shown,
+          f"{label}: no progress line reaching 4/4 on the terminal: {shown!r}")
+    # What stays on the screen: each erase sequence wipes the progress drawn before it.
+    screen = []
+    for line in shown.replace("\r\n", "\n").split("\n"):
+        screen.append(line.split(erase)[-1])
+    rows = [line for line in screen if line.lstrip().startswith(("sum/native ", "sum/rs_ag "))]
+    check(len(rows) == 4 and not any("[" in row for row in rows), f"{label}: table rows on the screen {rows}")
+    code, shown, err = run_on_terminal(mpi_command(args, 2, sweep + ["--no-progress"]))
+    check(code == 0 and erase not in shown and "] 4/4" not in shown,
+          f"{label}: --no-progress: exit {code}, progress drawn anyway: {shown!r}")
 
 
 def check_local(args):
