@@ -171,8 +171,13 @@ std::unique_ptr<comm::Strategy> makeAgreedStrategy(comm::Communicator& comm, con
                                                    DType dtype) {
   std::unique_ptr<comm::Strategy> strategy;
   std::string error;
+  // No wire statistics: bench reports overflow and NaN from the decoded result (compareToReference), and
+  // on NCCL counting them reads the counters back, a stream synchronisation inside every timed call of
+  // the launch loop.
+  comm::StrategyOptions options;
+  options.wire_stats = false;
   try {
-    strategy = comm::makeStrategy(name, comm, dtype);
+    strategy = comm::makeStrategy(name, comm, dtype, options);
   } catch (const Error& failure) {
     error = failure.what();
   } catch (const std::exception& failure) {
