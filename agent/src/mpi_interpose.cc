@@ -569,16 +569,18 @@ using namespace gradscope::agent;
     if (__builtin_expect(!recording(), 0) && !activateLate()) return real_##NAME ARGS;                      \
     CommSlot* const slot = commSlot(COMM);                                                                  \
     if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                                      \
-    const TypeInfo type = g_types.lookup(DATATYPE);                                                         \
-    const ReduceOp op_code = reduceOpOf(OP);                                                                \
-    const std::int64_t count_value = COUNT;                                                                 \
-    const std::int64_t bytes = static_cast<std::int64_t>(ELEMENTS) * type.size;                             \
     const std::int64_t seq = slot->nextSeq();                                                               \
     const std::int64_t step = stepForCall();                                                                \
     std::uint64_t start;                                                                                    \
     if (!startRecording(start)) return real_##NAME ARGS;                                                    \
     const int rc = real_##NAME ARGS;                                                                        \
     const std::uint64_t end = ticks();                                                                      \
+    /* What the record needs besides the times, after them: a call that is not recorded never pays for */   \
+    /* it, and a recorded one not inside its span. The arguments are as the caller passed them. */           \
+    const TypeInfo type = g_types.lookup(DATATYPE);                                                         \
+    const ReduceOp op_code = reduceOpOf(OP);                                                                \
+    const std::int64_t count_value = COUNT;                                                                 \
+    const std::int64_t bytes = static_cast<std::int64_t>(ELEMENTS) * type.size;                             \
     recordInPlace([&](CallEvent& event) {                                                                   \
       fillHostCall(event, Api::API, slot->index, type.dtype, op_code, count_value, bytes, seq, step, start, \
                    end);                                                                                    \
