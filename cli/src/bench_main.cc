@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
-#include <string>
 #include <optional>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -27,10 +27,10 @@ using namespace gradscope::cli::bench;
 
 constexpr int kExitError = 2;
 
-// The rank the launcher gave this process, known before MPI is initialised (argument errors are found
-// then, identically on every rank, and only rank 0 should print them). 0 outside a launcher.
 constexpr const char* kLauncherRankVariables[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
 
+// The rank the launcher gave this process, known before MPI is initialised (argument errors are found
+// then, identically on every rank, and only rank 0 should print them). 0 outside a launcher.
 int launcherRank() {
   for (const char* variable : kLauncherRankVariables)
     if (const char* value = std::getenv(variable)) return std::atoi(value);
