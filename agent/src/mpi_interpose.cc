@@ -576,7 +576,7 @@ using namespace gradscope::agent;
     const int rc = real_##NAME ARGS;                                                                        \
     const std::uint64_t end = ticks();                                                                      \
     /* What the record needs besides the times, after them: a call that is not recorded never pays for */   \
-    /* it, and a recorded one not inside its span. The arguments are as the caller passed them. */           \
+    /* it, and a recorded one not inside its span. The arguments are as the caller passed them. */          \
     const TypeInfo type = g_types.lookup(DATATYPE);                                                         \
     const ReduceOp op_code = reduceOpOf(OP);                                                                \
     const std::int64_t count_value = COUNT;                                                                 \

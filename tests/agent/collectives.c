@@ -55,7 +55,8 @@ static void hashBytes(const void* data, size_t bytes) {
 
 static void expect(int ok, const char* what, int index) {
   if (ok) return;
-  if (g_wrong++ < 10) fprintf(stderr, "collectives: rank %d step %d: %s wrong at %d\n", g_rank, g_step, what, index);
+  if (g_wrong++ < 10)
+    fprintf(stderr, "collectives: rank %d step %d: %s wrong at %d\n", g_rank, g_step, what, index);
 }
 
 static void fill(float* values, int count, int base) {
@@ -120,7 +121,8 @@ static void worldCalls(MPI_Comm world) {
   double in_place[2 * kMaxRanks];
   for (int i = 0; i < 2; ++i) in_place[2 * r + i] = 100.0 * r + i + s;
   MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, in_place, 2, MPI_DOUBLE, world);
-  for (int i = 0; i < 2 * n; ++i) expect(in_place[i] == 100.0 * (i / 2) + i % 2 + s, "MPI_Allgather in place", i);
+  for (int i = 0; i < 2 * n; ++i)
+    expect(in_place[i] == 100.0 * (i / 2) + i % 2 + s, "MPI_Allgather in place", i);
   hashBytes(in_place, sizeof(double) * 2 * (size_t)n);
   /* 6: MPI_Bcast, 9 ints from rank (s + 1) % n. */
   const int root = (s + 1) % n;
@@ -134,7 +136,8 @@ static void worldCalls(MPI_Comm world) {
   for (int i = 0; i < 3; ++i) big[i] = (1LL << 40) * (r + 1) + i;
   MPI_Allreduce(MPI_IN_PLACE, big, 3, MPI_LONG_LONG, MPI_SUM, world);
   for (int i = 0; i < 3; ++i)
-    expect(big[i] == (1LL << 40) * ((long long)n * (n + 1) / 2) + (long long)n * i, "MPI_Allreduce long long", i);
+    expect(big[i] == (1LL << 40) * ((long long)n * (n + 1) / 2) + (long long)n * i, "MPI_Allreduce long long",
+           i);
   hashBytes(big, sizeof big);
 }
 
@@ -191,7 +194,8 @@ static void nonblockingCalls(MPI_Comm dup, MPI_Comm world) {
 
   START(10, 0, 0);
   START(11, 1, 0);
-  for (done = 0; done < 2; done += outcount) MPI_Waitsome(2, requests, &outcount, indices, MPI_STATUSES_IGNORE);
+  for (done = 0; done < 2; done += outcount)
+    MPI_Waitsome(2, requests, &outcount, indices, MPI_STATUSES_IGNORE);
   CHECK(10);
   CHECK(11);
 
@@ -207,13 +211,12 @@ static void nonblockingCalls(MPI_Comm dup, MPI_Comm world) {
 #undef CHECK
 }
 
-static void createdCommunicatorCalls(MPI_Comm split, MPI_Comm split_type, MPI_Comm created, MPI_Comm created_group,
-                                     MPI_Comm dup_with_info) {
+static void createdCommunicatorCalls(MPI_Comm split, MPI_Comm split_type, MPI_Comm created,
+                                     MPI_Comm created_group, MPI_Comm dup_with_info) {
   int size = 0;
   /* 22: the split (ranks of one parity). */
   float four[4];
   fill(four, 4, g_step);
-  MPI_Comm_size(split, &size);
   MPI_Allreduce(MPI_IN_PLACE, four, 4, MPI_FLOAT, MPI_SUM, split);
   /* The sum of (s + i + r) over the ranks r of this parity. */
   for (int i = 0; i < 4; ++i) {
@@ -237,7 +240,8 @@ static void createdCommunicatorCalls(MPI_Comm split, MPI_Comm split_type, MPI_Co
   double three[3] = {g_rank, g_step, 1}, three_out[3] = {0, 0, 0};
   MPI_Reduce(three, three_out, 3, MPI_DOUBLE, MPI_SUM, 0, created_group);
   if (g_rank == 0) {
-    expect(three_out[0] == g_size * (g_size - 1) / 2 && three_out[1] == g_size * g_step && three_out[2] == g_size,
+    expect(three_out[0] == g_size * (g_size - 1) / 2 && three_out[1] == g_size * g_step &&
+               three_out[2] == g_size,
            "MPI_Reduce on MPI_Comm_create_group's communicator", 0);
     hashBytes(three_out, sizeof three_out);
   }

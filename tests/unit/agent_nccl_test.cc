@@ -220,7 +220,9 @@ struct FakeGpu {
 };
 FakeGpu* g_gpu = nullptr;
 
-std::int64_t hostClock() { return g_gpu->host_ns += g_gpu->host_step_ns; }
+std::int64_t hostClock() {
+  return g_gpu->host_ns += g_gpu->host_step_ns;
+}
 
 cuda::CUcontext contextObject(std::uintptr_t n) {
   return reinterpret_cast<cuda::CUcontext>(0x1000 * n);

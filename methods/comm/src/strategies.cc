@@ -185,7 +185,7 @@ class SumStrategy final : public Strategy {
   // postscale N. The transport runs in place on one wire buffer. rs_ag on the host does the same chunk
   // by chunk, the conversions fused into its pipeline (pipelined_rs_ag.h).
   [[gnu::noinline]] RunStats runOnWire(methods::WireFormat format, const float* send, float* recv,
-                                      std::size_t count) {
+                                       std::size_t count) {
     LocalOps& local = comm_.local();
     const auto ranks = static_cast<float>(comm_.size());
     const float prescale = 1.0f / ranks;
