@@ -27,20 +27,22 @@ using namespace gradscope::cli::bench;
 
 constexpr int kExitError = 2;
 
-constexpr const char* kLauncherRankVariables[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+// The rank variable a launcher set for this process, or null outside a launcher.
+const char* launcherRankVariable() {
+  for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* value = std::getenv(variable)) return value;
+  return nullptr;
+}
 
 // The rank the launcher gave this process, known before MPI is initialised (argument errors are found
 // then, identically on every rank, and only rank 0 should print them). 0 outside a launcher.
 int launcherRank() {
-  for (const char* variable : kLauncherRankVariables)
-    if (const char* value = std::getenv(variable)) return std::atoi(value);
-  return 0;
+  const char* value = launcherRankVariable();
+  return value != nullptr ? std::atoi(value) : 0;
 }
 
 bool underLauncher() {
-  for (const char* variable : kLauncherRankVariables)
-    if (std::getenv(variable) != nullptr) return true;
-  return false;
+  return launcherRankVariable() != nullptr;
 }
 
 void printError(const std::string& message) {
