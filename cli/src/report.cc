@@ -299,6 +299,20 @@ void writeExploreBudget(const std::vector<AgentStats>& stats, bool explored_any,
                        formatCount(skipped), skipped == 1 ? " was" : "s were");
 }
 
+// Calls captured into CUDA graphs run whenever the graph is launched: each GPU execution is a call row of
+// its own (a replay), counted in the tables above; this says how much of the time was graphs'.
+void writeGraphReplays(const std::vector<storage::TraceReader::ReplaySummary>& replays, std::ostream& out) {
+  if (replays.empty()) return;
+  out << "\nCUDA graph replays (GPU executions of graph-captured calls, summed over ranks; counted above)\n";
+  out << fmt::format("  {:<26} {:>9} {:>11} {:>10} {:>10}\n", "api", "captured", "replays", "total", "mean");
+  for (const auto& row : replays)
+    out << fmt::format("  {:<26} {:>9} {:>11} {:>10} {:>10}\n", name(row.api),
+                       formatCount(static_cast<std::uint64_t>(row.captured_calls)),
+                       formatCount(static_cast<std::uint64_t>(row.replays)),
+                       formatDuration(static_cast<double>(row.total_ns)),
+                       formatDuration(static_cast<double>(row.total_ns) / static_cast<double>(row.replays)));
+}
+
 // Drop kinds (docs/agent.md, docs/nccl-profiler-plugin.md): which lose calls, and what each means.
 bool dropLosesCalls(const std::string& kind) {
   return kind == "call" || kind == "call_rate" || kind == "thread_buffer" || kind == "comm_table" ||
@@ -327,6 +341,11 @@ std::string dropMeaning(const std::string& kind) {
            "channels";
   if (kind.starts_with("nccl_profile_"))
     return "the NCCL profiler plugin's own bounded pool or queue was full: collectives it did not record";
+  if (kind == "graph_capture")
+    return "graph-captured calls whose replays are not traced: the agent's table of captures was full";
+  if (kind == "graph_replay")
+    return "CUDA graph replays not recorded: their captured call was not recorded, or the agent's table of "
+           "replays in progress was full";
   if (kind == "explore_result") return "explore measurements not stored (the agent's result queue was full)";
   return "events the agent could not record";
 }
@@ -425,6 +444,8 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
                          formatDuration(static_cast<double>(size.max_ns)),
                          percent(static_cast<double>(size.total_ns), static_cast<double>(total_ns)));
     }
+
+    writeGraphReplays(reader.replaySummary(), out);
 
     out << fmt::format("\nSlowest calls\n");
     out << fmt::format("  {:>5} {:<26} {:>10} {:>10} {:>12} {:>7} {:>9}  {}\n", "rank", "api", "bytes",

@@ -93,6 +93,7 @@ void writeChromeTrace(const TraceReader& reader, std::ostream& out) {
     if (!ncclProtoName(call.nccl_proto).empty())
       args += fmt::format(R"(,"proto":"{}")", ncclProtoName(call.nccl_proto));
     if (call.nccl_channels > 0) args += fmt::format(R"(,"channels":{})", call.nccl_channels);
+    if (call.graph_replay > 0) args += fmt::format(R"(,"graph_replay":{})", call.graph_replay);
     event(
         fmt::format(R"({{"ph":"X","name":"{}","cat":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
                     name(call.api), name(backendOf(call.api)), call.rank_id, call.comm_id,
@@ -110,18 +111,19 @@ void writeCsv(const TraceReader& reader, std::string_view table, std::ostream& o
     std::map<std::int64_t, std::string> comm_key;
     for (const CommInfo& comm : reader.comms()) comm_key[comm.id] = comm.key;
     out << "id,run_id,rank,comm,seq,step,api,dtype,op,count,bytes,enqueue_ns,start_ns,end_ns,dur_ns,stream,"
-           "nccl_algo,nccl_proto,nccl_channels\n";
+           "nccl_algo,nccl_proto,nccl_channels,graph_replay\n";
     reader.forEachCall([&](const CallRecord& c) {
       const auto rank = rank_by_id.find(c.rank_id);
       out << fmt::format(
-          "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", c.id,
+          "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", c.id,
           rank == rank_by_id.end() ? 0 : rank->second->run_id,
           rank == rank_by_id.end() ? c.rank_id : rank->second->rank, csvField(comm_key[c.comm_id]), c.seq,
           c.step >= 0 ? std::to_string(c.step) : std::string(), name(c.api), name(c.dtype),
           c.op == ReduceOp::None ? std::string_view() : name(c.op), c.count, c.bytes, c.enqueue_ns,
           c.start_ns, c.end_ns, c.end_ns - c.start_ns, c.stream != 0 ? std::to_string(c.stream) : "",
           ncclAlgoName(c.nccl_algo), ncclProtoName(c.nccl_proto),
-          c.nccl_channels > 0 ? std::to_string(c.nccl_channels) : "");
+          c.nccl_channels > 0 ? std::to_string(c.nccl_channels) : "",
+          c.graph_replay > 0 ? std::to_string(c.graph_replay) : "");
       return true;
     });
   } else if (table == "measurements") {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <tuple>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -78,9 +79,15 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
   std::vector<std::uint64_t>* current = nullptr;  // signatures of current_rank; null once marked
   const std::string no_comm;                      // calls whose communicator the file does not name
   sql::Database db(source.path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+  // Graph replays share their captured call's seq: they keep the places their times give them (a read of
+  // the partial index gpu_calls_replays, empty in most traces).
+  std::unordered_set<std::int64_t> replays;
+  for (sql::Statement replay(db, "SELECT call_id FROM gpu_calls WHERE replay IS NOT NULL"); replay.step();)
+    replays.insert(replay.int64(0));
+  constexpr std::int64_t kReplay = INT64_MIN;  // their "communicator" in comm_seq: never reordered
   sql::Statement query(db,
                        "SELECT rank_id, coalesce(step, -1) >= 0, comm_id, api, dtype, coalesce(op, 255), "
-                       "count, enqueue_ns, seq "
+                       "count, enqueue_ns, seq, id "
                        "FROM calls ORDER BY id");
   while (query.step()) {
     if (query.int64(0) != current_rank) {
@@ -101,7 +108,8 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
                                        static_cast<Api>(query.int32(3)), static_cast<DType>(query.int32(4)),
                                        static_cast<ReduceOp>(query.int32(5)), query.int64(6)));
       enqueued[current_rank].push_back(query.int64(7));
-      comm_seq[current_rank].emplace_back(query.int64(2), query.int64(8));
+      comm_seq[current_rank].emplace_back(
+          !replays.empty() && replays.count(query.int64(9)) ? kReplay : query.int64(2), query.int64(8));
     }
   }
   // The pattern is the order in which the rank issued its calls (enqueue time), which is not always the
@@ -121,7 +129,7 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
     const auto& calls = comm_seq[rank_id];
     std::map<std::int64_t, std::vector<std::size_t>> places;  // comm id -> places in `order`
     for (std::size_t place = 0; place < order.size(); ++place)
-      places[calls[order[place]].first].push_back(place);
+      if (calls[order[place]].first != kReplay) places[calls[order[place]].first].push_back(place);
     std::vector<std::uint32_t> members;
     for (const auto& [comm, where] : places) {
       members.clear();
@@ -385,7 +393,9 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
         if (!step_of_call.empty())
           if (const auto wanted = step_of_call.find(original.id); wanted != step_of_call.end())
             wanted->second = call.step;
-        if (alignsEnds(call.api) && call.seq >= 0 && call.seq < kClockSamples && call.end_ns > 0)
+        // (A graph replay shares its captured call's seq: not a sample of its own.)
+        if (alignsEnds(call.api) && call.graph_replay == 0 && call.seq >= 0 && call.seq < kClockSamples &&
+            call.end_ns > 0)
           if (const auto key = comm_keys.find(original.comm_id); key != comm_keys.end())
             clock.ends[{clock.host_of.at(call.rank_id).first, key->second, call.seq}].emplace_back(
                 call.rank_id, call.end_ns);

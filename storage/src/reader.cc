@@ -31,7 +31,7 @@ constexpr std::string_view kCallColumns =
     "c.id, c.rank_id, c.comm_id, c.seq, coalesce(c.step, -1), c.api, c.dtype, coalesce(c.op, 255), c.count, "
     "c.bytes, "
     "c.enqueue_ns, c.start_ns, c.end_ns, coalesce(g.stream, 0), coalesce(g.algo, -1), coalesce(g.proto, -1), "
-    "coalesce(g.channels, 0)";
+    "coalesce(g.channels, 0), coalesce(g.replay, 0)";
 
 CallRecord readCall(const sql::Statement& row) {
   CallRecord call;
@@ -52,6 +52,7 @@ CallRecord readCall(const sql::Statement& row) {
   call.nccl_algo = row.int32(14);
   call.nccl_proto = row.int32(15);
   call.nccl_channels = row.int32(16);
+  call.graph_replay = row.int64(17);
   return call;
 }
 
@@ -610,11 +611,19 @@ std::vector<TraceReader::Lateness> TraceReader::lateness() const {
     const auto it = offset.find(call.rank_id);
     return call.start_ns + (it == offset.end() ? 0 : it->second);
   };
-  std::unordered_map<std::uint64_t, Earliest> earliest;
-  const auto keyOf = [&](const CallRecord& call) -> std::optional<std::uint64_t> {
+  // One collective: (communicator, seq) and, for the replays of a graph-captured call, which replay.
+  using Key = std::pair<std::uint64_t, std::uint64_t>;
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const {
+      return std::hash<std::uint64_t>()(key.first * 31 + key.second);
+    }
+  };
+  std::unordered_map<Key, Earliest, KeyHash> earliest;
+  const auto keyOf = [&](const CallRecord& call) -> std::optional<Key> {
     const auto it = comm_key.find(call.comm_id);
     if (it == comm_key.end()) return std::nullopt;
-    return (static_cast<std::uint64_t>(it->second) << 40) ^ static_cast<std::uint64_t>(call.seq);
+    return Key{(static_cast<std::uint64_t>(it->second) << 40) ^ static_cast<std::uint64_t>(call.seq),
+               static_cast<std::uint64_t>(call.graph_replay)};
   };
   forEachCall([&](const CallRecord& call) {
     if (const auto key = keyOf(call)) {
@@ -716,6 +725,20 @@ std::vector<AppliedCall> TraceReader::appliedCalls() const {
   std::vector<AppliedCall> out;
   sql::Statement query(impl_->db, "SELECT call_id, strategy FROM applied_calls ORDER BY call_id");
   while (query.step()) out.push_back({query.int64(0), query.text(1)});
+  return out;
+}
+
+std::vector<TraceReader::ReplaySummary> TraceReader::replaySummary() const {
+  std::vector<ReplaySummary> out;
+  // A replay row per launch; its captured call is the row of the same rank, communicator and seq.
+  sql::Statement query(
+      impl_->db,
+      "SELECT c.api, count(DISTINCT c.rank_id || ':' || c.comm_id || ':' || c.seq), count(*), "
+      "coalesce(sum(c.end_ns - c.start_ns), 0) "
+      "FROM gpu_calls g JOIN calls c ON c.id = g.call_id WHERE g.replay IS NOT NULL "
+      "GROUP BY c.api ORDER BY 4 DESC, c.api");
+  while (query.step())
+    out.push_back({static_cast<Api>(query.int32(0)), query.int64(1), query.int64(2), query.int64(3)});
   return out;
 }
 

@@ -127,15 +127,6 @@ CREATE TABLE calls (
   end_ns     INTEGER   -- operation end
 );
 
--- GPU-side facts of calls enqueued on a CUDA stream; absent for host (MPI) calls.
-CREATE TABLE gpu_calls (
-  call_id  INTEGER PRIMARY KEY REFERENCES calls(id),
-  stream   INTEGER NOT NULL,  -- per-rank stream index (0 = unknown)
-  algo     INTEGER,           -- names.domain 'nccl_algo'; NULL unknown
-  proto    INTEGER,           -- names.domain 'nccl_proto'; NULL unknown
-  channels INTEGER            -- channels NCCL used; NULL unknown
-);
-
 -- Aggregates of the calls that start in each 2^level-ns tile, per rank and API: the zoomed-out
 -- timeline, and the time index of calls (first_id..last_id). Levels: schema.h kTileLevels.
 CREATE TABLE call_tiles (
@@ -151,6 +142,22 @@ CREATE TABLE call_tiles (
   last_id  INTEGER NOT NULL,  -- largest calls.id among them
   PRIMARY KEY (level, rank_id, tile, api)
 ) WITHOUT ROWID;
+)sql";
+
+// GPU facts of calls, as of schema v4 (v4 added replay). v1 -> v2 creates it in this layout directly.
+constexpr std::string_view kGpuCallsV4 = R"sql(
+-- GPU-side facts of calls enqueued on a CUDA stream; absent for host (MPI) calls.
+CREATE TABLE gpu_calls (
+  call_id  INTEGER PRIMARY KEY REFERENCES calls(id),
+  stream   INTEGER NOT NULL,  -- per-rank stream index (0 = unknown)
+  algo     INTEGER,           -- names.domain 'nccl_algo'; NULL unknown
+  proto    INTEGER,           -- names.domain 'nccl_proto'; NULL unknown
+  channels INTEGER,           -- channels NCCL used; NULL unknown
+  replay   INTEGER            -- k >= 1: the k-th GPU execution (CUDA graph launch) of the graph-captured
+                              -- call with this seq on this communicator, timed on the GPU; NULL for
+                              -- every other call
+);
+CREATE INDEX gpu_calls_replays ON gpu_calls (call_id) WHERE replay IS NOT NULL;
 )sql";
 
 // Tables of the agent's explore and apply modes, since schema v3 (consensus existed before, without
@@ -177,15 +184,17 @@ CREATE TABLE applied_calls (
 );
 )sql";
 
-// The view over calls, as of schema v3 (v3 added applied_calls.strategy); a migration recreates it.
+// The view over calls, as of schema v4 (v3 added applied_calls.strategy, v4 gpu_calls.replay); a
+// migration recreates it.
 constexpr std::string_view kCallView = R"sql(
 -- Calls with names instead of codes, for people querying with the sqlite3 shell; `strategy` is what
--- apply mode ran instead of the call, NULL when the call ran as the job issued it.
+-- apply mode ran instead of the call, NULL when the call ran as the job issued it; `replay` numbers the
+-- GPU executions of a graph-captured call.
 CREATE VIEW call_view AS
 SELECT c.id, r.run_id, r.rank, r.host, m.key AS comm, c.seq, c.step,
        na.name AS api, nd.name AS dtype, no.name AS op, c.count, c.bytes,
        c.enqueue_ns, c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns,
-       g.stream, ng.name AS algo, np.name AS proto, g.channels, a.strategy
+       g.stream, ng.name AS algo, np.name AS proto, g.channels, a.strategy, g.replay
 FROM calls c
 JOIN ranks r ON r.id = c.rank_id
 LEFT JOIN comms m ON m.id = c.comm_id
@@ -225,6 +234,7 @@ void migrateV1ToV2(sql::Database& db) {
   // Move the v1 table aside, create the v2 tables with their documented definitions, copy, drop.
   db.exec("DROP INDEX calls_by_rank_time; ALTER TABLE calls RENAME TO calls_v1;");
   db.exec(kCallTablesV2);
+  db.exec(kGpuCallsV4);
   db.exec(R"sql(
     INSERT INTO calls (id, rank_id, comm_id, seq, step, api, dtype, op, count, bytes, enqueue_ns, start_ns, end_ns)
       SELECT id, rank_id, comm_id, seq, step, api, dtype, op, count, bytes, enqueue_ns, start_ns, end_ns
@@ -255,6 +265,23 @@ void migrateV2ToV3(sql::Database& db) {
   db.exec(kCallView);
 }
 
+void migrateV3ToV4(sql::Database& db) {
+  // gpu_calls gains replay; rebuilt rather than ALTERed, like consensus in v3, so that the file stores
+  // the documented definition. (A v1 file got this layout at v1 -> v2 already.)
+  if (db.queryInt("SELECT count(*) FROM pragma_table_info('gpu_calls') WHERE name = 'replay'") > 0) return;
+  db.exec(R"sql(
+    DROP VIEW IF EXISTS call_view;
+    ALTER TABLE gpu_calls RENAME TO gpu_calls_v3;
+  )sql");
+  db.exec(kGpuCallsV4);
+  db.exec(R"sql(
+    INSERT INTO gpu_calls (call_id, stream, algo, proto, channels)
+      SELECT call_id, stream, algo, proto, channels FROM gpu_calls_v3 ORDER BY call_id;
+    DROP TABLE gpu_calls_v3;
+  )sql");
+  db.exec(kCallView);
+}
+
 }  // namespace
 
 std::span<const std::string_view> tableNames() {
@@ -266,6 +293,7 @@ namespace detail {
 void createSchema(sql::Database& db) {
   db.exec(kCommonTables);
   db.exec(kCallTablesV2);
+  db.exec(kGpuCallsV4);
   db.exec(kExploreApplyTablesV3);
   db.exec(kCallView);
   fillNames(db);
@@ -280,6 +308,7 @@ void migrate(sql::Database& db, int from) {
   db.exec("PRAGMA legacy_alter_table = ON");
   if (from <= 1) migrateV1ToV2(db);
   if (from <= 2) migrateV2ToV3(db);
+  if (from <= 3) migrateV3ToV4(db);
   db.exec("PRAGMA legacy_alter_table = OFF");
   fillNames(db);
   stampVersion(db, kSchemaVersion);

@@ -114,10 +114,10 @@ struct TraceWriter::Impl {
   void prepare() {
     insert_calls_bulk = sql::Statement(db, callInsertSql(kCallsPerStatement), true);
     insert_call = sql::Statement(db, callInsertSql(1), true);
-    insert_gpu = sql::Statement(
-        db,
-        "INSERT OR REPLACE INTO gpu_calls (call_id, stream, algo, proto, channels) VALUES (?, ?, ?, ?, ?)",
-        true);
+    insert_gpu = sql::Statement(db,
+                                "INSERT OR REPLACE INTO gpu_calls (call_id, stream, algo, proto, channels, "
+                                "replay) VALUES (?, ?, ?, ?, ?, ?)",
+                                true);
     upsert_drop = sql::Statement(db,
                                  "INSERT INTO drops (rank_id, kind, count) VALUES (?, ?, ?) "
                                  "ON CONFLICT (rank_id, kind) DO UPDATE SET count = count + excluded.count",
@@ -161,6 +161,7 @@ struct TraceWriter::Impl {
     if (call.nccl_algo >= 0) insert_gpu.bind(3, call.nccl_algo);
     if (call.nccl_proto >= 0) insert_gpu.bind(4, call.nccl_proto);
     if (call.nccl_channels > 0) insert_gpu.bind(5, call.nccl_channels);
+    if (call.graph_replay > 0) insert_gpu.bind(6, call.graph_replay);
     insert_gpu.run();
   }
 };

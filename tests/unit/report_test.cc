@@ -515,6 +515,50 @@ TEST(Report, AppliedCallsPerStrategyAndTheReductionsLeftAlone) {
   EXPECT_EQ(report(observe).find("Applied"), std::string::npos);
 }
 
+// Graph-captured calls: their replays (calls of their own) summed per API in a section of their own.
+TEST(Report, GraphReplaysPerApi) {
+  TempDir dir;
+  const std::string path = dir.file("graphs.db");
+  // Two ranks of two all-reduces and one all-gather (seq 0..2), on communicators 1 and 2.
+  writeModeTrace(path, "observe", 2, 2, 1 << 20, [](TraceWriter& writer, std::int64_t) {
+    std::vector<storage::CallRecord> replays;
+    const auto replay = [&](std::int64_t rank, std::int64_t seq, Api api, std::int64_t k, std::int64_t start,
+                            std::int64_t duration) {
+      storage::CallRecord call;
+      call.rank_id = rank;
+      call.comm_id = rank + 1;
+      call.seq = seq;
+      call.api = api;
+      call.dtype = DType::Fp32;
+      call.op = api == Api::MpiAllgather ? ReduceOp::None : ReduceOp::Sum;
+      call.bytes = 1 << 20;
+      call.count = call.bytes / 4;
+      call.enqueue_ns = call.start_ns = start;
+      call.end_ns = start + duration;
+      call.graph_replay = k;
+      replays.push_back(call);
+    };
+    replay(0, 0, Api::MpiAllreduce, 1, 100'000'000, 2'000'000);
+    replay(0, 0, Api::MpiAllreduce, 2, 110'000'000, 2'000'000);
+    replay(0, 2, Api::MpiAllgather, 1, 120'000'000, 500'000);
+    replay(1, 0, Api::MpiAllreduce, 1, 100'000'000, 4'000'000);
+    writer.appendCalls(replays);
+  });
+  const std::string text = report(path);
+  EXPECT_EQ(
+      section(text, "CUDA graph replays"),
+      (std::vector<std::string>{
+          "CUDA graph replays (GPU executions of graph-captured calls, summed over ranks; counted above)",
+          "  api                         captured     replays      total       mean",
+          "  MPI_Allreduce                      2           3    8.00 ms    2.67 ms",
+          "  MPI_Allgather                      1           1     500 us     500 us",
+      }))
+      << text;
+  const std::string plain = dir.file("plain.db");
+  writeModeTrace(plain, "observe", 2, 2, 1 << 20, [](TraceWriter&, std::int64_t) {});
+  EXPECT_EQ(report(plain).find("graph replays"), std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The command line
 

@@ -191,6 +191,39 @@ TEST(ChromeTrace, OneProcessPerRankAndOneSlicePerCallAtDatabaseTimes) {
   for (const auto& [id, label] : thread_names) EXPECT_EQ(label, "comm world (size 2)");
 }
 
+// A graph replay is a slice like any call, with its number; the CSV has it in a column of its own.
+TEST(ChromeTrace, GraphReplaysCarryTheirNumber) {
+  TempDir dir;
+  const std::string path = writeSmallJob(dir, true);
+  {
+    test::RawDb db(path);
+    db.exec("UPDATE gpu_calls SET replay = 2 WHERE call_id = 3");
+  }
+  const TraceReader reader = TraceReader::open(path);
+  const json trace = json::parse(chromeTrace(reader));
+  int replays = 0;
+  for (const json& event : trace.at("traceEvents"))
+    if (event.at("ph") == "X" && event.at("args").contains("graph_replay")) {
+      ++replays;
+      EXPECT_EQ(event.at("args").at("id"), 3);
+      EXPECT_EQ(event.at("args").at("graph_replay"), 2);
+    }
+  EXPECT_EQ(replays, 1);
+  const std::string text = csv(reader, "calls");
+  EXPECT_NE(text.find(",nccl_channels,graph_replay\n"), std::string::npos) << text.substr(0, 200);
+  std::istringstream lines(text);
+  std::string line;
+  int with_replay = 0;
+  while (std::getline(lines, line))
+    if (line.rfind("3,", 0) == 0) {
+      EXPECT_EQ(line.substr(line.size() - 2), ",2") << line;
+      ++with_replay;
+    } else {
+      EXPECT_EQ(line.back(), line.rfind("id,", 0) == 0 ? 'y' : ',') << line;
+    }
+  EXPECT_EQ(with_replay, 1);
+}
+
 TEST(ChromeTrace, AppliesClockOffsetsEscapesStringsAndLabelsRuns) {
   TempDir dir;
   const std::string path = dir.file("odd.db");
@@ -294,10 +327,10 @@ TEST(Csv, QuotesFieldsWithCommasQuotesAndNewlines) {
   EXPECT_EQ(text,
             "id,run_id,rank,comm,seq,step,api,dtype,op,count,bytes,enqueue_ns,start_ns,end_ns,dur_ns,stream,"
             "nccl_algo,"
-            "nccl_proto,nccl_channels\n"
-            "1,1,3,\"group a,\"\"b\"\"\",0,0,MPI_Allreduce,fp64,max,2,16,0,10,25,15,,,,\n"
-            "2,1,3,\"two\nlines\",0,0,MPI_Allreduce,fp64,max,2,16,0,10,25,15,,,,\n"
-            "3,1,3,plain,0,0,MPI_Allreduce,fp64,max,2,16,0,10,25,15,,,,\n");
+            "nccl_proto,nccl_channels,graph_replay\n"
+            "1,1,3,\"group a,\"\"b\"\"\",0,0,MPI_Allreduce,fp64,max,2,16,0,10,25,15,,,,,\n"
+            "2,1,3,\"two\nlines\",0,0,MPI_Allreduce,fp64,max,2,16,0,10,25,15,,,,,\n"
+            "3,1,3,plain,0,0,MPI_Allreduce,fp64,max,2,16,0,10,25,15,,,,,\n");
 }
 
 TEST(Csv, OneLinePerCallAndAHeader) {

@@ -302,6 +302,46 @@ TEST_F(MergeTest, ConsensusRowsAndAppliedCallsFollowTheirCalls) {
   EXPECT_EQ(applied[2].strategy, "sum/native");
 }
 
+// Graph replays are calls of their own (gpu_calls.replay): merged, they keep their number and move with
+// their rank's times like every call.
+TEST_F(MergeTest, GraphReplaysKeepTheirNumberAndTheirCallsSeq) {
+  constexpr std::int64_t kSeq = 17;
+  {
+    RawDb db(inputs_[2]);
+    const std::int64_t last = db.integer("SELECT max(id) FROM calls");
+    db.exec(fmt::format(
+        "INSERT INTO calls (id, rank_id, comm_id, seq, step, api, dtype, op, count, bytes, enqueue_ns, "
+        "start_ns, "
+        "end_ns) SELECT {0} + r.k, rank_id, comm_id, seq, step, api, dtype, op, count, bytes, start_ns + "
+        "1000 * r.k, "
+        "start_ns + 1000 * r.k, start_ns + 1000 * r.k + 500 FROM calls, (SELECT 1 AS k UNION ALL SELECT 2) r "
+        "WHERE seq = {1} ORDER BY r.k",
+        last, kSeq));
+    db.exec(fmt::format(
+        "INSERT INTO gpu_calls (call_id, stream, replay) VALUES ({0} + 1, 0, 1), ({0} + 2, 0, 2)", last));
+  }
+  const std::string output = dir_.file("merged.db");
+  mergeTraces(inputs_, output, {});
+  const TraceReader merged = TraceReader::open(output);
+  std::vector<CallRecord> same;  // rank 2's calls with seq kSeq: the call, then its replays
+  merged.forEachCall([&](const CallRecord& call) {
+    if (call.seq == kSeq && call.rank_id == 2) same.push_back(call);
+    return true;
+  });
+  ASSERT_EQ(same.size(), 3u);
+  EXPECT_EQ(same[0].graph_replay, 0);
+  for (std::size_t k = 1; k < same.size(); ++k) {
+    EXPECT_EQ(same[k].graph_replay, static_cast<std::int64_t>(k));
+    EXPECT_EQ(same[k].comm_id, same[0].comm_id);
+    EXPECT_EQ(same[k].start_ns - same[0].start_ns, 1000 * static_cast<std::int64_t>(k));
+  }
+  const auto summary = merged.replaySummary();
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0].captured_calls, 1);
+  EXPECT_EQ(summary[0].replays, 2);
+  EXPECT_EQ(summary[0].total_ns, 1000);
+}
+
 TEST_F(MergeTest, AnOpenRankKeepsTheMergedRunOpen) {
   {
     RawDb db(inputs_[1]);

@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -585,6 +586,61 @@ TEST(StorageWriter, ACallIsRecordedAsAppliedOnce) {
   EXPECT_EQ(TraceReader::open(path).appliedCalls()[0].strategy, "sum/rs_ag");
 }
 
+// A graph replay is a call row with its number in gpu_calls.replay; the summary groups them by API.
+TEST(StorageRoundTrip, GraphReplaysReadBackAndSumUpPerApi) {
+  TempDir dir;
+  const std::string path = dir.file("trace.db");
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    RunInfo run;
+    run.uuid = "graph-run";
+    RankInfo rank;
+    rank.run_id = writer.addRun(run);
+    rank.id = writer.addRank(rank);
+    const std::int64_t comm = writer.addComm({0, rank.id, "world", Backend::Nccl, 1, 0});
+    std::vector<CallRecord> calls = {
+        makeCall(rank.id, comm, 0, Api::NcclAllReduce, DType::Fp32, ReduceOp::Sum, 128, 10, 1),
+        makeCall(rank.id, comm, 1, Api::NcclAllGather, DType::Fp32, ReduceOp::None, 64, 20, 1)};
+    for (const auto& [base, replay, start, duration] :
+         {std::tuple{0, 1, 100, 50}, {1, 1, 160, 5}, {0, 2, 300, 60}}) {
+      CallRecord call = calls[static_cast<std::size_t>(base)];
+      call.graph_replay = replay;
+      call.enqueue_ns = call.start_ns = start;
+      call.end_ns = start + duration;
+      calls.push_back(call);
+    }
+    calls[0].stream = 3;  // a capture with its stream; replays without one still get a gpu_calls row
+    writer.appendCalls(calls);
+    writer.finish();
+  }
+  const TraceReader reader = TraceReader::open(path);
+  std::vector<std::vector<std::int64_t>> rows;
+  reader.forEachCall([&](const CallRecord& call) {
+    rows.push_back({call.seq, call.graph_replay, call.start_ns, call.end_ns, call.stream});
+    return true;
+  });
+  EXPECT_EQ(rows, (std::vector<std::vector<std::int64_t>>{{0, 0, 10, 11, 3},
+                                                          {1, 0, 20, 21, 0},
+                                                          {0, 1, 100, 150, 0},
+                                                          {1, 1, 160, 165, 0},
+                                                          {0, 2, 300, 360, 0}}));
+  const auto summary = reader.replaySummary();
+  ASSERT_EQ(summary.size(), 2u);
+  EXPECT_EQ(summary[0].api, Api::NcclAllReduce);
+  EXPECT_EQ(summary[0].captured_calls, 1);
+  EXPECT_EQ(summary[0].replays, 2);
+  EXPECT_EQ(summary[0].total_ns, 110);
+  EXPECT_EQ(summary[1].api, Api::NcclAllGather);
+  EXPECT_EQ(summary[1].replays, 1);
+  EXPECT_EQ(summary[1].total_ns, 5);
+  RawDb db(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(db.rows("SELECT id, replay FROM call_view WHERE replay IS NOT NULL ORDER BY id"),
+            (std::vector<std::vector<std::string>>{{"3", "1"}, {"4", "1"}, {"5", "2"}}));
+  EXPECT_NE(db.text("SELECT sql FROM sqlite_master WHERE name = 'gpu_calls'")
+                .find("-- k >= 1: the k-th GPU execution"),
+            std::string::npos);
+}
+
 TEST(StorageWriter, UseAfterFinishIsAnErrorNotACrash) {
   TempDir dir;
   const std::string path = dir.file("trace.db");
@@ -967,6 +1023,37 @@ TEST(StorageMigration, OpeningAV2TraceUpgradesItInPlace) {
                                                    {"3", "ncclAllGather", "NULL"},
                                                    {"4", "ncclAllGather", "NULL"}}));
   EXPECT_EQ(db.text("PRAGMA integrity_check"), "ok");
+}
+
+// A v3 file is a v4 file whose gpu_calls has no replay column: opening one rebuilds gpu_calls with it,
+// keeping every row.
+TEST(StorageMigration, OpeningAV3TraceAddsTheReplayColumn) {
+  TempDir dir;
+  const std::string path = dir.file("v3.db");
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    CallRecord call = makeCall(0, 0, 0, Api::NcclAllReduce, DType::Fp32, ReduceOp::Sum, 128, 10, 1);
+    call.stream = 2;
+    call.nccl_algo = 1;
+    writer.appendCalls(std::vector<CallRecord>{call});
+    writer.finish();
+    RawDb db(path);
+    db.exec(
+        "DROP VIEW call_view; DROP INDEX gpu_calls_replays; ALTER TABLE gpu_calls DROP COLUMN replay;"
+        "PRAGMA user_version = 3;");
+  }
+  const TraceReader reader = TraceReader::open(path);
+  EXPECT_EQ(reader.schemaVersion(), kSchemaVersion);
+  std::vector<CallRecord> calls;
+  reader.forEachCall([&](const CallRecord& call) {
+    calls.push_back(call);
+    return true;
+  });
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].stream, 2);
+  EXPECT_EQ(calls[0].nccl_algo, 1);
+  EXPECT_EQ(calls[0].graph_replay, 0);
+  EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
 }
 
 TEST(StorageMigration, AFailedUpgradeLeavesTheV2FileAsItWas) {

@@ -122,6 +122,15 @@ class TraceReader {
   std::vector<MeasurementOrigin> measurementOrigins() const;
   std::vector<ConsensusRecord> consensus() const;  // ordered by step (-1 first), rank id, id
   std::vector<AppliedCall> appliedCalls() const;   // ordered by call id
+  // Graph replays (CallRecord::graph_replay) per API: of how many captured calls, how many, and their
+  // summed GPU time. Aggregated in SQL.
+  struct ReplaySummary {
+    Api api = Api::Unknown;
+    std::int64_t captured_calls = 0;
+    std::int64_t replays = 0;
+    std::int64_t total_ns = 0;
+  };
+  std::vector<ReplaySummary> replaySummary() const;  // most GPU time first
   // What apply mode did: per strategy, the calls it replaced and their summed duration (most calls
   // first), and the reductions (calls with a reduction op) it left as the job issued them, counted only
   // when it replaced any (a scan of the calls, skipped for traces of the other modes). Aggregated in

@@ -66,8 +66,13 @@ struct CallRecord {
   int nccl_algo = -1;       // NCCL algorithm enum (REFERENCE.md), -1 unknown
   int nccl_proto = -1;      // NCCL protocol enum, -1 unknown
   int nccl_channels = 0;    // 0 unknown
+  // k >= 1: the k-th GPU execution (CUDA graph launch) of the graph-captured call with this comm and seq;
+  // its start and end are the GPU's, its enqueue_ns its start. 0: any other call.
+  std::int64_t graph_replay = 0;
 
-  bool hasGpuInfo() const { return stream != 0 || nccl_algo >= 0 || nccl_proto >= 0 || nccl_channels > 0; }
+  bool hasGpuInfo() const {
+    return stream != 0 || nccl_algo >= 0 || nccl_proto >= 0 || nccl_channels > 0 || graph_replay > 0;
+  }
 };
 
 struct Measurement {

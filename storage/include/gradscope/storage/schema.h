@@ -14,8 +14,9 @@ namespace gradscope::storage {
 inline constexpr std::int32_t kApplicationId = 0x47534350;
 // History: v1 = DESIGN.md's starting layout (GPU columns inline in calls, a (rank, start) index);
 // v2 = GPU facts moved to gpu_calls and the index replaced by call_tiles; v3 = consensus.call_id and
-// applied_calls, for the agent's explore and apply modes (see docs/schema.md).
-inline constexpr int kSchemaVersion = 3;
+// applied_calls, for the agent's explore and apply modes; v4 = gpu_calls.replay, the GPU executions of
+// graph-captured calls (see docs/schema.md).
+inline constexpr int kSchemaVersion = 4;
 inline constexpr int kOldestMigratableVersion = 1;
 
 // Tile levels of call_tiles: a level-L tile spans 2^L ns (4.2 ms up to 4.6 minutes, a factor 16 apart).
