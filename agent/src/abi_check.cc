@@ -66,6 +66,12 @@ GS_REAL_TYPE(cupti::CUpti_ExternalCorrelationKind, ::CUpti_ExternalCorrelationKi
 GS_REAL_TYPE(cupti::CUpti_Activity, ::CUpti_Activity)
 GS_REAL_TYPE(cupti::CUpti_BuffersCallbackRequestFunc, ::CUpti_BuffersCallbackRequestFunc)
 GS_REAL_TYPE(cupti::CUpti_BuffersCallbackCompleteFunc, ::CUpti_BuffersCallbackCompleteFunc)
+GS_REAL_TYPE(cupti::CUpti_CallbackDomain, ::CUpti_CallbackDomain)
+GS_REAL_TYPE(cupti::CUpti_Subscriber_st, ::CUpti_Subscriber_st)
+GS_REAL_TYPE(cupti::CUpti_CallbackFunc, ::CUpti_CallbackFunc)
+GS_REAL_TYPE(cuda::CUgraph_st, ::CUgraph_st)
+GS_REAL_TYPE(cuda::CUgraphNode_st, ::CUgraphNode_st)
+GS_REAL_TYPE(cuda::CUgraphExec_st, ::CUgraphExec_st)
 #undef GS_REAL_TYPE
 
 // Enumerations: same size and underlying type (so the same calling convention), and the same values.
@@ -82,6 +88,8 @@ static_assert(kSameEnum<nvtx::CallbackModule, ::NvtxCallbackModule>);
 static_assert(kSameEnum<cupti::CUptiResult, ::CUptiResult>);
 static_assert(kSameEnum<cupti::CUpti_ActivityKind, ::CUpti_ActivityKind>);
 static_assert(kSameEnum<cupti::CUpti_ExternalCorrelationKind, ::CUpti_ExternalCorrelationKind>);
+static_assert(kSameEnum<cupti::CUpti_CallbackDomain, ::CUpti_CallbackDomain>);
+static_assert(std::is_same_v<cupti::CUpti_CallbackId, ::CUpti_CallbackId>);
 
 #define GS_SAME_VALUE(OURS, THEIRS)                                             \
   static_assert(static_cast<long long>(OURS) == static_cast<long long>(THEIRS), \
@@ -157,6 +165,9 @@ GS_SAME_VALUE(cupti::CUPTI_ACTIVITY_KIND_KERNEL, ::CUPTI_ACTIVITY_KIND_KERNEL)
 GS_SAME_VALUE(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, ::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
 GS_SAME_VALUE(cupti::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, ::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)
 GS_SAME_VALUE(cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, ::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
+GS_SAME_VALUE(cupti::CUPTI_CB_DOMAIN_RESOURCE, ::CUPTI_CB_DOMAIN_RESOURCE)
+GS_SAME_VALUE(cupti::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, ::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED)
+GS_SAME_VALUE(cupti::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, ::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED)
 #undef GS_SAME_VALUE
 
 // Structures: same size and, where the agent reads fields, the same offsets.
@@ -197,6 +208,22 @@ GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, streamId)
 GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, correlationId)
 GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, gridId)
 GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, name)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, graphNodeId)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, shmemLimitConfig)
+GS_SAME_OFFSET(cupti::KernelRecordHead, ::CUpti_ActivityKernel10, graphId)
+static_assert(sizeof(cupti::CUpti_ResourceData) == sizeof(::CUpti_ResourceData));
+GS_SAME_OFFSET(cupti::CUpti_ResourceData, ::CUpti_ResourceData, context)
+static_assert(offsetof(cupti::CUpti_ResourceData, stream) == offsetof(::CUpti_ResourceData, resourceHandle) &&
+              sizeof(cupti::CUpti_ResourceData::stream) == sizeof(::CUpti_ResourceData::resourceHandle));
+GS_SAME_OFFSET(cupti::CUpti_ResourceData, ::CUpti_ResourceData, resourceDescriptor)
+static_assert(sizeof(cupti::CUpti_GraphData) == sizeof(::CUpti_GraphData));
+GS_SAME_OFFSET(cupti::CUpti_GraphData, ::CUpti_GraphData, graph)
+GS_SAME_OFFSET(cupti::CUpti_GraphData, ::CUpti_GraphData, originalGraph)
+GS_SAME_OFFSET(cupti::CUpti_GraphData, ::CUpti_GraphData, node)
+GS_SAME_OFFSET(cupti::CUpti_GraphData, ::CUpti_GraphData, originalNode)
+GS_SAME_OFFSET(cupti::CUpti_GraphData, ::CUpti_GraphData, nodeType)
+GS_SAME_OFFSET(cupti::CUpti_GraphData, ::CUpti_GraphData, dependency)
+GS_SAME_OFFSET(cupti::CUpti_GraphData, ::CUpti_GraphData, graphExec)
 static_assert(sizeof(cupti::KernelRecordHead) <= sizeof(::CUpti_ActivityKernel10));
 static_assert(sizeof(cupti::CUpti_ActivityExternalCorrelation) ==
               sizeof(::CUpti_ActivityExternalCorrelation));
@@ -232,7 +259,7 @@ GS_CUDA_DRIVER_FUNCTIONS(GS_CUDA_DRIVER_CHECK)
 namespace gradscope::agent::cupti {
 #define GS_CUPTI_CHECK(MEMBER, SYMBOL, PARAMS)                                                \
   static_assert(std::is_same_v<abi_check::RealT<CUptiResult(*) PARAMS>, decltype(&::SYMBOL)>, \
-                #SYMBOL " in cupti_abi.h differs from cupti_activity.h");
+                #SYMBOL " in cupti_abi.h differs from cupti.h");
 GS_CUPTI_FUNCTIONS(GS_CUPTI_CHECK)
 #undef GS_CUPTI_CHECK
 }  // namespace gradscope::agent::cupti

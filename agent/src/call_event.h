@@ -29,11 +29,22 @@ struct CallEvent {
 static_assert(sizeof(CallEvent) == 72);
 
 inline constexpr std::uint8_t kEpochTimes = 1;  // start/end are already Unix-epoch ns
-inline constexpr std::uint8_t kSampled = 4;     // explore mode sampled this call (2: nccl_state.h)
+// The stream was capturing a CUDA graph, so the call was timed on the host (its GPU work runs whenever
+// the graph is launched: its replays, cupti_tracer.h).
+inline constexpr std::uint8_t kGraphCaptured = 2;
+inline constexpr std::uint8_t kSampled = 4;  // explore mode sampled this call
 // Not a call: what NCCL chose for call (comm, seq), reported by the NCCL profiler plugin
 // (nccl_profile.h). The NCCL algorithm code is in `count`, the protocol code in `bytes` (-1 unknown), the
 // channels in `stream`. The background thread attaches it to the call's row and writes no row of its own.
 inline constexpr std::uint8_t kNcclInfo = 8;
+
+// One GPU execution (CUDA graph replay) of a graph-captured call, named by the call's communicator
+// (CommRegistry index) and sequence number: what the GPU timer hands the background thread.
+struct ReplaySpan {
+  std::uint32_t comm = 0;
+  std::int64_t seq = 0;
+  std::int64_t start_epoch_ns = 0, end_epoch_ns = 0;
+};
 
 inline CallEvent ncclInfoEvent(std::uint32_t comm, std::int64_t seq, int algo, int proto, int channels) {
   CallEvent event;

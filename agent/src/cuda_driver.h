@@ -51,9 +51,15 @@ using CUdevice = int;
 struct CUctx_st;
 struct CUevent_st;
 struct CUstream_st;
+struct CUgraph_st;
+struct CUgraphNode_st;
+struct CUgraphExec_st;
 using CUcontext = CUctx_st*;
 using CUevent = CUevent_st*;
 using CUstream = CUstream_st*;
+using CUgraph = CUgraph_st*;  // only passed through (CUPTI's graph callbacks, cupti_abi.h)
+using CUgraphNode = CUgraphNode_st*;
+using CUgraphExec = CUgraphExec_st*;
 
 // X(MEMBER, SYMBOL, FALLBACK, RESULT, PARAMS): the Driver member, the exported symbol looked up first
 // (cuda.h's name after its versioning macros, e.g. `#define cuEventDestroy cuEventDestroy_v2`), the one

@@ -39,7 +39,12 @@ std::atomic<CuptiTracer*> g_tracer{nullptr};
 
 // ---- KernelSpans ------------------------------------------------------------------------------------------
 
-KernelSpans::KernelSpans() : correlations_(new Correlation[kCorrelations]), spans_(new Span[kSpans]) {}
+KernelSpans::KernelSpans()
+    : correlations_(new Correlation[kCorrelations]),
+      spans_(new Span[kSpans]),
+      graph_nodes_(new GraphNode[kGraphNodes]) {
+  replays_.reserve(kReplays);
+}
 
 void KernelSpans::addExternal(std::uint32_t correlation, std::uint64_t id) {
   if (id == 0) return;
@@ -90,8 +95,51 @@ void KernelSpans::forget(std::uint64_t id) {
   if (span.id == id) span.id = 0;
 }
 
+void KernelSpans::addGraphNode(std::uint64_t node, std::uint32_t capture) {
+  if (node == 0 || capture == 0) return;
+  graph_nodes_[node % kGraphNodes] = {node, capture};
+}
+
+void KernelSpans::cloneGraphNode(std::uint64_t original, std::uint64_t clone) {
+  const GraphNode& known = graph_nodes_[original % kGraphNodes];
+  if (original != 0 && known.node == original) addGraphNode(clone, known.capture);
+}
+
+bool KernelSpans::addGraphKernel(std::uint64_t node, std::uint32_t launch, std::uint64_t start,
+                                 std::uint64_t end, std::uint64_t flush) {
+  const GraphNode& known = graph_nodes_[node % kGraphNodes];
+  if (node == 0 || known.node != node) return false;
+  // The kernels of one replay arrive together, so the newest replays are searched first.
+  for (auto it = replays_.rbegin(); it != replays_.rend(); ++it)
+    if (it->capture == known.capture && it->launch == launch) {
+      it->start = std::min(it->start, start);
+      it->end = std::max(it->end, end);
+      it->flush = flush;
+      return true;
+    }
+  if (replays_.size() == kReplays) {
+    ++replay_drops_;
+    return true;
+  }
+  replays_.push_back({known.capture, launch, start, end, flush});
+  return true;
+}
+
+void KernelSpans::takeReplays(std::uint64_t last_flush, std::vector<Replay>& out) {
+  const std::size_t first = out.size();
+  std::size_t kept = 0;
+  for (const Replay& replay : replays_) {
+    if (replay.flush <= last_flush) out.push_back(replay);
+    else replays_[kept++] = replay;
+  }
+  replays_.resize(kept);
+  // Launch order: correlation ids grow with every CUDA call of the process.
+  std::stable_sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+                   [](const Replay& a, const Replay& b) { return a.launch < b.launch; });
+}
+
 int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std::size_t valid_bytes,
-                        KernelSpans& spans) {
+                        KernelSpans& spans, std::uint64_t flush) {
   int records = 0;
   cupti::CUpti_Activity* record = nullptr;
   while (library.activityGetNextRecord(buffer, valid_bytes, &record) == cupti::CUPTI_SUCCESS) {
@@ -101,8 +149,10 @@ int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std
       cupti::KernelRecordHead kernel;
       std::memcpy(&kernel, record, sizeof kernel);
       // NCCL's kernels are ncclDevKernel_* (ncclKernel_* before 2.19); other kernels never carry our ids.
-      if (kernel.name != nullptr && std::strncmp(kernel.name, "nccl", 4) == 0)
-        spans.addKernel(kernel.correlationId, kernel.start, kernel.end);
+      if (kernel.name == nullptr || std::strncmp(kernel.name, "nccl", 4) != 0) continue;
+      if (kernel.graphNodeId != 0)
+        spans.addGraphKernel(kernel.graphNodeId, kernel.correlationId, kernel.start, kernel.end, flush);
+      else spans.addKernel(kernel.correlationId, kernel.start, kernel.end);
     } else if (record->kind == cupti::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
       cupti::CUpti_ActivityExternalCorrelation external;
       std::memcpy(&external, record, sizeof external);
@@ -157,7 +207,101 @@ CuptiTracer* CuptiTracer::start(std::string& why) {
   if (const CUptiResult rc = library.activityEnable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
       rc != cupti::CUPTI_SUCCESS)
     return failed("cuptiActivityEnable(CONCURRENT_KERNEL)", rc);
+  // Without the graph-node callbacks (another subscriber has CUPTI's callback API) the calls' spans
+  // still come from CUPTI; graph-captured calls then have no replays.
+  std::string graphs_why;
+  tracer->graphs_ = tracer->subscribeToGraphNodes(graphs_why);
+  if (!tracer->graphs_)
+    log("CUDA graph replays of NCCL calls are not traced ({}); other calls' spans are", graphs_why);
   return tracer;
+}
+
+bool CuptiTracer::subscribeToGraphNodes(std::string& why) {
+  cupti::CUpti_SubscriberHandle subscriber = nullptr;
+  if (const CUptiResult rc = library_.subscribe(&subscriber, &onCallback, this); rc != cupti::CUPTI_SUCCESS) {
+    why = fmt::format("cuptiSubscribe failed (CUptiResult {})", static_cast<int>(rc));
+    return false;
+  }
+  for (const cupti::CUpti_CallbackId cbid :
+       {cupti::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, cupti::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED})
+    if (const CUptiResult rc = library_.enableCallback(1, subscriber, cupti::CUPTI_CB_DOMAIN_RESOURCE, cbid);
+        rc != cupti::CUPTI_SUCCESS) {
+      why = fmt::format("cuptiEnableCallback({}) failed (CUptiResult {})", cbid, static_cast<int>(rc));
+      return false;
+    }
+  return true;
+}
+
+namespace {
+// The capture the calling thread is recording (CuptiTracer::beginCapture), 0 when none.
+thread_local std::uint32_t t_capture = 0;
+}  // namespace
+
+void CuptiTracer::onCallback(void* userdata, cupti::CUpti_CallbackDomain domain, cupti::CUpti_CallbackId cbid,
+                             const void* data) {
+  if (domain != cupti::CUPTI_CB_DOMAIN_RESOURCE || userdata == nullptr || data == nullptr) return;
+  auto* tracer = static_cast<CuptiTracer*>(userdata);
+  const auto* graph = static_cast<const cupti::CUpti_GraphData*>(
+      static_cast<const cupti::CUpti_ResourceData*>(data)->resourceDescriptor);
+  if (graph == nullptr) return;
+  if (cbid == cupti::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
+    const std::uint32_t capture = t_capture;
+    if (capture == 0) return;  // not made by an NCCL call being captured
+    std::uint64_t node = 0;
+    if (tracer->library_.getGraphNodeId(graph->node, &node) != cupti::CUPTI_SUCCESS) return;
+    const std::lock_guard lock(tracer->mutex_);
+    tracer->spans_.addGraphNode(node, capture);
+  } else if (cbid == cupti::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+    std::uint64_t original = 0, clone = 0;
+    if (tracer->library_.getGraphNodeId(graph->originalNode, &original) != cupti::CUPTI_SUCCESS ||
+        tracer->library_.getGraphNodeId(graph->node, &clone) != cupti::CUPTI_SUCCESS)
+      return;
+    const std::lock_guard lock(tracer->mutex_);
+    tracer->spans_.cloneGraphNode(original, clone);
+  }
+}
+
+std::uint32_t CuptiTracer::beginCapture() {
+  if (!graphs_) return 0;
+  std::uint32_t capture = next_capture_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (capture == 0) capture = next_capture_.fetch_add(1, std::memory_order_relaxed) + 1;  // wrapped
+  t_capture = capture;
+  return capture;
+}
+
+void CuptiTracer::endCapture(std::uint32_t capture, std::span<const CapturedCall> calls) {
+  t_capture = 0;
+  if (capture == 0 || calls.empty()) return;
+  const std::lock_guard lock(captures_mutex_);
+  if (captures_.size() >= kMaxCaptures) {
+    for (std::size_t i = 0; i < calls.size(); ++i) countDrop("graph_capture");
+    return;
+  }
+  captures_[capture].assign(calls.begin(), calls.end());
+}
+
+void CuptiTracer::takeReplays(std::vector<ReplaySpan>& out, bool final) {
+  if (!graphs_) return;
+  taken_.clear();
+  std::uint64_t drops = 0;
+  {
+    const std::lock_guard lock(mutex_);
+    // A replay extended during the flush just finished may have kernels still to come.
+    const std::uint64_t done = flushes_.load(std::memory_order_acquire);
+    spans_.takeReplays(final ? UINT64_MAX : (done >= 2 ? done - 2 : 0), taken_);
+    drops = spans_.replayDrops() - replay_drops_counted_;
+    replay_drops_counted_ = spans_.replayDrops();
+  }
+  for (std::uint64_t i = 0; i < drops; ++i) countDrop("graph_replay");
+  if (taken_.empty()) return;
+  const std::lock_guard lock(captures_mutex_);
+  for (const KernelSpans::Replay& replay : taken_) {
+    const auto calls = captures_.find(replay.capture);
+    if (calls == captures_.end()) continue;  // its capture was not noted (counted as graph_capture)
+    for (const CapturedCall& call : calls->second)
+      out.push_back({call.comm, call.seq, static_cast<std::int64_t>(replay.start) + offset_ns_,
+                     static_cast<std::int64_t>(replay.end) + offset_ns_});
+  }
 }
 
 bool CuptiTracer::measureOffset() {
@@ -202,7 +346,9 @@ void CuptiTracer::completeBuffer(cuda::CUcontext context, std::uint32_t stream, 
   tracer->countDropped(context, stream);
   {
     const std::lock_guard lock(tracer->mutex_);
-    if (valid > 0) parseActivityBuffer(tracer->library_, buffer, valid, tracer->spans_);
+    if (valid > 0)
+      parseActivityBuffer(tracer->library_, buffer, valid, tracer->spans_,
+                          tracer->flushes_.load(std::memory_order_acquire));
   }
   const auto index = static_cast<std::size_t>(buffer - tracer->pool_.get()) / kBufferBytes;
   if (index < kBuffers) tracer->free_.fetch_or(1u << index, std::memory_order_acq_rel);
@@ -219,7 +365,7 @@ void CuptiTracer::countDropped(cuda::CUcontext context, std::uint32_t stream) {
 void CuptiTracer::flush() {
   library_.activityFlushAll(0);
   countDropped(nullptr, 0);  // the global queue (the completion callback reads each buffer's own)
-  ++flushes_;
+  flushes_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 bool CuptiTracer::span(std::uint64_t id, std::int64_t& start_epoch_ns, std::int64_t& end_epoch_ns) {

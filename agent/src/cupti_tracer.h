@@ -19,6 +19,16 @@
 // calling flush(); it takes `mutex_`, as do span() and forget() (background thread only): the job's
 // threads never do.
 //
+// Graph replays. A kernel of a CUDA graph carries the correlation of the graph's launch, not of the NCCL
+// call that was captured into the graph, and runs at every launch. So while a job thread captures an
+// NCCL call (or a group) the timer marks the thread with a capture id (beginCapture/endCapture, which
+// also note the calls captured); CUPTI's resource callbacks then map, on that thread, every graph node
+// the call creates to the id (GRAPHNODE_CREATED), and every copy cuGraphInstantiate makes of such a
+// node into an executable graph to the same id (GRAPHNODE_CLONED). A kernel record with a graphNodeId
+// of a mapped node is one kernel of one replay: joined per (capture id, the launch's correlation id) like
+// a call's kernels, min start .. max end. A replay is complete once a whole flush has passed without a
+// kernel of it; takeReplays() hands the complete ones over, in launch order, one per captured call.
+//
 // Not loaded into a process that does not use CUDA: the timer starts it at the first NCCL communicator
 // of a process that has loaded the driver, and libcupti is dlopen'ed (never linked).
 
@@ -26,8 +36,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
+#include "call_event.h"
 #include "cupti_abi.h"
 
 namespace gradscope::agent {
@@ -45,6 +59,27 @@ class KernelSpans {
   // The span of `id` in CUPTI's clock, when a kernel of it has been seen.
   bool span(std::uint64_t id, std::uint64_t& start, std::uint64_t& end) const;
   void forget(std::uint64_t id);
+
+  // Graph replays (the design above). Node ids are CUPTI's (cuptiGetGraphNodeId), captures nonzero.
+  static constexpr std::uint32_t kGraphNodes = 1u << 14;  // node → capture, by node id
+  static constexpr std::uint32_t kReplays = 1024;         // replays whose kernels are still arriving
+  void addGraphNode(std::uint64_t node, std::uint32_t capture);
+  void cloneGraphNode(std::uint64_t original, std::uint64_t clone);
+  // A kernel launched by graph node `node`, delivered during flush `flush`: false when the node is not
+  // a captured call's (the kernel is someone else's).
+  bool addGraphKernel(std::uint64_t node, std::uint32_t launch, std::uint64_t start, std::uint64_t end,
+                      std::uint64_t flush);
+  struct Replay {
+    std::uint32_t capture = 0;
+    std::uint32_t launch = 0;  // correlation id of the graph launch
+    std::uint64_t start = 0, end = 0;
+    std::uint64_t flush = 0;  // the last flush that extended it
+  };
+  // Appends to `out`, in launch order, the replays no kernel of which arrived after flush `last_flush`,
+  // and forgets them.
+  void takeReplays(std::uint64_t last_flush, std::vector<Replay>& out);
+  // Replays lost because kReplays were in progress at once.
+  std::uint64_t replayDrops() const { return replay_drops_; }
 
  private:
   struct Correlation {
@@ -65,12 +100,20 @@ class KernelSpans {
   Kernel waiting_[kWaiting];
   std::uint32_t waiting_next_ = 0, waiting_count_ = 0;
   std::unique_ptr<Span[]> spans_;
+  struct GraphNode {
+    std::uint64_t node = 0;  // 0: none
+    std::uint32_t capture = 0;
+  };
+  std::unique_ptr<GraphNode[]> graph_nodes_;
+  std::vector<Replay> replays_;  // in progress, in arrival order (capacity kReplays, reserved once)
+  std::uint64_t replay_drops_ = 0;
 };
 
 // Reads the records of one completed CUPTI buffer into `spans`: kernels whose name starts with "nccl"
 // and CUSTOM0 external correlations. Returns the number of records read.
+// Kernels launched by a graph go to the replays (delivered during flush `flush`).
 int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std::size_t valid_bytes,
-                        KernelSpans& spans);
+                        KernelSpans& spans, std::uint64_t flush = 0);
 
 class CuptiTracer {
  public:
@@ -93,12 +136,26 @@ class CuptiTracer {
     std::uint64_t last = 0;
     library_.activityPopExternalCorrelationId(cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
   }
+  // Graph capture of NCCL calls, on the capturing job thread around the real call (not a hot path):
+  // beginCapture() returns the id that the nodes created meanwhile are mapped to (0 when graph replays
+  // are not traced); endCapture() notes the calls captured, by communicator index and sequence number.
+  struct CapturedCall {
+    std::uint32_t comm = 0;
+    std::int64_t seq = 0;
+  };
+  static constexpr std::size_t kMaxCaptures = 4096;  // beyond: "graph_capture" drops
+  std::uint32_t beginCapture();
+  void endCapture(std::uint32_t capture, std::span<const CapturedCall> calls);
+  // Background thread, after flush(): the replays complete so far (all of them when `final`), one entry
+  // per captured call and replay, in launch order.
+  void takeReplays(std::vector<ReplaySpan>& out, bool final);
+
   // Records dropped so far (by CUPTI, for want of a buffer). Any thread.
   std::uint64_t drops() const { return drops_.load(std::memory_order_acquire); }
 
   // Background thread: delivers the completed buffers (cuptiActivityFlushAll(0)) and counts drops.
   void flush();
-  std::uint64_t flushes() const { return flushes_; }
+  std::uint64_t flushes() const { return flushes_.load(std::memory_order_acquire); }
   // Background thread: the span of `id` as Unix-epoch ns, once a kernel record of it has arrived.
   bool span(std::uint64_t id, std::int64_t& start_epoch_ns, std::int64_t& end_epoch_ns);
   void forget(std::uint64_t id);
@@ -108,6 +165,9 @@ class CuptiTracer {
   static void requestBuffer(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records);
   static void completeBuffer(cuda::CUcontext context, std::uint32_t stream, std::uint8_t* buffer,
                              std::size_t size, std::size_t valid);
+  static void onCallback(void* userdata, cupti::CUpti_CallbackDomain domain, cupti::CUpti_CallbackId cbid,
+                         const void* data);
+  bool subscribeToGraphNodes(std::string& why);
   bool measureOffset();
   void countDropped(cuda::CUcontext context, std::uint32_t stream);
 
@@ -116,9 +176,15 @@ class CuptiTracer {
   std::atomic<std::uint32_t> free_{(1u << kBuffers) - 1};  // bit i: buffer i is free
   std::atomic<std::uint64_t> drops_{0};
   std::int64_t offset_ns_ = 0;  // Unix-epoch ns − CUPTI timestamp
-  std::uint64_t flushes_ = 0;
+  std::atomic<std::uint64_t> flushes_{0};
   std::mutex mutex_;  // spans_
   KernelSpans spans_;
+  bool graphs_ = false;  // the graph-node callbacks are on
+  std::atomic<std::uint32_t> next_capture_{0};
+  std::mutex captures_mutex_;  // captures_
+  std::unordered_map<std::uint32_t, std::vector<CapturedCall>> captures_;
+  std::vector<KernelSpans::Replay> taken_;  // background thread
+  std::uint64_t replay_drops_counted_ = 0;  // mutex_
 };
 
 }  // namespace gradscope::agent

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 
 #include "clock.h"
@@ -105,6 +106,13 @@ class CudaEventTimer final : public GpuTimer {
   std::uint64_t correlationOf(std::uint32_t slot) const {
     return (static_cast<std::uint64_t>(pair(slot).generation) << 32) | slot;
   }
+  // Around the real call (or group) of a start() that found its stream capturing: the graph nodes the
+  // call creates meanwhile stand for it, so that its replays are traced (cupti_tracer.h). beginCapture
+  // returns 0 when they are not (no CUPTI, or no graph callbacks); endCapture takes what it returned.
+  std::uint32_t beginCapture() const { return cupti_ != nullptr ? cupti_->beginCapture() : 0; }
+  void endCapture(std::uint32_t capture, std::span<const CuptiTracer::CapturedCall> calls) const {
+    if (capture != 0) cupti_->endCapture(capture, calls);
+  }
   // Gives the pair of a start() back instead, when the call turns out not to be timed on the GPU.
   void abandon(std::uint32_t gpu_slot) { free(gpu_slot - 1); }
 
@@ -125,6 +133,9 @@ class CudaEventTimer final : public GpuTimer {
   Status query(std::uint32_t slot, std::int64_t& start_epoch_ns, std::int64_t& end_epoch_ns) override;
   void release(std::uint32_t slot) override;
   void poll() override;
+  void takeGraphReplays(std::vector<ReplaySpan>& out, bool final) override {
+    if (cupti_ != nullptr) cupti_->takeReplays(out, final);
+  }
 
   // Pairs not in the pool now (claimed, or carried by records not yet released). For tests.
   std::uint32_t pairsInUse() const;

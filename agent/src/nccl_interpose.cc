@@ -157,11 +157,18 @@ ncclResult_t timed(CallEvent& event, cudaStream_t stream, Call&& call) {
   CudaEventTimer* const timer = domain >= 0 ? g_timer.load(std::memory_order_relaxed) : nullptr;
   std::uint32_t gpu_slot = timer != nullptr ? timer->start(domain, stream, captured) : 0;
   if (timer != nullptr) timer->enterCall(gpu_slot);
+  // Captured into a graph: the nodes NCCL creates meanwhile stand for the call at every replay.
+  const std::uint32_t capture = captured ? timer->beginCapture() : 0;
   // NCCL launches the call inside: the profiler plugin's report for it arrives on this thread meanwhile.
   t_nccl_in_flight.setSingle(&event);
   const ncclResult_t rc = call();
   t_nccl_in_flight.clear();
   if (timer != nullptr) timer->leaveCall(gpu_slot);
+  if (captured) {
+    const CuptiTracer::CapturedCall call_id{event.comm, event.seq};
+    timer->endCapture(capture,
+                      rc == ncclSuccess ? std::span(&call_id, 1) : std::span<CuptiTracer::CapturedCall>());
+  }
   if (gpu_slot != 0) {
     // ncclInProgress (a nonblocking communicator): NCCL enqueues the work later, after this event.
     if (rc == ncclInProgress) {
@@ -652,11 +659,19 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
   if (timer != nullptr) timer->startGroup(timing, domains, streams, n);
   const std::uint64_t start = ticks();
   if (timer != nullptr) timer->enterCall(timing.leader);
+  const std::uint32_t capture = timing.captured ? timer->beginCapture() : 0;
   const auto members = t_group.members();
   t_nccl_in_flight.setGroup(members);  // the profiler plugin's reports for them arrive meanwhile
   const ncclResult_t rc = real_ncclGroupEnd();
   t_nccl_in_flight.clear();
   if (timer != nullptr) timer->leaveCall(timing.leader);
+  if (timing.captured) {
+    std::vector<CuptiTracer::CapturedCall> captured;
+    if (capture != 0 && rc == ncclSuccess)
+      for (const GroupState::Member& member : members)
+        captured.push_back({member.event.comm, member.event.seq});
+    timer->endCapture(capture, captured);
+  }
   // With nonblocking communicators (ncclInProgress) NCCL launches the group later: timed on the host.
   if (timer != nullptr)
     timer->stopGroup(timing, rc == ncclInProgress ? 0 : static_cast<std::int32_t>(members.size()));

@@ -18,10 +18,6 @@
 
 namespace gradscope::agent {
 
-// CallEvent::flags bit: the stream was capturing a CUDA graph, so the call was timed on the host (its
-// GPU work runs whenever the graph is launched).
-inline constexpr std::uint8_t kGraphCaptured = 2;
-
 // ---- communicator keys (identical on every rank of a communicator) -----------------------------------
 
 // ncclCommInitRank*: "nccl:" and the FNV-1a 64 hash of the unique ids' bytes in hex (16 digits).

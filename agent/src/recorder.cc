@@ -67,10 +67,10 @@ struct DropCounter {
   const char* kind;
   std::atomic<std::int64_t> count{0};
 };
-DropCounter g_drop_counters[] = {
-    {"thread_buffer", {}}, {"comm_table", {}},  {"gpu_timing", {}},   {"iallreduce_table", {}},
-    {"stream_table", {}},  {"group_table", {}}, {"cupti_record", {}}, {"explore_result", {}},
-    {"nccl_profile", {}},  {"other", {}}};
+DropCounter g_drop_counters[] = {{"thread_buffer", {}},    {"comm_table", {}},     {"gpu_timing", {}},
+                                 {"iallreduce_table", {}}, {"stream_table", {}},   {"group_table", {}},
+                                 {"cupti_record", {}},     {"explore_result", {}}, {"nccl_profile", {}},
+                                 {"graph_capture", {}},    {"graph_replay", {}},   {"other", {}}};
 
 // Owns the calling thread's buffer claim: returns it to the table when the thread exits.
 struct BufferOwner {
@@ -346,8 +346,12 @@ class Flusher {
         if ((event.flags & kNcclInfo) != 0) ncclInfoArrived(event);
         else if (event.gpu_slot != 0 && timer != nullptr) pending_gpu_.push_back(event);
         else addCall(event, nullptr);
+        if ((event.flags & kGraphCaptured) != 0 && (event.gpu_slot == 0 || timer == nullptr) &&
+            captured_.size() < kMaxCaptured)
+          captured_.try_emplace({calls_.back().comm_id, calls_.back().seq}, Captured{calls_.back(), 0});
       }
       resolveGpu(timer, final);
+      if (timer != nullptr) addGraphReplays(*timer, final);
       if (!any_extra_) {
         std::stable_sort(calls_.begin(), calls_.end(),
                          [](const storage::CallRecord& a, const storage::CallRecord& b) {
@@ -385,6 +389,35 @@ class Flusher {
       }
       timer->release(it->gpu_slot - 1);
       it = pending_gpu_.erase(it);
+    }
+  }
+
+  // ---- graph replays (cupti_tracer.h) ----
+  //
+  // A graph-captured call's row is written like any call's (host-timed: its capture). Each of its GPU
+  // executions, reported by the timer once complete, is a row of its own: a copy of the captured call's
+  // with graph_replay 1, 2, ... and the GPU's times (docs/schema.md, "CUDA graphs").
+  struct Captured {
+    storage::CallRecord call;
+    std::int64_t replays = 0;
+  };
+
+  void addGraphReplays(GpuTimer& timer, bool final) {
+    replay_spans_.clear();
+    timer.takeGraphReplays(replay_spans_, final);
+    for (const ReplaySpan& span : replay_spans_) {
+      const auto it = captured_.find({span.comm < comm_rows_.size() ? comm_rows_[span.comm] : 0, span.seq});
+      if (it == captured_.end()) {
+        countDrop("graph_replay");  // its call was not recorded
+        continue;
+      }
+      storage::CallRecord replay = it->second.call;
+      replay.graph_replay = ++it->second.replays;
+      replay.step = -1;  // the capture's step is not the launch's; merge detects steps
+      replay.start_ns = replay.enqueue_ns = span.start_epoch_ns - epoch_ns_;
+      replay.end_ns = std::max(span.start_epoch_ns, span.end_epoch_ns) - epoch_ns_;
+      calls_.push_back(replay);
+      extras_.push_back({span.comm, 0, 0});
     }
   }
 
@@ -429,7 +462,8 @@ class Flusher {
   void rememberWritten(const std::vector<storage::CallRecord>& calls, std::int64_t first) {
     if (!g_nccl_profile_active.load(std::memory_order_relaxed)) return;
     for (std::size_t i = 0; i < calls.size(); ++i) {
-      if (calls[i].nccl_algo >= 0) continue;  // has its report already
+      // Has its report already, or is a graph replay (NCCL reports the captured call).
+      if (calls[i].nccl_algo >= 0 || calls[i].graph_replay > 0) continue;
       const CommSeq key{calls[i].comm_id, calls[i].seq};
       written_ids_[key] = first + static_cast<std::int64_t>(i);
       written_order_.push_back(key);
@@ -641,6 +675,7 @@ class Flusher {
   static constexpr std::size_t kBatch = 256;
   static constexpr std::size_t kMaxNcclInfo = 4096;
   static constexpr std::size_t kNcclProfileDrops = 8;  // g_drop_counters index of "nccl_profile"
+  static constexpr std::size_t kMaxCaptured = 4096;    // graph-captured calls whose replays are written
 
   storage::TraceWriter writer_;
   std::int64_t run_id_, rank_id_, epoch_ns_;
@@ -666,6 +701,8 @@ class Flusher {
   std::deque<CommSeq> pending_info_order_;
   std::unordered_map<CommSeq, std::int64_t, CommSeqKeyHash> written_ids_;
   std::deque<CommSeq> written_order_;
+  std::unordered_map<CommSeq, Captured, CommSeqKeyHash> captured_;
+  std::vector<ReplaySpan> replay_spans_;
   std::vector<std::int64_t> comm_rows_;
   std::vector<std::uint64_t> dropped_per_buffer_, rate_dropped_per_buffer_;
   std::int64_t calls_recorded_ = 0, calls_dropped_ = 0;

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -127,6 +128,12 @@ class GpuTimer {
   virtual void release(std::uint32_t slot) = 0;
   // Background thread, at every flush: housekeeping (the CUDA timer renews its clock reference here).
   virtual void poll() {}
+  // Background thread, after poll(): the GPU executions of graph-captured calls complete so far (all of
+  // them when `final`), in launch order.
+  virtual void takeGraphReplays(std::vector<ReplaySpan>& out, bool final) {
+    (void)out;
+    (void) final;
+  }
 };
 // Installs the timer (before the first GPU record). The recorder does not own it.
 void setGpuTimer(GpuTimer* timer);

@@ -674,5 +674,106 @@ TEST(AgentCuptiSpans, ParsesNcclKernelsAndCustomCorrelationsOnly) {
   EXPECT_FALSE(spans.span(88, start, end));
 }
 
+// ---- graph replays ----------------------------------------------------------------------------------------
+
+std::vector<KernelSpans::Replay> takeAll(KernelSpans& spans, std::uint64_t last_flush = UINT64_MAX) {
+  std::vector<KernelSpans::Replay> out;
+  spans.takeReplays(last_flush, out);
+  return out;
+}
+
+TEST(AgentCuptiGraphs, KernelsOfCopiedNodesJoinPerLaunchInLaunchOrder) {
+  KernelSpans spans;
+  spans.addGraphNode(10, 1);     // capture 1 made node 10 (the call) ...
+  spans.addGraphNode(11, 1);     // ... and node 11 (a second stream of its group)
+  spans.cloneGraphNode(10, 20);  // instantiation copied them
+  spans.cloneGraphNode(11, 21);
+  spans.cloneGraphNode(99, 22);  // a node of someone else's graph: not ours
+  EXPECT_FALSE(spans.addGraphKernel(22, 5, 0, 1, 0));
+  EXPECT_FALSE(spans.addGraphKernel(0, 5, 0, 1, 0));
+  // Launch 7 delivered before launch 5 (another buffer first); launch 5's kernels on two streams.
+  EXPECT_TRUE(spans.addGraphKernel(20, 7, 700, 800, 0));
+  EXPECT_TRUE(spans.addGraphKernel(20, 5, 100, 200, 0));
+  EXPECT_TRUE(spans.addGraphKernel(21, 5, 150, 260, 0));
+  // The original nodes' ids serve too (a graph launched as captured, without a copy, e.g. by a driver
+  // that reports the original).
+  EXPECT_TRUE(spans.addGraphKernel(11, 9, 900, 950, 0));
+  const auto replays = takeAll(spans);
+  ASSERT_EQ(replays.size(), 3u);
+  EXPECT_EQ(replays[0].launch, 5u);
+  EXPECT_EQ(replays[0].capture, 1u);
+  EXPECT_EQ(replays[0].start, 100u);
+  EXPECT_EQ(replays[0].end, 260u);
+  EXPECT_EQ(replays[1].launch, 7u);
+  EXPECT_EQ(replays[1].start, 700u);
+  EXPECT_EQ(replays[2].launch, 9u);
+  EXPECT_TRUE(takeAll(spans).empty()) << "taken replays are forgotten";
+}
+
+TEST(AgentCuptiGraphs, AReplayIsTakenOnlyAfterAFlushWithoutItsKernels) {
+  KernelSpans spans;
+  spans.addGraphNode(10, 3);
+  spans.addGraphKernel(10, 1, 100, 200, /*flush=*/4);
+  spans.addGraphKernel(10, 2, 300, 400, /*flush=*/5);
+  // After flush 5, flush 4's replay is complete; flush 5's may get more kernels.
+  auto replays = takeAll(spans, 4);
+  ASSERT_EQ(replays.size(), 1u);
+  EXPECT_EQ(replays[0].launch, 1u);
+  spans.addGraphKernel(10, 2, 250, 420, /*flush=*/6);
+  EXPECT_TRUE(takeAll(spans, 5).empty());
+  replays = takeAll(spans, 6);
+  ASSERT_EQ(replays.size(), 1u);
+  EXPECT_EQ(replays[0].start, 250u);
+  EXPECT_EQ(replays[0].end, 420u);
+}
+
+TEST(AgentCuptiGraphs, BoundedReplaysInProgressCountWhatTheyLose) {
+  KernelSpans spans;
+  spans.addGraphNode(10, 1);
+  for (std::uint32_t launch = 1; launch <= KernelSpans::kReplays + 5; ++launch)
+    EXPECT_TRUE(spans.addGraphKernel(10, launch, launch, launch + 1, 0));
+  EXPECT_EQ(spans.replayDrops(), 5u);
+  EXPECT_EQ(takeAll(spans).size(), KernelSpans::kReplays);
+  // A newer node in the same entry of the node table replaces the older one.
+  spans.addGraphNode(10 + KernelSpans::kGraphNodes, 2);
+  EXPECT_FALSE(spans.addGraphKernel(10, 1, 0, 1, 0));
+}
+
+TEST(AgentCuptiGraphs, GraphKernelsInABufferGoToTheReplays) {
+  alignas(8) std::uint8_t buffer[3 * cupti::kKernelRecordSize] = {};
+  std::size_t used = 0;
+  auto kernel = [&](std::uint32_t correlation, const char* name, std::uint64_t node, std::uint64_t start,
+                    std::uint64_t end) {
+    cupti::KernelRecordHead record{};
+    record.kind = cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    record.correlationId = correlation;
+    record.name = name;
+    record.graphNodeId = node;
+    record.start = start;
+    record.end = end;
+    std::memcpy(buffer + used, &record, sizeof record);
+    used += cupti::kKernelRecordSize;
+  };
+  kernel(41, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 20, 100, 200);
+  kernel(41, "vectorAdd", 20, 50, 900);                                // not NCCL's
+  kernel(42, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 300, 400);  // not a graph's
+  cupti::Library library;
+  library.activityGetNextRecord = &nextRecord;
+  KernelSpans spans;
+  spans.addGraphNode(20, 6);
+  spans.addExternal(42, 77);
+  EXPECT_EQ(parseActivityBuffer(library, buffer, used, spans, /*flush=*/3), 3);
+  const auto replays = takeAll(spans);
+  ASSERT_EQ(replays.size(), 1u);
+  EXPECT_EQ(replays[0].capture, 6u);
+  EXPECT_EQ(replays[0].launch, 41u);
+  EXPECT_EQ(replays[0].start, 100u);
+  EXPECT_EQ(replays[0].end, 200u);
+  EXPECT_EQ(replays[0].flush, 3u);
+  std::uint64_t start = 0, end = 0;
+  ASSERT_TRUE(spans.span(77, start, end));
+  EXPECT_EQ(start, 300u);
+}
+
 }  // namespace
 }  // namespace gradscope::agent
