@@ -12,7 +12,9 @@
                                               exactly its kernels' from CUPTI's records (groups included);
                                               with GRADSCOPE_CUPTI=0 the events give the same spans; a
                                               buffer pool that runs dry counts cupti_record drops and
-                                              falls back to the events
+                                              falls back to the events; each of the 3 launches of the
+                                              captured call's graph is a call row of its own (replay
+                                              1, 2, 3 of the call), exactly its kernel's span
   check_nccl.py TOOLS --workdir DIR nvtx      GRADSCOPE_STEP_NVTX=step with the agent as the NVTX
                                               injection library: the step of every call
   check_nccl.py TOOLS --workdir DIR disabled  GRADSCOPE_DISABLE=1: no trace, the job untouched
@@ -55,7 +57,8 @@
                                               sum/nccl.* rule is left to the tuner plugin
   check_nccl.py TOOLS --workdir DIR real      the job on the real NCCL and a GPU (scripts/gpu_check.sh):
                                               the same calls, keys from NCCL's random unique ids, GPU
-                                              spans that start after their call; `gradscope report`
+                                              spans that start after their call, 3 graph replays of the
+                                              captured call (CUPTI); `gradscope report`
                                               on the trace when --gradscope is given
   check_nccl.py TOOLS --workdir DIR real-nvtx the same with the NVTX step marker
   check_nccl.py TOOLS --workdir DIR real-pair  nccl_pair.cc (--job): two ranks on one GPU, the real NCCL
@@ -94,6 +97,7 @@ BACKEND_NCCL = 2
 # The job's calls in order: (communicator, api, dtype, op, count, bytes, stream, group, captured).
 # op None: no reduction (NULL). group: index of the ncclGroupStart/End block, or None.
 STEPS = 3
+GRAPH_LAUNCHES = 3  # launches of the captured call's graph (nccl_job.cc kGraphLaunches)
 MAIN, SPLIT, ALL, CONFIG, PAIR0, PAIR1 = "main", "split", "all", "config", "pair0", "pair1"
 # (size, rank) of each communicator.
 SHAPES = {MAIN: (1, 0), SPLIT: (1, 0), ALL: (1, 0), CONFIG: (1, 0), PAIR0: (2, 0), PAIR1: (2, 1)}
@@ -191,7 +195,7 @@ def load_trace(path):
     calls = db.execute(
         "SELECT c.id, m.key, c.seq, c.step, c.api, c.dtype, c.op, c.count, c.bytes, c.enqueue_ns, c.start_ns, "
         "c.end_ns, coalesce(g.stream, 0) FROM calls c JOIN comms m ON m.id = c.comm_id "
-        "LEFT JOIN gpu_calls g ON g.call_id = c.id ORDER BY c.id").fetchall()
+        "LEFT JOIN gpu_calls g ON g.call_id = c.id WHERE g.replay IS NULL ORDER BY c.id").fetchall()
     comms = {key: (backend, size, rank) for key, backend, size, rank in
              db.execute("SELECT key, backend, size, comm_rank FROM comms")}
     drops = dict(db.execute("SELECT kind, count FROM drops"))
@@ -199,6 +203,17 @@ def load_trace(path):
     device = db.execute("SELECT device FROM ranks").fetchone()[0]
     db.close()
     return calls, comms, drops, run_row, device
+
+
+def load_replays(path):
+    """The graph replays (calls with gpu_calls.replay): [(communicator key, seq, replay, start, end, api, bytes)]
+    in replay order."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = db.execute("SELECT m.key, c.seq, g.replay, c.start_ns, c.end_ns, c.api, c.bytes FROM calls c "
+                      "JOIN gpu_calls g ON g.call_id = c.id JOIN comms m ON m.id = c.comm_id "
+                      "WHERE g.replay IS NOT NULL ORDER BY m.key, c.seq, g.replay").fetchall()
+    db.close()
+    return rows
 
 
 def check_trace(path, label, keys, nvtx=False, outside_groups=()):
@@ -273,7 +288,8 @@ def check_host(args, workdir):
 
 def check_gpu(args, workdir, label="gpu", extra_env=None, exact=False):
     """The fake driver's kernels are the calls' spans: within float-millisecond rounding from CUDA events,
-    to the nanosecond (`exact`) from CUPTI's kernel records. Returns the rows and the drops."""
+    to the nanosecond (`exact`) from CUPTI's kernel records. Returns the rows, the drops and the graph
+    replays (none without CUPTI)."""
     # Long enough that the host-timed (graph-captured) call stays far below it on a busy machine.
     kernel_ns = 10_000_000
     stats = os.path.join(workdir, "fake-cuda-stats.txt")
@@ -282,9 +298,12 @@ def check_gpu(args, workdir, label="gpu", extra_env=None, exact=False):
     env.update(extra_env or {})
     stderr, trace = run_pair(args, workdir, env, label)
     if not check(isinstance(trace, str), f"{label}: expected one trace file, found {trace}"):
-        return [], {}
+        return [], {}, []
     check("gradscope: " not in stderr, f"{label}: the agent wrote to stderr: {stderr[-600:]}")
     rows, drops, device = check_trace(trace, label, fake_keys())
+    replays = load_replays(trace)
+    if env.get("GRADSCOPE_CUPTI") == "0":
+        check(not replays, f"{label}: graph replays without CUPTI: {replays}")
     check(device == "cuda:0 Gradscope Fake GPU", f"{label}: device {device!r}")
     check(not drops.get("gpu_timing"), f"{label}: gpu_timing drops {drops}")
     # CUPTI spans are the fake kernels' exactly. Event spans are the times at which the fake driver's
@@ -316,11 +335,11 @@ def check_gpu(args, workdir, label="gpu", extra_env=None, exact=False):
     # Events are pooled: created once, never per call.
     created = counts.get("events_created", 0)
     check(0 < created <= 2 * 4096 + 256, f"gpu: {created} events created, expected one pool")
-    return rows, drops
+    return rows, drops, replays
 
 
 def read_kernel_log(path):
-    """The fake CUPTI's kernels: [(external id, start, end)] in launch order."""
+    """The fake CUPTI's kernels: [(external id, start, end, graph node)] in launch order."""
     with open(path) as f:
         return [tuple(int(v) for v in line.split()) for line in f if line.strip()]
 
@@ -338,23 +357,41 @@ def check_cupti(args, workdir):
 
     # 1. CUPTI's kernel records: every span is exactly its kernels' (groups included).
     where, log, env = fake_cupti("records", GRADSCOPE_CUPTI="1")
-    rows, drops = check_gpu(args, where, "cupti", env, exact=True)
-    check(not drops.get("cupti_record"), f"cupti: cupti_record drops {drops}")
+    rows, drops, replays = check_gpu(args, where, "cupti", env, exact=True)
+    check(not drops.get("cupti_record") and not drops.get("graph_replay") and not drops.get("graph_capture"),
+          f"cupti: drops {drops}")
     kernels = read_kernel_log(log)
-    # One kernel per call; every call the agent times on the GPU carries an id, grouped calls share one;
-    # the graph-captured one (host-timed) carries none.
+    # One kernel per call, but a graph-captured call's at each of its graph's launches; every call the
+    # agent times on the GPU carries an id, grouped calls share one; graph kernels carry none, only their
+    # node.
     expected = [w for _, w in rows]
-    check(len(kernels) == len(expected), f"cupti: {len(kernels)} fake kernels, {len(expected)} calls")
+    captured = sum(1 for w in expected if w[8])
+    check(len(kernels) == len(expected) - captured + captured * GRAPH_LAUNCHES,
+          f"cupti: {len(kernels)} fake kernels for {len(expected)} calls, {captured} of them graph-captured")
     ids = [k[0] for k in kernels]
-    check(sum(1 for i in ids if i == 0) == sum(1 for w in expected if w[8]),
-          f"cupti: kernels without a correlation id: {ids}")
+    check([k[3] != 0 for k in kernels if k[0] == 0] == [True] * (captured * GRAPH_LAUNCHES),
+          f"cupti: kernels without a correlation id: {kernels}")
+    # Each launch of the captured call's graph is a replay of that call: numbered in launch order, its
+    # span the kernel's exactly, after the capture and one after the other on the stream.
+    captured_rows = [r for r, w in rows if w[8]]
+    check(len(replays) == captured * GRAPH_LAUNCHES,
+          f"cupti: {len(replays)} graph replays, expected {GRAPH_LAUNCHES} of each of {captured} captured calls")
+    for row in captured_rows:
+        mine = [r for r in replays if (r[0], r[1]) == (row[1], row[2])]
+        where = f"cupti: replays of call {row[0]} ({row[1]} seq {row[2]})"
+        check([r[2] for r in mine] == list(range(1, GRAPH_LAUNCHES + 1)), f"{where}: numbered {[r[2] for r in mine]}")
+        check(all((r[5], r[6]) == (row[4], row[8]) for r in mine), f"{where}: api and bytes {mine}, the call's {row}")
+        check(all(r[4] - r[3] == 10_000_000 for r in mine), f"{where}: spans {[r[4] - r[3] for r in mine]}, "
+              "expected the kernel's 10000000 ns")
+        check(all(r[3] >= row[11] - 1_000_000 for r in mine), f"{where}: a replay starts before the capture ended")
+        check(all(a[4] <= b[3] for a, b in zip(mine, mine[1:])), f"{where}: replays overlap: {mine}")
     singles = sum(1 for w in expected if w[7] is None and not w[8])
     check(len({i for i in ids if i != 0}) <= singles + STEPS,
           f"cupti: {len(set(ids))} distinct ids for {singles} calls and {STEPS} groups")
 
     # 2. GRADSCOPE_CUPTI=0: the events give the same spans (within their rounding); no id is ever pushed.
     where, log, env = fake_cupti("events", GRADSCOPE_CUPTI="0")
-    event_rows, _ = check_gpu(args, where, "cupti=0", env)
+    event_rows, _, _ = check_gpu(args, where, "cupti=0", env)
     check(not os.path.exists(log) or all(k[0] == 0 for k in read_kernel_log(log)),
           "cupti=0: correlation ids were pushed")
     if len(event_rows) == len(rows):
@@ -367,7 +404,7 @@ def check_cupti(args, workdir):
     # counted, and the events time every call instead.
     where, _, env = fake_cupti("dry", GRADSCOPE_CUPTI="1", GRADSCOPE_FAKE_CUPTI_RECORDS_PER_BUFFER="1",
                                 GRADSCOPE_FAKE_CUPTI_HOLD="1")
-    _, drops = check_gpu(args, where, "cupti-dry", env)
+    _, drops, _ = check_gpu(args, where, "cupti-dry", env)
     check(drops.get("cupti_record", 0) > 0, f"cupti-dry: no cupti_record drops counted: {drops}")
 
 
@@ -911,6 +948,17 @@ def check_real(args, workdir, nvtx=False):
             enqueue, start, end = row[9], row[10], row[11]
             check(end > start and start >= enqueue - 100_000,
                   f"{label}: call {index}: enqueue {enqueue} start {start} end {end}")
+        # With CUPTI (the toolkit's libcupti), each launch of the captured call's graph is a replay of it.
+        replays = load_replays(trace)
+        for row, want in rows:
+            if not want[8]:
+                continue
+            mine = [r for r in replays if (r[0], r[1]) == (row[1], row[2])]
+            check([r[2] for r in mine] == list(range(1, GRAPH_LAUNCHES + 1)),
+                  f"{label}: graph-captured call {row[0]}: replays {mine}, expected {GRAPH_LAUNCHES} "
+                  f"(libcupti found? drops {drops})")
+            check(all(r[4] > r[3] >= row[11] - 100_000 for r in mine), f"{label}: replay spans {mine}")
+            check(all(a[4] <= b[3] for a, b in zip(mine, mine[1:])), f"{label}: replays overlap: {mine}")
         if args.gradscope:
             report = run([args.gradscope, "report", trace], env, workdir)
             check(report.returncode == 0, f"{label}: gradscope report failed: {report.stderr[-400:]}")

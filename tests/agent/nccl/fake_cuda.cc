@@ -8,8 +8,12 @@
 // every collective it runs). An event recorded on a stream completes at max(now, cursor); queries and
 // elapsed times are answered from the host's monotonic clock, so work really completes later than it
 // is enqueued, as on a GPU. fakeCudaSetKernelHook installs a function told of every kernel's start and
-// end (the fake CUPTI's kernel records). Graph capture is cuStreamBeginCapture_v2/cuStreamEndCapture on a
-// handle.
+// end (the fake CUPTI's kernel records). Graphs: while a stream captures, fakeCudaLaunch adds a node (a
+// kernel of that length) to the stream's graph instead of queueing it; cuStreamEndCapture hands the graph
+// out, cuGraphInstantiateWithFlags copies its nodes (new ids) into an executable graph, and cuGraphLaunch
+// queues every node's kernel on a stream, the kernel hook told the node and the launch.
+// fakeCudaSetGraphHook installs a function told of every node created and copied (the fake CUPTI's
+// resource callbacks); fakeCudaGraphNodeId names a node (its cuptiGetGraphNodeId).
 //
 // It also watches what the agent must never do, and writes the counts at exit to the file named by
 // GRADSCOPE_FAKE_CUDA_STATS: synchronising an event of a stream it did not create (a job's stream),
@@ -27,6 +31,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "cuda_driver.h"
 
@@ -39,13 +44,25 @@ struct gradscope::agent::cuda::CUevent_st {
   CUstream stream = nullptr;
 };
 struct gradscope::agent::cuda::CUstream_st {};
+struct gradscope::agent::cuda::CUgraphNode_st {
+  std::uint64_t id = 0;
+  std::int64_t duration_ns = 0;
+};
+struct gradscope::agent::cuda::CUgraph_st {
+  std::vector<CUgraphNode> nodes;
+  ~CUgraph_st() {
+    for (CUgraphNode node : nodes) delete node;
+  }
+};
+struct gradscope::agent::cuda::CUgraphExec_st : CUgraph_st {};
 
 namespace {
 
 struct StreamState {
   std::int64_t cursor_ns = 0;
   bool capturing = false;
-  bool created = false;  // by cuStreamCreate (the agent's own), not a job's handle
+  CUgraph graph = nullptr;  // being captured
+  bool created = false;     // by cuStreamCreate (the agent's own), not a job's handle
 };
 
 struct Stats {
@@ -96,14 +113,31 @@ bool completed(const CUevent_st& event) {
 // ---- the fake's own entry points (used by the fake NCCL and the test job) ----------------------------
 
 // Told of every kernel queued, on the launching thread: the fake CUPTI (fake_cupti.cc) installs it.
-using KernelHook = void (*)(CUstream stream, std::int64_t start_ns, std::int64_t end_ns);
+// `node` and `launch` are 0 for a kernel launched directly, else the executable graph's node and the
+// graph launch (numbered from 1).
+using KernelHook = void (*)(CUstream stream, std::int64_t start_ns, std::int64_t end_ns, std::uint64_t node,
+                            std::uint64_t launch);
 std::atomic<KernelHook> g_kernel_hook{nullptr};
+// Told of every graph node created (original nullptr) and copied into an executable graph.
+using GraphHook = void (*)(CUgraph graph, CUgraphNode node, CUgraphNode original);
+std::atomic<GraphHook> g_graph_hook{nullptr};
+std::uint64_t g_next_node = 0, g_next_launch = 0;  // g_mutex
 
 FAKE_EXPORT void fakeCudaSetKernelHook(KernelHook hook) {
   g_kernel_hook.store(hook);
 }
 
-FAKE_EXPORT void fakeCudaLaunch(CUstream stream, std::int64_t duration_ns) {
+FAKE_EXPORT void fakeCudaSetGraphHook(GraphHook hook) {
+  g_graph_hook.store(hook);
+}
+
+FAKE_EXPORT std::uint64_t fakeCudaGraphNodeId(CUgraphNode node) {
+  return node == nullptr ? 0 : node->id;
+}
+
+namespace {
+
+void queueKernel(CUstream stream, std::int64_t duration_ns, std::uint64_t node, std::uint64_t launch) {
   std::int64_t start = 0, end = 0;
   {
     const std::lock_guard lock(g_mutex);
@@ -111,7 +145,25 @@ FAKE_EXPORT void fakeCudaLaunch(CUstream stream, std::int64_t duration_ns) {
     start = std::max(nowNs(), state.cursor_ns);
     end = state.cursor_ns = start + duration_ns;
   }
-  if (const KernelHook hook = g_kernel_hook.load()) hook(stream, start, end);
+  if (const KernelHook hook = g_kernel_hook.load()) hook(stream, start, end, node, launch);
+}
+
+}  // namespace
+
+FAKE_EXPORT void fakeCudaLaunch(CUstream stream, std::int64_t duration_ns) {
+  CUgraph graph = nullptr;
+  CUgraphNode node = nullptr;
+  {
+    const std::lock_guard lock(g_mutex);
+    StreamState& state = g_streams[stream];
+    if (state.capturing && state.graph != nullptr) {
+      graph = state.graph;
+      node = new CUgraphNode_st{++g_next_node, duration_ns};
+      graph->nodes.push_back(node);
+    }
+  }
+  if (node == nullptr) return queueKernel(stream, duration_ns, 0, 0);
+  if (const GraphHook hook = g_graph_hook.load()) hook(graph, node, nullptr);
 }
 
 // ---- driver API ---------------------------------------------------------------------------------------
@@ -170,14 +222,54 @@ FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus*
 
 FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode) {
   const std::lock_guard lock(g_mutex);
-  g_streams[stream].capturing = true;
+  StreamState& state = g_streams[stream];
+  state.capturing = true;
+  state.graph = new CUgraph_st;
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuStreamEndCapture(CUstream stream, void** graph) {
+FAKE_EXPORT CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
   const std::lock_guard lock(g_mutex);
-  g_streams[stream].capturing = false;
-  if (graph != nullptr) *graph = nullptr;
+  StreamState& state = g_streams[stream];
+  state.capturing = false;
+  if (graph != nullptr) *graph = state.graph;
+  else delete state.graph;
+  state.graph = nullptr;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long) {
+  if (exec == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto* copy = new CUgraphExec_st;
+  {
+    const std::lock_guard lock(g_mutex);
+    for (CUgraphNode node : graph->nodes)
+      copy->nodes.push_back(new CUgraphNode_st{++g_next_node, node->duration_ns});
+  }
+  if (const GraphHook hook = g_graph_hook.load())
+    for (std::size_t i = 0; i < copy->nodes.size(); ++i) hook(copy, copy->nodes[i], graph->nodes[i]);
+  *exec = copy;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::uint64_t launch = 0;
+  {
+    const std::lock_guard lock(g_mutex);
+    launch = ++g_next_launch;
+  }
+  for (CUgraphNode node : exec->nodes) queueKernel(stream, node->duration_ns, node->id, launch);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
+  delete exec;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
+  delete graph;
   return CUDA_SUCCESS;
 }
 

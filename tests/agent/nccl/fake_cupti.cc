@@ -9,9 +9,16 @@
 // records into buffers asked for through the registered request callback and hands them back through
 // the completion callback; a record finding no buffer is dropped and counted.
 //
+// Graphs: the callback API's one subscriber gets the resource domain's GRAPHNODE_CREATED and
+// GRAPHNODE_CLONED callbacks it enabled, on the thread that made the node (fakeCudaSetGraphHook), and
+// cuptiGetGraphNodeId is the fake driver's node id. A kernel of a graph launch gets the launch's
+// correlation id (one per launch, as CUPTI gives a cuGraphLaunch's) and its node's id, and no external
+// correlation record.
+//
 // Knobs (environment): GRADSCOPE_FAKE_CUPTI_RECORDS_PER_BUFFER=N: at most N records a buffer;
 // GRADSCOPE_FAKE_CUPTI_HOLD=1: filled buffers are kept, never handed back (the client's pool runs dry);
-// GRADSCOPE_FAKE_CUPTI_LOG=FILE: at exit, one line per kernel: "<external id> <start> <end>" (0: none).
+// GRADSCOPE_FAKE_CUPTI_LOG=FILE: at exit, one line per kernel: "<external id> <start> <end> <graph node>"
+// (0: none).
 
 #include <dlfcn.h>
 #include <time.h>
@@ -21,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -40,6 +48,7 @@ struct Record {
 struct Kernel {
   std::uint64_t id;
   std::int64_t start, end;
+  std::uint64_t node;
 };
 
 struct State {
@@ -51,6 +60,10 @@ struct State {
   std::uint32_t next_correlation = 0;
   std::size_t dropped = 0;
   std::vector<Kernel> log;
+  std::map<std::uint64_t, std::uint32_t> launch_correlations;  // graph launch -> its correlation id
+  CUpti_CallbackFunc callback = nullptr;
+  void* userdata = nullptr;
+  bool node_created = false, node_cloned = false;
 };
 // Never destroyed: the agent's background thread may flush while the process exits.
 State& g_state = *new State;
@@ -63,8 +76,9 @@ struct LogWriter {
     const std::lock_guard lock(g_state.mutex);
     if (FILE* out = std::fopen(path, "w")) {
       for (const Kernel& kernel : g_state.log)
-        std::fprintf(out, "%llu %lld %lld\n", static_cast<unsigned long long>(kernel.id),
-                     static_cast<long long>(kernel.start), static_cast<long long>(kernel.end));
+        std::fprintf(out, "%llu %lld %lld %llu\n", static_cast<unsigned long long>(kernel.id),
+                     static_cast<long long>(kernel.start), static_cast<long long>(kernel.end),
+                     static_cast<unsigned long long>(kernel.node));
       std::fclose(out);
     }
   }
@@ -85,12 +99,20 @@ std::size_t recordSize(CUpti_ActivityKind kind) {
 const char kKernelName[] = "ncclDevKernel_Fake";
 
 // Called by the fake driver, on the launching thread, for every kernel it queues.
-void onKernel(gradscope::agent::cuda::CUstream, std::int64_t start, std::int64_t end) {
+void onKernel(gradscope::agent::cuda::CUstream, std::int64_t start, std::int64_t end, std::uint64_t node,
+              std::uint64_t launch) {
   const std::lock_guard lock(g_state.mutex);
-  const std::uint64_t id = t_ids.empty() ? 0 : t_ids.back();
-  g_state.log.push_back({id, start, end});
+  const std::uint64_t id = t_ids.empty() || node != 0 ? 0 : t_ids.back();
+  g_state.log.push_back({id, start, end, node});
   if (!g_state.kernels) return;
-  const std::uint32_t correlation = ++g_state.next_correlation;
+  std::uint32_t correlation = 0;
+  if (launch != 0) {
+    const auto [it, first] = g_state.launch_correlations.try_emplace(launch, 0);
+    if (first) it->second = ++g_state.next_correlation;
+    correlation = it->second;
+  } else {
+    correlation = ++g_state.next_correlation;
+  }
   if (id != 0 && g_state.externals) {
     CUpti_ActivityExternalCorrelation external{};
     external.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
@@ -108,18 +130,48 @@ void onKernel(gradscope::agent::cuda::CUstream, std::int64_t start, std::int64_t
   kernel.completed = kernel.end;
   kernel.correlationId = correlation;
   kernel.name = kKernelName;
+  kernel.graphNodeId = node;
   Record record{std::vector<std::uint8_t>(kKernelRecordSize), end};
   std::memcpy(record.bytes.data(), &kernel, sizeof kernel);
   g_state.pending.push_back(std::move(record));
 }
 
+// Called by the fake driver, on the thread that made the node, for every graph node created (original
+// nullptr) or copied into an executable graph.
+void onGraphNode(gradscope::agent::cuda::CUgraph graph, gradscope::agent::cuda::CUgraphNode node,
+                 gradscope::agent::cuda::CUgraphNode original) {
+  CUpti_CallbackFunc callback = nullptr;
+  void* userdata = nullptr;
+  {
+    const std::lock_guard lock(g_state.mutex);
+    if (original == nullptr ? !g_state.node_created : !g_state.node_cloned) return;
+    callback = g_state.callback;
+    userdata = g_state.userdata;
+  }
+  if (callback == nullptr) return;
+  CUpti_GraphData data{};
+  data.graph = graph;
+  data.node = node;
+  data.originalNode = original;
+  CUpti_ResourceData resource{};
+  resource.resourceDescriptor = &data;
+  callback(userdata, CUPTI_CB_DOMAIN_RESOURCE,
+           original == nullptr ? CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED : CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
+           &resource);
+}
+
 void installHook() {
   static std::once_flag once;
   std::call_once(once, [] {
-    using Hook = void (*)(gradscope::agent::cuda::CUstream, std::int64_t, std::int64_t);
+    using Hook =
+        void (*)(gradscope::agent::cuda::CUstream, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
+    using GraphHook = void (*)(gradscope::agent::cuda::CUgraph, gradscope::agent::cuda::CUgraphNode,
+                               gradscope::agent::cuda::CUgraphNode);
     // The fake driver is loaded RTLD_GLOBAL by the fake NCCL before the agent starts CUPTI.
     if (auto set = reinterpret_cast<void (*)(Hook)>(dlsym(RTLD_DEFAULT, "fakeCudaSetKernelHook")))
       set(&onKernel);
+    if (auto set = reinterpret_cast<void (*)(GraphHook)>(dlsym(RTLD_DEFAULT, "fakeCudaSetGraphHook")))
+      set(&onGraphNode);
   });
 }
 
@@ -230,5 +282,35 @@ FAKE_EXPORT CUptiResult cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorr
   if (kind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 || t_ids.empty()) return CUPTI_ERROR_UNKNOWN;
   *last = t_ids.back();
   t_ids.pop_back();
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
+                                       void* userdata) {
+  installHook();
+  const std::lock_guard lock(g_state.mutex);
+  if (g_state.callback != nullptr) return CUPTI_ERROR_UNKNOWN;  // CUPTI allows one subscriber
+  g_state.callback = callback;
+  g_state.userdata = userdata;
+  *subscriber = reinterpret_cast<CUpti_SubscriberHandle>(&g_state);
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiEnableCallback(std::uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                            CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  const std::lock_guard lock(g_state.mutex);
+  if (subscriber != reinterpret_cast<CUpti_SubscriberHandle>(&g_state) || domain != CUPTI_CB_DOMAIN_RESOURCE)
+    return CUPTI_ERROR_UNKNOWN;
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) g_state.node_created = enable != 0;
+  else if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) g_state.node_cloned = enable != 0;
+  else return CUPTI_ERROR_UNKNOWN;
+  return CUPTI_SUCCESS;
+}
+
+FAKE_EXPORT CUptiResult cuptiGetGraphNodeId(gradscope::agent::cuda::CUgraphNode node, std::uint64_t* id) {
+  using NodeId = std::uint64_t (*)(gradscope::agent::cuda::CUgraphNode);
+  static const auto node_id = reinterpret_cast<NodeId>(dlsym(RTLD_DEFAULT, "fakeCudaGraphNodeId"));
+  if (node_id == nullptr || node == nullptr) return CUPTI_ERROR_UNKNOWN;
+  *id = node_id(node);
   return CUPTI_SUCCESS;
 }

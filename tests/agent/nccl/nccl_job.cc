@@ -39,6 +39,9 @@ extern "C" {
 
 namespace {
 
+// The graph of the captured all-reduce is launched this often (check_nccl.py GRAPH_LAUNCHES).
+constexpr int kGraphLaunches = 3;
+
 [[noreturn]] void fail(const char* what, const char* detail) {
   std::fprintf(stderr, "nccl_job: %s failed: %s\n", what, detail);
   std::exit(1);
@@ -76,7 +79,7 @@ cudaStream_t newStream() {
 void synchronize(cudaStream_t stream) {
   checkCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
-// Captures what `enqueue` puts on `stream` into a CUDA graph, then runs the graph once.
+// Captures what `enqueue` puts on `stream` into a CUDA graph, then runs the graph kGraphLaunches times.
 template <typename Enqueue>
 void captured(cudaStream_t stream, Enqueue&& enqueue) {
   cudaGraph_t graph = nullptr;
@@ -85,7 +88,7 @@ void captured(cudaStream_t stream, Enqueue&& enqueue) {
   enqueue();
   checkCuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   checkCuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  checkCuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  for (int i = 0; i < kGraphLaunches; ++i) checkCuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
   synchronize(stream);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -122,10 +125,21 @@ template <typename Enqueue>
 void captured(cudaStream_t stream, Enqueue&& enqueue) {
   auto begin = fakeDriver<int (*)(cudaStream_t, int)>("cuStreamBeginCapture_v2");
   auto end = fakeDriver<int (*)(cudaStream_t, void**)>("cuStreamEndCapture");
-  if (begin != nullptr) begin(stream, 0);
+  auto instantiate = fakeDriver<int (*)(void**, void*, unsigned long long)>("cuGraphInstantiateWithFlags");
+  auto launch = fakeDriver<int (*)(void*, cudaStream_t)>("cuGraphLaunch");
+  auto destroy_exec = fakeDriver<int (*)(void*)>("cuGraphExecDestroy");
+  auto destroy = fakeDriver<int (*)(void*)>("cuGraphDestroy");
+  if (begin == nullptr) return enqueue();  // no fake driver: nothing is captured
+  void* graph = nullptr;
+  void* exec = nullptr;
+  begin(stream, 0);
   enqueue();
-  if (end != nullptr) end(stream, nullptr);
+  end(stream, &graph);
+  instantiate(&exec, graph, 0);
+  for (int i = 0; i < kGraphLaunches; ++i) launch(exec, stream);
   synchronize(stream);
+  destroy_exec(exec);
+  destroy(graph);
 }
 #endif
 
