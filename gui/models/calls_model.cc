@@ -116,7 +116,8 @@ CallsPage loadCallsPage(const ReadOnlyDatabase& db, const CallsQuery& query,
   ReadOnlyDatabase::Statement statement = db.prepare(fmt::format(
       "SELECT c.id, c.rank_id, c.comm_id, c.seq, c.step, c.api, c.dtype, c.op, c.count, c.bytes, "
       "c.enqueue_ns, "
-      "c.start_ns, c.end_ns, a.strategy FROM calls c LEFT JOIN applied_calls a ON a.call_id = c.id{} "
+      "c.start_ns, c.end_ns, a.strategy, g.replay FROM calls c LEFT JOIN applied_calls a ON a.call_id = c.id "
+      "LEFT JOIN gpu_calls g ON g.call_id = c.id{} "
       "ORDER BY {} {}, c.id {} LIMIT {}",
       clause, key, order, order, page_size));
   while (statement.step()) {
@@ -136,6 +137,7 @@ CallsPage loadCallsPage(const ReadOnlyDatabase& db, const CallsQuery& query,
     call.start_ns = statement.int64(11);
     call.end_ns = statement.int64(12);
     if (!statement.isNull(13)) row.strategy = statement.text(13);
+    if (!statement.isNull(14)) call.graph_replay = statement.int64(14);
     page.rows.push_back(std::move(row));
   }
   page.last = static_cast<int>(page.rows.size()) < page_size;
@@ -275,7 +277,10 @@ QVariant CallsModel::data(const QModelIndex& index, int role) const {
     case CallColumn::Start: return formatTime(call.start_ns);
     case CallColumn::Duration:
       return QString::fromStdString(formatDuration(static_cast<double>(call.end_ns - call.start_ns)));
-    case CallColumn::Seq: return QVariant::fromValue<qint64>(call.seq);
+    case CallColumn::Seq:
+      // A CUDA graph replay shares its captured call's seq (docs/schema.md, "CUDA graphs").
+      if (call.graph_replay > 0) return QStringLiteral("%1 · replay %2").arg(call.seq).arg(call.graph_replay);
+      return QVariant::fromValue<qint64>(call.seq);
     case CallColumn::Dtype:
       return QString::fromUtf8(name(call.dtype).data(), static_cast<qsizetype>(name(call.dtype).size()));
     case CallColumn::Op:

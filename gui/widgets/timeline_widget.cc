@@ -576,6 +576,9 @@ QString TimelineWidget::tooltipAt(QPoint point) const {
                 .arg(call->id)
                 .arg(call->seq)
                 .arg(call->step >= 0 ? QString::number(call->step) : QStringLiteral("–"));
+    if (call->graph_replay > 0)
+      text += QStringLiteral("<br>CUDA graph replay %1 of the call captured with this seq")
+                  .arg(call->graph_replay);
     const auto strategy = frame_->strategies.find(call->id);
     if (strategy != frame_->strategies.end()) {
       text += QStringLiteral("<br>apply mode ran <b>%1</b>")

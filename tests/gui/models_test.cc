@@ -6,9 +6,12 @@
 #include <functional>
 
 #include <QAbstractItemModelTester>
+#include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
+
+#include <sqlite3.h>
 
 #include "gradscope/storage/reader.h"
 #include "gradscope/tuner/check.h"
@@ -157,6 +160,29 @@ class ModelsTest : public QObject {
     QTest::qWait(100);
     for (int row = 0; row < model.rowCount(); ++row)
       QCOMPARE(model.rowAt(row)->call.rank_id, std::int64_t{3});
+  }
+
+  // A CUDA graph replay shares its captured call's seq; the Seq column says which replay it is.
+  void graphReplaysSayWhichReplayTheyAre() {
+    const std::string path = dir_.filePath(QStringLiteral("replays.db")).toStdString();
+    QVERIFY(QFile::copy(QString::fromStdString(trace_), QString::fromStdString(path)));
+    {
+      sqlite3* db = nullptr;
+      QCOMPARE(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+      QCOMPARE(sqlite3_exec(db, "INSERT OR REPLACE INTO gpu_calls (call_id, stream, replay) VALUES (2, 0, 3)",
+                            nullptr, nullptr, nullptr),
+               SQLITE_OK);
+      sqlite3_close(db);
+    }
+    CallsModel model;
+    model.setTrace(path, storage::TraceReader::open(path).ranks());
+    CallsQuery query;
+    query.filter.visible_window_only = false;
+    model.setQuery(query);
+    QTRY_VERIFY_WITH_TIMEOUT(!model.loading() && model.rowCount() > 2, 30000);
+    const int seq = static_cast<int>(CallColumn::Seq);
+    QCOMPARE(model.data(model.index(1, seq)).toString(), QStringLiteral("%1 · replay 3").arg(calls_[1].seq));
+    QCOMPARE(model.data(model.index(0, seq)).toLongLong(), static_cast<qint64>(calls_[0].seq));
   }
 
   void aCorruptedFileIsAnErrorNotACrash() {
