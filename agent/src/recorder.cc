@@ -402,13 +402,17 @@ class Flusher {
     std::int64_t replays = 0;
   };
 
+  // A replay whose captured call has not been drained from its thread's ring yet (a batch holds at most
+  // kBatch records) waits, up to kMaxCaptured of them; at the end, or beyond that, it is dropped.
   void addGraphReplays(GpuTimer& timer, bool final) {
-    replay_spans_.clear();
+    replay_spans_.swap(waiting_replays_);  // the ones that waited first: launch order
+    waiting_replays_.clear();
     timer.takeGraphReplays(replay_spans_, final);
     for (const ReplaySpan& span : replay_spans_) {
       const auto it = captured_.find({span.comm < comm_rows_.size() ? comm_rows_[span.comm] : 0, span.seq});
       if (it == captured_.end()) {
-        countDrop("graph_replay");  // its call was not recorded
+        if (!final && waiting_replays_.size() < kMaxCaptured) waiting_replays_.push_back(span);
+        else countDrop("graph_replay");  // its call was not recorded
         continue;
       }
       storage::CallRecord replay = it->second.call;
@@ -702,7 +706,7 @@ class Flusher {
   std::unordered_map<CommSeq, std::int64_t, CommSeqKeyHash> written_ids_;
   std::deque<CommSeq> written_order_;
   std::unordered_map<CommSeq, Captured, CommSeqKeyHash> captured_;
-  std::vector<ReplaySpan> replay_spans_;
+  std::vector<ReplaySpan> replay_spans_, waiting_replays_;
   std::vector<std::int64_t> comm_rows_;
   std::vector<std::uint64_t> dropped_per_buffer_, rate_dropped_per_buffer_;
   std::int64_t calls_recorded_ = 0, calls_dropped_ = 0;
