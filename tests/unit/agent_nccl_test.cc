@@ -636,37 +636,48 @@ cupti::CUptiResult nextRecord(std::uint8_t* buffer, std::size_t valid, cupti::CU
   return cupti::CUPTI_SUCCESS;
 }
 
-TEST(AgentCuptiSpans, ParsesNcclKernelsAndCustomCorrelationsOnly) {
-  alignas(8) std::uint8_t buffer[4 * cupti::kKernelRecordSize] = {};
+// Records written as CUPTI lays them out, for parseActivityBuffer with nextRecord.
+struct ActivityBuffer {
+  alignas(8) std::uint8_t bytes[4 * cupti::kKernelRecordSize] = {};
   std::size_t used = 0;
-  auto external = [&](std::uint32_t correlation, std::uint64_t id,
-                      cupti::CUpti_ExternalCorrelationKind kind) {
+
+  void external(std::uint32_t correlation, std::uint64_t id, cupti::CUpti_ExternalCorrelationKind kind) {
     cupti::CUpti_ActivityExternalCorrelation record{};
     record.kind = cupti::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
     record.externalKind = kind;
     record.externalId = id;
     record.correlationId = correlation;
-    std::memcpy(buffer + used, &record, sizeof record);
+    std::memcpy(bytes + used, &record, sizeof record);
     used += sizeof record;
-  };
-  auto kernel = [&](std::uint32_t correlation, const char* name, std::uint64_t start, std::uint64_t end) {
+  }
+  // `node`: the graph node that launched it, 0 for a kernel launched directly.
+  void kernel(std::uint32_t correlation, const char* name, std::uint64_t start, std::uint64_t end,
+              std::uint64_t node = 0) {
     cupti::KernelRecordHead record{};
     record.kind = cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
     record.correlationId = correlation;
     record.name = name;
     record.start = start;
     record.end = end;
-    std::memcpy(buffer + used, &record, sizeof record);
+    record.graphNodeId = node;
+    std::memcpy(bytes + used, &record, sizeof record);
     used += cupti::kKernelRecordSize;
-  };
-  external(1, 77, cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
-  external(2, 88, static_cast<cupti::CUpti_ExternalCorrelationKind>(1));  // another tool's kind
-  kernel(1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 200);
-  kernel(1, "vectorAdd", 50, 900);  // not NCCL's
-  cupti::Library library;
-  library.activityGetNextRecord = &nextRecord;
+  }
+  int parse(KernelSpans& spans, std::uint64_t flush = 0) {
+    cupti::Library library;
+    library.activityGetNextRecord = &nextRecord;
+    return parseActivityBuffer(library, bytes, used, spans, flush);
+  }
+};
+
+TEST(AgentCuptiSpans, ParsesNcclKernelsAndCustomCorrelationsOnly) {
+  ActivityBuffer buffer;
+  buffer.external(1, 77, cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
+  buffer.external(2, 88, static_cast<cupti::CUpti_ExternalCorrelationKind>(1));  // another tool's kind
+  buffer.kernel(1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 200);
+  buffer.kernel(1, "vectorAdd", 50, 900);  // not NCCL's
   KernelSpans spans;
-  EXPECT_EQ(parseActivityBuffer(library, buffer, used, spans), 4);
+  EXPECT_EQ(buffer.parse(spans), 4);
   std::uint64_t start = 0, end = 0;
   ASSERT_TRUE(spans.span(77, start, end));
   EXPECT_EQ(start, 100u);
@@ -740,29 +751,14 @@ TEST(AgentCuptiGraphs, BoundedReplaysInProgressCountWhatTheyLose) {
 }
 
 TEST(AgentCuptiGraphs, GraphKernelsInABufferGoToTheReplays) {
-  alignas(8) std::uint8_t buffer[3 * cupti::kKernelRecordSize] = {};
-  std::size_t used = 0;
-  auto kernel = [&](std::uint32_t correlation, const char* name, std::uint64_t node, std::uint64_t start,
-                    std::uint64_t end) {
-    cupti::KernelRecordHead record{};
-    record.kind = cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-    record.correlationId = correlation;
-    record.name = name;
-    record.graphNodeId = node;
-    record.start = start;
-    record.end = end;
-    std::memcpy(buffer + used, &record, sizeof record);
-    used += cupti::kKernelRecordSize;
-  };
-  kernel(41, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 20, 100, 200);
-  kernel(41, "vectorAdd", 20, 50, 900);                                // not NCCL's
-  kernel(42, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 300, 400);  // not a graph's
-  cupti::Library library;
-  library.activityGetNextRecord = &nextRecord;
+  ActivityBuffer buffer;
+  buffer.kernel(41, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 200, /*node=*/20);
+  buffer.kernel(41, "vectorAdd", 50, 900, 20);                             // not NCCL's
+  buffer.kernel(42, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 300, 400);  // not a graph's
   KernelSpans spans;
   spans.addGraphNode(20, 6);
   spans.addExternal(42, 77);
-  EXPECT_EQ(parseActivityBuffer(library, buffer, used, spans, /*flush=*/3), 3);
+  EXPECT_EQ(buffer.parse(spans, /*flush=*/3), 3);
   const auto replays = takeAll(spans);
   ASSERT_EQ(replays.size(), 1u);
   EXPECT_EQ(replays[0].capture, 6u);
