@@ -456,7 +456,11 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
                          formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(call.bytes, 0))),
                          formatDuration(static_cast<double>(call.end_ns - call.start_ns)),
                          formatDuration(static_cast<double>(call.start_ns)),
-                         call.step >= 0 ? std::to_string(call.step) : "-", call.seq, comm_key[call.comm_id]);
+                         call.step >= 0 ? std::to_string(call.step) : "-",
+                         // A graph replay: the captured call's seq and which replay ("17 r3").
+                         call.graph_replay > 0 ? fmt::format("{} r{}", call.seq, call.graph_replay)
+                                               : std::to_string(call.seq),
+                         comm_key[call.comm_id]);
     }
 
     std::map<std::int64_t, storage::TraceReader::Lateness> late;

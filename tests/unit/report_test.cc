@@ -554,6 +554,11 @@ TEST(Report, GraphReplaysPerApi) {
           "  MPI_Allgather                      1           1     500 us     500 us",
       }))
       << text;
+  // The slowest call is rank 1's replay of its seq 0.
+  const auto slowest = section(text, "Slowest calls");
+  ASSERT_GE(slowest.size(), 3u) << text;
+  EXPECT_NE(slowest[2].find("    4.00 ms"), std::string::npos) << slowest[2];
+  EXPECT_NE(slowest[2].find("  0 r1  world"), std::string::npos) << slowest[2];
   const std::string plain = dir.file("plain.db");
   writeModeTrace(plain, "observe", 2, 2, 1 << 20, [](TraceWriter&, std::int64_t) {});
   EXPECT_EQ(report(plain).find("graph replays"), std::string::npos);
