@@ -13,8 +13,9 @@
                                               with GRADSCOPE_CUPTI=0 the events give the same spans; a
                                               buffer pool that runs dry counts cupti_record drops and
                                               falls back to the events; each of the 3 launches of the
-                                              captured call's graph is a call row of its own (replay
-                                              1, 2, 3 of the call), exactly its kernel's span
+                                              graph of a captured call and a captured group is a call
+                                              row of its own per captured call (replay 1, 2, 3),
+                                              exactly its kernels' span
   check_nccl.py TOOLS --workdir DIR nvtx      GRADSCOPE_STEP_NVTX=step with the agent as the NVTX
                                               injection library: the step of every call
   check_nccl.py TOOLS --workdir DIR disabled  GRADSCOPE_DISABLE=1: no trace, the job untouched
@@ -98,6 +99,7 @@ BACKEND_NCCL = 2
 # op None: no reduction (NULL). group: index of the ncclGroupStart/End block, or None.
 STEPS = 3
 GRAPH_LAUNCHES = 3  # launches of the captured call's graph (nccl_job.cc kGraphLaunches)
+CAPTURED_GROUP = STEPS  # the group index of the group captured with it (the steps' groups are 0..STEPS-1)
 MAIN, SPLIT, ALL, CONFIG, PAIR0, PAIR1 = "main", "split", "all", "config", "pair0", "pair1"
 # (size, rank) of each communicator.
 SHAPES = {MAIN: (1, 0), SPLIT: (1, 0), ALL: (1, 0), CONFIG: (1, 0), PAIR0: (2, 0), PAIR1: (2, 1)}
@@ -121,6 +123,8 @@ def expected_calls(fake=True):
         (MAIN, BROADCAST, UINT8, None, 200, 200, 2, None, False),
         (MAIN, REDUCE, FP64, MIN, 16, 128, 1, None, False),
         (MAIN, ALLREDUCE, FP32, SUM, 128, 512, 1, None, True),
+        (MAIN, ALLREDUCE, FP32, SUM, 64, 256, 1, CAPTURED_GROUP, True),  # a group in the same graph
+        (MAIN, ALLREDUCE, FP32, SUM, 32, 128, 1, CAPTURED_GROUP, True),
         (SPLIT, ALLREDUCE, FP32, SUM, 8, 32, 1, None, False),
         (ALL, ALLREDUCE, FP32, SUM, 4, 16, 1, None, False),
         (CONFIG, ALLREDUCE, FP32, SUM, 16, 64, 1, None, False),
@@ -260,7 +264,7 @@ def check_trace(path, label, keys, nvtx=False, outside_groups=()):
         check(start <= end and enqueue <= end, f"{where}: times enqueue {enqueue} start {start} end {end}")
         rows.append((row, want))
     # Members of one group share one span; calls outside groups have their own.
-    for group in range(STEPS):
+    for group in range(STEPS + 1):
         spans = {(r[10], r[11]) for i, (r, w) in enumerate(rows) if w[7] == group and i not in outside_groups}
         check(len(spans) == 1, f"{label}: the members of group {group} have spans {sorted(spans)}, expected one")
     return rows, drops, device
@@ -371,18 +375,19 @@ def check_cupti(args, workdir):
     ids = [k[0] for k in kernels]
     check([k[3] != 0 for k in kernels if k[0] == 0] == [True] * (captured * GRAPH_LAUNCHES),
           f"cupti: kernels without a correlation id: {kernels}")
-    # Each launch of the captured call's graph is a replay of that call: numbered in launch order, its
-    # span the kernel's exactly, after the capture and one after the other on the stream.
-    captured_rows = [r for r, w in rows if w[8]]
+    # Each launch of the graph is a replay of each captured call: numbered in launch order, its span its
+    # kernel's exactly (a captured group's members share the group's two kernels), after the capture and
+    # one after the other on the stream.
     check(len(replays) == captured * GRAPH_LAUNCHES,
           f"cupti: {len(replays)} graph replays, expected {GRAPH_LAUNCHES} of each of {captured} captured calls")
-    for row in captured_rows:
+    for row, want in ((r, w) for r, w in rows if w[8]):
+        kernel_span = 10_000_000 * (2 if want[7] is not None else 1)
         mine = [r for r in replays if (r[0], r[1]) == (row[1], row[2])]
         where = f"cupti: replays of call {row[0]} ({row[1]} seq {row[2]})"
         check([r[2] for r in mine] == list(range(1, GRAPH_LAUNCHES + 1)), f"{where}: numbered {[r[2] for r in mine]}")
         check(all((r[5], r[6]) == (row[4], row[8]) for r in mine), f"{where}: api and bytes {mine}, the call's {row}")
-        check(all(r[4] - r[3] == 10_000_000 for r in mine), f"{where}: spans {[r[4] - r[3] for r in mine]}, "
-              "expected the kernel's 10000000 ns")
+        check(all(r[4] - r[3] == kernel_span for r in mine), f"{where}: spans {[r[4] - r[3] for r in mine]}, "
+              f"expected its kernels' {kernel_span} ns")
         check(all(r[3] >= row[11] - 1_000_000 for r in mine), f"{where}: a replay starts before the capture ended")
         check(all(a[4] <= b[3] for a, b in zip(mine, mine[1:])), f"{where}: replays overlap: {mine}")
     singles = sum(1 for w in expected if w[7] is None and not w[8])

@@ -262,6 +262,8 @@ int main() {
   Buffers broadcast("broadcast uint8 200", 200, 200, ncclUint8);
   Buffers reduce("reduce fp64 16 min", 16, 16, ncclFloat64);
   Buffers graph("captured allreduce fp32 128", 128, 128, ncclFloat32);
+  Buffers graph_a("captured group allreduce fp32 64", 64, 64, ncclFloat32);
+  Buffers graph_b("captured group allreduce fp32 32", 32, 32, ncclFloat32);
   check(ncclReduceScatter(reduce_scatter.send, reduce_scatter.recv, 64, ncclFloat32, ncclSum, comm, first),
         "ncclReduceScatter");
   check(ncclAllGather(all_gather.send, all_gather.recv, 32, ncclFloat32, comm, first), "ncclAllGather");
@@ -269,8 +271,13 @@ int main() {
   check(ncclReduce(reduce.send, reduce.recv, 16, ncclFloat64, ncclMin, 0, comm, first), "ncclReduce");
   synchronize(first);
   synchronize(second);
+  // One graph: a call, then a group of two (each launch runs the three kernels).
   captured(first, [&] {
     check(ncclAllReduce(graph.send, graph.recv, 128, ncclFloat32, ncclSum, comm, first), "ncclAllReduce");
+    check(ncclGroupStart(), "ncclGroupStart");
+    check(ncclAllReduce(graph_a.send, graph_a.recv, 64, ncclFloat32, ncclSum, comm, first), "ncclAllReduce");
+    check(ncclAllReduce(graph_b.send, graph_b.recv, 32, ncclFloat32, ncclSum, comm, first), "ncclAllReduce");
+    check(ncclGroupEnd(), "ncclGroupEnd");
   });
 
   // A split (colour 3), and one this rank stays out of.
