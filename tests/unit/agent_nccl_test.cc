@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -693,6 +694,12 @@ std::vector<KernelSpans::Replay> takeAll(KernelSpans& spans, std::uint64_t last_
   return out;
 }
 
+// (capture, launch, start, end) of a replay.
+std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t> fields(const KernelSpans::Replay& r) {
+  return {r.capture, r.launch, r.start, r.end};
+}
+using Fields = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>;
+
 TEST(AgentCuptiGraphs, KernelsOfCopiedNodesJoinPerLaunchInLaunchOrder) {
   KernelSpans spans;
   spans.addGraphNode(10, 1);     // capture 1 made node 10 (the call) ...
@@ -711,13 +718,9 @@ TEST(AgentCuptiGraphs, KernelsOfCopiedNodesJoinPerLaunchInLaunchOrder) {
   EXPECT_TRUE(spans.addGraphKernel(11, 9, 900, 950, 0));
   const auto replays = takeAll(spans);
   ASSERT_EQ(replays.size(), 3u);
-  EXPECT_EQ(replays[0].launch, 5u);
-  EXPECT_EQ(replays[0].capture, 1u);
-  EXPECT_EQ(replays[0].start, 100u);
-  EXPECT_EQ(replays[0].end, 260u);
-  EXPECT_EQ(replays[1].launch, 7u);
-  EXPECT_EQ(replays[1].start, 700u);
-  EXPECT_EQ(replays[2].launch, 9u);
+  EXPECT_EQ(fields(replays[0]), Fields(1, 5, 100, 260));
+  EXPECT_EQ(fields(replays[1]), Fields(1, 7, 700, 800));
+  EXPECT_EQ(fields(replays[2]), Fields(1, 9, 900, 950));
   EXPECT_TRUE(takeAll(spans).empty()) << "taken replays are forgotten";
 }
 
@@ -729,13 +732,12 @@ TEST(AgentCuptiGraphs, AReplayIsTakenOnlyAfterAFlushWithoutItsKernels) {
   // After flush 5, flush 4's replay is complete; flush 5's may get more kernels.
   auto replays = takeAll(spans, 4);
   ASSERT_EQ(replays.size(), 1u);
-  EXPECT_EQ(replays[0].launch, 1u);
+  EXPECT_EQ(fields(replays[0]), Fields(3, 1, 100, 200));
   spans.addGraphKernel(10, 2, 250, 420, /*flush=*/6);
   EXPECT_TRUE(takeAll(spans, 5).empty());
   replays = takeAll(spans, 6);
   ASSERT_EQ(replays.size(), 1u);
-  EXPECT_EQ(replays[0].start, 250u);
-  EXPECT_EQ(replays[0].end, 420u);
+  EXPECT_EQ(fields(replays[0]), Fields(3, 2, 250, 420));
 }
 
 TEST(AgentCuptiGraphs, BoundedReplaysInProgressCountWhatTheyLose) {
@@ -761,10 +763,7 @@ TEST(AgentCuptiGraphs, GraphKernelsInABufferGoToTheReplays) {
   EXPECT_EQ(buffer.parse(spans, /*flush=*/3), 3);
   const auto replays = takeAll(spans);
   ASSERT_EQ(replays.size(), 1u);
-  EXPECT_EQ(replays[0].capture, 6u);
-  EXPECT_EQ(replays[0].launch, 41u);
-  EXPECT_EQ(replays[0].start, 100u);
-  EXPECT_EQ(replays[0].end, 200u);
+  EXPECT_EQ(fields(replays[0]), Fields(6, 41, 100, 200));
   EXPECT_EQ(replays[0].flush, 3u);
   std::uint64_t start = 0, end = 0;
   ASSERT_TRUE(spans.span(77, start, end));
