@@ -16,8 +16,9 @@
 //
 // Threads. push/pop: any job thread, no lock (CUPTI keeps the id stack per thread). The buffer request
 // callback: any thread CUPTI calls it on, lock-free. The completion callback: CUPTI's thread or the one
-// calling flush(); it takes `mutex_`, as do span() and forget() (background thread only): the job's
-// threads never do.
+// calling flush(); it takes `mutex_`, as do span() and forget() (background thread only). A job's thread
+// takes it only in the graph-node callbacks, while it captures or instantiates a graph (never around an
+// ordinary call), and `captures_mutex_` in endCapture.
 //
 // Graph replays. A kernel of a CUDA graph carries the correlation of the graph's launch, not of the NCCL
 // call that was captured into the graph, and runs at every launch. So while a job thread captures an
