@@ -12,7 +12,6 @@
 
 namespace gradscope::gui::testing {
 
-namespace {
 void exec(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;
   if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) throw std::runtime_error("cannot open " + path);
@@ -23,6 +22,8 @@ void exec(const std::string& path, const std::string& sql) {
   sqlite3_close(db);
   if (rc != SQLITE_OK) throw std::runtime_error(path + ": " + message);
 }
+
+namespace {
 std::string inDir(const QTemporaryDir& dir, const char* name) {
   return dir.filePath(QString::fromLatin1(name)).toStdString();
 }

@@ -18,6 +18,9 @@ struct TraceOptions {
   bool finish = true;     // false: the run has no end time (as while a job writes it)
 };
 
+// Runs `sql` on the SQLite file at `path`; throws std::runtime_error with SQLite's message.
+void exec(const std::string& path, const std::string& sql);
+
 // Writes the trace to `path` and returns it.
 std::string writeTestTrace(const std::string& path, const TraceOptions& options = {});
 

@@ -11,8 +11,6 @@
 #include <QTemporaryDir>
 #include <QTest>
 
-#include <sqlite3.h>
-
 #include "gradscope/storage/reader.h"
 #include "gradscope/tuner/check.h"
 #include "gradscope/tuner/recommend.h"
@@ -166,14 +164,7 @@ class ModelsTest : public QObject {
   void graphReplaysSayWhichReplayTheyAre() {
     const std::string path = dir_.filePath(QStringLiteral("replays.db")).toStdString();
     QVERIFY(QFile::copy(QString::fromStdString(trace_), QString::fromStdString(path)));
-    {
-      sqlite3* db = nullptr;
-      QCOMPARE(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-      QCOMPARE(sqlite3_exec(db, "INSERT OR REPLACE INTO gpu_calls (call_id, stream, replay) VALUES (2, 0, 3)",
-                            nullptr, nullptr, nullptr),
-               SQLITE_OK);
-      sqlite3_close(db);
-    }
+    gui::testing::exec(path, "INSERT OR REPLACE INTO gpu_calls (call_id, stream, replay) VALUES (2, 0, 3)");
     CallsModel model;
     model.setTrace(path, storage::TraceReader::open(path).ranks());
     CallsQuery query;
