@@ -7,7 +7,6 @@
 #include <optional>
 #include <set>
 #include <tuple>
-#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -79,11 +78,14 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
   std::vector<std::uint64_t>* current = nullptr;  // signatures of current_rank; null once marked
   const std::string no_comm;                      // calls whose communicator the file does not name
   sql::Database db(source.path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
-  // Graph replays share their captured call's seq: they keep the places their times give them (a read of
-  // the partial index gpu_calls_replays, empty in most traces).
-  std::unordered_set<std::int64_t> replays;
-  for (sql::Statement replay(db, "SELECT call_id FROM gpu_calls WHERE replay IS NOT NULL"); replay.step();)
-    replays.insert(replay.int64(0));
+  // Graph replays share their captured call's seq: they keep the places their times give them. Their ids
+  // come from the partial index gpu_calls_replays (empty in most traces), read in step with the calls.
+  sql::Statement replays(db, "SELECT call_id FROM gpu_calls WHERE replay IS NOT NULL ORDER BY call_id");
+  std::int64_t next_replay = replays.step() ? replays.int64(0) : INT64_MAX;
+  const auto isReplay = [&](std::int64_t id) {
+    while (next_replay < id) next_replay = replays.step() ? replays.int64(0) : INT64_MAX;
+    return next_replay == id;
+  };
   constexpr std::int64_t kReplay = INT64_MIN;  // their "communicator" in comm_seq: never reordered
   sql::Statement query(db,
                        "SELECT rank_id, coalesce(step, -1) >= 0, comm_id, api, dtype, coalesce(op, 255), "
@@ -108,8 +110,8 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
                                        static_cast<Api>(query.int32(3)), static_cast<DType>(query.int32(4)),
                                        static_cast<ReduceOp>(query.int32(5)), query.int64(6)));
       enqueued[current_rank].push_back(query.int64(7));
-      comm_seq[current_rank].emplace_back(
-          !replays.empty() && replays.count(query.int64(9)) ? kReplay : query.int64(2), query.int64(8));
+      comm_seq[current_rank].emplace_back(isReplay(query.int64(9)) ? kReplay : query.int64(2),
+                                          query.int64(8));
     }
   }
   // The pattern is the order in which the rank issued its calls (enqueue time), which is not always the

@@ -301,6 +301,43 @@ TEST(MergeSteps, DetectionCanBeTurnedOff) {
   EXPECT_EQ(stepsByRank(dir.file("merged.db")).at(0), Steps(loopCalls().size(), -1));
 }
 
+// A graph-captured job: two calls captured once, then replayed (same seq as their capture) at every
+// launch. Replays keep the places their times give them; ordered by seq they would come out A A A B B B.
+TEST(MergeSteps, GraphReplaysArePlacedByTime) {
+  test::TempDir dir;
+  const std::string path = dir.file("rank-0.db");
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    RunInfo run;
+    run.uuid = "graph-run";
+    const std::int64_t run_id = writer.addRun(run);
+    const std::int64_t rank_id = writer.addRank({0, run_id, 0, "node0", 100, "gpu", 0});
+    const std::int64_t comm = writer.addComm({0, rank_id, "world", Backend::Nccl, 1, 0});
+    std::vector<CallRecord> calls;
+    for (std::int64_t launch = 0; launch <= 4; ++launch)  // launch 0: the capture itself
+      for (std::int64_t seq = 0; seq < 2; ++seq) {
+        CallRecord call;
+        call.rank_id = rank_id;
+        call.comm_id = comm;
+        call.seq = seq;
+        call.graph_replay = launch;
+        call.api = Api::NcclAllReduce;
+        call.dtype = DType::Fp32;
+        call.op = ReduceOp::Sum;
+        call.count = seq == 0 ? 1024 : 256;
+        call.bytes = 4 * call.count;
+        call.enqueue_ns = call.start_ns = 1'000 * (2 * launch + seq);
+        call.end_ns = call.start_ns + 500;
+        calls.push_back(call);
+      }
+    writer.appendCalls(calls);
+    writer.finish(1'000'000);
+  }
+  const MergeSummary summary = mergeTraces({path}, dir.file("merged.db"), {});
+  EXPECT_EQ(summary.steps_detected, 5);
+  EXPECT_EQ(stepsByRank(dir.file("merged.db")).at(0), (Steps{0, 0, 1, 1, 2, 2, 3, 3, 4, 4}));
+}
+
 TEST(MergeSteps, DetectsTheRanksOfAMergedFileWithoutSteps) {
   test::TempDir dir;
   writeRankFile(dir.file("rank-0.db"), 0, loopCalls(), {}, 0);
