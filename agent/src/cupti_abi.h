@@ -102,6 +102,9 @@ struct CUpti_GraphData {
   cuda::CUgraphNode dependency;
   cuda::CUgraphExec graphExec;
 };
+// cuda.h `CUgraphNodeType`: the one type whose nodes run kernels (the others: copies, host functions,
+// events, ...).
+inline constexpr int kGraphKernelNode = 0;  // CU_GRAPH_NODE_TYPE_KERNEL
 
 // cupti_activity.h: the buffer callbacks of cuptiActivityRegisterCallbacks.
 using CUpti_BuffersCallbackRequestFunc = void (*)(std::uint8_t** buffer, std::size_t* size,

@@ -243,7 +243,9 @@ void CuptiTracer::onCallback(void* userdata, cupti::CUpti_CallbackDomain domain,
   auto* tracer = static_cast<CuptiTracer*>(userdata);
   const auto* graph = static_cast<const cupti::CUpti_GraphData*>(
       static_cast<const cupti::CUpti_ResourceData*>(data)->resourceDescriptor);
-  if (graph == nullptr) return;
+  // Only kernel nodes have activity records; NCCL's captures also make host and event nodes, which would
+  // only take places in the node table.
+  if (graph == nullptr || graph->nodeType != cupti::kGraphKernelNode) return;
   if (cbid == cupti::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
     const std::uint32_t capture = t_capture;
     if (capture == 0) return;  // not made by an NCCL call being captured

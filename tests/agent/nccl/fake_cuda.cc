@@ -8,12 +8,14 @@
 // every collective it runs). An event recorded on a stream completes at max(now, cursor); queries and
 // elapsed times are answered from the host's monotonic clock, so work really completes later than it
 // is enqueued, as on a GPU. fakeCudaSetKernelHook installs a function told of every kernel's start and
-// end (the fake CUPTI's kernel records). Graphs: while a stream captures, fakeCudaLaunch adds a node (a
-// kernel of that length) to the stream's graph instead of queueing it; cuStreamEndCapture hands the graph
-// out, cuGraphInstantiateWithFlags copies its nodes (new ids) into an executable graph, and cuGraphLaunch
-// queues every node's kernel on a stream, the kernel hook told the node and the launch.
-// fakeCudaSetGraphHook installs a function told of every node created and copied (the fake CUPTI's
-// resource callbacks); fakeCudaGraphNodeId names a node (its cuptiGetGraphNodeId).
+// end (the fake CUPTI's kernel records). Graphs: while a stream captures, fakeCudaLaunch adds two nodes to
+// the stream's graph instead of queueing a kernel: a host node, as NCCL's proxy callbacks add to a
+// captured collective, and a kernel node of that length; cuStreamEndCapture hands the graph out,
+// cuGraphInstantiateWithFlags copies its nodes (new ids) into an executable graph, and cuGraphLaunch
+// queues every kernel node's kernel on a stream, the kernel hook told the node and the launch (host
+// nodes run no kernel). fakeCudaSetGraphHook installs a function told of every node created and copied,
+// with its CUgraphNodeType (the fake CUPTI's resource callbacks); fakeCudaGraphNodeId names a node (its
+// cuptiGetGraphNodeId).
 //
 // It also watches what the agent must never do, and writes the counts at exit to the file named by
 // GRADSCOPE_FAKE_CUDA_STATS: synchronising an event of a stream it did not create (a job's stream),
@@ -44,9 +46,12 @@ struct gradscope::agent::cuda::CUevent_st {
   CUstream stream = nullptr;
 };
 struct gradscope::agent::cuda::CUstream_st {};
+// CUgraphNodeType values (cuda.h).
+enum : int { kKernelNode = 0, kHostNode = 3 };
 struct gradscope::agent::cuda::CUgraphNode_st {
   std::uint64_t id = 0;
-  std::int64_t duration_ns = 0;
+  int type = kKernelNode;
+  std::int64_t duration_ns = 0;  // kernel nodes
 };
 struct gradscope::agent::cuda::CUgraph_st {
   std::vector<CUgraphNode> nodes;
@@ -118,8 +123,9 @@ bool completed(const CUevent_st& event) {
 using KernelHook = void (*)(CUstream stream, std::int64_t start_ns, std::int64_t end_ns, std::uint64_t node,
                             std::uint64_t launch);
 std::atomic<KernelHook> g_kernel_hook{nullptr};
-// Told of every graph node created (original nullptr) and copied into an executable graph.
-using GraphHook = void (*)(CUgraph graph, CUgraphNode node, CUgraphNode original);
+// Told of every graph node created (original nullptr) and copied into an executable graph, with its
+// CUgraphNodeType.
+using GraphHook = void (*)(CUgraph graph, CUgraphNode node, CUgraphNode original, int type);
 std::atomic<GraphHook> g_graph_hook{nullptr};
 std::uint64_t g_next_node = 0, g_next_launch = 0;  // g_mutex
 
@@ -152,18 +158,21 @@ void queueKernel(CUstream stream, std::int64_t duration_ns, std::uint64_t node, 
 
 FAKE_EXPORT void fakeCudaLaunch(CUstream stream, std::int64_t duration_ns) {
   CUgraph graph = nullptr;
-  CUgraphNode node = nullptr;
+  CUgraphNode host = nullptr, kernel = nullptr;
   {
     const std::lock_guard lock(g_mutex);
     StreamState& state = g_streams[stream];
     if (state.capturing && state.graph != nullptr) {
       graph = state.graph;
-      node = new CUgraphNode_st{++g_next_node, duration_ns};
-      graph->nodes.push_back(node);
+      host = new CUgraphNode_st{++g_next_node, kHostNode, 0};
+      kernel = new CUgraphNode_st{++g_next_node, kKernelNode, duration_ns};
+      graph->nodes.push_back(host);
+      graph->nodes.push_back(kernel);
     }
   }
-  if (node == nullptr) return queueKernel(stream, duration_ns, 0, 0);
-  if (const GraphHook hook = g_graph_hook.load()) hook(graph, node, nullptr);
+  if (kernel == nullptr) return queueKernel(stream, duration_ns, 0, 0);
+  if (const GraphHook hook = g_graph_hook.load())
+    for (CUgraphNode node : {host, kernel}) hook(graph, node, nullptr, node->type);
 }
 
 // ---- driver API ---------------------------------------------------------------------------------------
@@ -244,10 +253,11 @@ FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph grap
   {
     const std::lock_guard lock(g_mutex);
     for (CUgraphNode node : graph->nodes)
-      copy->nodes.push_back(new CUgraphNode_st{++g_next_node, node->duration_ns});
+      copy->nodes.push_back(new CUgraphNode_st{++g_next_node, node->type, node->duration_ns});
   }
   if (const GraphHook hook = g_graph_hook.load())
-    for (std::size_t i = 0; i < copy->nodes.size(); ++i) hook(copy, copy->nodes[i], graph->nodes[i]);
+    for (std::size_t i = 0; i < copy->nodes.size(); ++i)
+      hook(copy, copy->nodes[i], graph->nodes[i], copy->nodes[i]->type);
   *exec = copy;
   return CUDA_SUCCESS;
 }
@@ -259,7 +269,8 @@ FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
     const std::lock_guard lock(g_mutex);
     launch = ++g_next_launch;
   }
-  for (CUgraphNode node : exec->nodes) queueKernel(stream, node->duration_ns, node->id, launch);
+  for (CUgraphNode node : exec->nodes)
+    if (node->type == kKernelNode) queueKernel(stream, node->duration_ns, node->id, launch);
   return CUDA_SUCCESS;
 }
 

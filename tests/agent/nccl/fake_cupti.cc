@@ -137,9 +137,9 @@ void onKernel(gradscope::agent::cuda::CUstream, std::int64_t start, std::int64_t
 }
 
 // Called by the fake driver, on the thread that made the node, for every graph node created (original
-// nullptr) or copied into an executable graph.
+// nullptr) or copied into an executable graph, with its CUgraphNodeType.
 void onGraphNode(gradscope::agent::cuda::CUgraph graph, gradscope::agent::cuda::CUgraphNode node,
-                 gradscope::agent::cuda::CUgraphNode original) {
+                 gradscope::agent::cuda::CUgraphNode original, int type) {
   CUpti_CallbackFunc callback = nullptr;
   void* userdata = nullptr;
   {
@@ -153,6 +153,7 @@ void onGraphNode(gradscope::agent::cuda::CUgraph graph, gradscope::agent::cuda::
   data.graph = graph;
   data.node = node;
   data.originalNode = original;
+  data.nodeType = type;
   CUpti_ResourceData resource{};
   resource.resourceDescriptor = &data;
   callback(userdata, CUPTI_CB_DOMAIN_RESOURCE,
@@ -166,7 +167,7 @@ void installHook() {
     using Hook =
         void (*)(gradscope::agent::cuda::CUstream, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
     using GraphHook = void (*)(gradscope::agent::cuda::CUgraph, gradscope::agent::cuda::CUgraphNode,
-                               gradscope::agent::cuda::CUgraphNode);
+                               gradscope::agent::cuda::CUgraphNode, int);
     // The fake driver is loaded RTLD_GLOBAL by the fake NCCL before the agent starts CUPTI.
     if (auto set = reinterpret_cast<void (*)(Hook)>(dlsym(RTLD_DEFAULT, "fakeCudaSetKernelHook")))
       set(&onKernel);
