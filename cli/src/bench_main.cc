@@ -220,6 +220,7 @@ int main(int argc, char** argv) {
   // reports the others.
   bool report = launcher_root;
   try {
+    checkStrategyNames(options.strategies, options.backend);
     options.backend = resolveBackend(options.backend);
     if (options.backend == Backend::Local) return runLocal(options);
     const auto comm =

@@ -252,7 +252,16 @@ def check_errors(args):
         ("unknown dtype", [args.gradscope, "bench", "--backend", "local", "-d", "int8"]),
         ("-f and -i", [args.gradscope, "bench", "--backend", "local", "-f", "4", "-i", "8"]),
         ("no launcher", [args.gradscope, "bench", "--backend", "mpi"]),
+        # The name's fault comes first, not the launcher or the GPU it would need.
+        ("unknown strategy, no launcher", [args.gradscope, "bench", "--backend", "mpi", "--strategies",
+                                           "sum/native,sum/bogus"]),
+        ("local sum on mpi, no launcher", [args.gradscope, "bench", "--backend", "mpi", "--strategies",
+                                           "local/add_n"]),
+        ("unknown strategy, nccl", [args.gradscope, "bench", "--backend", "nccl", "--strategies", "sum/bogus"]),
     ]
+    says = {"unknown strategy, no launcher": "'sum/bogus'",
+            "local sum on mpi, no launcher": "local/add_n is a local sum",
+            "unknown strategy, nccl": "'sum/bogus'"}
     if args.mpiexec:
         cases += [
             ("fp16 wire on double", mpi_command(args, 2, ["--backend", "mpi", "-d", "double", "--strategies",
@@ -263,6 +272,8 @@ def check_errors(args):
         code, out, err = run(command, env)
         if name == "no launcher" and args.mpiexec:  # without MPI in the build, the line says that instead
             check("mpirun -np N gradscope bench --backend mpi" in err, f"errors: no launcher: says how to launch: {err}")
+        if name in says:
+            check(says[name] in err, f"errors: {name}: does not name the strategy's fault: {err}")
         lines = err.splitlines()
         check(code == 2, f"errors: {name}: exit {code}, expected 2")
         check(len(lines) == 1 and lines[0].startswith("gradscope bench: "),

@@ -174,7 +174,12 @@ std::vector<std::string> selectStrategies(const BenchOptions& options, const com
     }
     return names;
   }
-  for (const auto& text : options.strategies) {
+  checkStrategyNames(options.strategies, local ? Backend::Local : comm->backend());
+  return options.strategies;
+}
+
+void checkStrategyNames(const std::vector<std::string>& names, Backend backend) {
+  for (const auto& text : names) {
     const bool local_name = text.starts_with("local/");
     if (local_name && !methods::parseLocalSumMethod(text))
       fail(
@@ -184,10 +189,11 @@ std::vector<std::string> selectStrategies(const BenchOptions& options, const com
       std::string why;
       if (!comm::parseStrategyName(text, &why)) throw Error(why);
     }
-    if (local && !local_name) fail("{} is a distributed strategy; run it with --backend mpi or nccl", text);
-    if (!local && local_name) fail("{} is a local sum; run it with --backend local", text);
+    if (backend == Backend::Local && !local_name)
+      fail("{} is a distributed strategy; run it with --backend mpi or nccl", text);
+    if ((backend == Backend::Mpi || backend == Backend::Nccl) && local_name)
+      fail("{} is a local sum; run it with --backend local", text);
   }
-  return options.strategies;
 }
 
 }  // namespace gradscope::cli::bench

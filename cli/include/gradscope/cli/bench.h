@@ -140,6 +140,11 @@ using PointCallback = std::function<void(const BenchPoint&)>;
 // belongs to another backend, and for a dtype the local sums do not take.
 std::vector<std::string> selectStrategies(const BenchOptions& options, const comm::Communicator* comm);
 
+// The faults of the names themselves, found before any backend starts, so that a misspelt strategy is
+// reported first rather than after the launcher or the GPU it would need: names that do not parse, and
+// (for a backend that is known, not Unknown) names of the other kind. Throws gradscope::Error.
+void checkStrategyNames(const std::vector<std::string>& names, Backend backend);
+
 // The sweep on a communicator. Every call is collective: make it on every rank with the same options.
 class CommSweep {
  public:
