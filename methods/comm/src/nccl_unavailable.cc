@@ -20,6 +20,14 @@ std::unique_ptr<Communicator> ncclWorld() {
   fail("NCCL: {}", kReason);
 }
 
+std::string ncclNewUniqueId() {
+  fail("NCCL: {}", kReason);
+}
+
+std::unique_ptr<Communicator> ncclFromUniqueId(std::string_view, int, int, int) {
+  fail("NCCL: {}", kReason);
+}
+
 std::unique_ptr<Communicator> ncclDuplicateOf(void*, bool) {
   fail("NCCL: {}", kReason);
 }

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "gradscope/comm/communicator.h"
 
@@ -18,6 +19,15 @@ bool ncclAvailable(std::string* reason = nullptr);
 // Creates the world communicator (collective over the launcher's ranks). Throws gradscope::Error with
 // the reason when NCCL or a GPU is not available.
 std::unique_ptr<Communicator> ncclWorld();
+
+// For ranks started by something other than an MPI launcher (a test that starts its own processes, a
+// job's launcher): rank 0 makes the id (ncclGetUniqueId's bytes), hands it to the others by its own
+// means, and every rank creates its communicator from it, collectively. `device` is the GPU this rank
+// uses; -1 takes the launcher's local rank modulo the GPUs, as ncclWorld() does. Throws gradscope::Error
+// with the reason when NCCL or a GPU is not available, or the id is not one.
+std::string ncclNewUniqueId();
+std::unique_ptr<Communicator> ncclFromUniqueId(std::string_view unique_id, int rank, int ranks,
+                                               int device = -1);
 
 // The agent's explore and apply modes (agent/src/nccl_extension.cc), inside a job that drives NCCL itself.
 //
