@@ -6,7 +6,8 @@
 #
 # OUT_DIR receives nvidia-smi.txt, configure.log, build.log, cuda_tests.log, cuda_tests.json (gtest),
 # cuda_bench.log, cuda_bench.json (Google Benchmark), nccl_bench.csv (gradscope bench --backend nccl,
-# one rank), the agent on real NCCL jobs (agent_build.log, agent_nccl.log; agent_nccl/ and
+# one rank), nccl_strategies-np2.log and -np3.log (every strategy on NCCL with 2 and 3 ranks, checked),
+# the agent on real NCCL jobs (agent_build.log, agent_nccl.log; agent_nccl/ and
 # agent_nccl-nvtx/ with the trace and its report; agent_nccl-pair*/ for two ranks on the one GPU with the
 # NCCL plugins; agent_ddp/ and agent_ddp2/ for PyTorch DDP, one rank and two, where torch is installed),
 # nccl_compare.txt (gradscope bench against an nccl-tests-style loop), gpu_timing_costs.txt and
@@ -210,6 +211,33 @@ if [ "${GRADSCOPE_SKIP_BENCH:-0}" != 1 ]; then
     echo "nccl:   $(($(wc -l <"$out_dir/nccl_bench.csv") - 1)) points, $wrong with #wrong > 0 (nccl_bench.csv)" >>"$out_dir/summary.txt"
     [ "$wrong" -eq 0 ] || status=1
   fi
+fi
+
+# ---- NCCL: every strategy with 2 and 3 ranks, checked exactly or against its error bound ----------------
+# tests/strategies on NCCL communicators; with one GPU the ranks share it as separate NCCL hosts
+# (strategies_test_nccl_main.cc). Logs in nccl_strategies-np2.log and -np3.log.
+say "NCCL strategies with 2 and 3 ranks (gradscope_strategy_tests_nccl)"
+if ! cmake --build "$build_dir" --parallel "$jobs" --target gradscope_strategy_tests_nccl \
+  >"$out_dir/strategies_build.log" 2>&1; then
+  tail -n 5 "$out_dir/strategies_build.log" >&2
+  say "NCCL strategy tests FAILED to build; see $out_dir/strategies_build.log"
+  echo "strategies: FAILED to build (strategies_build.log)" >>"$out_dir/summary.txt"
+  status=1
+else
+  strategies_bin=$build_dir/tests/strategies/gradscope_strategy_tests_nccl
+  for ranks in 2 3; do
+    strategies_status=0
+    timeout 900 "$strategies_bin" --ranks "$ranks" >"$out_dir/nccl_strategies-np$ranks.log" 2>&1 ||
+      strategies_status=$?
+    summary=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$out_dir/nccl_strategies-np$ranks.log" | tr '\n' ' ')
+    echo "strategies: NCCL, $ranks ranks: exit $strategies_status; $summary(nccl_strategies-np$ranks.log)" \
+      >>"$out_dir/summary.txt"
+    if [ "$strategies_status" -ne 0 ]; then
+      grep -E '^\[rank|FAILED|Failure' "$out_dir/nccl_strategies-np$ranks.log" | head -n 10 >&2 || true
+      say "NCCL strategy tests with $ranks ranks FAILED (exit $strategies_status)"
+      status=1
+    fi
+  done
 fi
 
 # ---- The agent on real NCCL jobs --------------------------------------------------------------------------

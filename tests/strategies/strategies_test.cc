@@ -129,18 +129,40 @@ struct Outcome {
   RunStats stats;
 };
 
-// Runs `strategy` on this rank's `input` (count elements), in place or out of place; out of place also
-// checks that the input is left alone.
-Outcome runStrategy(Strategy& strategy, const Bytes& input, std::size_t count, bool in_place) {
-  Bytes send = input;
+// Runs `strategy` on this rank's `input` (count elements), in place or out of place, in the
+// communicator's memory (host for MPI, the GPU for NCCL); out of place also checks that the input is
+// left alone.
+Outcome runStrategy(Communicator& comm, Strategy& strategy, const Bytes& input, std::size_t count,
+                    bool in_place) {
   Outcome outcome;
-  if (in_place) {
-    outcome.stats = strategy.run(send.data(), send.data(), count);
-    outcome.result = std::move(send);
-  } else {
-    outcome.result.assign(input.size(), std::byte{0x5A});  // garbage the strategy must overwrite
-    outcome.stats = strategy.run(send.data(), outcome.result.data(), count);
-    EXPECT_EQ(send, input) << "the input changed out of place";
+  const Bytes garbage(input.size(), std::byte{0x5A});  // what an out-of-place result must overwrite
+  if (comm.memory() == Memory::Host) {
+    Bytes send = input;
+    if (in_place) {
+      outcome.stats = strategy.run(send.data(), send.data(), count);
+      outcome.result = std::move(send);
+    } else {
+      outcome.result = garbage;
+      outcome.stats = strategy.run(send.data(), outcome.result.data(), count);
+      EXPECT_EQ(send, input) << "the input changed out of place";
+    }
+    return outcome;
+  }
+  LocalOps& local = comm.local();
+  const std::size_t bytes = input.size();
+  const Buffer send = local.allocate(std::max<std::size_t>(bytes, 1));
+  const Buffer recv = local.allocate(std::max<std::size_t>(bytes, 1));
+  if (bytes > 0) {
+    local.upload(send.get(), input.data(), bytes);
+    local.upload(recv.get(), garbage.data(), bytes);
+  }
+  outcome.stats = strategy.run(send.get(), in_place ? send.get() : recv.get(), count);
+  outcome.result.resize(bytes);
+  if (bytes > 0) local.download(outcome.result.data(), in_place ? send.get() : recv.get(), bytes);
+  if (!in_place && bytes > 0) {
+    Bytes after(bytes);
+    local.download(after.data(), send.get(), bytes);
+    EXPECT_EQ(after, input) << "the input changed out of place";
   }
   return outcome;
 }
@@ -171,7 +193,7 @@ void checkExactSum(Communicator& comm, Strategy& strategy, DType dtype, std::siz
     for (std::size_t e = 0; e < count; ++e) exact[e] += values[e];
   }
   const Outcome outcome =
-      runStrategy(strategy, encodeAs(dtype, integers(seed, comm.rank(), count)), count, in_place);
+      runStrategy(comm, strategy, encodeAs(dtype, integers(seed, comm.rank(), count)), count, in_place);
   const Bytes expected = encodeAs(dtype, exact);
   ASSERT_EQ(outcome.result.size(), expected.size());
   const auto difference = firstDifference(outcome.result, expected, sizeOf(dtype));
@@ -203,7 +225,9 @@ WireBound wireBound(methods::WireFormat format) {
 void checkWireSum(Communicator& comm, Strategy& strategy, methods::WireFormat format, std::size_t count,
                   bool in_place, std::uint32_t seed) {
   const int n = comm.size();
-  const std::size_t block = StrategyOptions{}.fp8_block;
+  // fp8 scales per block where the communicator moves scaled blocks (MPI), else per buffer (NCCL).
+  const std::size_t block =
+      comm.supportsScaledBlocks() ? StrategyOptions{}.fp8_block : std::max<std::size_t>(count, 1);
   std::vector<double> exact(count, 0.0), magnitude(count, 0.0), block_amax(count, 0.0);
   for (int r = 0; r < n; ++r) {
     const std::vector<float> values = normals(seed, r, count);
@@ -218,7 +242,8 @@ void checkWireSum(Communicator& comm, Strategy& strategy, methods::WireFormat fo
       magnitude[e] += std::fabs(double{values[e]});
     }
   }
-  const Outcome outcome = runStrategy(strategy, asBytes(normals(seed, comm.rank(), count)), count, in_place);
+  const Outcome outcome =
+      runStrategy(comm, strategy, asBytes(normals(seed, comm.rank(), count)), count, in_place);
   const std::vector<float> result = asFloats(outcome.result);
   ASSERT_EQ(result.size(), count);
   EXPECT_EQ(outcome.stats.wire.overflow, 0u);
@@ -248,7 +273,7 @@ void checkAdaCons(Communicator& comm, Strategy& strategy, std::size_t count, boo
   std::vector<std::vector<float>> gradients;
   for (int r = 0; r < n; ++r) gradients.push_back(scaledIntegers(seed, r, count));
   const Outcome outcome =
-      runStrategy(strategy, asBytes(gradients[static_cast<std::size_t>(comm.rank())]), count, in_place);
+      runStrategy(comm, strategy, asBytes(gradients[static_cast<std::size_t>(comm.rank())]), count, in_place);
   if (count == 0) {
     EXPECT_FALSE(outcome.stats.adacons) << "count 0 is a no-op";
     return;
@@ -291,7 +316,7 @@ void checkAdaSum(Communicator& comm, Strategy& strategy, std::size_t count, bool
   std::vector<std::vector<float>> gradients;
   for (int r = 0; r < comm.size(); ++r) gradients.push_back(scaledIntegers(seed, r, count));
   const Outcome outcome =
-      runStrategy(strategy, asBytes(gradients[static_cast<std::size_t>(comm.rank())]), count, in_place);
+      runStrategy(comm, strategy, asBytes(gradients[static_cast<std::size_t>(comm.rank())]), count, in_place);
   std::vector<float> expected(count);
   methods::adasum(pointers(gradients), count, expected.data());
   expectFloatsIdentical(asFloats(outcome.result), expected);
@@ -399,8 +424,8 @@ TEST(Strategies, AdaConsRefusesAllZeroGradientsOnEveryRank) {
   StrategyName name;
   name.aggregator = Aggregator::AdaCons;
   const std::unique_ptr<Strategy> strategy = makeStrategy(name, comm, DType::Fp32);
-  std::vector<float> zeros(33, 0.0f), out(33);
-  EXPECT_THROW(strategy->run(zeros.data(), out.data(), zeros.size()), Error);
+  const std::vector<float> zeros(33, 0.0f);
+  EXPECT_THROW(runStrategy(comm, *strategy, asBytes(zeros), zeros.size(), false), Error);
   // The refusal left the strategy usable (and its momentum untouched).
   methods::AdaConsState reference_state;
   checkAdaCons(comm, *strategy, 100, false, 900, reference_state);
@@ -459,8 +484,9 @@ TEST(Strategies, WireCountsOverflowAndNaNOfThisRank) {
     // fp8 scales per block).
     input[big_at] = 70000.0f * static_cast<float>(n);
     const bool fp16 = format == methods::WireFormat::Fp16;
-    std::vector<float> out(count);
-    const RunStats stats = strategy->run(input.data(), out.data(), count);
+    const Outcome outcome = runStrategy(comm, *strategy, asBytes(input), count, false);
+    const RunStats& stats = outcome.stats;
+    const std::vector<float> out = asFloats(outcome.result);
     EXPECT_EQ(stats.wire.nan, 1u);
     EXPECT_EQ(stats.wire.overflow, fp16 ? 1u : 0u);
     for (int r = 0; r < n; ++r) {
@@ -498,8 +524,10 @@ TEST(Strategies, BadInputIsRefusedWithOneLine) {
   StrategyName adasum;
   adasum.aggregator = Aggregator::AdaSum;
   expectRefusal(adasum, DType::Fp64, "adasum/native needs fp32 input, not fp64");
-  StrategyName nccl = *parseStrategyName("sum/nccl.ring.ll128");
-  expectRefusal(nccl, DType::Fp32, "sum/nccl.ring.ll128 needs the nccl backend");
+  if (comm.backend() == Backend::Mpi)
+    expectRefusal(*parseStrategyName("sum/nccl.ring.ll128"), DType::Fp32,
+                  "sum/nccl.ring.ll128 needs the nccl backend");
+  else expectRefusal(*parseStrategyName("sum/mpi.ring"), DType::Fp32, "sum/mpi.ring needs the mpi backend");
   expectRefusal(StrategyName{}, DType::Int32, "sum/native takes fp32, fp64, fp16 or bf16 input, not int32");
   EXPECT_TRUE(applicableStrategies(comm, DType::Int32).empty());
 }
@@ -547,7 +575,9 @@ TEST(StrategyNames, DefaultListIsStable) {
   EXPECT_EQ(texts[3], "sum/hier");
   EXPECT_NE(std::find(texts.begin(), texts.end(), "sum/rs_ag/bf16"), texts.end());
   EXPECT_NE(std::find(texts.begin(), texts.end(), "sum/hier/fp8e5m2"), texts.end());
-  EXPECT_NE(std::find(texts.begin(), texts.end(), "sum/mpi.recursive_doubling"), texts.end());
+  const char* engine =
+      testWorld().backend() == Backend::Mpi ? "sum/mpi.recursive_doubling" : "sum/nccl.ring.simple";
+  EXPECT_NE(std::find(texts.begin(), texts.end(), engine), texts.end());
   EXPECT_EQ(texts[texts.size() - 3], "adacons/native");
   EXPECT_EQ(texts[texts.size() - 2], "adacons/rs_ag");
   EXPECT_EQ(texts.back(), "adasum/native");

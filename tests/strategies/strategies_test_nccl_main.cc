@@ -1,0 +1,181 @@
+// GoogleTest main for the strategy tests on NCCL communicators with several ranks, without an MPI
+// launcher (GPU machines often have none):
+//
+//   gradscope_strategy_tests_nccl [--ranks N] [GoogleTest flags]
+//
+// The process started by ctest only launches. It makes the NCCL unique id (ncclNewUniqueId, whose
+// bootstrap root lives in this process until the ranks have met), starts itself N times with the id,
+// the rank and the world size in its environment, waits for all of them, and exits with the first
+// failing rank's status (0 when all pass). Each rank builds its communicator with ncclFromUniqueId on
+// GPU rank % devices and runs the tests; rank 0 prints GoogleTest's report, the others only their
+// failures, prefixed with the rank.
+//
+// Fewer GPUs than ranks: NCCL refuses two ranks of one host on one GPU ("Duplicate GPU detected"), and
+// tells hosts apart by NCCL_HOSTID, so each rank gets its own (gradscope-strategies-<rank>) and NCCL
+// joins them with its socket transport (over the loopback interface unless NCCL_SOCKET_IFNAME is set),
+// as tests/agent/nccl/nccl_pair.cc does.
+//
+// No usable GPU: one line with the reason, exit 77 (ctest's SKIP_RETURN_CODE).
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "gradscope/comm/nccl.h"
+#include "gradscope/common/error.h"
+#include "strategies_test_world.h"
+
+extern char** environ;
+
+namespace gradscope::comm {
+namespace {
+
+constexpr int kSkip = 77;
+constexpr const char* kRankVariable = "GRADSCOPE_TEST_NCCL_RANK";
+constexpr const char* kRanksVariable = "GRADSCOPE_TEST_NCCL_RANKS";
+constexpr const char* kIdVariable = "GRADSCOPE_TEST_NCCL_ID";
+
+std::unique_ptr<Communicator> world;
+
+class FailurePrinter : public testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const testing::TestPartResult& result) override {
+    if (result.failed())
+      fmt::print(stderr, "[rank {}] {}:{}: {}\n", rank_, result.file_name() ? result.file_name() : "?",
+                 result.line_number(), result.message());
+  }
+
+ private:
+  int rank_;
+};
+
+std::string toHex(std::string_view bytes) {
+  std::string hex;
+  for (const char byte : bytes) hex += fmt::format("{:02x}", static_cast<unsigned char>(byte));
+  return hex;
+}
+
+std::string fromHex(std::string_view hex) {
+  std::string bytes;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    bytes += static_cast<char>(std::strtoul(std::string(hex.substr(i, 2)).c_str(), nullptr, 16));
+  return bytes;
+}
+
+// GRADSCOPE_TEST_NCCL_DEVICES=N says the machine has N GPUs: with at least one per rank, rank r takes
+// GPU r; otherwise every rank takes GPU 0, as a separate NCCL host.
+bool gpuPerRank(int ranks) {
+  const char* devices = std::getenv("GRADSCOPE_TEST_NCCL_DEVICES");
+  return devices != nullptr && std::atoi(devices) >= ranks;
+}
+
+// Starts this program (with its original arguments, GoogleTest's included) as each rank and waits for
+// them all.
+int launch(int ranks, char** argv) {
+  std::string reason;
+  if (!ncclAvailable(&reason)) {
+    fmt::print("SKIP: NCCL strategy tests need a GPU: {}\n", reason);
+    return kSkip;
+  }
+  // The bootstrap root listens on the interface the ranks will use.
+  const bool shared_gpu = !gpuPerRank(ranks);
+  if (shared_gpu) setenv("NCCL_SOCKET_IFNAME", "lo", /*overwrite=*/0);
+  const std::string id = toHex(ncclNewUniqueId());
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::vector<std::string> environment;
+    for (char** variable = environ; *variable != nullptr; ++variable) environment.emplace_back(*variable);
+    environment.push_back(fmt::format("{}={}", kRankVariable, rank));
+    environment.push_back(fmt::format("{}={}", kRanksVariable, ranks));
+    environment.push_back(fmt::format("{}={}", kIdVariable, id));
+    if (shared_gpu) environment.push_back(fmt::format("NCCL_HOSTID=gradscope-strategies-{}", rank));
+    std::vector<char*> envp;
+    for (std::string& variable : environment) envp.push_back(variable.data());
+    envp.push_back(nullptr);
+    pid_t child = 0;
+    if (const int error = posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv, envp.data());
+        error != 0) {
+      fmt::print(stderr, "cannot start rank {}: {}\n", rank, std::strerror(error));
+      return 1;
+    }
+    children.push_back(child);
+  }
+  int result = 0;
+  for (std::size_t rank = 0; rank < children.size(); ++rank) {
+    int status = 0;
+    if (waitpid(children[rank], &status, 0) < 0) {
+      result = result != 0 ? result : 1;
+      continue;
+    }
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0) fmt::print(stderr, "rank {} exited with {}\n", rank, code);
+    if (result == 0) result = code;
+  }
+  return result;
+}
+
+// One rank: the communicator from the launcher's id, then the tests.
+int runRank(int rank, int ranks) {
+  const char* id = std::getenv(kIdVariable);
+  const int device = gpuPerRank(ranks) ? rank : 0;
+  try {
+    world = ncclFromUniqueId(fromHex(id != nullptr ? id : ""), rank, ranks, device);
+  } catch (const Error& error) {
+    fmt::print(stderr, "[rank {}] {}\n", rank, error.what());
+    return 3;
+  }
+  if (rank != 0) {
+    testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
+  }
+  const int status = RUN_ALL_TESTS();
+  world.reset();
+  return status;
+}
+
+}  // namespace
+
+Communicator& testWorld() {
+  return *world;
+}
+
+}  // namespace gradscope::comm
+
+int main(int argc, char** argv) {
+  std::vector<char*> original(argv, argv + argc);  // InitGoogleTest takes its flags out of argv
+  original.push_back(nullptr);
+  testing::InitGoogleTest(&argc, argv);
+  if (const char* rank = std::getenv(gradscope::comm::kRankVariable)) {
+    const char* ranks = std::getenv(gradscope::comm::kRanksVariable);
+    return gradscope::comm::runRank(std::atoi(rank), ranks != nullptr ? std::atoi(ranks) : 1);
+  }
+  int ranks = 2;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
+      ranks = std::atoi(argv[i + 1]);
+    } else {
+      fmt::print(stderr, "usage: {} [--ranks N] [GoogleTest flags]; unknown argument '{}'\n", argv[0],
+                 argv[i]);
+      return 2;
+    }
+    ++i;
+  }
+  if (ranks < 1) {
+    fmt::print(stderr, "--ranks: need at least 1\n");
+    return 2;
+  }
+  return gradscope::comm::launch(ranks, original.data());
+}
