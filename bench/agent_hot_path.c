@@ -3,27 +3,36 @@
  * (PMPI_Allreduce, which the agent does not intercept), in alternating blocks.
  *
  *   mpirun -np 1 -x LD_PRELOAD=build/default/agent/libgradscope-agent.so gradscope_agent_hot_path [BLOCKS]
- *   mpirun -np 2 -x LD_PRELOAD=... gradscope_agent_hot_path [BLOCKS]
+ *   mpirun -np 2 -x LD_PRELOAD=... gradscope_agent_hot_path [BLOCKS] [BYTES]
  *
  * One rank: the cost isolated from the network. MPI_Allreduce of one float (Open MPI copies it locally,
  * ~13 ns), blocks of 1,000,000 back-to-back calls; prints the median over blocks of the time per call
  * each way and of their difference.
  *
- * Several ranks: the OSU loop (MPI_Wtime around each call of 8 bytes, then a barrier), blocks of 2,000
- * calls, the order of the two kinds swapped from block to block; a block's latency is the average over
+ * Several ranks: the OSU loop (MPI_Wtime around each call of BYTES, default 8, then a barrier), blocks
+ * of 2,000 calls up to 8 KiB and of 4 calls above (a 64 MiB all-reduce takes tens of milliseconds here),
+ * the order of the two kinds swapped from block to block; a block's latency is the average over
  * its calls and ranks, and the line gives the medians over blocks and the median of the per-block
  * ratios (wrapped / direct). The VM this was written on switches its 8-byte latency between two modes
  * for tens of seconds at a time, which makes separate runs with and without the agent differ by ±20%;
  * here both kinds share the mode.
  *
  * Without the agent preloaded both kinds go straight to Open MPI: the difference is the cost of nothing. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include <mpi.h>
 
-enum { kCallsPerBlock = 1000000, kMaxBlocks = 101, kOsuCallsPerBlock = 2000, kMaxOsuBlocks = 400 };
+enum {
+  kCallsPerBlock = 1000000,
+  kMaxBlocks = 101,
+  kOsuSmallBytes = 8192,
+  kOsuCallsPerBlock = 2000,
+  kOsuLargeCallsPerBlock = 4,
+  kMaxOsuBlocks = 400
+};
 
 static double nowNs(void) {
   struct timespec t;
@@ -59,29 +68,48 @@ static void timeBackToBack(int blocks) {
       blocks, kCallsPerBlock, median(direct, blocks), median(wrapped, blocks), median(difference, blocks));
 }
 
+/* The OSU loop's buffers: `count` floats each way. */
+static float* g_in;
+static float* g_out;
+static int g_count;
+
 /* One block of the OSU loop: this rank's average latency in microseconds. */
 static double osuBlock(int wrapped, int calls) {
-  float in[2] = {1.0f, 2.0f}, out[2] = {0.0f, 0.0f};
   double total = 0.0;
   MPI_Barrier(MPI_COMM_WORLD);
   for (int i = 0; i < calls; ++i) {
     const double start = MPI_Wtime();
-    if (wrapped) MPI_Allreduce(in, out, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    else PMPI_Allreduce(in, out, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (wrapped) MPI_Allreduce(g_in, g_out, g_count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    else PMPI_Allreduce(g_in, g_out, g_count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     total += MPI_Wtime() - start;
     MPI_Barrier(MPI_COMM_WORLD);
   }
   return total * 1e6 / calls;
 }
 
-static void timeOsuLoop(int blocks, int rank, int ranks) {
+static void timeOsuLoop(int blocks, size_t bytes, int rank, int ranks) {
   double mine[2][kMaxOsuBlocks], all[2][kMaxOsuBlocks], ratio[kMaxOsuBlocks];
-  for (int i = 0; i < 1000; ++i) osuBlock(i % 2, 1); /* warm-up of both paths */
+  const int small = bytes <= kOsuSmallBytes;
+  const int calls = small ? kOsuCallsPerBlock : kOsuLargeCallsPerBlock;
+  g_count = (int)(bytes / sizeof(float));
+  g_in = malloc(bytes);
+  g_out = malloc(bytes);
+  if (g_in == NULL || g_out == NULL) {
+    fprintf(stderr, "gradscope_agent_hot_path: cannot allocate 2 x %zu bytes\n", bytes);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  for (int i = 0; i < g_count; ++i) {
+    g_in[i] = (float)(i % 7);
+    g_out[i] = 0.0f;
+  }
+  for (int i = 0; i < (small ? 1000 : 4); ++i) osuBlock(i % 2, 1); /* warm-up of both paths */
   for (int b = 0; b < blocks; ++b) {
     const int first = b % 2;
-    mine[first][b] = osuBlock(first, kOsuCallsPerBlock);
-    mine[!first][b] = osuBlock(!first, kOsuCallsPerBlock);
+    mine[first][b] = osuBlock(first, calls);
+    mine[!first][b] = osuBlock(!first, calls);
   }
+  free(g_in);
+  free(g_out);
   MPI_Reduce(mine, all, 2 * kMaxOsuBlocks, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
   for (int b = 0; b < blocks; ++b) {
@@ -90,10 +118,9 @@ static void timeOsuLoop(int blocks, int rank, int ranks) {
     ratio[b] = all[1][b] / all[0][b];
   }
   printf(
-      "%d ranks, %d blocks of %d calls (8 B, OSU loop): PMPI_Allreduce %.4f us, MPI_Allreduce %.4f us, "
+      "%d ranks, %d blocks of %d calls (%zu B, OSU loop): PMPI_Allreduce %.4f us, MPI_Allreduce %.4f us, "
       "median ratio %.4f\n",
-      ranks, blocks, kOsuCallsPerBlock, median(all[0], blocks), median(all[1], blocks),
-      median(ratio, blocks));
+      ranks, blocks, calls, bytes, median(all[0], blocks), median(all[1], blocks), median(ratio, blocks));
 }
 
 int main(int argc, char** argv) {
@@ -104,8 +131,17 @@ int main(int argc, char** argv) {
   const int limit = ranks == 1 ? kMaxBlocks : kMaxOsuBlocks;
   int blocks = argc > 1 ? atoi(argv[1]) : ranks == 1 ? 21 : 100;
   if (blocks < 1 || blocks > limit) blocks = ranks == 1 ? 21 : 100;
+  /* A whole number of floats, at least one. */
+  const long long asked = argc > 2 ? atoll(argv[2]) : 8;
+  const size_t bytes = asked >= (long long)sizeof(float) ? (size_t)asked / sizeof(float) * sizeof(float) : 8;
+  if (bytes / sizeof(float) > (size_t)INT_MAX) {
+    if (rank == 0)
+      fprintf(stderr, "gradscope_agent_hot_path: %zu bytes is more than one MPI count of floats\n", bytes);
+    MPI_Finalize();
+    return 2;
+  }
   if (ranks == 1) timeBackToBack(blocks);
-  else timeOsuLoop(blocks, rank, ranks);
+  else timeOsuLoop(blocks, bytes, rank, ranks);
   MPI_Finalize();
   return 0;
 }

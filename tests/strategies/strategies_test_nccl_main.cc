@@ -21,12 +21,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -81,6 +87,48 @@ bool gpuPerRank(int ranks) {
   return devices != nullptr && std::atoi(devices) >= ranks;
 }
 
+// Waits for every rank; the result is the first failing rank's exit status, or 0. Once a rank has
+// failed, the others get 30 seconds to finish before they are killed: a rank that is gone leaves the
+// rest waiting in NCCL for ever.
+int waitForRanks(std::vector<pid_t> children, const std::map<pid_t, int>& rank_of) {
+  constexpr auto kGrace = std::chrono::seconds(30);
+  int result = 0;
+  // Set once a rank has failed; until then, and once the rest are killed, waitpid blocks.
+  bool counting = false;
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  while (!children.empty()) {
+    int status = 0;
+    const pid_t done = waitpid(-1, &status, counting ? WNOHANG : 0);
+    if (done < 0 && errno != EINTR) break;
+    if (done > 0) {
+      const auto it = std::find(children.begin(), children.end(), done);
+      if (it == children.end()) continue;
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code != 0) {
+        fmt::print(stderr, "rank {} exited with {}\n", rank_of.at(done), code);
+        if (result == 0) result = code;
+        if (deadline == std::chrono::steady_clock::time_point::max()) {
+          deadline = std::chrono::steady_clock::now() + kGrace;
+          counting = true;
+        }
+      }
+      children.erase(it);
+      continue;
+    }
+    if (counting && std::chrono::steady_clock::now() >= deadline) {
+      for (const pid_t child : children) {
+        fmt::print(stderr, "rank {} still running {} s after a rank failed: killed\n", rank_of.at(child),
+                   kGrace.count());
+        kill(child, SIGKILL);
+      }
+      counting = false;  // reap them, blocking
+      continue;
+    }
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return result;
+}
+
 // Starts this program (with its original arguments, GoogleTest's included) as each rank and waits for
 // them all.
 int launch(int ranks, char** argv) {
@@ -112,18 +160,9 @@ int launch(int ranks, char** argv) {
     }
     children.push_back(child);
   }
-  int result = 0;
-  for (std::size_t rank = 0; rank < children.size(); ++rank) {
-    int status = 0;
-    if (waitpid(children[rank], &status, 0) < 0) {
-      result = result != 0 ? result : 1;
-      continue;
-    }
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code != 0) fmt::print(stderr, "rank {} exited with {}\n", rank, code);
-    if (result == 0) result = code;
-  }
-  return result;
+  std::map<pid_t, int> rank_of;
+  for (std::size_t rank = 0; rank < children.size(); ++rank) rank_of[children[rank]] = static_cast<int>(rank);
+  return waitForRanks(children, rank_of);
 }
 
 // One rank: the communicator from the launcher's id, then the tests.
