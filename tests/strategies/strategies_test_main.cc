@@ -4,7 +4,6 @@
 
 #include <memory>
 
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "gradscope/comm/mpi.h"
@@ -14,19 +13,6 @@ namespace gradscope::comm {
 namespace {
 
 std::unique_ptr<Communicator> world;
-
-class FailurePrinter : public testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const testing::TestPartResult& result) override {
-    if (result.failed())
-      fmt::print(stderr, "[rank {}] {}:{}: {}\n", rank_, result.file_name() ? result.file_name() : "?",
-                 result.line_number(), result.message());
-  }
-
- private:
-  int rank_;
-};
 
 }  // namespace
 
@@ -40,11 +26,7 @@ int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   gradscope::comm::world = gradscope::comm::mpiWorld();
   const int rank = gradscope::comm::world->rank();
-  if (rank != 0) {
-    testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new gradscope::comm::FailurePrinter(rank));
-  }
+  gradscope::comm::reportAsRank(rank);
   const int status = RUN_ALL_TESTS();
   gradscope::comm::world.reset();
   return status;

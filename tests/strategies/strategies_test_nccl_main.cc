@@ -54,19 +54,6 @@ constexpr const char* kIdVariable = "GRADSCOPE_TEST_NCCL_ID";
 
 std::unique_ptr<Communicator> world;
 
-class FailurePrinter : public testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const testing::TestPartResult& result) override {
-    if (result.failed())
-      fmt::print(stderr, "[rank {}] {}:{}: {}\n", rank_, result.file_name() ? result.file_name() : "?",
-                 result.line_number(), result.message());
-  }
-
- private:
-  int rank_;
-};
-
 std::string toHex(std::string_view bytes) {
   std::string hex;
   for (const char byte : bytes) hex += fmt::format("{:02x}", static_cast<unsigned char>(byte));
@@ -175,11 +162,7 @@ int runRank(int rank, int ranks) {
     fmt::print(stderr, "[rank {}] {}\n", rank, error.what());
     return 3;
   }
-  if (rank != 0) {
-    testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(rank));
-  }
+  reportAsRank(rank);
   const int status = RUN_ALL_TESTS();
   world.reset();
   return status;
