@@ -322,6 +322,16 @@ void checkAdaSum(Communicator& comm, Strategy& strategy, std::size_t count, bool
   expectFloatsIdentical(asFloats(outcome.result), expected);
 }
 
+// Whether `name` is in the communicator's default list for fp32: the wire formats a backend cannot
+// reduce are left out there (NCCL's fp8 types need an sm_90 GPU), and the tests that name strategies
+// themselves skip those too. MPI reduces every format, so there a missing name is a failure.
+bool applies(const Communicator& comm, const StrategyName& name) {
+  const std::vector<StrategyName> names = applicableStrategies(comm, DType::Fp32);
+  const bool found = std::find(names.begin(), names.end(), name) != names.end();
+  if (!found && comm.backend() == Backend::Mpi) ADD_FAILURE() << name.text() << " does not apply on MPI";
+  return found;
+}
+
 std::vector<std::size_t> testCounts(int ranks) {
   return {0, 1, 7, static_cast<std::size_t>(ranks) * 5 + 1, 10007};
 }
@@ -368,6 +378,7 @@ TEST(Strategies, RsAgAcrossChunks) {
                            "sum/rs_ag/fp8e5m2", "adacons/rs_ag"}) {
     SCOPED_TRACE(text);
     const StrategyName name = *parseStrategyName(text);
+    if (!applies(comm, name)) continue;
     const std::unique_ptr<Strategy> strategy = makeStrategy(name, comm, DType::Fp32);
     methods::AdaConsState reference_state;
     for (bool in_place : {false, true}) {
@@ -451,7 +462,8 @@ TEST(Strategies, EveryWorldSize) {
     std::vector<std::unique_ptr<Strategy>> sums;
     for (const char* text : {"sum/native", "sum/rs_ag", "sum/reduce_bcast", "sum/hier", "sum/native/fp16",
                              "sum/hier/bf16", "sum/rs_ag/fp8e5m2", "sum/reduce_bcast/fp8e4m3"})
-      sums.push_back(makeStrategy(*parseStrategyName(text), *comm, DType::Fp32));
+      if (applies(*comm, *parseStrategyName(text)))
+        sums.push_back(makeStrategy(*parseStrategyName(text), *comm, DType::Fp32));
     std::uint32_t seed = 700;
     for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{4097}, std::size_t{10007}})
       for (bool in_place : {false, true}) {
@@ -475,6 +487,7 @@ TEST(Strategies, WireCountsOverflowAndNaNOfThisRank) {
     SCOPED_TRACE(methods::name(format));
     StrategyName name;
     name.wire = format;
+    if (!applies(comm, name)) continue;
     const std::unique_ptr<Strategy> strategy = makeStrategy(name, comm, DType::Fp32);
     std::vector<float> input = normals(7, comm.rank(), count);
     const auto nan_at = static_cast<std::size_t>(comm.rank());
