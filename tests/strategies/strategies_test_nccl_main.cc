@@ -21,7 +21,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -33,6 +32,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -77,35 +77,34 @@ bool gpuPerRank(int ranks) {
 // Waits for every rank; the result is the first failing rank's exit status, or 0. Once a rank has
 // failed, the others get 30 seconds to finish before they are killed: a rank that is gone leaves the
 // rest waiting in NCCL for ever.
-int waitForRanks(std::vector<pid_t> children, const std::map<pid_t, int>& rank_of) {
+int waitForRanks(std::map<pid_t, int> running) {
   constexpr auto kGrace = std::chrono::seconds(30);
   int result = 0;
   // Set once a rank has failed; until then, and once the rest are killed, waitpid blocks.
   bool counting = false;
   auto deadline = std::chrono::steady_clock::time_point::max();
-  while (!children.empty()) {
+  while (!running.empty()) {
     int status = 0;
     const pid_t done = waitpid(-1, &status, counting ? WNOHANG : 0);
     if (done < 0 && errno != EINTR) break;
     if (done > 0) {
-      const auto it = std::find(children.begin(), children.end(), done);
-      if (it == children.end()) continue;
+      const auto it = running.find(done);
+      if (it == running.end()) continue;
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0) {
-        fmt::print(stderr, "rank {} exited with {}\n", rank_of.at(done), code);
+        fmt::print(stderr, "rank {} exited with {}\n", it->second, code);
         if (result == 0) result = code;
         if (deadline == std::chrono::steady_clock::time_point::max()) {
           deadline = std::chrono::steady_clock::now() + kGrace;
           counting = true;
         }
       }
-      children.erase(it);
+      running.erase(it);
       continue;
     }
     if (counting && std::chrono::steady_clock::now() >= deadline) {
-      for (const pid_t child : children) {
-        fmt::print(stderr, "rank {} still running {} s after a rank failed: killed\n", rank_of.at(child),
-                   kGrace.count());
+      for (const auto& [child, rank] : running) {
+        fmt::print(stderr, "rank {} still running {} s after a rank failed: killed\n", rank, kGrace.count());
         kill(child, SIGKILL);
       }
       counting = false;  // reap them, blocking
@@ -128,7 +127,7 @@ int launch(int ranks, char** argv) {
   const bool shared_gpu = !gpuPerRank(ranks);
   if (shared_gpu) setenv("NCCL_SOCKET_IFNAME", "lo", /*overwrite=*/0);
   const std::string id = toHex(ncclNewUniqueId());
-  std::vector<pid_t> children;
+  std::map<pid_t, int> running;  // pid -> rank
   for (int rank = 0; rank < ranks; ++rank) {
     std::vector<std::string> environment;
     for (char** variable = environ; *variable != nullptr; ++variable) environment.emplace_back(*variable);
@@ -145,11 +144,9 @@ int launch(int ranks, char** argv) {
       fmt::print(stderr, "cannot start rank {}: {}\n", rank, std::strerror(error));
       return 1;
     }
-    children.push_back(child);
+    running[child] = rank;
   }
-  std::map<pid_t, int> rank_of;
-  for (std::size_t rank = 0; rank < children.size(); ++rank) rank_of[children[rank]] = static_cast<int>(rank);
-  return waitForRanks(children, rank_of);
+  return waitForRanks(std::move(running));
 }
 
 // One rank: the communicator from the launcher's id, then the tests.
