@@ -7,8 +7,8 @@
 // bootstrap root lives in this process until the ranks have met), starts itself N times with the id,
 // the rank and the world size in its environment, waits for all of them, and exits with the first
 // failing rank's status (0 when all pass). Each rank builds its communicator with ncclFromUniqueId on
-// GPU r when GRADSCOPE_TEST_NCCL_DEVICES says there is one per rank, else on GPU 0, and runs the tests; rank 0 prints GoogleTest's report, the others only their
-// failures, prefixed with the rank.
+// GPU r when GRADSCOPE_TEST_NCCL_DEVICES says there is one per rank, else on GPU 0, and runs the
+// tests; rank 0 prints GoogleTest's report, the others only their failures, prefixed with the rank.
 //
 // Fewer GPUs than ranks: NCCL refuses two ranks of one host on one GPU ("Duplicate GPU detected"), and
 // tells hosts apart by NCCL_HOSTID, so each rank gets its own (gradscope-strategies-<rank>) and NCCL
