@@ -45,6 +45,14 @@ void Buffer::reset() {
   release_ = nullptr;
 }
 
+Communicator::Hierarchy Communicator::hierarchy() {
+  Hierarchy made;
+  made.node = split(nodeColor(), rank());
+  // Only the node leaders use theirs; the other ranks' communicator just completes the collective split.
+  made.leaders = split(made.node->rank() == 0 ? 0 : 1, rank());
+  return made;
+}
+
 namespace {
 constexpr std::string_view kMpiThreadNames[] = {"single", "funneled", "serialized", "multiple"};
 }  // namespace

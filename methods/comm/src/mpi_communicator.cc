@@ -14,11 +14,13 @@
 // would overflow).
 //
 // Threads: calls come from the thread that initialised MPI (mpiWorld() asks for MPI_THREAD_SINGLE
-// unless told otherwise: no other thread of ours calls MPI).
+// unless told otherwise: no other thread of ours calls MPI), or, in the agent, from the job's thread
+// that made the intercepted call. Forcing an algorithm touches process-wide state: see withAlgorithm().
 // User operators run on that thread (inside MPI's progress) and use an inline executor, never the shared
 // pool, so they cannot wait on work queued behind the caller.
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -26,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -324,14 +327,33 @@ void* advance(void* base, std::size_t elements, std::size_t element_bytes) {
 
 // ---- MPI_T: forcing coll/tuned's all-reduce algorithm -----------------------------------------------------
 
+// The thread level MPI provides, or MPI_THREAD_SINGLE before MPI_Init.
+int threadLevel() {
+  int initialized = 0, level = MPI_THREAD_SINGLE;
+  if (MPI_Initialized(&initialized) == MPI_SUCCESS && initialized != 0) MPI_Query_thread(&level);
+  return level;
+}
+
 // MPI_T, initialised once for the process and never finalised: Open MPI rebuilds its variable
 // tables at every first MPI_T_init_thread (hundreds of ms), and withAlgorithm() is called once per
 // engine strategy. MPI_T is reference counted, so the application's own sessions are unaffected.
+//
+// The level asked for is the one MPI already provides. Open MPI 4.1's first MPI_T_init_thread sets the
+// process's thread level to the level it is given (ompi_mpi_thread_level()): asked for
+// MPI_THREAD_SINGLE inside a job initialised with MPI_THREAD_MULTIPLE, it made MPI_Query_thread answer
+// MPI_THREAD_SINGLE from then on, and switched off Open MPI's own locking for a job whose threads still
+// call MPI at once. A level that changed anyway is refused, so that no strategy runs on such a process.
 void ensureToolInterface() {
   static const int code = [] {
+    const int before = threadLevel();
     int provided = 0;
-    return MPI_T_init_thread(MPI_THREAD_SINGLE, &provided);
+    const int rc = MPI_T_init_thread(before, &provided);
+    return rc != MPI_SUCCESS ? rc : threadLevel() == before ? MPI_SUCCESS : MPI_ERR_OTHER;
   }();
+  if (code == MPI_ERR_OTHER)
+    fail(
+        "MPI: MPI_T_init_thread changed the process's thread level (MPI_Query_thread); no algorithm is "
+        "forced");
   if (code != MPI_SUCCESS) fail("MPI: MPI_T_init_thread failed (MPI_T error {})", code);
 }
 
@@ -400,7 +422,8 @@ std::string_view providedThreadLevel() {
 
 // ---- The communicator -------------------------------------------------------------------------------------
 
-// Owns a communicator; usable wherever an MPI_Comm is.
+// Owns a communicator; usable wherever an MPI_Comm is. Shared by the communicators of forced
+// algorithms made once for MPI_COMM_WORLD (ForcedAlgorithms), owned alone otherwise.
 class CommHandle {
  public:
   explicit CommHandle(MPI_Comm comm) : comm_(comm) {}
@@ -416,14 +439,113 @@ class CommHandle {
   MPI_Comm comm_;
 };
 
+// Forcing coll/tuned's all-reduce algorithm (withAlgorithm). coll/tuned copies the process-wide MPI_T
+// variable coll_tuned_allreduce_algorithm into a communicator's module when the communicator is
+// created, so forcing means: set the variable, create a communicator, restore it. For as long as it is
+// set, every communicator any thread of the process creates gets the algorithm too, and two threads
+// forcing at once can give the ranks of one communicator different algorithms, which hangs its next
+// collective (both seen in a job at MPI_THREAD_MULTIPLE under the agent). So the variable is only
+// touched where no other thread can be creating a communicator:
+//   - lazily, under a process-wide mutex, by default: right for gradscope bench (no other thread of
+//     ours calls MPI) and for jobs below MPI_THREAD_MULTIPLE (no other thread is inside MPI while the
+//     intercepted call is);
+//   - once, for MPI_COMM_WORLD, after mpiPrepareForcedAlgorithms() (the agent calls it inside the job's
+//     MPI_Init_thread, before any job thread can use MPI, when the job runs MPI_THREAD_MULTIPLE): one
+//     communicator per algorithm, shared by the duplicates of the job's MPI_COMM_WORLD, whose calls the
+//     job itself orders; on any other communicator withAlgorithm() then refuses, and says why.
+class ForcedAlgorithms {
+ public:
+  static ForcedAlgorithms& instance() {
+    static ForcedAlgorithms& forced = *new ForcedAlgorithms;  // never destroyed (see NarrowTypes)
+    return forced;
+  }
+
+  std::mutex& mutex() { return mutex_; }
+  bool prepared() const { return prepared_.load(std::memory_order_acquire); }
+  void markPrepared() { prepared_.store(true, std::memory_order_release); }
+  void keepForWorld(int algorithm, std::shared_ptr<CommHandle> handle, int nodes) {
+    world_[algorithm] = {std::move(handle), nodes};
+  }
+  // The shared communicator of `algorithm` over MPI_COMM_WORLD, or a null handle.
+  std::pair<std::shared_ptr<CommHandle>, int> forWorld(int algorithm) const {
+    const auto found = world_.find(algorithm);
+    return found == world_.end() ? std::pair<std::shared_ptr<CommHandle>, int>{} : found->second;
+  }
+  // MPI_Finalize is next: the shared communicators go now (their users' handles stay valid objects).
+  void release() { world_.clear(); }
+
+ private:
+  std::mutex mutex_;
+  std::atomic<bool> prepared_{false};
+  std::map<int, std::pair<std::shared_ptr<CommHandle>, int>> world_;  // written before prepared_ is set
+};
+
+// A private copy of the intracommunicator `comm` (collective over it): the same ranks in the same order,
+// a context of its own. MPI_Comm_split rather than MPI_Comm_dup, because a duplicate inherits the job's
+// attributes and runs their copy callbacks (and later their delete callbacks): a job that counts them
+// would see gradscope's communicators.
+MPI_Comm privateCopy(MPI_Comm comm) {
+  int rank = 0;
+  check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  MPI_Comm copy = MPI_COMM_NULL;
+  check(MPI_Comm_split(comm, 0, rank, &copy), "MPI_Comm_split");
+  return copy;
+}
+
+// A private copy of `comm` created with coll/tuned's all-reduce forced to `algorithm`. The caller holds
+// ForcedAlgorithms' mutex and has made sure no other thread can create a communicator meanwhile.
+MPI_Comm duplicateForced(MPI_Comm comm, int algorithm) {
+  if (ControlVariable("coll_tuned_use_dynamic_rules").read() == 0)
+    fail(
+        "MPI withAlgorithm: coll/tuned's dynamic rules are off, so a forced algorithm would be ignored; "
+        "MPI must be started with OMPI_MCA_coll_tuned_use_dynamic_rules=1 (mpiWorld() sets it unless the "
+        "environment says otherwise or MPI was initialised before it)");
+  ControlVariable forced("coll_tuned_allreduce_algorithm");
+  const int previous = forced.read();
+  forced.write(algorithm);
+  MPI_Comm duplicate = MPI_COMM_NULL;
+  try {
+    duplicate = privateCopy(comm);
+  } catch (...) {
+    forced.write(previous);
+    throw;
+  }
+  forced.write(previous);
+  return duplicate;
+}
+
+bool isIntercommunicator(MPI_Comm comm) {
+  int inter = 0;
+  return MPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && inter != 0;
+}
+
 class MpiCommunicator final : public Communicator {
  public:
-  // Takes ownership of `comm`. Collective (it counts the nodes).
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), local_(makeHostLocalOps()) {
+  // Takes ownership of `comm`, an intracommunicator. Collective (it counts the nodes). `of_world`: a
+  // duplicate of the job's MPI_COMM_WORLD, which may share the forced algorithms made for it.
+  explicit MpiCommunicator(MPI_Comm comm, bool of_world = false)
+      : owner_(std::make_shared<CommHandle>(comm)),
+        comm_(comm),
+        of_world_(of_world),
+        local_(makeHostLocalOps()) {
     check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
     nodes_ = countNodes();
+  }
+  // What a communicator sharing this one's needs (ForcedAlgorithms).
+  std::pair<std::shared_ptr<CommHandle>, int> share() const { return {owner_, nodes_}; }
+  // Another communicator on this one's MPI communicator, sealed (it creates none).
+  std::unique_ptr<MpiCommunicator> sharedCopy() const {
+    auto copy = std::make_unique<MpiCommunicator>(owner_, nodes_);
+    copy->sealed_.emplace();
+    return copy;
+  }
+  // Shares a communicator made before (a forced algorithm over MPI_COMM_WORLD) whose nodes are counted.
+  MpiCommunicator(std::shared_ptr<CommHandle> shared, int nodes)
+      : owner_(std::move(shared)), comm_(*owner_), nodes_(nodes), local_(makeHostLocalOps()) {
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -560,14 +682,37 @@ class MpiCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     if (color < 0) fail("MPI split: color must be non-negative, not {}", color);
+    if (sealed_) failSealed("split");
     MPI_Comm part = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
     return std::make_unique<MpiCommunicator>(part);
   }
 
   int nodeColor() override {
+    if (sealed_) return sealed_->node_color;
     if (const std::optional<int> per_node = detail::ranksPerNode()) return rank_ / *per_node;
     return hostNode().color;
+  }
+
+  Hierarchy hierarchy() override {
+    if (!sealed_) return Communicator::hierarchy();
+    if (!sealed_->node) failSealed("hierarchy");
+    return {sealed_->node->sharedCopy(), sealed_->leaders->sharedCopy()};
+  }
+
+  // Makes now what the strategies would create on this communicator later (the node colour and the
+  // hierarchy of sum/hier), and from then on creates nothing: hierarchy() hands those out, split() and
+  // withAlgorithm() (but for the forced algorithms of MPI_COMM_WORLD) refuse. Collective. For jobs at
+  // MPI_THREAD_MULTIPLE, where Open MPI 4.1 can deadlock when two threads create communicators at once
+  // (its CID agreement; open-mpi/ompi#2025) and the job's threads may create theirs at any moment: the
+  // agent seals a communicator inside the job's own creation call (mpiDuplicateOf).
+  void seal() {
+    Sealed made;
+    made.node_color = nodeColor();
+    Hierarchy hierarchy = Communicator::hierarchy();
+    made.node.reset(static_cast<MpiCommunicator*>(hierarchy.node.release()));
+    made.leaders.reset(static_cast<MpiCommunicator*>(hierarchy.leaders.release()));
+    sealed_ = std::move(made);
   }
 
   std::unique_ptr<Communicator> withAlgorithm(int algorithm, int protocol) override {
@@ -579,22 +724,19 @@ class MpiCommunicator final : public Communicator {
           "MPI withAlgorithm: unknown coll/tuned all-reduce algorithm {} (1 basic_linear, 2 nonoverlapping, "
           "3 recursive_doubling, 4 ring, 5 segmented_ring, 6 rabenseifner)",
           algorithm);
-    if (ControlVariable("coll_tuned_use_dynamic_rules").read() == 0)
-      fail(
-          "MPI withAlgorithm: coll/tuned's dynamic rules are off, so a forced algorithm would be ignored; "
-          "MPI "
-          "must be started with OMPI_MCA_coll_tuned_use_dynamic_rules=1 (mpiWorld() sets it unless the "
-          "environment says otherwise or MPI was initialised before it)");
-    // coll/tuned copies the forced algorithm into a communicator's module when the communicator is
-    // created, so the variable only needs to hold the value across the duplication.
-    ControlVariable forced("coll_tuned_allreduce_algorithm");
-    const int previous = forced.read();
-    forced.write(algorithm);
-    MPI_Comm duplicate = MPI_COMM_NULL;
-    const int code = MPI_Comm_dup(comm_, &duplicate);
-    forced.write(previous);
-    check(code, "MPI_Comm_dup");
-    return std::make_unique<MpiCommunicator>(duplicate);
+    ForcedAlgorithms& forced = ForcedAlgorithms::instance();
+    if (forced.prepared() || sealed_) {
+      auto [shared, nodes] =
+          of_world_ ? forced.forWorld(algorithm) : std::pair<std::shared_ptr<CommHandle>, int>{};
+      if (!shared)
+        fail(
+            "MPI withAlgorithm: in a job at MPI_THREAD_MULTIPLE, Open MPI's algorithm is forced for "
+            "MPI_COMM_WORLD's calls only (at MPI_Init; forcing it later could reach a communicator another "
+            "thread creates meanwhile)");
+      return std::make_unique<MpiCommunicator>(std::move(shared), nodes);
+    }
+    const std::lock_guard lock(forced.mutex());
+    return std::make_unique<MpiCommunicator>(duplicateForced(comm_, algorithm));
   }
 
   LocalOps& local() override { return *local_; }
@@ -659,7 +801,25 @@ class MpiCommunicator final : public Communicator {
     return result;
   }
 
-  CommHandle comm_;
+  // The communicator: owned here, or shared with the other users of a forced algorithm over
+  // MPI_COMM_WORLD. `comm_` is its handle, read on every call.
+  std::shared_ptr<CommHandle> owner_;
+  MPI_Comm comm_;
+  bool of_world_ = false;
+  // seal(): what was made then, handed out by hierarchy() and nodeColor(); empty in the sealed
+  // communicators handed out.
+  struct Sealed {
+    int node_color = 0;
+    std::unique_ptr<MpiCommunicator> node, leaders;
+  };
+  std::optional<Sealed> sealed_;
+
+  [[noreturn]] static void failSealed(std::string_view what) {
+    fail(
+        "MPI {}: this communicator creates no communicator, since the job's threads may be creating theirs "
+        "(MPI_THREAD_MULTIPLE; comm/mpi.h, mpiDuplicateOf)",
+        what);
+  }
   int rank_ = 0;
   int size_ = 1;
   int nodes_ = 1;
@@ -692,20 +852,63 @@ std::unique_ptr<Communicator> mpiWorld(MpiThreads threads) {
           "MPI_Init_thread");
     std::atexit(&finalizeAtExit);
   }
-  // Our own duplicate: our error handler and our messages never touch the application's MPI_COMM_WORLD.
-  MPI_Comm world = MPI_COMM_NULL;
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
-  return std::make_unique<MpiCommunicator>(world);
+  // Our own copy: our error handler and our messages never touch the application's MPI_COMM_WORLD.
+  return std::make_unique<MpiCommunicator>(privateCopy(MPI_COMM_WORLD), /*of_world=*/true);
 }
 
-std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle) {
+std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle, bool sealed) {
   if (comm_handle == nullptr) fail("MPI: no communicator to duplicate");
   int initialized = 0;
   check(MPI_Initialized(&initialized), "MPI_Initialized");
   if (initialized == 0 || mpiFinalized()) fail("MPI: not initialised, or already finalised");
-  MPI_Comm duplicate = MPI_COMM_NULL;
-  check(MPI_Comm_dup(*static_cast<const MPI_Comm*>(comm_handle), &duplicate), "MPI_Comm_dup");
-  return std::make_unique<MpiCommunicator>(duplicate);
+  const MPI_Comm comm = *static_cast<const MPI_Comm*>(comm_handle);
+  // Open MPI 4.1 crashes in MPI_Comm_split_type (counting nodes) over an intercommunicator, and no
+  // strategy means the same on one: a sum there is the remote group's.
+  if (isIntercommunicator(comm)) fail("MPI: an intercommunicator; strategies run on intracommunicators only");
+  int same = MPI_UNEQUAL;
+  check(MPI_Comm_compare(comm, MPI_COMM_WORLD, &same), "MPI_Comm_compare");
+  auto copy = std::make_unique<MpiCommunicator>(privateCopy(comm), same == MPI_IDENT);
+  if (sealed) copy->seal();
+  return copy;
+}
+
+void mpiPrepareForcedAlgorithms(Communicator& world, std::span<const int> algorithms) {
+  ForcedAlgorithms& forced = ForcedAlgorithms::instance();
+  const std::lock_guard lock(forced.mutex());
+  if (forced.prepared()) fail("MPI: the forced algorithms are prepared already (once per process)");
+  // What could fail on one rank alone (MPI_T, coll/tuned's variables) is tried first and agreed on:
+  // a rank that stopped here would leave the others in the collective creations below.
+  std::string local_error;
+  try {
+    if (ControlVariable("coll_tuned_use_dynamic_rules").read() == 0)
+      fail("MPI: coll/tuned's dynamic rules are off (OMPI_MCA_coll_tuned_use_dynamic_rules=1 turns them on)");
+    ControlVariable("coll_tuned_allreduce_algorithm").read();
+  } catch (const std::exception& failure) {
+    local_error = failure.what();
+  }
+  const auto failed = world.allGatherScalars(local_error.empty() ? 0.0 : 1.0);
+  if (const auto first = std::find(failed.begin(), failed.end(), 1.0); first != failed.end()) {
+    forced.markPrepared();  // nothing forced anywhere: withAlgorithm() refuses alike on every rank
+    fail("{}", first - failed.begin() == world.rank() ? local_error
+                                                      : fmt::format("MPI: rank {} cannot force Open MPI's "
+                                                                    "algorithms",
+                                                                    first - failed.begin()));
+  }
+  for (const int algorithm : algorithms) {
+    if (algorithm < kFirstTunedAllreduce || algorithm > kLastTunedAllreduce)
+      fail("MPI: unknown coll/tuned all-reduce algorithm {}", algorithm);
+    if (forced.forWorld(algorithm).first) continue;
+    const MpiCommunicator made(duplicateForced(MPI_COMM_WORLD, algorithm));
+    auto [handle, nodes] = made.share();
+    forced.keepForWorld(algorithm, std::move(handle), nodes);
+  }
+  forced.markPrepared();
+}
+
+void mpiReleaseForcedAlgorithms() {
+  ForcedAlgorithms& forced = ForcedAlgorithms::instance();
+  const std::lock_guard lock(forced.mutex());
+  forced.release();
 }
 
 }  // namespace gradscope::comm

@@ -20,8 +20,14 @@ std::unique_ptr<Communicator> mpiWorld(MpiThreads) {
   fail("MPI: {}", kReason);
 }
 
-std::unique_ptr<Communicator> mpiDuplicateOf(const void*) {
+std::unique_ptr<Communicator> mpiDuplicateOf(const void*, bool) {
   fail("MPI: {}", kReason);
 }
+
+void mpiPrepareForcedAlgorithms(Communicator&, std::span<const int>) {
+  fail("MPI: {}", kReason);
+}
+
+void mpiReleaseForcedAlgorithms() {}
 
 }  // namespace gradscope::comm

@@ -68,10 +68,9 @@ class TransportPath {
   TransportPath(const StrategyName& name, Communicator& comm) : transport_(name.transport), comm_(comm) {
     switch (transport_) {
       case Transport::Hier: {
-        node_ = comm.split(comm.nodeColor(), comm.rank());
-        // Only the node leaders use theirs; the other ranks' communicator just completes the collective
-        // split.
-        leaders_ = comm.split(node_->rank() == 0 ? 0 : 1, comm.rank());
+        Communicator::Hierarchy hierarchy = comm.hierarchy();
+        node_ = std::move(hierarchy.node);
+        leaders_ = std::move(hierarchy.leaders);
         break;
       }
       case Transport::Engine: engine_ = comm.withAlgorithm(name.algorithm, name.protocol); break;

@@ -157,6 +157,14 @@ class Communicator {
 
   // Ranks with equal `color` form a new communicator, ordered by `key` (then by rank).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // The two communicators of a hierarchical all-reduce (sum/hier): the ranks of this rank's node
+  // (nodeColor()), and the nodes' first ranks (a communicator of its own for the others). Collective.
+  // By default two splits; a backend may hand out ones it made before (a sealed MPI communicator).
+  struct Hierarchy {
+    std::unique_ptr<Communicator> node;
+    std::unique_ptr<Communicator> leaders;
+  };
+  virtual Hierarchy hierarchy();
   // Which node this rank is on, as a small integer equal on ranks that share a node: ranks with the
   // same host name, or, when GRADSCOPE_RANKS_PER_NODE=k is set (to try hierarchical strategies on one
   // machine), rank / k. Collective.

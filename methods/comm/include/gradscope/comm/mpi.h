@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -35,9 +36,33 @@ std::optional<MpiThreads> parseMpiThreads(std::string_view text);
 // level (mpi4py asks for MULTIPLE) pays that lock; `gradscope bench --mpi-threads` measures it.
 std::unique_ptr<Communicator> mpiWorld(MpiThreads threads = MpiThreads::Single);
 
-// A communicator over a duplicate of the application's communicator `*comm_handle` (an MPI_Comm; a
-// pointer keeps mpi.h out of this header). Collective over that communicator; MPI must be initialised.
-// The duplicate has our error handler, and nothing sent on it can match the application's messages.
-std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle);
+// A communicator over a private copy of the application's intracommunicator `*comm_handle` (an MPI_Comm;
+// a pointer keeps mpi.h out of this header). Collective over that communicator; MPI must be initialised.
+// The copy has our error handler, nothing sent on it can match the application's messages, and, unlike
+// MPI_Comm_dup, making it runs none of the application's attribute copy callbacks. Refuses an
+// intercommunicator (gradscope::Error).
+//
+// `sealed`: also makes now every communicator the strategies would create on it later (the node split
+// and the leaders' split of sum/hier), and from then on it creates none: for a job at
+// MPI_THREAD_MULTIPLE, where Open MPI 4.1 can deadlock when two threads create communicators at once
+// (open-mpi/ompi#2025) and the job's threads may create theirs at any moment, the agent makes its
+// copies only inside the job's own creation calls, and seals them.
+std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle, bool sealed = false);
+
+// Forcing Open MPI's all-reduce algorithm (Communicator::withAlgorithm) sets a process-wide MPI_T
+// variable while a communicator is created: a communicator another thread creates meanwhile gets the
+// algorithm as well. By default withAlgorithm() forces lazily, which is safe where no other thread can
+// create a communicator at the same time (gradscope bench; a job below MPI_THREAD_MULTIPLE, from the
+// thread of its intercepted call). In a job at MPI_THREAD_MULTIPLE there is no such moment once
+// MPI_Init_thread has returned: call this inside it, collectively over MPI_COMM_WORLD, with the
+// algorithms that will be wanted. It makes one communicator per algorithm over MPI_COMM_WORLD now;
+// from then on withAlgorithm() shares them with copies of the job's MPI_COMM_WORLD (mpiDuplicateOf of
+// it, mpiWorld()), whose calls the job itself serialises, and refuses on every other communicator.
+// `world` is a communicator over MPI_COMM_WORLD that the ranks agree over first: where some rank cannot
+// force algorithms (no MPI_T, no coll/tuned, dynamic rules off) none does, and every rank throws
+// gradscope::Error (withAlgorithm() then refuses everywhere). Once per process.
+void mpiPrepareForcedAlgorithms(Communicator& world, std::span<const int> algorithms);
+// Frees the communicators mpiPrepareForcedAlgorithms() made (before MPI_Finalize).
+void mpiReleaseForcedAlgorithms();
 
 }  // namespace gradscope::comm
