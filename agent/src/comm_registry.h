@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,11 @@ struct CommSlot {
   // every rank.
   std::atomic<std::int64_t> created{0};
   std::uint32_t index = 0;  // position in the table: the id the records carry
-  int size = 0;             // ranks in the communicator
+  int size = 0;             // ranks in the communicator (an intercommunicator: in this rank's group)
   int rank = 0;             // this process's index in it
+  bool inter = false;       // an MPI intercommunicator: explore and apply pass its calls through
+  // Explore and apply made its duplicate when the job created it (Extension::prepare).
+  std::atomic<bool> prepared{false};
 };
 
 struct CommDescription {
@@ -41,7 +45,15 @@ struct CommDescription {
   std::string key;  // identical on every rank of the communicator
   int size = 0;
   int rank = 0;
+  bool inter = false;
 };
+
+// The trace holds one row per key on a rank (comms: UNIQUE (rank_id, key)), but one process may hold
+// several ranks of a communicator (ncclCommInitAll, or a thread per GPU), and a key may come back (a
+// communicator the library gave a handle the agent saw before). The first communicator with a key in
+// this process keeps it; the others get "@<rank>" (and "#<n>" should that be taken too): the same on
+// every rank that meets the same communicators. `used` holds the keys given so far.
+std::string distinctKey(std::set<std::string>& used, const std::string& key, int rank);
 
 class CommRegistry {
  public:
@@ -53,11 +65,14 @@ class CommRegistry {
     return findSlow(handle);
   }
 
-  // Adds a communicator; if the handle is already present, retires the old slot first. Returns nullptr
-  // when the table is full (its calls are then dropped and counted).
+  // Adds a communicator; if the handle is already present, retires the old slot first. A key given before
+  // is made distinct (distinctKey), so that no row of the trace refuses it. Returns nullptr when the
+  // table is full (its calls are then dropped and counted).
   CommSlot* add(const void* handle, const CommDescription& description);
   // The communicator was freed or destroyed.
   void retire(const void* handle);
+  // The same for the communicator of this slot, whatever its handle value means by now.
+  void retire(CommSlot& slot);
 
   // For the background thread: descriptions of slots [from, size()).
   std::size_t size() const { return count_.load(std::memory_order_acquire); }
@@ -72,6 +87,7 @@ class CommRegistry {
   std::atomic<std::size_t> count_{0};
   CommSlot slots_[kMaxComms];
   std::vector<CommDescription> descriptions_;
+  std::set<std::string> keys_;  // every key given, for distinctKey
 };
 
 }  // namespace gradscope::agent

@@ -32,7 +32,7 @@
 
 namespace gradscope::agent {
 
-inline constexpr int kExtensionAbi = 2;
+inline constexpr int kExtensionAbi = 3;
 
 // The element types explore and apply take (sums of floating point the references can widen to fp64).
 inline bool explorableDType(DType dtype) {
@@ -58,6 +58,9 @@ struct ExploreSettings {
   int warmup_reps = 2;                   // untimed repetitions before them
   std::vector<std::string> strategies;   // names to measure; empty: every applicable one
   std::size_t shadow_bytes = 64u << 20;  // host shadow arena, allocated at start
+  bool applying = false;                 // apply mode; explore mode otherwise
+  // Apply: the strategies the recommendation's rules name (what start() may have to prepare).
+  std::vector<std::string> apply_strategies;
 };
 
 // What one rank spent and saw so far: the extension agrees on the budget from every rank's values.
@@ -95,10 +98,11 @@ class Extension {
  public:
   virtual ~Extension() = default;
 
-  // Collective over the world, once, right after MPI_Init: allocates the shadow arena and agrees on
-  // going ahead with every rank. `local_problem` is this rank's reason not to (its recommendation file
-  // did not load, its trace file could not be created), empty when there is none. False, on every
-  // rank alike, when any rank could not; `error` then says which rank and why.
+  // Collective over the world, once, right after MPI_Init (inside the job's MPI_Init_thread: no job
+  // thread can use MPI yet): allocates the shadow arena and agrees on going ahead with every rank.
+  // `local_problem` is this rank's reason not to (its recommendation file did not load, its trace file could
+  // not be created), empty when there is none. False, on every rank alike, when any rank could not; `error`
+  // then says which rank and why.
   virtual bool start(const ExploreSettings& settings, const std::string& local_problem,
                      std::string& error) = 0;
 
@@ -108,6 +112,16 @@ class Extension {
   // the communicator's duplicate; false, on every rank alike, when some rank could not start or the
   // duplicate could not be made (`error` says why), and the agent then leaves the communicator alone.
   virtual bool join(const ShadowCall& call, std::string& error) = 0;
+
+  // Collective over a communicator the job has just created, called inside the job's creation call on
+  // every member, where preparesAtCreation(): makes now the communicator's duplicate and everything its
+  // strategies will need, so that explore() and apply() on it create no communicator later. A failure
+  // leaves the communicator refused (explore and apply then pass its calls through).
+  virtual void prepare(const ShadowCall& call) = 0;
+  // Whether communicators must be prepared when they are created (MPI at MPI_THREAD_MULTIPLE: Open MPI
+  // can deadlock when two threads create communicators at once, and the job's threads may create theirs
+  // at any moment). The agent then leaves the calls on a communicator it did not prepare untouched.
+  virtual bool preparesAtCreation() const = 0;
 
   // Local: copies the call's input (`count` elements of `dtype`) into the shadow arena before the real
   // call runs (NCCL: enqueued on the call's stream ahead of the call). False when it does not fit;

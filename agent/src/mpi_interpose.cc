@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -215,11 +216,15 @@ int worldRankOfLeader(MPI_Comm comm) {
 CommSlot* registerComm(MPI_Comm comm, const std::string& key) {
   GS_REAL(MPI_Comm_size);
   GS_REAL(MPI_Comm_rank);
+  GS_REAL(MPI_Comm_test_inter);
   CommDescription description;
   description.backend = Backend::Mpi;
   description.key = key;
   if (real_MPI_Comm_size) real_MPI_Comm_size(comm, &description.size);
   if (real_MPI_Comm_rank) real_MPI_Comm_rank(comm, &description.rank);
+  int inter = 0;
+  if (real_MPI_Comm_test_inter && real_MPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS)
+    description.inter = inter != 0;
   CommSlot* slot = comms().add(comm, description);
   if (slot == nullptr) countDrop("comm_table");
   return slot;
@@ -229,6 +234,9 @@ CommSlot* registerComm(MPI_Comm comm, const std::string& key) {
 // not wrap): named by its leader's world rank, its size and how many such communicators this process
 // met before — the same on every member when they create communicators in the same order.
 CommSlot* registerUnknownComm(MPI_Comm comm) {
+  // MPI_COMM_NULL is no communicator: the call fails in the library, unrecorded (and the agent's own
+  // queries must not raise the job's error handler on it).
+  if (comm == predefined().null_comm) return nullptr;
   if (comm == predefined().world) return registerComm(comm, "world");
   static std::mutex mutex;
   static std::vector<std::pair<std::pair<int, int>, int>> seen;
@@ -255,14 +263,43 @@ __attribute__((always_inline)) inline CommSlot* commSlot(MPI_Comm comm) {
 // A communicator created by a collective over `parent`: the parent's key, the kind of creation, the
 // parent's creation ordinal (equal on every rank of the parent) and the new communicator's leader
 // (which tells apart the pieces of one split).
+// `kind` 0: a communicator whose members have no parent in common (MPI_Intercomm_merge: each group's
+// is its own), named as one the agent did not see created.
 void registerChild(MPI_Comm parent, MPI_Comm child, char kind) {
   if (!recording() || child == predefined().null_comm) return;
+  if (kind == 0) {
+    registerUnknownComm(child);
+    return;
+  }
   CommSlot* parent_slot = commSlot(parent);
   if (parent_slot == nullptr) return;
   const std::int64_t ordinal = parent_slot->created.load(std::memory_order_relaxed);
   parent_slot->created.store(ordinal + 1, std::memory_order_relaxed);
   const std::string parent_key = comms().description(parent_slot->index).key;
   registerComm(child, fmt::format("{}/{}{}@{}", parent_key, kind, ordinal, worldRankOfLeader(child)));
+}
+
+// Explore and apply at MPI_THREAD_MULTIPLE: the communicator the job has just created (or MPI_COMM_WORLD
+// at MPI_Init) gets its duplicate now, inside the job's own creation, on every member
+// (recording or not: it is collective). Its calls are left untouched otherwise (Untouched::NotPrepared).
+void prepareForShadow(MPI_Comm comm) {
+  if (!shadowHooks() || shadowMode(Backend::Mpi) == ShadowMode::Off || !preparesAtCreation(Backend::Mpi) ||
+      comm == predefined().null_comm)
+    return;
+  CommSlot* const slot = commSlot(comm);
+  if (slot == nullptr || slot->inter) return;
+  ShadowCall call;
+  call.comm = &comm;
+  call.comm_index = slot->index;
+  call.comm_size = slot->size;
+  call.comm_rank = slot->rank;
+  const std::int64_t start = monotonicNs();
+  {
+    InternalScope internal;
+    extension(Backend::Mpi)->prepare(call);
+  }
+  if (shadowMode(Backend::Mpi) == ShadowMode::Explore) addSpentNs(monotonicNs() - start);
+  slot->prepared.store(true, std::memory_order_relaxed);
 }
 
 // ---- activation --------------------------------------------------------------------------------------
@@ -277,6 +314,7 @@ void activateFromWorld() {
   if (activate(activation)) commSlot(predefined().world);
   // Explore and apply: every rank takes part in the agreement, recording or not (shadow.h).
   startShadow(Backend::Mpi, activation.world_size, recording());
+  prepareForShadow(predefined().world);
 }
 
 // MPI initialised without passing through the agent's MPI_Init (PMPI_Init called directly, or the
@@ -419,12 +457,28 @@ int completedRequest(MPI_Request* request) {
 
 // Explore or apply for one all-reduce (MPI_Allreduce, and MPI_Iallreduce with `request`). Runs on
 // every call while a mode is on, whether this rank still records or not: the decisions below lead to
-// collectives and must come out the same on every rank.
+// collectives and must come out the same on every rank. Returns nothing for a call no strategy may
+// stand in for (Untouched, counted): the caller then records it as observe mode does, and nothing of
+// the agent's state has changed.
 template <typename Real>
-int shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                    MPI_Comm comm, MPI_Request* request, Real&& real) {
+std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, int count,
+                                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request* request,
+                                   Real&& real) {
   CommSlot* const slot = commSlot(comm);
-  if (slot == nullptr || count < 0) return real();
+  if (slot == nullptr) return std::nullopt;
+  const bool in_place = isInPlace(sendbuf);
+  if (slot->inter) {
+    countUntouched(Untouched::Intercommunicator);
+    return std::nullopt;
+  }
+  if (preparesAtCreation(Backend::Mpi) && !slot->prepared.load(std::memory_order_relaxed)) {
+    countUntouched(Untouched::NotPrepared);
+    return std::nullopt;
+  }
+  if (count < 0 || (count > 0 && (recvbuf == nullptr || (!in_place && sendbuf == nullptr)))) {
+    countUntouched(Untouched::InvalidArguments);
+    return std::nullopt;
+  }
   const TypeInfo type = g_types.lookup(datatype);
   const ReduceOp op_code = reduceOpOf(op);
   const std::int64_t bytes = std::int64_t{count} * type.size;
@@ -447,10 +501,10 @@ int shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, int count, MPI_
     } else {
       event.end = ticks();
       if (recording()) record(event);
+      else countCallNotRecorded();
     }
     return rc;
   };
-  const bool in_place = isInPlace(sendbuf);
 
   if (shadowMode(Backend::Mpi) == ShadowMode::Apply) {
     const RecommendationRule* rule = applyRuleFor(api, type.dtype, op_code, bytes, slot->size);
@@ -534,15 +588,15 @@ template <Api>
 struct ShadowHook {
   static constexpr bool kActive = false;
   template <typename... Args>
-  static int call(Args...) {
-    return MPI_ERR_INTERN;
+  static std::optional<int> call(Args...) {
+    return std::nullopt;
   }
 };
 template <>
 struct ShadowHook<Api::MpiAllreduce> {
   static constexpr bool kActive = true;
-  static int call(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                  MPI_Comm comm) {
+  static std::optional<int> call(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
+                                 MPI_Op op, MPI_Comm comm) {
     GS_REAL(MPI_Allreduce);
     return shadowAllreduce(Api::MpiAllreduce, sendbuf, recvbuf, count, datatype, op, comm, nullptr,
                            [&] { return real_MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm); });
@@ -564,9 +618,12 @@ using namespace gradscope::agent;
     if (__builtin_expect(shadowHooks(), 0)) {                                                               \
       if (t_internal) return real_##NAME ARGS;                                                              \
       if (ShadowHook<Api::API>::kActive && shadowMode(Backend::Mpi) != ShadowMode::Off)                     \
-        return ShadowHook<Api::API>::call ARGS;                                                             \
+        if (const std::optional<int> shadow_rc = ShadowHook<Api::API>::call ARGS) return *shadow_rc;        \
     }                                                                                                       \
-    if (__builtin_expect(!recording(), 0) && !activateLate()) return real_##NAME ARGS;                      \
+    if (__builtin_expect(!recording(), 0) && !activateLate()) {                                             \
+      countCallNotRecorded();                                                                               \
+      return real_##NAME ARGS;                                                                              \
+    }                                                                                                       \
     CommSlot* const slot = commSlot(COMM);                                                                  \
     if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                                      \
     const std::int64_t seq = slot->nextSeq();                                                               \
@@ -595,11 +652,14 @@ GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_
   GS_REAL(MPI_Iallreduce);
   if (real_MPI_Iallreduce == nullptr) return missingFunction("PMPI_Iallreduce");
   if (shadowHooks() && !t_internal && shadowMode(Backend::Mpi) != ShadowMode::Off)
-    return shadowAllreduce(Api::MpiIallreduce, sendbuf, recvbuf, count, datatype, op, comm, request, [&] {
-      return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
-    });
-  if (!recording() && !activateLate())
+    if (const std::optional<int> rc = shadowAllreduce(
+            Api::MpiIallreduce, sendbuf, recvbuf, count, datatype, op, comm, request,
+            [&] { return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request); }))
+      return *rc;
+  if (!recording() && !activateLate()) {
+    countCallNotRecorded();
     return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  }
   CommSlot* const slot = commSlot(comm);
   if (slot == nullptr) return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   const TypeInfo type = g_types.lookup(datatype);
@@ -686,29 +746,59 @@ GS_EXPORT int MPI_Finalize() {
   X(MPI_Comm_create, (MPI_Comm comm, MPI_Group group, MPI_Comm * newcomm), (comm, group, newcomm), comm,     \
     newcomm, 'c')                                                                                            \
   X(MPI_Comm_create_group, (MPI_Comm comm, MPI_Group group, int tag, MPI_Comm* newcomm),                     \
-    (comm, group, tag, newcomm), comm, newcomm, 'g')
+    (comm, group, tag, newcomm), comm, newcomm, 'g')                                                         \
+  X(MPI_Intercomm_merge, (MPI_Comm intercomm, int high, MPI_Comm* newcomm), (intercomm, high, newcomm),      \
+    intercomm, newcomm, 0)                                                                                   \
+  X(MPI_Cart_create,                                                                                         \
+    (MPI_Comm comm, int ndims, const int dims[], const int periods[], int reorder, MPI_Comm* newcomm),       \
+    (comm, ndims, dims, periods, reorder, newcomm), comm, newcomm, 'k')                                      \
+  X(MPI_Cart_sub, (MPI_Comm comm, const int remain_dims[], MPI_Comm* newcomm), (comm, remain_dims, newcomm), \
+    comm, newcomm, 'b')                                                                                      \
+  X(MPI_Graph_create,                                                                                        \
+    (MPI_Comm comm, int nnodes, const int index[], const int edges[], int reorder, MPI_Comm* newcomm),       \
+    (comm, nnodes, index, edges, reorder, newcomm), comm, newcomm, 'r')                                      \
+  X(MPI_Dist_graph_create,                                                                                   \
+    (MPI_Comm comm, int n, const int nodes[], const int degrees[], const int targets[], const int weights[], \
+     MPI_Info info, int reorder, MPI_Comm* newcomm),                                                         \
+    (comm, n, nodes, degrees, targets, weights, info, reorder, newcomm), comm, newcomm, 'x')                 \
+  X(MPI_Dist_graph_create_adjacent,                                                                          \
+    (MPI_Comm comm, int indegree, const int sources[], const int sourceweights[], int outdegree,             \
+     const int destinations[], const int destweights[], MPI_Info info, int reorder, MPI_Comm* newcomm),      \
+    (comm, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, newcomm),  \
+    comm, newcomm, 'a')
 
-#define GS_MPI_COMM_CREATION(NAME, PARAMS, ARGS, PARENT, CHILD, KIND)                              \
-  GS_EXPORT int NAME PARAMS {                                                                      \
-    GS_REAL(NAME);                                                                                 \
-    if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("P" #NAME);            \
-    if (shadowHooks() && t_internal) return real_##NAME ARGS;                                      \
-    const int rc = real_##NAME ARGS;                                                               \
-    if (rc == MPI_SUCCESS && (recording() || activateLate())) registerChild(PARENT, *CHILD, KIND); \
-    return rc;                                                                                     \
+// The new communicator is registered where this rank records, and prepared for explore and apply
+// where that must happen now (prepareForShadow), on every member alike.
+#define GS_MPI_COMM_CREATION(NAME, PARAMS, ARGS, PARENT, CHILD, KIND)                   \
+  GS_EXPORT int NAME PARAMS {                                                           \
+    GS_REAL(NAME);                                                                      \
+    if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("P" #NAME); \
+    if (shadowHooks() && t_internal) return real_##NAME ARGS;                           \
+    const int rc = real_##NAME ARGS;                                                    \
+    if (rc != MPI_SUCCESS) return rc;                                                   \
+    if (recording() || activateLate()) registerChild(PARENT, *CHILD, KIND);             \
+    prepareForShadow(*CHILD);                                                           \
+    return rc;                                                                          \
   }
 GS_MPI_COMM_CREATION_FUNCTIONS(GS_MPI_COMM_CREATION)
 #undef GS_MPI_COMM_CREATION
 
+// The agent forgets a communicator only once the library has freed it: a free that fails (of
+// MPI_COMM_WORLD, say, which mpi4py's tests try) leaves the communicator in use, its slot and sequence
+// numbers with it.
 GS_EXPORT int MPI_Comm_free(MPI_Comm* comm) {
   GS_REAL(MPI_Comm_free);
   if (real_MPI_Comm_free == nullptr) return missingFunction("PMPI_Comm_free");
   if (shadowHooks() && t_internal) return real_MPI_Comm_free(comm);
-  if (comm != nullptr && shadowMode(Backend::Mpi) != ShadowMode::Off)
-    if (const CommSlot* slot = comms().find(*comm)) {
-      InternalScope internal;
-      extension(Backend::Mpi)->forget(slot->index);
-    }
-  if (comm != nullptr) comms().retire(*comm);
-  return real_MPI_Comm_free(comm);
+  // The slot is looked up before the call: once freed, the handle value may come back at once for a
+  // communicator another thread creates, whose slot must stay.
+  CommSlot* const slot = comm != nullptr && *comm != predefined().null_comm ? comms().find(*comm) : nullptr;
+  const int rc = real_MPI_Comm_free(comm);
+  if (rc != MPI_SUCCESS || slot == nullptr) return rc;
+  if (shadowMode(Backend::Mpi) != ShadowMode::Off) {
+    InternalScope internal;
+    extension(Backend::Mpi)->forget(slot->index);
+  }
+  comms().retire(*slot);
+  return rc;
 }

@@ -121,7 +121,7 @@ class NcclExtension final : public StrategyExtension {
     return host_.mapHost(bytes);
   }
 
-  std::unique_ptr<comm::Communicator> duplicate(const ShadowCall& call, bool join) override {
+  std::unique_ptr<comm::Communicator> duplicate(const ShadowCall& call, bool join, bool) override {
     std::unique_ptr<comm::Communicator> copy = comm::ncclDuplicateOf(jobComm(call), join);
     if (copy && copy->size() != call.comm_size)
       fail(

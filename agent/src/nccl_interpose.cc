@@ -188,14 +188,9 @@ ncclResult_t timed(CallEvent& event, cudaStream_t stream, Call&& call) {
 // ---- communicators ------------------------------------------------------------------------------------
 
 CommSlot* registerComm(ncclComm_t comm, const std::string& key, int size, int rank) {
-  static std::mutex mutex;
-  static std::set<std::string> keys;
   CommDescription description;
   description.backend = Backend::Nccl;
-  {
-    const std::lock_guard lock(mutex);
-    description.key = distinctKey(keys, key, rank);
-  }
+  description.key = key;  // made distinct by the registry (several ranks of one communicator here)
   description.size = size;
   description.rank = rank;
   CommSlot* slot = comms().add(comm, description);
@@ -435,8 +430,12 @@ void runDeferred() {
                                     static_cast<ncclDataType_t>(item.event.dtype), ncclSum, item.comm,
                                     stream);
         };
-        if (recording()) timed(item.event, stream, apply_or_run);
-        else apply_or_run();
+        if (recording()) {
+          timed(item.event, stream, apply_or_run);
+        } else {
+          countCallNotRecorded();
+          apply_or_run();
+        }
         break;
       }
     }
@@ -447,7 +446,11 @@ void runDeferred() {
 template <typename Real>
 ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, const void* sendbuff,
                              void* recvbuff, std::size_t count, ncclComm_t comm, cudaStream_t stream) {
-  const auto plain = [&] { return recording() ? timed(event, stream, real) : real(); };
+  const auto plain = [&] {
+    if (recording()) return timed(event, stream, real);
+    countCallNotRecorded();
+    return real();
+  };
   if (event.op != ReduceOp::Sum || count == 0 || !explorableDType(event.dtype) || capturing(stream))
     return plain();
   ShadowCall call;
@@ -486,7 +489,9 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
     const auto apply_or_run = [&] {
       return applyNow(call, sendbuff, recvbuff, *rule, event) ? ncclSuccess : real();
     };
-    return recording() ? timed(event, stream, apply_or_run) : apply_or_run();
+    if (recording()) return timed(event, stream, apply_or_run);
+    countCallNotRecorded();
+    return apply_or_run();
   }
 
   // Explore: the input copy goes onto the stream ahead of the call; the exploration follows the call.
@@ -547,7 +552,10 @@ using namespace gradscope::agent::nccl;
     const bool shadow = __builtin_expect(shadowHooks(), 0);                                             \
     if (shadow && t_internal) return real_##NAME ARGS;                                                  \
     const bool hooked = shadow && ShadowHook<Api::API>::kActive;                                        \
-    if (__builtin_expect(!recording() && !hooked, 0)) return real_##NAME ARGS;                          \
+    if (__builtin_expect(!recording() && !hooked, 0)) {                                                 \
+      countCallNotRecorded();                                                                           \
+      return real_##NAME ARGS;                                                                          \
+    }                                                                                                   \
     CommSlot* const slot = commSlot(COMM);                                                              \
     if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                                  \
     CallEvent event;                                                                                    \

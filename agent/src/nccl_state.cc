@@ -26,14 +26,6 @@ std::string unseenKey(int size, int ordinal) {
   return fmt::format("nccl:unseen:{}#{}", size, ordinal);
 }
 
-std::string distinctKey(std::set<std::string>& used, const std::string& key, int rank) {
-  std::string candidate = key;
-  if (used.count(candidate) != 0) candidate = fmt::format("{}@{}", key, rank);
-  for (int n = 1; used.count(candidate) != 0; ++n) candidate = fmt::format("{}@{}#{}", key, rank, n);
-  used.insert(candidate);
-  return candidate;
-}
-
 constinit thread_local StreamTable::LastHit StreamTable::t_last_;
 
 StreamTable::Entry* StreamTable::findSlow(const void* stream) {

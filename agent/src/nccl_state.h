@@ -31,12 +31,6 @@ std::string splitKey(const std::string& parent, std::int64_t ordinal, int color)
 // and how many such communicators of that size this process met before, "nccl:unseen:<size>#<n>".
 std::string unseenKey(int size, int ordinal);
 
-// The trace holds one row per key on a rank (comms: UNIQUE (rank_id, key)), but one process may hold
-// several ranks of a communicator (ncclCommInitAll, or a thread per GPU). The first communicator with a
-// key in this process keeps it; the others get "@<rank>" (and "#<n>" should that be taken too).
-// `used` holds the keys given so far.
-std::string distinctKey(std::set<std::string>& used, const std::string& key, int rank);
-
 // ---- codes --------------------------------------------------------------------------------------------
 
 // DType codes are NCCL's; a type newer than this build is Other.

@@ -67,10 +67,20 @@ struct DropCounter {
   const char* kind;
   std::atomic<std::int64_t> count{0};
 };
-DropCounter g_drop_counters[] = {{"thread_buffer", {}},    {"comm_table", {}},     {"gpu_timing", {}},
-                                 {"iallreduce_table", {}}, {"stream_table", {}},   {"group_table", {}},
-                                 {"cupti_record", {}},     {"explore_result", {}}, {"nccl_profile", {}},
-                                 {"graph_capture", {}},    {"graph_replay", {}},   {"other", {}}};
+DropCounter g_drop_counters[] = {
+    {"thread_buffer", {}}, {"comm_table", {}},    {"gpu_timing", {}},   {"iallreduce_table", {}},
+    {"stream_table", {}},  {"group_table", {}},   {"cupti_record", {}}, {"explore_result", {}},
+    {"nccl_profile", {}},  {"graph_capture", {}}, {"graph_replay", {}}, {"recording_stopped", {}},
+    {"other", {}}};
+// Set when the background thread stops recording after an error (Flusher::fail).
+std::atomic<bool> g_recording_failed{false};
+
+// The counter of a kind ("other" for a kind not in the table).
+DropCounter& dropCounter(const char* kind) {
+  for (DropCounter& counter : g_drop_counters)
+    if (std::strcmp(counter.kind, kind) == 0) return counter;
+  return std::end(g_drop_counters)[-1];
+}
 
 // Owns the calling thread's buffer claim: returns it to the table when the thread exits.
 struct BufferOwner {
@@ -262,6 +272,7 @@ class Flusher {
         else if (orphaned) buffer->state.store(ThreadBuffer::kFree, std::memory_order_release);
       }
       if (!failed_) writeBatch(final && !more);
+      else countLostCalls(events_);
       // Between batches, the CPU goes to whatever else is runnable here. At idle priority this thread
       // runs, once picked, until the next scheduler tick (4 ms at 250 Hz) unless it gives the CPU up: on
       // cores the job's ranks keep busy spinning in MPI, that was a 4 ms stall of every rank each time
@@ -269,30 +280,9 @@ class Flusher {
       if (more && !final) sched_yield();
     }
     if (!failed_) writeExplorations(final);
-    std::int64_t new_drops = 0, new_rate_drops = 0;
-    rate_dropped_per_buffer_.resize(buffers, 0);
-    for (std::size_t i = 0; i < buffers; ++i) {
-      const std::uint64_t dropped = g_buffers->at(i)->dropped();
-      new_drops += static_cast<std::int64_t>(dropped - dropped_per_buffer_[i]);
-      dropped_per_buffer_[i] = dropped;
-      const std::uint64_t rate_dropped = g_buffers->at(i)->rateDropped();
-      new_rate_drops += static_cast<std::int64_t>(rate_dropped - rate_dropped_per_buffer_[i]);
-      rate_dropped_per_buffer_[i] = rate_dropped;
-    }
     if (failed_) return;
     try {
-      if (new_drops > 0) {
-        writer_.addDrops(rank_id_, "call", new_drops);
-        calls_dropped_ += new_drops;
-      }
-      if (new_rate_drops > 0) {
-        writer_.addDrops(rank_id_, "call_rate", new_rate_drops);
-        calls_dropped_ += new_rate_drops;
-      }
-      for (DropCounter& counter : g_drop_counters) {
-        const std::int64_t n = counter.count.exchange(0, std::memory_order_relaxed);
-        if (n > 0) writer_.addDrops(rank_id_, counter.kind, n);
-      }
+      writeDrops();
       writer_.commit();
       clock_.refine();
     } catch (const std::exception& error) {
@@ -365,7 +355,16 @@ class Flusher {
       if (final) dropUnmatchedNcclInfo();
     } catch (const std::exception& error) {
       fail(error.what());
+      countLostCalls(events_);  // the batch that could not be written
     }
+  }
+
+  // Calls drained but never written once recording has stopped: "recording_stopped" drops, written
+  // with the others at the end if the file still takes them.
+  void countLostCalls(const std::vector<CallEvent>& events) {
+    const auto calls = std::count_if(events.begin(), events.end(),
+                                     [](const CallEvent& event) { return (event.flags & kNcclInfo) == 0; });
+    dropCounter("recording_stopped").count.fetch_add(calls, std::memory_order_relaxed);
   }
 
   void resolveGpu(GpuTimer* timer, bool final) {
@@ -610,8 +609,39 @@ class Flusher {
   void fail(const std::string& what) {
     if (failed_) return;
     failed_ = true;
+    stopped_because_ = what;
+    g_recording_failed.store(true, std::memory_order_relaxed);
     g_recording.store(false, std::memory_order_relaxed);
     log("{}; recording stopped, the job continues", what);
+  }
+
+  // Drops counted since the last commit: every kind's counter, the full rings' and the rate limit's.
+  void writeDrops() {
+    const std::size_t buffers = g_buffers->size();
+    dropped_per_buffer_.resize(buffers, 0);
+    rate_dropped_per_buffer_.resize(buffers, 0);
+    std::int64_t new_drops = 0, new_rate_drops = 0;
+    for (std::size_t i = 0; i < buffers; ++i) {
+      const std::uint64_t dropped = g_buffers->at(i)->dropped();
+      new_drops += static_cast<std::int64_t>(dropped - dropped_per_buffer_[i]);
+      dropped_per_buffer_[i] = dropped;
+      const std::uint64_t rate_dropped = g_buffers->at(i)->rateDropped();
+      new_rate_drops += static_cast<std::int64_t>(rate_dropped - rate_dropped_per_buffer_[i]);
+      rate_dropped_per_buffer_[i] = rate_dropped;
+    }
+    if (new_drops > 0) {
+      writer_.addDrops(rank_id_, "call", new_drops);
+      calls_dropped_ += new_drops;
+    }
+    if (new_rate_drops > 0) {
+      writer_.addDrops(rank_id_, "call_rate", new_rate_drops);
+      calls_dropped_ += new_rate_drops;
+    }
+    for (DropCounter& counter : g_drop_counters) {
+      const std::int64_t n = counter.count.exchange(0, std::memory_order_relaxed);
+      if (n > 0) writer_.addDrops(rank_id_, counter.kind, n);
+      if (&counter == &dropCounter("recording_stopped")) calls_dropped_ += n;
+    }
   }
 
   // `signalled`: the process dies of a signal next, and its launcher may SIGKILL it within milliseconds:
@@ -619,6 +649,18 @@ class Flusher {
   void close(bool signalled) {
     g_recording.store(false, std::memory_order_relaxed);
     if (failed_) {
+      // What stopped the recording, and how many calls it lost, if the file still takes them (an error
+      // in one statement, a communicator's row, leaves it writable; a full disk does not).
+      try {
+        writeDrops();
+        nlohmann::json config = nlohmann::json::parse(config_json_, nullptr, false);
+        if (config.is_discarded() || !config.is_object()) config = nlohmann::json::object();
+        config["agent"] = {{"calls_recorded", calls_recorded_},
+                           {"calls_dropped", calls_dropped_},
+                           {"recording_stopped", stopped_because_}};
+        writer_.setRunConfig(run_id_, config.dump());
+      } catch (const std::exception&) {
+      }
       try {
         writer_.finish();
       } catch (const std::exception&) {
@@ -626,6 +668,7 @@ class Flusher {
       return;
     }
     try {
+      writeDrops();
       timespec cpu{};
       clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
       nlohmann::json config = nlohmann::json::parse(config_json_, nullptr, false);
@@ -650,6 +693,11 @@ class Flusher {
             {"applied", stats.applied},
             {"apply_failed", stats.apply_failed},
         };
+        nlohmann::json untouched = nlohmann::json::object();
+        for (std::size_t i = 0; i < kUntouchedReasons; ++i)
+          if (stats.untouched[i] > 0)
+            untouched[std::string(name(static_cast<Untouched>(i)))] = stats.untouched[i];
+        config["agent"]["shadow"]["untouched"] = untouched;
       }
       writer_.setRunConfig(run_id_, config.dump());
       if (signalled) writer_.finishQuickly(clock_.epochNsNow() - epoch_ns_);
@@ -712,6 +760,7 @@ class Flusher {
   std::int64_t calls_recorded_ = 0, calls_dropped_ = 0;
   HotPathCost hot_path_;
   bool failed_ = false;
+  std::string stopped_because_;  // fail()'s reason
 };
 
 Flusher* g_flusher = nullptr;
@@ -949,22 +998,44 @@ void finish() {
 }
 
 void countDrop(const char* kind) {
-  for (DropCounter& counter : g_drop_counters)
-    if (std::strcmp(counter.kind, kind) == 0) {
-      counter.count.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-  std::end(g_drop_counters)[-1].count.fetch_add(1, std::memory_order_relaxed);  // "other"
+  dropCounter(kind).count.fetch_add(1, std::memory_order_relaxed);
+}
+
+void countCallNotRecorded() {
+  if (g_recording_failed.load(std::memory_order_relaxed)) countDrop("recording_stopped");
 }
 
 void setGpuTimer(GpuTimer* timer) {
   g_gpu_timer.store(timer, std::memory_order_release);
 }
 
+namespace {
+
+// Whether stderr is known to be at the start of a line: where it is a regular file, its last byte says.
+// A pipe (every rank's stderr under mpirun) or a terminal cannot be read back.
+bool stderrAtLineStart() {
+  struct stat status {};
+  if (fstat(STDERR_FILENO, &status) != 0 || !S_ISREG(status.st_mode)) return false;
+  if (status.st_size == 0) return true;
+  const int fd = open("/proc/self/fd/2", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char last = 0;
+  const bool read_back = pread(fd, &last, 1, status.st_size - 1) == 1;
+  ::close(fd);
+  return read_back && last == '\n';
+}
+
+}  // namespace
+
+// Agent lines start on a line of their own: a job that wrote part of a line to stderr (a progress
+// counter, unittest's "test_x ... ") would otherwise find "gradscope: ..." inside it. Where the start of
+// a line cannot be known, the message brings its own newline first: an empty line before gradscope's,
+// rather than gradscope's inside the job's. One write(2), so that ranks sharing a pipe do not interleave.
 void logLine(const std::string& message) {
   const int rank = g_log_rank.load(std::memory_order_relaxed);
-  const std::string line = rank >= 0 ? fmt::format("gradscope: rank {}: {}\n", rank, message)
-                                     : fmt::format("gradscope: {}\n", message);
+  const char* lead = stderrAtLineStart() ? "" : "\n";
+  const std::string line = rank >= 0 ? fmt::format("{}gradscope: rank {}: {}\n", lead, rank, message)
+                                     : fmt::format("{}gradscope: {}\n", lead, message);
   writeAll(STDERR_FILENO, line.data(), line.size());
 }
 

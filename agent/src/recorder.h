@@ -117,6 +117,12 @@ void finish();
 // Counts dropped events of a kind that is not a full call buffer (e.g. "comm_table", "gpu_timing").
 void countDrop(const char* kind);
 
+// An intercepted call that is not recorded because recording is off. Once recording has stopped after
+// an error in the agent (the trace could not be written), each such call counts as a
+// "recording_stopped" drop, so the trace never says that nothing was lost; before activation and after
+// the end it counts nothing. Cold path: interposers reach it only while not recording.
+void countCallNotRecorded();
+
 // GPU calls are recorded with gpu_slot != 0; the background thread asks the timer for their span.
 class GpuTimer {
  public:

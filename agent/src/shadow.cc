@@ -24,6 +24,7 @@ int slotOf(Backend backend) {
 std::atomic<ShadowMode> g_mode[kBackends] = {};
 ShadowMode g_started_mode[kBackends] = {};  // what start agreed on (g_mode is Off again after stop)
 std::atomic<Extension*> g_extension[kBackends] = {};
+std::atomic<bool> g_prepares[kBackends] = {};
 std::mutex g_start_mutex;
 std::atomic<ExplorePlan*> g_plan{nullptr};
 std::optional<Recommendation> g_recommendation;
@@ -39,6 +40,7 @@ std::set<std::string> g_reported;
 
 struct Counters {
   std::atomic<std::int64_t> explored{0}, skipped_budget{0}, skipped_other{0}, applied{0}, apply_failed{0};
+  std::atomic<std::int64_t> untouched[kUntouchedReasons] = {};
 } g_counters;
 
 // The extension lives next to the agent: the directory of the object this function is in.
@@ -175,6 +177,10 @@ void startShadow(Backend backend, int world_size, bool recording) {
   settings.warmup_reps = cfg.explore.warmup_reps;
   settings.strategies = cfg.explore.strategies;
   settings.shadow_bytes = cfg.mode == Mode::Explore ? static_cast<std::size_t>(cfg.explore.shadow_bytes) : 0;
+  settings.applying = cfg.mode == Mode::Apply;
+  if (g_recommendation)
+    for (const RecommendationRule& rule : g_recommendation->rules)
+      settings.apply_strategies.push_back(rule.strategy);
   std::string error;
   bool started = false;
   const std::int64_t start_ns = monotonicNs();
@@ -205,6 +211,7 @@ void startShadow(Backend backend, int world_size, bool recording) {
   if (g_started_ns == 0) g_started_ns = start_ns;
   const ShadowMode mode = cfg.mode == Mode::Explore ? ShadowMode::Explore : ShadowMode::Apply;
   g_started_mode[slot] = mode;
+  g_prepares[slot].store(extension->preparesAtCreation(), std::memory_order_relaxed);
   g_mode[slot].store(mode, std::memory_order_release);
 }
 
@@ -218,6 +225,10 @@ void stopShadow(Backend backend) {
 
 Extension* extension(Backend backend) {
   return g_extension[slotOf(backend)].load(std::memory_order_acquire);
+}
+
+bool preparesAtCreation(Backend backend) {
+  return g_prepares[slotOf(backend)].load(std::memory_order_relaxed);
 }
 
 std::string shadowModeName() {
@@ -298,6 +309,10 @@ std::string appliedStrategyName(std::uint16_t index) {
   return g_recommendation->rules[index - 1].strategy;
 }
 
+void countUntouched(Untouched reason) {
+  g_counters.untouched[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+}
+
 ShadowStats shadowStats() {
   ShadowStats stats;
   stats.explored = g_counters.explored.load(std::memory_order_relaxed);
@@ -306,6 +321,8 @@ ShadowStats shadowStats() {
   stats.applied = g_counters.applied.load(std::memory_order_relaxed);
   stats.apply_failed = g_counters.apply_failed.load(std::memory_order_relaxed);
   stats.spent_ns = g_spent_ns.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < kUntouchedReasons; ++i)
+    stats.untouched[i] = g_counters.untouched[i].load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -22,6 +22,7 @@
 #include "extension.h"
 #include "gradscope/common/recommendation.h"
 #include "gradscope/common/types.h"
+#include "gradscope/common/untouched.h"
 
 namespace gradscope::agent {
 
@@ -102,6 +103,9 @@ void startShadow(Backend backend, int world_size, bool recording);
 void stopShadow(Backend backend);
 // The backend's extension, or nullptr when none was loaded.
 Extension* extension(Backend backend);
+// Whether the backend's started extension prepares communicators when the job creates them
+// (Extension::preparesAtCreation), fixed at start.
+bool preparesAtCreation(Backend backend);
 
 // Explore mode.
 ExplorePlan& explorePlan();
@@ -128,10 +132,14 @@ std::vector<ExploreRecord> takeExploreRecords();
 const RecommendationRule* applyRuleFor(Api api, DType dtype, ReduceOp op, std::int64_t bytes, int world);
 void reportApplyFailure(const std::string& strategy, DType dtype, const std::string& error);
 
+// A call explore and apply passed to the job's library untouched (gradscope/common/untouched.h).
+void countUntouched(Untouched reason);
+
 // Counters for the run's statistics (runs.config_json "agent").
 struct ShadowStats {
   std::int64_t explored = 0, skipped_budget = 0, skipped_other = 0, applied = 0, apply_failed = 0;
   std::int64_t spent_ns = 0;
+  std::int64_t untouched[kUntouchedReasons] = {};
 };
 ShadowStats shadowStats();
 void countApplied(bool ok);

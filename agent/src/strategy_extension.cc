@@ -176,6 +176,16 @@ bool StrategyExtension::join(const ShadowCall& call, std::string& error) {
   }
 }
 
+void StrategyExtension::prepare(const ShadowCall& call) {
+  CommState& state = stateOf(call.comm_index);
+  const std::lock_guard lock(state.mutex);
+  try {
+    duplicateOf(state, call, /*at_creation=*/true);
+  } catch (const std::exception&) {
+    // duplicateOf() kept the reason: every later call on the communicator passes through.
+  }
+}
+
 bool StrategyExtension::capture(const ShadowCall& call, const void* input) {
   CommState& state = stateOf(call.comm_index);
   const std::lock_guard lock(state.mutex);
@@ -183,6 +193,7 @@ bool StrategyExtension::capture(const ShadowCall& call, const void* input) {
   state.capture = {};
   if (!started_ || !state.refused_all.empty() || !explorableDType(call.dtype)) return false;
   const std::size_t bytes = call.count * sizeOf(call.dtype);
+  if (input == nullptr && bytes != 0) return false;  // the job's call fails in the library, not here
   try {
     if (!take(call, bytes, call.dtype == DType::Fp32, state.capture)) return false;
     copyInput(call, state.capture.comm.input, input, bytes);
@@ -338,11 +349,12 @@ StrategyExtension::CommState& StrategyExtension::stateOf(std::uint32_t index) {
 // The duplicate is made at the communicator's first explored or applied call: collective over the
 // job's communicator, at the same call on every rank. When it cannot be made, or some rank did not
 // join, every rank refuses this communicator from then on.
-comm::Communicator& StrategyExtension::duplicateOf(CommState& state, const ShadowCall& call) {
+comm::Communicator& StrategyExtension::duplicateOf(CommState& state, const ShadowCall& call,
+                                                   bool at_creation) {
   if (!state.refused_all.empty()) fail("{}", state.refused_all);
   if (!state.duplicate) {
     try {
-      state.duplicate = duplicate(call, started_);
+      state.duplicate = duplicate(call, started_, at_creation);
       if (!state.duplicate) fail("this rank could not start (see its first line)");
     } catch (const std::exception& failure) {
       state.refused_all = failure.what();

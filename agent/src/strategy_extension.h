@@ -80,6 +80,8 @@ class StrategyExtension : public Extension {
 
   bool start(const ExploreSettings& settings, const std::string& local_problem, std::string& error) override;
   bool join(const ShadowCall& call, std::string& error) override;
+  void prepare(const ShadowCall& call) override;
+  bool preparesAtCreation() const override { return false; }
   bool capture(const ShadowCall& call, const void* input) override;
   ExploreResult explore(const ShadowCall& call, const BudgetState& budget) override;
   bool apply(const ShadowCall& call, const void* send, void* recv, const std::string& strategy,
@@ -95,11 +97,12 @@ class StrategyExtension : public Extension {
   virtual bool agreeToStart(const std::string& local_problem, std::string& error) = 0;
   // start(): reserves the shadow memory for `bytes` of explored buffers. False when it cannot.
   virtual bool reserve(std::size_t bytes) = 0;
-  // The communicator's duplicate, made at its first explored or applied call (NCCL: at join()) on every
-  // rank. `join` is false on a rank whose start() failed: it takes part without joining (NCCL's
-  // NOCOLOR split) and throws. Throws gradscope::Error when the duplicate cannot be made or some rank
-  // did not join (every rank then throws alike).
-  virtual std::unique_ptr<comm::Communicator> duplicate(const ShadowCall& call, bool join) = 0;
+  // The communicator's duplicate, made at its first explored or applied call (NCCL: at join()), or at
+  // its creation (`at_creation`: prepare()), on every rank. `join` is false on a rank whose start()
+  // failed: it takes part without joining (NCCL's NOCOLOR split) and throws. Throws gradscope::Error when
+  // the duplicate cannot be made or some rank did not join (every rank then throws alike).
+  virtual std::unique_ptr<comm::Communicator> duplicate(const ShadowCall& call, bool join,
+                                                        bool at_creation) = 0;
   // Hands out a slice for a capture of `base` bytes, or `base + gather` when that fits (Capture::layout
   // of it); false when not even `base` fits. give() takes it back.
   virtual bool take(const ShadowCall& call, std::size_t input_bytes, bool want_gather, Capture& capture) = 0;
@@ -114,6 +117,10 @@ class StrategyExtension : public Extension {
   // world rank 0; without a world (NCCL) every rank.
   virtual bool speaksForAll() const { return true; }
   void log(const std::string& line) const;
+  // The settings start() was given (its strategy names filtered to those that parse).
+  const ExploreSettings& settings() const { return settings_; }
+  // The engine strategies' one-off setup was paid at start (the budget reserves none for it later).
+  void notePreparedEngines() { engines_prepared_ = true; }
 
  private:
   struct Prepared {
@@ -138,7 +145,7 @@ class StrategyExtension : public Extension {
   static void maxOverRanks(comm::Communicator& comm, CommState& state, double* values, std::size_t n);
 
   CommState& stateOf(std::uint32_t index);
-  comm::Communicator& duplicateOf(CommState& state, const ShadowCall& call);
+  comm::Communicator& duplicateOf(CommState& state, const ShadowCall& call, bool at_creation = false);
   bool wantsEngineStrategies() const;
   std::size_t expectedStrategies(CommState& state, const comm::Communicator& comm, DType dtype) const;
   std::vector<Prepared>& strategiesFor(CommState& state, comm::Communicator& comm, DType dtype);

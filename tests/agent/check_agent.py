@@ -49,6 +49,7 @@ import time
 from collections import Counter
 
 from sanitizers import preload, sanitizer_runtime
+from stderr_lines import agent_lines, job_lines
 
 SKIPPED = 77  # exit code ctest reads as 'skipped' (SKIP_RETURN_CODE)
 
@@ -248,11 +249,11 @@ def trace_files(directory):
 
 
 def gradscope_lines(stderr):
-    return [line for line in stderr.splitlines() if line.startswith("gradscope:")]
+    return agent_lines(stderr)
 
 
 def other_lines(stderr):
-    return sorted(line for line in stderr.splitlines() if not line.startswith("gradscope:"))
+    return sorted(job_lines(stderr))
 
 
 def tail(text, characters=2000):

@@ -506,6 +506,20 @@ TEST(CommRegistry, FindsAddsAndRetires) {
   EXPECT_EQ(registry.size(), 3u);
 }
 
+// A key given before (a communicator registered again under the same name) never reaches the trace twice:
+// the comms table's UNIQUE (rank_id, key) would refuse it and stop the recording.
+TEST(CommRegistry, AKeyGivenBeforeIsMadeDistinct) {
+  CommRegistry registry;
+  int a = 0, b = 0, c = 0;
+  ASSERT_NE(registry.add(&a, {Backend::Mpi, "world", 2, 1}), nullptr);
+  registry.retire(&a);
+  ASSERT_NE(registry.add(&b, {Backend::Mpi, "world", 2, 1}), nullptr);
+  ASSERT_NE(registry.add(&c, {Backend::Mpi, "world", 2, 1}), nullptr);
+  EXPECT_EQ(registry.description(0).key, "world");
+  EXPECT_EQ(registry.description(1).key, "world@1");
+  EXPECT_EQ(registry.description(2).key, "world@1#1");
+}
+
 // The background thread converts each batch of records after refining the rate, so consecutive calls
 // are converted under different refinements. A first rate 0.2% too low (the TSC really runs at 1 tick
 // per ns here) must not make a later tick convert to an earlier time, and the map must come onto the

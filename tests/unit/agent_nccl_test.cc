@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "clock.h"
+#include "comm_registry.h"
 #include "gpu_timer.h"
 #include "nccl_state.h"
 

@@ -98,7 +98,7 @@ class TestExtension final : public StrategyExtension {
     host_.assign(host_memory_.data(), bytes);
     return true;
   }
-  std::unique_ptr<comm::Communicator> duplicate(const ShadowCall&, bool join) override {
+  std::unique_ptr<comm::Communicator> duplicate(const ShadowCall&, bool join, bool) override {
     ++joins;
     if (refuse_duplicate || !join) fail("rank 1 could not start");
     return std::make_unique<LoopbackCommunicator>(&synchronizations);

@@ -88,6 +88,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from sanitizers import preload, sanitizer_runtime  # noqa: E402
+from stderr_lines import job_lines  # noqa: E402
 
 # gradscope::Api, DType, ReduceOp codes (common/include/gradscope/common/types.h).
 ALLREDUCE, REDUCESCATTER, ALLGATHER, REDUCE, BROADCAST = 16, 17, 18, 19, 20
@@ -188,7 +189,7 @@ def run_pair(args, workdir, env, label):
           f"{label}: exit status {traced.returncode} under the agent, {plain.returncode} without")
     check(traced.stdout == plain.stdout, f"{label}: stdout differs under the agent:\n{traced.stdout}\n---\n{plain.stdout}")
     check("nccl_job: done" in traced.stdout, f"{label}: the job did not finish: {traced.stdout[-400:]}")
-    other = [line for line in traced.stderr.splitlines() if not line.startswith("gradscope: ")]
+    other = job_lines(traced.stderr)
     check(not other, f"{label}: unexpected stderr under the agent: {other[:5]}")
     files = sorted(f for f in os.listdir(workdir) if f.startswith("trace-") and f.endswith(".db"))
     return traced.stderr, (os.path.join(workdir, files[0]) if len(files) == 1 else files)

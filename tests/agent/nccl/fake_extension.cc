@@ -82,6 +82,10 @@ class FakeNcclExtension final : public Extension {
     return true;
   }
 
+  // NCCL joins each communicator at its first explorable all-reduce instead.
+  void prepare(const ShadowCall&) override {}
+  bool preparesAtCreation() const override { return false; }
+
   bool capture(const ShadowCall& call, const void* input) override {
     const std::lock_guard lock(mutex_);
     const auto* bytes = static_cast<const unsigned char*>(input);
