@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/common/units.h"
+#include "gradscope/common/untouched.h"
+#include "gradscope/storage/drops.h"
 #include "gradscope/tuner/model.h"
 
 namespace gradscope::cli {
@@ -41,6 +43,13 @@ std::string percent(double part, double whole) {
 
 namespace {
 
+// A strategy's error as the tables print it. A wire precision that overflowed (values beyond fp16's range,
+// say) has a relative error of 1 or NaN that means nothing more than that: it says "overflow".
+std::string errorText(std::optional<double> rel_l2_error, bool overflowed) {
+  if (overflowed) return "overflow";
+  return rel_l2_error ? fmt::format("{:.1e}", *rel_l2_error) : std::string("-");
+}
+
 // Strategies timed on the same points (gradscope bench, explore mode): per point (dtype, size, ranks),
 // fastest first, each with its time relative to the point's fastest.
 void writeMeasurements(std::vector<storage::Measurement> measurements, std::ostream& out) {
@@ -63,7 +72,7 @@ void writeMeasurements(std::vector<storage::Measurement> measurements, std::ostr
                        first_of_point ? std::string(name(m.dtype)) : "",
                        first_of_point ? std::to_string(m.world) : "", m.strategy, formatDuration(m.median_ns),
                        fmt::format("{:.2f} GB/s", m.busbw_gbs),
-                       m.rel_l2_error ? fmt::format("{:.1e}", *m.rel_l2_error) : "-",
+                       errorText(m.rel_l2_error, m.overflow_count > 0),
                        best_ns > 0 ? fmt::format("{:.2f}x", m.median_ns / best_ns) : "-");
   }
 }
@@ -91,6 +100,7 @@ void writeExplored(const std::vector<storage::Measurement>& measurements, std::o
   struct Timed {
     std::vector<double> median_ns;
     std::optional<double> worst_error;
+    bool overflowed = false;
   };
   using Bucket = std::tuple<Api, DType, int>;
   std::map<Bucket, std::map<std::string, Timed>> buckets;
@@ -104,6 +114,7 @@ void writeExplored(const std::vector<storage::Measurement>& measurements, std::o
     timed.median_ns.push_back(m.median_ns);
     if (m.rel_l2_error)
       timed.worst_error = std::max(timed.worst_error.value_or(*m.rel_l2_error), *m.rel_l2_error);
+    timed.overflowed = timed.overflowed || m.overflow_count > 0;
   }
   if (count == 0) return;
 
@@ -120,10 +131,12 @@ void writeExplored(const std::vector<storage::Measurement>& measurements, std::o
       std::size_t rows;
       double median_ns;
       std::optional<double> worst_error;
+      bool overflowed;
     };
     std::vector<Row> rows;
     for (const auto& [strategy, timed] : strategies)
-      rows.push_back({strategy, timed.median_ns.size(), tuner::median(timed.median_ns), timed.worst_error});
+      rows.push_back({strategy, timed.median_ns.size(), tuner::median(timed.median_ns), timed.worst_error,
+                      timed.overflowed});
     // Fastest first; equal times keep the names' order (the map's), so the output is deterministic.
     std::stable_sort(rows.begin(), rows.end(),
                      [](const Row& a, const Row& b) { return a.median_ns < b.median_ns; });
@@ -146,7 +159,7 @@ void writeExplored(const std::vector<storage::Measurement>& measurements, std::o
                          baseline != rows.end() && row->median_ns > 0
                              ? fmt::format("{:.2f}x", baseline->median_ns / row->median_ns)
                              : std::string("-"),
-                         row->worst_error ? fmt::format("{:.1e}", *row->worst_error) : std::string("-"));
+                         errorText(row->worst_error, row->overflowed));
     }
     if (hidden > 0) out << fmt::format("    ... {} more\n", hidden);
   }
@@ -154,6 +167,12 @@ void writeExplored(const std::vector<storage::Measurement>& measurements, std::o
                      kBaselineStrategy);
   if (any_marked)
     out << "  *: the fastest lossless strategy (a sum without a wire precision) of its API, dtype and size\n";
+  if (std::any_of(buckets.begin(), buckets.end(), [](const auto& bucket) {
+        return std::any_of(bucket.second.begin(), bucket.second.end(),
+                           [](const auto& strategy) { return strategy.second.overflowed; });
+      }))
+    out << "  overflow: values left the wire format's range in some sample (its error is meaningless "
+           "there)\n";
 }
 
 // How much the ranks' gradients agreed in the reductions explore mode looked at (AdaCons diagnostics,
@@ -230,6 +249,8 @@ struct AgentStats {
   double callerNs() const { return calls_recorded * hot_path_ns + calls_dropped * dropped_call_ns; }
   // Explore and apply modes ("shadow"): sampled calls explored, and skipped for the budget or otherwise.
   double explored = 0, skipped_budget = 0, skipped_other = 0;
+  // Reductions passed to the library untouched, by reason name (gradscope/common/untouched.h).
+  std::map<std::string, double> untouched;
 };
 
 // Every rank's agent statistics in the runs' configurations: "agent_ranks" in a merged file, "agent"
@@ -244,12 +265,13 @@ std::vector<AgentStats> agentStats(const std::vector<storage::RunInfo>& runs,
       const auto it = entry.find(key);
       return it != entry.end() && it->is_number() ? it->get<double>() : 0.0;
     };
-    AgentStats stats{rank,
-                     number("calls_recorded"),
-                     number("calls_dropped"),
-                     number("hot_path_ns"),
-                     number("flusher_cpu_ns"),
-                     number("buffer_bytes")};
+    AgentStats stats;
+    stats.rank = rank;
+    stats.calls_recorded = number("calls_recorded");
+    stats.calls_dropped = number("calls_dropped");
+    stats.hot_path_ns = number("hot_path_ns");
+    stats.flusher_cpu_ns = number("flusher_cpu_ns");
+    stats.buffer_bytes = number("buffer_bytes");
     const auto dropped_call = entry.find("dropped_call_ns");
     stats.dropped_call_ns = dropped_call != entry.end() && dropped_call->is_number()
                                 ? dropped_call->get<double>()
@@ -262,6 +284,10 @@ std::vector<AgentStats> agentStats(const std::vector<storage::RunInfo>& runs,
       stats.explored = count("explored");
       stats.skipped_budget = count("skipped_budget");
       stats.skipped_other = count("skipped_other");
+      if (const auto untouched = shadow->find("untouched");
+          untouched != shadow->end() && untouched->is_object())
+        for (const auto& [reason, value] : untouched->items())
+          if (value.is_number()) stats.untouched[reason] = value.get<double>();
     }
     out.push_back(stats);
   };
@@ -299,6 +325,56 @@ void writeExploreBudget(const std::vector<AgentStats>& stats, bool explored_any,
                        formatCount(skipped), skipped == 1 ? " was" : "s were");
 }
 
+// Reductions explore and apply passed through as the job issued them (intercommunicators, invalid
+// arguments, ...): per reason, summed over ranks, with what it means.
+void writeUntouched(const std::vector<AgentStats>& stats, std::ostream& out) {
+  std::map<std::string, double> total;
+  for (const AgentStats& rank : stats)
+    for (const auto& [reason, count] : rank.untouched) total[reason] += count;
+  if (total.empty()) return;
+  out << "\nLeft untouched by explore and apply (run as the job issued them, summed over ranks)\n";
+  for (const auto& [reason, count] : total) {
+    const std::optional<Untouched> known = parseUntouched(reason);
+    out << fmt::format("  {:<18} {:>9}  {}\n", reason, formatCount(static_cast<std::uint64_t>(count)),
+                       known ? meaning(*known) : std::string_view("calls no strategy could stand in for"));
+  }
+}
+
+// Explore mode: the sizes of the job's explorable reductions (sums of fp32, fp64, fp16 and bf16 on the
+// all-reduces explore covers) that no exploration measured, most calls first, so that a short run says
+// what it did not learn.
+void writeUnexplored(const storage::TraceReader::ReductionCounts& reductions,
+                     const std::vector<storage::Measurement>& explored, std::ostream& out) {
+  using Bucket = std::tuple<Api, DType, int>;
+  std::set<Bucket> measured;
+  for (const storage::Measurement& m : explored) measured.insert({m.api, m.dtype, log2Bucket(m.bytes)});
+  std::map<Bucket, std::int64_t> missing;
+  for (const auto& size : reductions.sizes) {
+    const bool explorable_api =
+        size.api == Api::MpiAllreduce || size.api == Api::MpiIallreduce || size.api == Api::NcclAllReduce;
+    const bool explorable_dtype = size.dtype == DType::Fp32 || size.dtype == DType::Fp64 ||
+                                  size.dtype == DType::Fp16 || size.dtype == DType::Bf16;
+    if (!explorable_api || !explorable_dtype || size.op != ReduceOp::Sum || size.bytes <= 0) continue;
+    const Bucket bucket{size.api, size.dtype, log2Bucket(size.bytes)};
+    if (!measured.contains(bucket)) missing[bucket] += size.calls;
+  }
+  if (missing.empty()) return;
+  std::vector<std::pair<Bucket, std::int64_t>> rows(missing.begin(), missing.end());
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  out << fmt::format("\nNot explored: {} size{} of the job's reductions, most calls first\n", rows.size(),
+                     rows.size() == 1 ? "" : "s");
+  out << fmt::format("  {:<26} {:<6} {:>19} {:>11}\n", "api", "dtype", "size", "calls");
+  constexpr std::size_t kListed = 10;
+  for (std::size_t i = 0; i < rows.size() && i < kListed; ++i) {
+    const auto& [bucket, calls] = rows[i];
+    const auto& [api, dtype, log2_bytes] = bucket;
+    out << fmt::format("  {:<26} {:<6} {:>19} {:>11}\n", name(api), name(dtype), sizeRange(log2_bytes),
+                       formatCount(static_cast<std::uint64_t>(calls)));
+  }
+  if (rows.size() > kListed) out << fmt::format("  ... {} more\n", rows.size() - kListed);
+}
+
 // Calls captured into CUDA graphs run whenever the graph is launched: each GPU execution is a call row of
 // its own (a replay), counted in the tables above; this says how much of the time was graphs'.
 void writeGraphReplays(const std::vector<storage::TraceReader::ReplaySummary>& replays, std::ostream& out) {
@@ -311,43 +387,6 @@ void writeGraphReplays(const std::vector<storage::TraceReader::ReplaySummary>& r
                        formatCount(static_cast<std::uint64_t>(row.replays)),
                        formatDuration(static_cast<double>(row.total_ns)),
                        formatDuration(static_cast<double>(row.total_ns) / static_cast<double>(row.replays)));
-}
-
-// Drop kinds (docs/agent.md, docs/nccl-profiler-plugin.md): which lose calls, and what each means.
-bool dropLosesCalls(const std::string& kind) {
-  return kind == "call" || kind == "call_rate" || kind == "thread_buffer" || kind == "comm_table" ||
-         kind == "iallreduce_table";
-}
-
-std::string dropMeaning(const std::string& kind) {
-  if (kind == "call" || kind == "thread_buffer")
-    return "calls not recorded: the agent's per-thread buffer was full (GRADSCOPE_BUFFER_CALLS)";
-  if (kind == "call_rate")
-    return "calls not recorded: the thread made more calls per second than the agent records "
-           "(GRADSCOPE_MAX_CALL_RATE, 250000 by default; 0 records them all)";
-  if (kind == "comm_table") return "calls not recorded: the agent's table of communicators was full";
-  if (kind == "iallreduce_table")
-    return "MPI_Iallreduce calls not recorded: the agent's table of requests in flight was full";
-  if (kind == "stream_table")
-    return "calls recorded without their stream, timed on the host: the agent's table of streams was full";
-  if (kind == "group_table")
-    return "group members timed on their own, on the host: the group had more calls than the agent holds";
-  if (kind == "gpu_timing")
-    return "calls timed on the host instead of the GPU (no CUDA event pair free, or a CUDA error)";
-  if (kind == "cupti_record")
-    return "CUPTI kernel records lost: those calls' spans come from their CUDA events";
-  if (kind == "nccl_profile")
-    return "NCCL profiler reports that matched no call: those calls lack NCCL's algorithm, protocol and "
-           "channels";
-  if (kind.starts_with("nccl_profile_"))
-    return "the NCCL profiler plugin's own bounded pool or queue was full: collectives it did not record";
-  if (kind == "graph_capture")
-    return "graph-captured calls whose replays are not traced: the agent's table of captures was full";
-  if (kind == "graph_replay")
-    return "CUDA graph replays not recorded: their captured call was not recorded, or the agent's table of "
-           "replays in progress was full";
-  if (kind == "explore_result") return "explore measurements not stored (the agent's result queue was full)";
-  return "events the agent could not record";
 }
 
 // What the agent cost the job, by its own measurements: the time it added on the calling threads (the
@@ -524,9 +563,13 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     apply_mode = apply_mode || run.mode == "apply";
     explore_mode = explore_mode || run.mode == "explore";
   }
-  if (explore_mode) writeExploreBudget(agentStats(runs, ranks), !explored.empty(), out);
+  if (explore_mode) {
+    writeExploreBudget(agentStats(runs, ranks), !explored.empty(), out);
+    writeUnexplored(reader.reductionCounts(), explored, out);
+  }
   writeConsensus(reader.consensus(), world, out);
   writeApplied(reader.appliedSummary(), apply_mode, out);
+  writeUntouched(agentStats(runs, ranks), out);
 
   const auto drops = reader.drops();
   out << "\nDropped events\n";
@@ -539,10 +582,10 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
       out << fmt::format("  rank {:>5}  {:<16} {:>12}\n", rankLabel(drop.rank_id), drop.kind,
                          formatCount(static_cast<std::uint64_t>(drop.count)));
       dropped += drop.count;
-      if (dropLosesCalls(drop.kind)) calls_lost += drop.count;
+      if (storage::dropLosesCalls(drop.kind)) calls_lost += drop.count;
       kinds.insert(drop.kind);
     }
-    for (const std::string& kind : kinds) out << fmt::format("  {}: {}\n", kind, dropMeaning(kind));
+    for (const std::string& kind : kinds) out << fmt::format("  {}: {}\n", kind, storage::dropMeaning(kind));
     if (calls_lost > 0)
       out << fmt::format("  {} calls not recorded in total: the totals above miss them\n",
                          formatCount(static_cast<std::uint64_t>(calls_lost)));

@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
+#include <fmt/format.h>
+
+#include "gradscope/common/units.h"
+#include "gradscope/storage/drops.h"
 #include "models/sql.h"
 
 namespace gradscope::gui {
@@ -29,9 +34,37 @@ TraceInfo loadTraceInfo(const storage::TraceReader& reader) {
   info.measurements = db.scalar("SELECT count(*) FROM measurements");
   info.consensus_rows = db.scalar("SELECT count(*) FROM consensus");
   info.applied_calls = db.scalar("SELECT count(*) FROM applied_calls");
+  info.drops = reader.drops();
   info.live = std::any_of(info.runs.begin(), info.runs.end(),
                           [](const storage::RunInfo& run) { return !run.end_ns.has_value(); });
   return info;
+}
+
+DropSummary summarizeDrops(const std::vector<storage::DropRecord>& drops) {
+  DropSummary summary;
+  std::map<std::string, std::int64_t> per_kind;
+  for (const storage::DropRecord& drop : drops) {
+    summary.events += drop.count;
+    if (storage::dropLosesCalls(drop.kind)) summary.calls_lost += drop.count;
+    per_kind[drop.kind] += drop.count;
+  }
+  if (summary.calls_lost > 0) {
+    summary.text =
+        fmt::format("{} call{} not recorded", formatCount(static_cast<std::uint64_t>(summary.calls_lost)),
+                    summary.calls_lost == 1 ? "" : "s");
+  } else if (summary.events > 0) {
+    summary.text = fmt::format("{} event{} dropped", formatCount(static_cast<std::uint64_t>(summary.events)),
+                               summary.events == 1 ? "" : "s");
+  } else {
+    summary.text = "nothing dropped";
+    summary.details = "Every intercepted event was recorded.";
+    return summary;
+  }
+  for (const auto& [kind, count] : per_kind)
+    summary.details +=
+        fmt::format("{}{} × {}: {}", summary.details.empty() ? "" : "\n",
+                    formatCount(static_cast<std::uint64_t>(count)), kind, storage::dropMeaning(kind));
+  return summary;
 }
 
 TimelineFrame loadTimelineFrame(const storage::TraceReader& reader, TimeRange window, int columns,

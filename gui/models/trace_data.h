@@ -24,8 +24,19 @@ struct TraceInfo {
   std::int64_t measurements = 0;
   std::int64_t consensus_rows = 0;
   std::int64_t applied_calls = 0;
-  bool live = false;  // a run without an end time: still being written (or it crashed)
+  std::vector<storage::DropRecord> drops;  // what the agent could not record, per rank and kind
+  bool live = false;                       // a run without an end time: still being written (or it crashed)
 };
+
+// The status bar's account of dropped events: a short text ("nothing dropped", "1,204 calls not
+// recorded", "35 events dropped") and a tooltip with every rank's kinds and what each means.
+struct DropSummary {
+  std::int64_t calls_lost = 0;  // drops of kinds that lose calls (storage::dropLosesCalls)
+  std::int64_t events = 0;      // every drop
+  std::string text;
+  std::string details;
+};
+DropSummary summarizeDrops(const std::vector<storage::DropRecord>& drops);
 // Opens and summarises; throws gradscope::Error with the storage library's one-line message.
 TraceInfo loadTraceInfo(const storage::TraceReader& reader);
 

@@ -144,10 +144,12 @@ MainWindow::MainWindow(QWidget* parent)
 
   status_file_ = new QLabel(this);
   status_calls_ = new QLabel(this);
+  status_drops_ = new QLabel(this);
   status_ranks_ = new QLabel(this);
   status_mode_ = new QLabel(this);
   statusBar()->addWidget(status_file_, 1);
   statusBar()->addPermanentWidget(status_calls_);
+  statusBar()->addPermanentWidget(status_drops_);
   statusBar()->addPermanentWidget(status_ranks_);
   statusBar()->addPermanentWidget(status_mode_);
 
@@ -302,12 +304,21 @@ void MainWindow::updateStatus() {
   if (!info_) {
     status_file_->setText(error_text_.isEmpty() ? QStringLiteral("No trace") : QStringLiteral("Not opened"));
     status_calls_->clear();
+    status_drops_->clear();
+    status_drops_->setToolTip({});
     status_ranks_->clear();
     status_mode_->clear();
     return;
   }
   status_file_->setText(QString::fromStdString(info_->path));
   status_calls_->setText(QStringLiteral("%1 calls").arg(countText(info_->calls)));
+  // "none" must mean none: a trace whose recording stopped says so here, not only in gradscope report.
+  const DropSummary drops = summarizeDrops(info_->drops);
+  status_drops_->setText(QString::fromStdString(drops.text));
+  status_drops_->setToolTip(QString::fromStdString(drops.details));
+  status_drops_->setStyleSheet(drops.calls_lost > 0 ? QStringLiteral("color: #c62828; font-weight: bold")
+                               : drops.events > 0   ? QStringLiteral("color: #ef6c00")
+                                                    : QString());
   std::vector<std::string> hosts;
   for (const storage::RankInfo& rank : info_->ranks) {
     if (std::find(hosts.begin(), hosts.end(), rank.host) == hosts.end()) hosts.push_back(rank.host);

@@ -95,6 +95,7 @@ class MainWindow : public QMainWindow {
   QAction* compare_action_ = nullptr;
   QLabel* status_file_;
   QLabel* status_calls_;
+  QLabel* status_drops_;  // what the agent could not record (red when calls are missing)
   QLabel* status_ranks_;
   QLabel* status_mode_;
   QTimer* live_timer_;

@@ -1,0 +1,18 @@
+#pragma once
+
+// What the kinds of the `drops` table mean (docs/schema.md; written by the agent, docs/agent.md, and by
+// the NCCL profiler plugin, docs/nccl-profiler-plugin.md): one place for every reader that explains them
+// (gradscope report, the viewer).
+
+#include <string>
+
+namespace gradscope::storage {
+
+// Whether events of this kind are calls that are missing from `calls` (the totals miss them), rather
+// than detail missing from calls that are recorded.
+bool dropLosesCalls(const std::string& kind);
+
+// One line for a person: what was dropped and why (and the setting that changes it, where one does).
+std::string dropMeaning(const std::string& kind);
+
+}  // namespace gradscope::storage
