@@ -311,6 +311,10 @@ void activateFromWorld() {
   activation.backend = Backend::Mpi;
   if (real_MPI_Comm_rank) real_MPI_Comm_rank(predefined().world, &activation.rank);
   if (real_MPI_Comm_size) real_MPI_Comm_size(predefined().world, &activation.world_size);
+  GS_REAL(MPI_Comm_get_parent);
+  MPI_Comm parent = predefined().null_comm;
+  if (real_MPI_Comm_get_parent && real_MPI_Comm_get_parent(&parent) == MPI_SUCCESS)
+    activation.spawned = parent != predefined().null_comm;
   if (activate(activation)) commSlot(predefined().world);
   // Explore and apply: every rank takes part in the agreement, recording or not (shadow.h).
   startShadow(Backend::Mpi, activation.world_size, recording());
@@ -724,12 +728,18 @@ GS_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provid
   return rc;
 }
 
+// The trace is finished after the library's MPI_Finalize, not before: the extension's communicators must
+// go first (they need MPI), but the file needs none, and time spent before MPI_Finalize is time the other
+// processes may wait for. Open MPI 4.1's MPI_Comm_spawn hangs now and then when spawned processes take
+// tens of ms more before their MPI_Finalize (mpi4py's test_spawn: 5 of 6 runs with a 30 ms delay there,
+// none with it after MPI_Init); a finished trace is tens of ms of SQLite.
 GS_EXPORT int MPI_Finalize() {
   GS_REAL(MPI_Finalize);
   if (real_MPI_Finalize == nullptr) return missingFunction("PMPI_Finalize");
   stopShadow(Backend::Mpi);
+  const int rc = real_MPI_Finalize();
   finish();
-  return real_MPI_Finalize();
+  return rc;
 }
 
 // ---- communicator creation (generated) ----------------------------------------------------------------

@@ -615,8 +615,9 @@ class Flusher {
     log("{}; recording stopped, the job continues", what);
   }
 
-  // Drops counted since the last commit: every kind's counter, the full rings' and the rate limit's.
-  void writeDrops() {
+  // Drops counted since the last commit: every kind's counter, the full rings' and the rate limit's,
+  // as (kind, count), and taken (the counters start again from 0).
+  std::vector<std::pair<std::string, std::int64_t>> takeDrops() {
     const std::size_t buffers = g_buffers->size();
     dropped_per_buffer_.resize(buffers, 0);
     rate_dropped_per_buffer_.resize(buffers, 0);
@@ -629,19 +630,20 @@ class Flusher {
       new_rate_drops += static_cast<std::int64_t>(rate_dropped - rate_dropped_per_buffer_[i]);
       rate_dropped_per_buffer_[i] = rate_dropped;
     }
-    if (new_drops > 0) {
-      writer_.addDrops(rank_id_, "call", new_drops);
-      calls_dropped_ += new_drops;
-    }
-    if (new_rate_drops > 0) {
-      writer_.addDrops(rank_id_, "call_rate", new_rate_drops);
-      calls_dropped_ += new_rate_drops;
-    }
+    std::vector<std::pair<std::string, std::int64_t>> drops;
+    if (new_drops > 0) drops.emplace_back("call", new_drops);
+    if (new_rate_drops > 0) drops.emplace_back("call_rate", new_rate_drops);
+    calls_dropped_ += new_drops + new_rate_drops;
     for (DropCounter& counter : g_drop_counters) {
       const std::int64_t n = counter.count.exchange(0, std::memory_order_relaxed);
-      if (n > 0) writer_.addDrops(rank_id_, counter.kind, n);
+      if (n > 0) drops.emplace_back(counter.kind, n);
       if (&counter == &dropCounter("recording_stopped")) calls_dropped_ += n;
     }
+    return drops;
+  }
+
+  void writeDrops() {
+    for (const auto& [kind, count] : takeDrops()) writer_.addDrops(rank_id_, kind, count);
   }
 
   // `signalled`: the process dies of a signal next, and its launcher may SIGKILL it within milliseconds:
@@ -649,20 +651,19 @@ class Flusher {
   void close(bool signalled) {
     g_recording.store(false, std::memory_order_relaxed);
     if (failed_) {
-      // What stopped the recording, and how many calls it lost, if the file still takes them (an error
-      // in one statement, a communicator's row, leaves it writable; a full disk does not).
+      // What stopped the recording, and how many calls it lost, where the file still takes that (a
+      // refused insert does; a full disk does not): the calls the failure rolled back and every one
+      // drained or intercepted since, as "recording_stopped" drops, beside the other kinds' counts.
+      dropCounter("recording_stopped").count.fetch_add(writer_.callsRolledBack(), std::memory_order_relaxed);
+      calls_recorded_ -= writer_.callsRolledBack();
+      std::vector<std::pair<std::string, std::int64_t>> drops = takeDrops();
+      nlohmann::json config = nlohmann::json::parse(config_json_, nullptr, false);
+      if (config.is_discarded() || !config.is_object()) config = nlohmann::json::object();
+      config["agent"] = {{"calls_recorded", calls_recorded_},
+                         {"calls_dropped", calls_dropped_},
+                         {"recording_stopped", stopped_because_}};
       try {
-        writeDrops();
-        nlohmann::json config = nlohmann::json::parse(config_json_, nullptr, false);
-        if (config.is_discarded() || !config.is_object()) config = nlohmann::json::object();
-        config["agent"] = {{"calls_recorded", calls_recorded_},
-                           {"calls_dropped", calls_dropped_},
-                           {"recording_stopped", stopped_because_}};
-        writer_.setRunConfig(run_id_, config.dump());
-      } catch (const std::exception&) {
-      }
-      try {
-        writer_.finish();
+        writer_.closeAfterFailure(run_id_, rank_id_, drops, config.dump(), clock_.epochNsNow() - epoch_ns_);
       } catch (const std::exception&) {
       }
       return;
@@ -942,6 +943,11 @@ bool activate(const Activation& activation) {
     }
     storage::RunInfo run;
     run.uuid = g_config.run_id.empty() ? randomUuid() : g_config.run_id;
+    if (activation.spawned) {
+      const std::string own = spawnedRunId(run.uuid, processEnvironment());
+      if (!g_config.run_id.empty()) config["spawned_by"] = g_config.run_id;
+      run.uuid = own.empty() ? randomUuid() : own;
+    }
     run.command = g_config.command.empty() ? commandLine() : g_config.command;
     run.mode = std::string(modeName(g_config.mode));
     run.backend = activation.backend;

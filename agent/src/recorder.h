@@ -107,6 +107,9 @@ struct Activation {
   int rank = 0;
   int world_size = 1;
   std::string device = "cpu";
+  // A process of a job another job started (MPI_Comm_spawn): a run of its own (launcher.h spawnedRunId),
+  // which names the run it came from ("spawned_by" in runs.config_json).
+  bool spawned = false;
 };
 // Starts recording (once per process; later calls return the current state). Returns recording().
 bool activate(const Activation& activation);

@@ -16,10 +16,12 @@
 #include <ctime>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gradscope/cli/report.h"
 #include "gradscope/common/error.h"
@@ -267,9 +269,10 @@ Spawned spawnAndWait(const std::string& executable, const std::vector<std::strin
 
 struct TraceFile {
   std::string path;
-  std::string uuid;       // of its first run; empty when unreadable
-  bool complete = false;  // runs.end_ns set: the agent's final flush happened
-  std::string error;      // why it cannot be read
+  std::string uuid;        // of its first run; empty when unreadable
+  std::string spawned_by;  // the run that started this one with MPI_Comm_spawn (runs.config_json)
+  bool complete = false;   // runs.end_ns set: the agent's final flush happened
+  std::string error;       // why it cannot be read
 };
 
 // The per-rank files in `directory`: *.db directly inside, except the merged trace and dotfiles.
@@ -285,7 +288,7 @@ std::vector<TraceFile> scanTraceFiles(const std::string& directory) {
   std::sort(paths.begin(), paths.end());
   std::vector<TraceFile> files;
   for (const std::string& path : paths) {
-    TraceFile file{path, {}, false, {}};
+    TraceFile file{path, {}, {}, false, {}};
     try {
       const auto runs = storage::TraceReader::open(path).runs();
       if (runs.empty()) {
@@ -293,6 +296,9 @@ std::vector<TraceFile> scanTraceFiles(const std::string& directory) {
       } else {
         file.uuid = runs.front().uuid;
         file.complete = runs.front().end_ns.has_value();
+        const auto config = nlohmann::json::parse(runs.front().config_json, nullptr, false);
+        if (config.is_object() && config.contains("spawned_by") && config["spawned_by"].is_string())
+          file.spawned_by = config["spawned_by"].get<std::string>();
       }
     } catch (const Error& failure) {
       file.error = failure.what();
@@ -304,6 +310,19 @@ std::vector<TraceFile> scanTraceFiles(const std::string& directory) {
 
 bool ofRun(const TraceFile& file, const std::string& run_id) {
   return file.error.empty() && (run_id.empty() || file.uuid == run_id);
+}
+
+// The run and the runs it spawned (MPI_Comm_spawn: worlds of their own, with runs of their own that say
+// where they came from), transitively: what the merged trace holds, each run apart.
+std::set<std::string> runAndSpawned(const std::vector<TraceFile>& files, const std::string& run_id) {
+  std::set<std::string> family{run_id};
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const TraceFile& file : files)
+      if (file.error.empty() && family.contains(file.spawned_by))
+        grew = family.insert(file.uuid).second || grew;
+  }
+  return family;
 }
 
 }  // namespace
@@ -648,17 +667,23 @@ std::string finishRun(const std::string& directory, const FinishOptions& options
   }
 
   std::vector<std::string> inputs;
-  std::size_t unreadable = 0, other_runs = 0;
+  std::size_t unreadable = 0, other_runs = 0, spawned = 0;
   const TraceFile* first_unreadable = nullptr;
+  const std::set<std::string> family = runAndSpawned(files, options.run_id);
   for (const TraceFile& file : files) {
     if (!file.error.empty()) {
       if (unreadable++ == 0) first_unreadable = &file;
-    } else if (!ofRun(file, options.run_id)) {
+    } else if (!ofRun(file, options.run_id) && !family.contains(file.uuid)) {
       ++other_runs;
     } else {
+      if (!ofRun(file, options.run_id)) ++spawned;
       inputs.push_back(file.path);
     }
   }
+  if (spawned > 0)
+    log << fmt::format(
+        "gradscope: {} trace file{} of jobs the run spawned (MPI_Comm_spawn) merged as run{} of their own\n",
+        spawned, spawned == 1 ? "" : "s", family.size() > 2 ? "s" : "");
   if (other_runs > 0)
     log << fmt::format("gradscope: left out {} trace file{} of other runs in {}\n", other_runs,
                        other_runs == 1 ? "" : "s", shown);

@@ -104,6 +104,16 @@ std::string runIdFromLauncher(const Environment& env) {
   return formatUuid(fnv1a(key), fnv1a(key, 0x84222325cbf29ce4ull));
 }
 
+std::string spawnedRunId(const std::string& inherited, const Environment& env) {
+  std::string key;
+  for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"})
+    if (const char* value = env(name); value != nullptr && *value != '\0')
+      key += fmt::format("{}={};", name, value);
+  if (key.empty()) return {};
+  key = fmt::format("spawned from {}: {}", inherited, key);
+  return formatUuid(fnv1a(key), fnv1a(key, 0x84222325cbf29ce4ull));
+}
+
 std::string randomUuid() {
   std::random_device device;
   const std::uint64_t high = (static_cast<std::uint64_t>(device()) << 32) | device();

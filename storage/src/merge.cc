@@ -288,12 +288,21 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
              it->second, source.path);
     }
   }
-  if (runs.size() > 1 && !options.allow_different_runs) {
-    auto it = runs.begin();
+  // A run that another run of the inputs started (MPI_Comm_spawn: "spawned_by" in its configuration, set by
+  // the agent) belongs with it: one job, several worlds, each a run of its own in the output.
+  std::vector<std::string> independent;
+  for (const auto& [uuid, merged] : runs) {
+    const auto config = nlohmann::json::parse(merged.info.config_json, nullptr, false);
+    const bool spawned = config.is_object() && config.contains("spawned_by") &&
+                         config["spawned_by"].is_string() &&
+                         runs.contains(config["spawned_by"].get<std::string>());
+    if (!spawned) independent.push_back(uuid);
+  }
+  if (independent.size() > 1 && !options.allow_different_runs) {
     fail(
         "the inputs belong to {} different runs ({}, {}, ...); pass --allow-different-runs to merge them "
         "anyway",
-        runs.size(), it->first, std::next(it)->first);
+        independent.size(), independent[0], independent[1]);
   }
 
   detail::AtomicOutput out(output, options.overwrite, /*create_empty=*/false);

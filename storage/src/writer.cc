@@ -64,10 +64,16 @@ struct TraceWriter::Impl {
   // writer refuses further writes: its ids and tiles no longer match the file. Everything committed
   // before stays valid.
   std::string failure;
+  std::int64_t rolled_back_calls = 0;  // appended in the transaction the failure rolled back
 
   void poison(const Error& error) {
-    if (in_transaction) sqlite3_exec(db.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+    if (in_transaction) {
+      sqlite3_exec(db.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+      rolled_back_calls += rows_in_transaction;
+      calls_written -= rows_in_transaction;
+    }
     in_transaction = false;
+    rows_in_transaction = 0;
     tiles = detail::TileAccumulator{};
     failure = error.what();
   }
@@ -511,6 +517,48 @@ void TraceWriter::finish() {
     sqlite3_exec(w.db.handle(), "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
   w.db.close();
   w.finished = true;
+}
+
+void TraceWriter::closeAfterFailure(std::int64_t run_id, std::int64_t rank_id,
+                                    const std::vector<std::pair<std::string, std::int64_t>>& drops,
+                                    const std::string& config_json, std::int64_t end_ns) {
+  Impl& w = *impl_;
+  if (w.finished) return;
+  if (w.failure.empty()) {
+    for (const auto& [kind, count] : drops) addDrops(rank_id, kind, count);
+    setRunConfig(run_id, config_json);
+    finish(end_ns);
+    return;
+  }
+  // Closed whatever happens below: nothing else may be written after a failure.
+  struct Close {
+    Impl& w;
+    ~Close() {
+      w.release();
+      w.db.close();
+      w.finished = true;
+    }
+  } close{w};
+  sql::Transaction transaction(w.db);
+  for (const auto& [kind, count] : drops) {
+    if (count == 0) continue;
+    w.upsert_drop.bind(1, rank_id);
+    w.upsert_drop.bind(2, kind);
+    w.upsert_drop.bind(3, count);
+    w.upsert_drop.run();
+  }
+  sql::Statement config(w.db, "UPDATE runs SET config_json = ? WHERE id = ?");
+  config.bind(1, config_json.empty() ? std::string("{}") : config_json);
+  config.bind(2, run_id);
+  config.run();
+  sql::Statement end(w.db, "UPDATE runs SET end_ns = ? WHERE end_ns IS NULL");
+  end.bind(1, end_ns);
+  end.run();
+  transaction.commit();
+}
+
+std::int64_t TraceWriter::callsRolledBack() const {
+  return impl_->rolled_back_calls;
 }
 
 const std::string& TraceWriter::path() const {

@@ -20,12 +20,15 @@
  *              with a non-commutative one (2x2 matrix products, in rank order), MPI_IN_PLACE, zero counts,
  *              MPI_COMM_SELF, a size-1 communicator (blocking and nonblocking), max and int sums
  *   fork       fork() and system(): a child that computes and exits, the parent reduces on
+ *   spawn      MPI_Comm_spawn of one more process of this program (--spawned), a world of its own: it sums
+ *              over itself and broadcasts the result to the parents
  *
  * Inputs are small integers, so every sum is exact in any order: a strategy that replaces a sum
  * (apply mode) gives the library's bits. Each rank prints its results as "r<rank> <line> <case> ..."
  * lines (sorted by the checker: ranks write concurrently), the thread level before and after, and, last,
  * how many calls of each intercepted API it made, and how many of them on MPI_COMM_WORLD ("r0 9999 calls
- * MPI_Allreduce=12 ... world=9"), which the checker compares with the trace. Exit status 0, or 1 after "adversarial: ..." on stderr. */
+ * MPI_Allreduce=12 ... world=9"), which the checker compares with the trace. Exit status 0, or 1 after
+ * "adversarial: ..." on stderr. */
 
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -467,11 +470,44 @@ static void caseFork(void) {
   sumFloats(MPI_COMM_WORLD, 512, 31, "fork after");
 }
 
+/* ---- spawn --------------------------------------------------------------------------------------------- */
+
+/* One process of this program started with MPI_Comm_spawn: a world of its own (a run of its own in the
+ * trace), which sums over itself and broadcasts the result to the parents. */
+static int spawnedChild(void) {
+  MPI_Comm parent;
+  MPI_Comm_get_parent(&parent);
+  float in[8], out[8];
+  fillFloats(in, 8, 40);
+  ok(MPI_Allreduce(in, out, 8, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "child allreduce");
+  ok(MPI_Bcast(out, 8, MPI_FLOAT, g_rank == 0 ? MPI_ROOT : MPI_PROC_NULL, parent), "child bcast");
+  MPI_Comm_disconnect(&parent);
+  MPI_Finalize();
+  return g_failed;
+}
+
+static void caseSpawn(const char* program) {
+  MPI_Comm children;
+  char* arguments[] = {"--spawned", NULL};
+  int code = MPI_SUCCESS;
+  ok(MPI_Comm_spawn(program, arguments, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &children, &code), "spawn");
+  float values[8];
+  ok(MPI_Bcast(values, 8, MPI_FLOAT, 0, children), "bcast from the child");
+  counted(kBcast, children);
+  printFloats("spawn child-sum", values, 8);
+  MPI_Comm_disconnect(&children);
+}
+
 /* ---- main ---------------------------------------------------------------------------------------------- */
 
 int main(int argc, char** argv) {
   int required = MPI_THREAD_MULTIPLE;
   for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--spawned") == 0) {
+      MPI_Init(&argc, &argv);
+      MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+      return spawnedChild();
+    }
     if (strcmp(argv[i], "--level") == 0 && i + 1 < argc) {
       const char* level = argv[++i];
       required = strcmp(level, "single") == 0       ? MPI_THREAD_SINGLE
@@ -495,6 +531,7 @@ int main(int argc, char** argv) {
   caseFailing();
   caseTypes();
   caseFork();
+  caseSpawn(argv[0]);
   printLevel("after");
   printf("r%d 9999 calls", g_rank);
   for (int i = 0; i < kApis; ++i) printf(" %s=%d", kApiNames[i], g_calls[i]);

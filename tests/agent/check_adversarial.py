@@ -17,7 +17,8 @@ sum/mpi.ring. Each run must
   - print the plain run's output, byte for byte (its lines sorted: ranks write concurrently), which
     includes the thread level MPI reports before and after and every result;
   - leave a trace whose calls per rank and API are the ones the job says it made (its last line), with
-    nothing lost ("Dropped events": none of the kinds that lose calls), readable by gradscope report;
+    nothing lost ("Dropped events": none of the kinds that lose calls), readable by gradscope report; the
+    C job's spawned process (MPI_Comm_spawn) in a run of its own that names the job's run;
   - count, in explore and apply, the all-reduces left untouched (runs.config_json agent.shadow.untouched):
     on intercommunicators, with invalid arguments, and at MPI_THREAD_MULTIPLE on MPI_COMM_SELF (not
     prepared: the job never creates it), as many as the job made;
@@ -30,6 +31,7 @@ import json
 import os
 import sqlite3
 import sys
+import uuid
 from collections import Counter, defaultdict
 
 import check_agent as ca
@@ -90,10 +92,28 @@ def expected_calls(out):
 
 def check_trace(args, merged, kind, mode, expected, label):
     db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+    runs = [(run_id, uuid, json.loads(config)) for run_id, uuid, config in
+            db.execute("SELECT id, uuid, config_json FROM runs ORDER BY id")]
+    main = [run for run in runs if "spawned_by" not in run[2]]
+    spawned = [run for run in runs if "spawned_by" in run[2]]
+    if not check(len(main) == 1, f"{label}: {len(main)} runs besides the spawned ones, expected 1"):
+        return
+    run_id, uuid, config = main[0]
+    if kind == "c":
+        # The C job spawns one process, a run of its own that says which run started it.
+        check([run[2]["spawned_by"] for run in spawned] == [uuid],
+              f"{label}: spawned runs {[(run[1], run[2].get('spawned_by')) for run in spawned]}, expected one "
+              f"spawned by {uuid}")
+        for spawned_id, _, _ in spawned:
+            calls = dict(db.execute("SELECT api, count(*) FROM call_view WHERE run_id = ? GROUP BY api",
+                                    (spawned_id,)))
+            check(calls == {"MPI_Allreduce": 1, "MPI_Bcast": 1}, f"{label}: the spawned process recorded {calls}")
     counts = defaultdict(Counter)
-    for rank, api, n in db.execute("SELECT rank, api, count(*) FROM call_view GROUP BY rank, api"):
+    for rank, api, n in db.execute("SELECT rank, api, count(*) FROM call_view WHERE run_id = ? GROUP BY rank, api",
+                                   (run_id,)):
         counts[rank][api] = n
-    on_world = dict(db.execute("SELECT rank, count(*) FROM call_view WHERE comm = 'world' GROUP BY rank"))
+    on_world = dict(db.execute("SELECT rank, count(*) FROM call_view WHERE run_id = ? AND comm = 'world' "
+                               "GROUP BY rank", (run_id,)))
     check(sorted(counts) == list(range(args.np)), f"{label}: calls from ranks {sorted(counts)}")
     for rank in range(args.np):
         want = Counter(expected.get(rank, Counter()))
@@ -105,9 +125,7 @@ def check_trace(args, merged, kind, mode, expected, label):
               f"{label}: rank {rank} recorded {on_world.get(rank, 0)} calls on 'world', the job made {world}")
     drops = db.execute("SELECT kind, sum(count) FROM drops GROUP BY kind").fetchall()
     check(not [kind for kind, _ in drops if kind in LOSES_CALLS], f"{label}: calls lost: {drops}")
-    runs = db.execute("SELECT config_json FROM runs").fetchall()
-    check(len(runs) == 1, f"{label}: {len(runs)} runs in the trace")
-    agent_ranks = json.loads(runs[0][0]).get("agent_ranks", []) if runs else []
+    agent_ranks = config.get("agent_ranks", [])
     check(len(agent_ranks) == args.np, f"{label}: agent statistics of {len(agent_ranks)} ranks")
     if mode != "observe":
         for entry in agent_ranks:
@@ -117,7 +135,7 @@ def check_trace(args, merged, kind, mode, expected, label):
                   f"expected {want}")
     if mode.startswith("apply-"):
         applied = db.execute("SELECT count(*) FROM applied_calls a JOIN call_view c ON c.id = a.call_id "
-                             "WHERE c.comm = 'world'").fetchone()[0]
+                             "WHERE c.comm = 'world' AND c.run_id = ?", (run_id,)).fetchone()[0]
         check(applied > 0, f"{label}: no call on MPI_COMM_WORLD was replaced")
     db.close()
     code, report, err = ca.run([args.gradscope, "report", merged], ca.base_environment(), args.workdir)
@@ -129,8 +147,11 @@ def check_trace(args, merged, kind, mode, expected, label):
 def run_mode(args, kind, job, mode, plain_code, plain_out):
     label = f"{kind} np={args.np}{' ' + args.level if kind == 'c' else ''} {mode}"
     traces = ca.fresh_directory(os.path.join(args.workdir, f"traces-{mode}"))
-    options = ca.agent_options(args, os.path.join(traces, "rank%r.db"), **mode_variables(args, mode),
-                               **(ca.foreign_process_variables(args) if kind == "python" else {}))
+    # As gradscope run sets them: a run id for every process (the spawned one names it as its origin) and
+    # the pid in the file name (the spawned process is a rank 0 as well).
+    variables = dict(mode_variables(args, mode), GRADSCOPE_RUN_ID=str(uuid.uuid4()),
+                     **(ca.foreign_process_variables(args) if kind == "python" else {}))
+    options = ca.agent_options(args, os.path.join(traces, "rank%r-%p.db"), **variables)
     code, out, err = ca.run(ca.mpiexec(args, args.np, job, options), ca.base_environment(), args.workdir,
                             timeout=TIMEOUT)
     if not check(code == plain_code, f"{label}: exit {code}, the plain run's {plain_code}: {tail(err)}"):

@@ -14,6 +14,9 @@ what the flush interval (GRADSCOPE_FLUSH_INTERVAL, 50 ms by default) allows, and
   check_faults.py TOOLS --workdir DIR launcher-sigterm  SIGTERM to the outermost process of mpiexec + agent,
                                                         gradscope run -- mpiexec, mpiexec gradscope run --
   check_faults.py TOOLS --workdir DIR rank-sigkill      SIGKILL to rank 1: its file keeps what was committed
+  check_faults.py TOOLS --workdir DIR write-error       inserts into the trace fail mid-run: recording stops with
+                                                        one line per rank; written + 'recording_stopped' drops =
+                                                        every call of the job
   check_faults.py TOOLS --workdir DIR elsewhere         the rows of the faults other tests cover (disk full,
                                                         a corrupted recommendation)
 
@@ -327,6 +330,58 @@ def check_outdir_removed(args):
     matrix_row(label, plain_code, code, summary(ranks, np, expected=len(expected)))
 
 
+def check_write_error(args):
+    """Every insert into `calls` fails from ~0.7 s into the job on (a trigger added to each rank's file, as
+    a full or broken store would fail): recording stops with one line per rank, the job runs on untouched,
+    and no call goes missing silently: the calls written plus the 'recording_stopped' drops are every call
+    the job made, and gradscope report says so under "Dropped events"."""
+    label, np, steps = "write-error", 2, 150
+    sample_arguments = ["--steps", str(steps), "--sleep-ms", "15"]  # ~2.5 s
+    plain = sample_job(args, np, sample_arguments)
+    plain_code, plain_out, _ = plain.finish()
+    check(plain_code == 0, f"{label}: plain run exit {plain_code}")
+
+    traces = ca.fresh_directory(os.path.join(args.workdir, "traces"))
+    names = [f"rank{rank}.db" for rank in range(np)]
+    job = sample_job(args, np, sample_arguments, ca.agent_options(args, os.path.join(traces, "rank%r.db")))
+    started = time.monotonic()
+    deadline = started + 30
+    while not all(os.path.exists(os.path.join(traces, name)) for name in names) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(max(0.2, 0.7 - (time.monotonic() - started)))
+    for name in names:
+        try:
+            db = sqlite3.connect(os.path.join(traces, name), timeout=10)
+            db.execute("CREATE TRIGGER IF NOT EXISTS injected_fault BEFORE INSERT ON calls "
+                       "BEGIN SELECT RAISE(ABORT, 'injected write error'); END")
+            db.commit()
+            db.close()
+        except sqlite3.Error as error:
+            check(False, f"{label}: cannot add the failing trigger to {name}: {error}")
+    check(job.process.poll() is None, f"{label}: the job ended before the fault was injected")
+    code, out, err = job.finish()
+    exit_codes_equal(plain_code, code, label, err)
+    check(out == plain_out, f"{label}: stdout differs from the plain run's:\n--- plain\n{plain_out}--- agent\n{out}")
+    lines = ca.gradscope_lines(err)
+    check(len(lines) == np and all("injected write error" in line and "recording stopped" in line for line in lines),
+          f"{label}: 'gradscope:' lines {lines}, expected one per rank naming the error")
+    made = len(ca.expected_calls(steps))
+    ranks = read_rank_files(traces, np, label)
+    kept = []
+    for facts in ranks.values():
+        lost = sum(count for kind, count in facts.drops if kind == "recording_stopped")
+        check(lost > 0, f"{label}: rank {facts.rank}: no 'recording_stopped' drops: {facts.drops}")
+        check(len(facts.calls) + lost == made,
+              f"{label}: rank {facts.rank}: {len(facts.calls)} calls written + {lost} counted lost, the job made {made}")
+        check(facts.end_ns is not None, f"{label}: rank {facts.rank}: runs.end_ns NULL")
+        kept.append(f"rank{facts.rank} {len(facts.calls)} written + {lost} recording_stopped = {made}")
+        code_report, report, report_err = ca.run([GRADSCOPE, "report", facts.path], ca.base_environment(),
+                                                 args.workdir)
+        check(code_report == 0 and "recording_stopped" in report and "calls not recorded" in report,
+              f"{label}: rank {facts.rank}: the report does not account for the lost calls: {tail(report + report_err)}")
+    matrix_row(label, plain_code, code, "; ".join(kept) + "; files valid, the report lists them as dropped")
+
+
 def check_hang(args):
     """3 ranks (not a power of two: the all-reduces take their non-power-of-two paths), rank 1 stops for
     good at the start of step 5 (--hang-at-step); ranks 0 and 2 wait in step 5's first all-reduce. Once
@@ -528,6 +583,7 @@ CASES = {
     "hang": (check_hang, ["agent", "gradscope", "sample"]),
     "launcher-sigterm": (check_launcher_sigterm, ["agent", "gradscope", "sample"]),
     "rank-sigkill": (check_rank_sigkill, ["agent", "gradscope", "sample"]),
+    "write-error": (check_write_error, ["agent", "gradscope", "sample"]),
     "elsewhere": (check_elsewhere, []),
 }
 

@@ -268,6 +268,17 @@ TEST(AgentConfig, RunIdIsSharedByTheRanksOfOneJobAndDiffersBetweenJobs) {
   EXPECT_NE(randomUuid(), randomUuid());
 }
 
+// A job started with MPI_Comm_spawn inherits GRADSCOPE_RUN_ID, but is a world of its own: a run id of its
+// own, the same on all its processes, different for each spawned job and from the parent's.
+TEST(AgentConfig, ASpawnedJobHasARunOfItsOwn) {
+  const std::string first = spawnedRunId("parent", environment({{"PMIX_NAMESPACE", "prterun-vm-1@2"}}));
+  EXPECT_EQ(first, spawnedRunId("parent", environment({{"PMIX_NAMESPACE", "prterun-vm-1@2"}})));
+  EXPECT_NE(first, spawnedRunId("parent", environment({{"PMIX_NAMESPACE", "prterun-vm-1@3"}})));
+  EXPECT_NE(first, spawnedRunId("other", environment({{"PMIX_NAMESPACE", "prterun-vm-1@2"}})));
+  EXPECT_NE(first, "parent");
+  EXPECT_EQ(spawnedRunId("parent", environment({})), "");
+}
+
 CallEvent event(std::int64_t seq) {
   CallEvent e;
   e.seq = seq;

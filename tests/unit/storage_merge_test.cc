@@ -404,6 +404,40 @@ TEST_F(MergeTest, RefusesFilesOfDifferentRunsUnlessAllowed) {
   }
 }
 
+// A job that MPI_Comm_spawn's another: a world of its own, whose ranks are 0, 1, ... again. The agent gives
+// it a run of its own that names the run it came from; merge takes both without --allow-different-runs,
+// each rank in its own run, while an unrelated run is still refused.
+TEST_F(MergeTest, RunsSpawnedByARunOfTheInputsBelongWithIt) {
+  testing::SyntheticJob spawned = job_;
+  spawned.uuid = "00000000-0000-4000-8000-0000000000bb";
+  spawned.ranks = 2;
+  spawned.steps = 4;
+  std::vector<std::string> children = writeJob(dir_, spawned, "spawned");
+  for (const std::string& child : children) {
+    RawDb db(child);
+    db.exec(fmt::format("UPDATE runs SET config_json = '{{\"spawned_by\": \"{}\"}}'", job_.uuid));
+  }
+  std::vector<std::string> all = inputs_;
+  all.insert(all.end(), children.begin(), children.end());
+  const std::string output = dir_.file("merged.db");
+  const MergeSummary summary = mergeTraces(all, output, {});
+  EXPECT_EQ(summary.runs, 2);
+  EXPECT_EQ(summary.ranks, 5);
+  const auto runs = TraceReader::open(output).runs();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_NE(runs[0].config_json.find(job_.uuid) == std::string::npos,
+            runs[1].config_json.find(job_.uuid) == std::string::npos)
+      << "the spawned run keeps its spawned_by";
+
+  testing::SyntheticJob unrelated = job_;
+  unrelated.uuid = "00000000-0000-4000-8000-0000000000cc";
+  const std::vector<std::string> others = writeJob(dir_, unrelated, "unrelated");
+  all.insert(all.end(), others.begin(), others.end());
+  MergeOptions overwrite;
+  overwrite.overwrite = true;
+  EXPECT_GRADSCOPE_ERROR(mergeTraces(all, output, overwrite), "2 different runs", "--allow-different-runs");
+}
+
 TEST_F(MergeTest, RefusesTheSameRankTwice) {
   const std::string copy = dir_.file("copy-of-rank-0.db");
   test::copyFile(inputs_[0], copy);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -384,6 +385,48 @@ TEST(StorageRoundTrip, FinishQuicklyKeepsEverythingAndLeavesOneFile) {
   EXPECT_EQ(reader.runs().at(0).end_ns, 4242);
   EXPECT_EQ(reader.callCount(), static_cast<std::int64_t>(calls.size()));
   EXPECT_EQ(test::fileMode(path), 0600u);
+}
+
+// A failed write rolls back the open transaction and stops the writer (its ids and tiles no longer match
+// the file); closeAfterFailure() still records what that cost (drops, the run's configuration, its end)
+// without touching a call, so the trace never claims nothing was lost.
+TEST(StorageRoundTrip, AfterAFailedWriteTheLossIsStillRecorded) {
+  TempDir dir;
+  const std::string path = dir.file("trace.db");
+  auto calls = testing::manyCalls(16, 0, 1, 3);
+  for (std::size_t i = 0; i < calls.size(); ++i) calls[i].seq = static_cast<std::int64_t>(i);
+  calls.back().seq = 1000;  // the one a trigger refuses, as a full or broken store would
+  std::int64_t run_id = 0;
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    RunInfo run;
+    run.uuid = "failed";
+    run_id = writer.addRun(run);
+    const std::int64_t rank_id = writer.addRank({0, run_id, 0, "host", 1, "cpu", 0});
+    writer.addComm({0, rank_id, "world", Backend::Mpi, 1, 0});
+    writer.appendCalls(std::span(calls).first(10));
+    writer.commit();
+    test::RawDb(path).exec(
+        "CREATE TRIGGER refuse BEFORE INSERT ON calls WHEN NEW.seq >= 1000 BEGIN SELECT RAISE(ABORT, "
+        "'refused'); "
+        "END");
+    writer.appendCalls(std::span(calls).subspan(10, 5));  // not committed
+    EXPECT_EQ(writer.callsRolledBack(), 0);
+    EXPECT_THROW(writer.appendCalls(std::span(calls).last(1)), Error);
+    EXPECT_EQ(writer.callsRolledBack(), 5);
+    EXPECT_GRADSCOPE_ERROR(writer.addDrops(rank_id, "call", 1), "earlier error");
+    writer.closeAfterFailure(run_id, rank_id, {{"recording_stopped", 6}, {"call_rate", 2}},
+                             R"({"agent":{"recording_stopped":"refused"}})", 777);
+  }
+  const TraceReader reader = TraceReader::open(path);
+  EXPECT_EQ(reader.callCount(), 10);
+  const auto runs = reader.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].end_ns, 777);
+  EXPECT_NE(runs[0].config_json.find("refused"), std::string::npos) << runs[0].config_json;
+  std::map<std::string, std::int64_t> drops;
+  for (const auto& drop : reader.drops()) drops[drop.kind] += drop.count;
+  EXPECT_EQ(drops, (std::map<std::string, std::int64_t>{{"call_rate", 2}, {"recording_stopped", 6}}));
 }
 
 // ---------------------------------------------------------------------------------------------------

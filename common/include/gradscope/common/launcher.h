@@ -32,6 +32,13 @@ std::optional<int> worldSizeFromLauncher(const Environment& env);
 // torchrun's run id, Slurm's job and step), else empty (the caller makes a fresh one).
 std::string runIdFromLauncher(const Environment& env);
 
+// The run id of a job a run started with MPI_Comm_spawn: its processes inherit the parent's
+// GRADSCOPE_RUN_ID (`inherited`), but they are a world of their own, whose ranks 0, 1, ... would collide
+// with the parent's. A uuid derived from `inherited` and the spawned job's namespace (PMIX_NAMESPACE, Open
+// MPI's job id): the same on every process of one spawned job, different for every job. Empty when the
+// environment names no job (the caller then makes a fresh one per process).
+std::string spawnedRunId(const std::string& inherited, const Environment& env);
+
 // A random uuid (version 4 format).
 std::string randomUuid();
 

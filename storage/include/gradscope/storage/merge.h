@@ -9,9 +9,11 @@
 namespace gradscope::storage {
 
 struct MergeOptions {
-  bool allow_different_runs = false;  // merge files of different runs (each keeps its own run row)
-  bool overwrite = false;             // replace an existing output file
-  bool detect_steps = true;           // fill calls.step of ranks that have no explicit steps (steps.h)
+  // Merge files of different runs (each keeps its own run row). Runs that a run of the inputs spawned
+  // (MPI_Comm_spawn; "spawned_by" in runs.config_json) are merged with it without this.
+  bool allow_different_runs = false;
+  bool overwrite = false;    // replace an existing output file
+  bool detect_steps = true;  // fill calls.step of ranks that have no explicit steps (steps.h)
 };
 
 struct MergeSummary {

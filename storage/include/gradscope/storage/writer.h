@@ -19,6 +19,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gradscope/storage/records.h"
 
@@ -81,6 +83,17 @@ class TraceWriter {
   // milliseconds (Open MPI does, as soon as another rank has died). The file stays in WAL mode; closing
   // the last connection folds the WAL in. Readers read it like any other trace.
   void finishQuickly(std::int64_t end_ns);
+
+  // After a failed write the writer refuses everything above (its ids and tiles no longer match the
+  // file) and the calls of the open transaction are gone. What the failure cost can still be said, in a
+  // transaction of its own that touches no call: `drops` (kind, count) added to this rank's, the run's
+  // configuration, its end. Then the file is closed. Throws when the file takes none of it (a full disk);
+  // the writer is closed either way. Without an earlier failure it is finish(end_ns) after those writes.
+  void closeAfterFailure(std::int64_t run_id, std::int64_t rank_id,
+                         const std::vector<std::pair<std::string, std::int64_t>>& drops,
+                         const std::string& config_json, std::int64_t end_ns);
+  // The calls the failed write took with it: appended, never committed (0 before a failure).
+  std::int64_t callsRolledBack() const;
 
   const std::string& path() const;
   std::int64_t callCount() const;
