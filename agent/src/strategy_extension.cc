@@ -218,15 +218,18 @@ ExploreResult StrategyExtension::explore(const ShadowCall& call, const BudgetSta
     // 1. Agreement: did every rank capture (and with room for the adaptive references), and does the
     //    budget allow it on every rank? Maxima over ranks, so every rank decides alike.
     //    One all-reduce (max) of seven values: a skipped exploration costs the job one small collective.
-    //    The exploration's predicted cost: a one-off setup where this rank has not paid it yet (the
-    //    engine strategies open an MPI_T session, about 0.2 s with Open MPI 4.1, or split one NCCL
-    //    communicator each), then every strategy's runs at up to twice the job's own call time. That
+    //    The exploration's predicted cost: every strategy's runs at up to twice the job's own call time,
+    //    and, for the engine strategies, a one-off setup where this rank has not paid it yet (they open
+    //    an MPI_T session, about 0.2 s with Open MPI 4.1, or split one NCCL communicator each). That call
     //    time is the smallest over the ranks: the others include waiting for the last rank to arrive,
     //    which the strategies, run right after the job's call has lined the ranks up, do not pay.
     //    Where the job's call time is not known here (a nonblocking MPI call explored before it runs;
-    //    an NCCL call, which returns once enqueued), the last exploration's cost per byte on this
-    //    communicator stands in, the largest over the ranks.
-    const double setup_ns = wantsEngineStrategies() && !engines_prepared_ ? kEngineSetupNs : 0.0;
+    //    an NCCL call, which returns once enqueued), the last exploration's cost per strategy and byte on
+    //    this communicator stands in, the largest over the ranks.
+    //    What fits the budget runs: every strategy, or the plain ones alone while the engines' setup does
+    //    not fit yet (a short job would otherwise learn nothing: 0.2 s is a tenth of a 2 s run).
+    const auto [plain_count, engine_count] = expectedStrategies(state, comm, call.dtype);
+    const double setup_ns = engine_count > 0 && !engines_prepared_ ? kEngineSetupNs : 0.0;
     const double bytes = static_cast<double>(call.count * sizeOf(call.dtype));
     double agreed[7] = {capture.slice == nullptr ? 1.0 : 0.0,
                         capture.comm.gathered == nullptr ? 1.0 : 0.0,
@@ -234,29 +237,32 @@ ExploreResult StrategyExtension::explore(const ShadowCall& call, const BudgetSta
                         -budget.elapsed_ns,
                         -budget.call_ns,
                         setup_ns,
-                        state.cost_per_byte_ns * bytes};
+                        state.cost_per_strategy_byte_ns * bytes};
     maxOverRanks(comm, state, agreed, 7);
     const double no_room = agreed[0], no_gather = agreed[1], spent = agreed[2], elapsed = -agreed[3];
     const double runs = static_cast<double>(settings_.reps + settings_.warmup_reps + 2);
     const double call_ns = -agreed[4];
-    const double predicted =
-        agreed[5] +
-        (call_ns > 0 ? 2.0 * call_ns * runs * static_cast<double>(expectedStrategies(state, comm, call.dtype))
-                     : agreed[6]);
+    const double per_strategy = call_ns > 0 ? 2.0 * call_ns * runs : agreed[6];
+    const double plain_ns = per_strategy * static_cast<double>(plain_count);
+    const double all_ns = plain_ns + agreed[5] + per_strategy * static_cast<double>(engine_count);
+    const double allowed = budget.fraction * elapsed;
+    const bool unlimited = budget.fraction >= 1.0;
     if (no_room != 0) {
       result.skipped = "a rank had no room in its shadow arena";
-    } else if (budget.fraction < 1.0 && spent + predicted > budget.fraction * elapsed) {
+    } else if (!unlimited && spent + (plain_count > 0 ? plain_ns : all_ns) > allowed) {
       result.skipped = fmt::format("over budget ({:.1f}% of the run spent exploring, budget {:.1f}%)",
                                    100.0 * spent / std::max(elapsed, 1.0), 100.0 * budget.fraction);
     } else {
+      const bool with_engines = unlimited || spent + all_ns <= allowed;
       afterJob(call, comm);
-      const bool first = !engines_prepared_;
-      run(state, comm, call, capture, no_gather == 0, result);
+      const bool setup_paid = engines_prepared_ || !with_engines || engine_count == 0;
+      const std::size_t strategies = run(state, comm, call, capture, no_gather == 0, with_engines, result);
       result.explored = true;
       // A first exploration's one-off costs would make the next prediction too large.
-      if (!first && bytes > 0)
-        state.cost_per_byte_ns =
-            std::chrono::duration<double, std::nano>(Clock::now() - started).count() / bytes;
+      if (setup_paid && bytes > 0 && strategies > 0)
+        state.cost_per_strategy_byte_ns =
+            std::chrono::duration<double, std::nano>(Clock::now() - started).count() /
+            (bytes * static_cast<double>(strategies));
     }
   } catch (const std::exception& failure) {
     result.explored = false;
@@ -364,30 +370,14 @@ comm::Communicator& StrategyExtension::duplicateOf(CommState& state, const Shado
   return *state.duplicate;
 }
 
-// Whether the explored set includes an engine strategy (sum/mpi.<algorithm>, sum/nccl.<algo>.<proto>).
-bool StrategyExtension::wantsEngineStrategies() const {
-  if (settings_.strategies.empty()) return true;
-  return std::any_of(settings_.strategies.begin(), settings_.strategies.end(), [](const std::string& name) {
-    return name.starts_with("sum/mpi.") || name.starts_with("sum/nccl.");
-  });
+namespace {
+bool isEngine(const comm::StrategyName& name) {
+  return name.transport == comm::Transport::Engine;
 }
+}  // namespace
 
-// How many strategies an exploration of `dtype` runs: the built set, or before it is built an estimate
-// (the same on every rank: it depends on the configuration only).
-std::size_t StrategyExtension::expectedStrategies(CommState& state, const comm::Communicator& comm,
-                                                  DType dtype) const {
-  if (const auto found = state.explore.find(dtype); found != state.explore.end()) return found->second.size();
-  return settings_.strategies.empty() ? comm::applicableStrategies(comm, dtype).size()
-                                      : settings_.strategies.size();
-}
-
-// The strategies explored for a dtype, built once with agreement: one that cannot be built on some
-// rank is left out on every rank (and said once).
-std::vector<StrategyExtension::Prepared>& StrategyExtension::strategiesFor(CommState& state,
-                                                                           comm::Communicator& comm,
-                                                                           DType dtype) {
-  const auto found = state.explore.find(dtype);
-  if (found != state.explore.end()) return found->second;
+std::pair<std::vector<comm::StrategyName>, std::vector<comm::StrategyName>> StrategyExtension::namesFor(
+    const comm::Communicator& comm, DType dtype) const {
   std::vector<comm::StrategyName> names;
   if (settings_.strategies.empty()) {
     names = comm::applicableStrategies(comm, dtype);
@@ -395,29 +385,62 @@ std::vector<StrategyExtension::Prepared>& StrategyExtension::strategiesFor(CommS
     for (const std::string& text : settings_.strategies)
       names.push_back(*comm::parseStrategyName(text));  // start() kept only names that parse
   }
-  engines_prepared_ = true;  // building them opens MPI_T (once per process) or splits NCCL communicators
-  std::vector<Prepared> prepared;
-  for (const comm::StrategyName& name : names) {
-    std::string local_error;
-    std::unique_ptr<comm::Strategy> strategy;
-    try {
-      strategy = comm::makeStrategy(name, comm, dtype);
-    } catch (const std::exception& failure) {
-      local_error = failure.what();
-    }
-    const double failed = comm.allReduceMax(local_error.empty() ? 0.0 : 1.0);
-    if (failed != 0) {
-      if (!local_error.empty() && settings_.strategies.size() > 0)
-        log(fmt::format("explore: {} left out: {}", name.text(), local_error));
-      continue;
-    }
-    prepared.push_back({name, name.text(), std::move(strategy)});
-  }
-  return state.explore.emplace(dtype, std::move(prepared)).first->second;
+  std::pair<std::vector<comm::StrategyName>, std::vector<comm::StrategyName>> split;
+  for (comm::StrategyName& name : names)
+    (isEngine(name) ? split.second : split.first).push_back(std::move(name));
+  return split;
 }
 
-void StrategyExtension::run(CommState& state, comm::Communicator& comm, const ShadowCall& call,
-                            const Capture& capture, bool adaptive_references, ExploreResult& result) {
+std::pair<std::size_t, std::size_t> StrategyExtension::expectedStrategies(CommState& state,
+                                                                          const comm::Communicator& comm,
+                                                                          DType dtype) const {
+  const auto found = state.explore.find(dtype);
+  if (found != state.explore.end() && found->second.engines_built)
+    return {found->second.plain.size(), found->second.engines.size()};
+  const auto [plain, engines] = namesFor(comm, dtype);
+  return {found != state.explore.end() ? found->second.plain.size() : plain.size(), engines.size()};
+}
+
+std::vector<StrategyExtension::Prepared*> StrategyExtension::strategiesFor(CommState& state,
+                                                                           comm::Communicator& comm,
+                                                                           DType dtype, bool with_engines) {
+  // Built with agreement: one that cannot be built on some rank is left out on every rank (said once).
+  const auto build = [&](const std::vector<comm::StrategyName>& names, std::vector<Prepared>& into) {
+    for (const comm::StrategyName& name : names) {
+      std::string local_error;
+      std::unique_ptr<comm::Strategy> strategy;
+      try {
+        strategy = comm::makeStrategy(name, comm, dtype);
+      } catch (const std::exception& failure) {
+        local_error = failure.what();
+      }
+      const double failed = comm.allReduceMax(local_error.empty() ? 0.0 : 1.0);
+      if (failed != 0) {
+        if (!local_error.empty() && settings_.strategies.size() > 0)
+          log(fmt::format("explore: {} left out: {}", name.text(), local_error));
+        continue;
+      }
+      into.push_back({name, name.text(), std::move(strategy)});
+    }
+  };
+  auto [it, fresh] = state.explore.try_emplace(dtype);
+  CommState::Explored& set = it->second;
+  if (fresh) build(namesFor(comm, dtype).first, set.plain);
+  if (with_engines && !set.engines_built) {
+    engines_prepared_ = true;  // building them opens MPI_T (once per process) or splits NCCL communicators
+    build(namesFor(comm, dtype).second, set.engines);
+    set.engines_built = true;
+  }
+  std::vector<Prepared*> chosen;
+  for (Prepared& entry : set.plain) chosen.push_back(&entry);
+  if (with_engines)
+    for (Prepared& entry : set.engines) chosen.push_back(&entry);
+  return chosen;
+}
+
+std::size_t StrategyExtension::run(CommState& state, comm::Communicator& comm, const ShadowCall& call,
+                                   const Capture& capture, bool adaptive_references, bool with_engines,
+                                   ExploreResult& result) {
   const std::size_t count = call.count;
   const DType dtype = call.dtype;
   const std::size_t bytes = count * sizeOf(dtype);
@@ -458,9 +481,9 @@ void StrategyExtension::run(CommState& state, comm::Communicator& comm, const Sh
 
   // References of the adaptive aggregators: every rank's input, when the arena had room for it.
   std::vector<double> adacons_reference, adasum_reference;
-  std::vector<Prepared>& strategies = strategiesFor(state, comm, dtype);
-  const bool any_adaptive = std::any_of(strategies.begin(), strategies.end(), [](const Prepared& p) {
-    return p.name.aggregator != comm::Aggregator::Sum;
+  const std::vector<Prepared*> strategies = strategiesFor(state, comm, dtype, with_engines);
+  const bool any_adaptive = std::any_of(strategies.begin(), strategies.end(), [](const Prepared* p) {
+    return p->name.aggregator != comm::Aggregator::Sum;
   });
   if (adaptive_references && any_adaptive && dtype == DType::Fp32) {
     std::vector<std::size_t> counts(static_cast<std::size_t>(ranks), count);
@@ -481,7 +504,8 @@ void StrategyExtension::run(CommState& state, comm::Communicator& comm, const Sh
     adasum_reference.assign(out.begin(), out.end());
   }
 
-  for (Prepared& entry : strategies) {
+  for (Prepared* prepared : strategies) {
+    Prepared& entry = *prepared;
     StrategyTiming timing;
     timing.strategy = entry.text;
     timing.reps = settings_.reps;
@@ -538,6 +562,7 @@ void StrategyExtension::run(CommState& state, comm::Communicator& comm, const Sh
     }
     result.timings.push_back(std::move(timing));
   }
+  return strategies.size();
 }
 
 }  // namespace gradscope::agent

@@ -132,25 +132,40 @@ class StrategyExtension : public Extension {
     std::mutex mutex;  // the job orders collectives per communicator; this guards against misuse
     std::unique_ptr<comm::Communicator> duplicate;
     std::string refused_all;  // the duplicate could not be made: why (agreed), and never again
-    std::map<DType, std::vector<Prepared>> explore;
+    // Explore: per dtype, the strategies built so far. The engine strategies (Open MPI's or NCCL's own
+    // algorithms) are built only once an exploration can afford their one-off setup.
+    struct Explored {
+      std::vector<Prepared> plain, engines;
+      bool engines_built = false;
+    };
+    std::map<DType, Explored> explore;
     // Apply: by (dtype, strategy, count). AdaCons keeps momentum per buffer: one instance per count, so
     // that a layer's weights are smoothed with its own history (docs/agent.md, "Apply mode").
     std::map<std::tuple<DType, std::string, std::size_t>, std::unique_ptr<comm::Strategy>> applied;
     std::map<std::pair<DType, std::string>, std::string> refused;  // agreed failures, with the reason
     Capture capture;
-    double cost_per_byte_ns = 0;  // of this rank's last exploration here (predicts the next one)
-    comm::Buffer agreement;       // device memory of the agreements (NCCL)
+    double cost_per_strategy_byte_ns = 0;  // of this rank's last exploration here (predicts the next one)
+    comm::Buffer agreement;                // device memory of the agreements (NCCL)
   };
 
   static void maxOverRanks(comm::Communicator& comm, CommState& state, double* values, std::size_t n);
 
   CommState& stateOf(std::uint32_t index);
   comm::Communicator& duplicateOf(CommState& state, const ShadowCall& call, bool at_creation = false);
-  bool wantsEngineStrategies() const;
-  std::size_t expectedStrategies(CommState& state, const comm::Communicator& comm, DType dtype) const;
-  std::vector<Prepared>& strategiesFor(CommState& state, comm::Communicator& comm, DType dtype);
-  void run(CommState& state, comm::Communicator& comm, const ShadowCall& call, const Capture& capture,
-           bool adaptive_references, ExploreResult& result);
+  // The strategy names explored for a dtype: (plain ones, engine ones).
+  std::pair<std::vector<comm::StrategyName>, std::vector<comm::StrategyName>> namesFor(
+      const comm::Communicator& comm, DType dtype) const;
+  // How many strategies an exploration of `dtype` runs: (plain, engine), of the built set or, before it is
+  // built, of the names (the same on every rank: it depends on the configuration only).
+  std::pair<std::size_t, std::size_t> expectedStrategies(CommState& state, const comm::Communicator& comm,
+                                                         DType dtype) const;
+  // The strategies of an exploration, built once with agreement (one that cannot be built on some rank is
+  // left out on every rank); the engine ones only `with_engines`.
+  std::vector<Prepared*> strategiesFor(CommState& state, comm::Communicator& comm, DType dtype,
+                                       bool with_engines);
+  // Runs the exploration; returns how many strategies it timed.
+  std::size_t run(CommState& state, comm::Communicator& comm, const ShadowCall& call, const Capture& capture,
+                  bool adaptive_references, bool with_engines, ExploreResult& result);
 
   // The one-off cost the budget reserves for the first exploration with engine strategies.
   static constexpr double kEngineSetupNs = 250e6;

@@ -55,6 +55,24 @@ class ModelsTest : public QObject {
     QVERIFY(calls_.size() > 3 * kCallsPageSize);
   }
 
+  // The status bar's account of dropped events (trace_data.h summarizeDrops): "none" means none, calls
+  // that are missing are counted as such, every kind is explained in the tooltip.
+  void dropSummarySaysWhatIsMissing() {
+    const DropSummary none = summarizeDrops({});
+    QCOMPARE(QString::fromStdString(none.text), QStringLiteral("nothing dropped"));
+    QCOMPARE(none.calls_lost, std::int64_t{0});
+    const DropSummary lost =
+        summarizeDrops({{0, "recording_stopped", 1200}, {1, "recording_stopped", 4}, {1, "gpu_timing", 3}});
+    QCOMPARE(QString::fromStdString(lost.text), QStringLiteral("1,204 calls not recorded"));
+    QCOMPARE(lost.events, std::int64_t{1207});
+    QVERIFY(lost.details.find("1,204 × recording_stopped: calls not recorded: recording stopped after an "
+                              "error") != std::string::npos);
+    QVERIFY(lost.details.find("3 × gpu_timing: calls timed on the host") != std::string::npos);
+    const DropSummary detail = summarizeDrops({{0, "gpu_timing", 1}});
+    QCOMPARE(QString::fromStdString(detail.text), QStringLiteral("1 event dropped"));
+    QCOMPARE(detail.calls_lost, std::int64_t{0});
+  }
+
   void callsPagesFollowTheSortOrder_data() {
     QTest::addColumn<int>("column");
     QTest::addColumn<bool>("descending");

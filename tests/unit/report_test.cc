@@ -445,6 +445,79 @@ TEST(Report, ExploreModeSaysWhenTheBudgetLeftCallsUnexplored) {
   EXPECT_EQ(report(observed).find("explore budget"), std::string::npos);
 }
 
+// Explore mode names the sizes of the job's reductions that no exploration measured, most calls first,
+// so that a short run says what it did not learn.
+TEST(Report, ExploreModeListsTheSizesLeftUnexplored) {
+  TempDir dir;
+  const std::string path = dir.file("unexplored.db");
+  writeModeTrace(path, "explore", 2, 3, 4096, [&](TraceWriter& writer, std::int64_t run_id) {
+    measure(writer, run_id, 1, "sum/native", DType::Fp32, 1 << 20, 2e5, 1e-7);  // another size
+  });
+  EXPECT_EQ(section(report(path), "Not explored"),
+            (std::vector<std::string>{
+                "Not explored: 1 size of the job's reductions, most calls first",
+                "  api                        dtype                 size       calls",
+                "  MPI_Allreduce              fp32         4 KiB - 8 KiB           6",
+            }))
+      << report(path);
+  const std::string measured = dir.file("measured.db");
+  writeModeTrace(measured, "explore", 2, 3, 4096, [&](TraceWriter& writer, std::int64_t run_id) {
+    measure(writer, run_id, 1, "sum/native", DType::Fp32, 4096, 2e4, 1e-7);
+  });
+  EXPECT_EQ(report(measured).find("Not explored"), std::string::npos) << report(measured);
+}
+
+// A wire format whose values overflowed has an error that means nothing but that: it says "overflow".
+TEST(Report, AnOverflowedWireSaysOverflow) {
+  TempDir dir;
+  const std::string path = dir.file("overflow.db");
+  writeModeTrace(path, "explore", 1, 3, 4096, [&](TraceWriter& writer, std::int64_t run_id) {
+    measure(writer, run_id, 1, "sum/native", DType::Fp32, 4096, 2e4, 1e-7);
+    storage::Measurement m;
+    m.run_id = run_id;
+    m.call_id = 1;
+    m.strategy = "sum/native/fp16";
+    m.api = Api::MpiAllreduce;
+    m.dtype = DType::Fp32;
+    m.bytes = 4096;
+    m.world = 1;
+    m.reps = 5;
+    m.min_ns = m.median_ns = m.p90_ns = m.max_ns = 1e4;
+    m.rel_l2_error = 1.0;
+    m.overflow_count = 12;
+    writer.addMeasurement(m);
+  });
+  const std::string text = report(path);
+  EXPECT_TRUE(hasLine(text, "    sum/native/fp16                         1    10.0 us     2.00x   overflow"))
+      << text;
+  EXPECT_TRUE(hasLine(text,
+                      "  overflow: values left the wire format's range in some sample (its error is "
+                      "meaningless there)"))
+      << text;
+  EXPECT_EQ(text.find("1.0e+00"), std::string::npos) << text;
+}
+
+// The reductions explore and apply passed through (an intercommunicator's, ...), per reason over ranks.
+TEST(Report, UntouchedReductionsPerReason) {
+  TempDir dir;
+  const std::string path = dir.file("untouched.db");
+  writeModeTrace(path, "apply", 2, 3, 4096, [&](TraceWriter& writer, std::int64_t run_id) {
+    const auto rank = [](int number, int inter) {
+      return nlohmann::json{{"rank", number},
+                            {"shadow", {{"untouched", {{"intercommunicator", inter}, {"not_prepared", 1}}}}}};
+    };
+    writer.setRunConfig(run_id, nlohmann::json{{"agent_ranks", {rank(0, 3), rank(1, 4)}}}.dump());
+  });
+  const auto lines = section(report(path), "Left untouched");
+  ASSERT_EQ(lines.size(), 3u) << report(path);
+  EXPECT_EQ(lines[0], "Left untouched by explore and apply (run as the job issued them, summed over ranks)");
+  EXPECT_TRUE(lines[1].starts_with("  intercommunicator          7  calls on MPI intercommunicators"))
+      << lines[1];
+  EXPECT_TRUE(
+      lines[2].starts_with("  not_prepared               2  calls on communicators the agent did not see"))
+      << lines[2];
+}
+
 TEST(Report, ConsensusSummaryAndItsReading) {
   const auto consensusReport = [](double cosine) {
     TempDir dir;
