@@ -89,7 +89,8 @@ struct ConsensusSample {
 
 struct ExploreResult {
   bool explored = false;
-  std::string skipped;  // why not, when !explored (one line; the same on every rank)
+  bool over_budget = false;  // skipped because the budget would not cover it (agreed)
+  std::string skipped;       // why not, when !explored (one line; the same on every rank)
   std::vector<StrategyTiming> timings;
   std::optional<ConsensusSample> consensus;
 };

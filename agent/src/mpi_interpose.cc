@@ -556,7 +556,8 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
       InternalScope internal;
       record.result = extension(Backend::Mpi)->explore(call, budget);
     }
-    explorePlan().done(slot->index, api, type.dtype, bytes, record.result.explored);
+    explorePlan().done(slot->index, api, type.dtype, bytes, record.result.explored,
+                       record.result.over_budget);
     record.comm = slot->index;
     record.seq = call.seq;
     record.step = step;

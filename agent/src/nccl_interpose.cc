@@ -357,7 +357,8 @@ void exploreNow(const ShadowCall& call, std::int64_t step) {
     // The job's call time is not known on the host (NCCL returns once it is enqueued): 0.
     record.result = extension(Backend::Nccl)->explore(call, budgetNow(0));
   }
-  explorePlan().done(call.comm_index, call.api, call.dtype, bytes, record.result.explored);
+  explorePlan().done(call.comm_index, call.api, call.dtype, bytes, record.result.explored,
+                     record.result.over_budget);
   record.comm = call.comm_index;
   record.seq = call.seq;
   record.step = step;

@@ -111,18 +111,40 @@ bool ExplorePlan::sample(std::uint32_t comm, Api api, DType dtype, ReduceOp op, 
   auto it = keys_.find(key(comm, api, dtype, bytes));
   if (it == keys_.end()) {
     if (keys_.size() >= kMaxKeys) return false;
-    it = keys_.emplace(key(comm, api, dtype, bytes), KeyState{0, settings_.warmup, 0, 1}).first;
+    KeyState fresh;
+    fresh.next = settings_.warmup;
+    it = keys_.emplace(key(comm, api, dtype, bytes), fresh).first;
   }
   KeyState& state = it->second;
   const std::int64_t occurrence = state.occurrences++;
-  return state.explored < settings_.samples && occurrence >= state.next;
+  state.weight += std::max(bytes, kLatencyBytes);
+  state.last_seen = ++calls_[comm];
+  if (state.explored >= settings_.samples || occurrence < state.next) return false;
+  if (state.deferrals < kMaxDeferrals && defers(comm, state)) {
+    ++state.deferrals;
+    return false;
+  }
+  return true;
 }
 
-void ExplorePlan::done(std::uint32_t comm, Api api, DType dtype, std::int64_t bytes, bool explored) {
+bool ExplorePlan::defers(std::uint32_t comm, const KeyState& state) const {
+  const std::int64_t now = calls_.at(comm);
+  for (const auto& [other_key, other] : keys_) {
+    if ((other_key >> 32) != comm || &other == &state) continue;
+    if (other.waiting && other.explored < settings_.samples && now - other.last_seen <= kRecentCalls &&
+        other.weight >= 2 * state.weight)
+      return true;
+  }
+  return false;
+}
+
+void ExplorePlan::done(std::uint32_t comm, Api api, DType dtype, std::int64_t bytes, bool explored,
+                       bool over_budget) {
   const std::lock_guard lock(mutex_);
   const auto it = keys_.find(key(comm, api, dtype, bytes));
   if (it == keys_.end()) return;
   KeyState& state = it->second;
+  state.waiting = !explored && over_budget;
   if (explored) {
     ++state.explored;
     state.backoff = 1;
@@ -260,8 +282,7 @@ void addSpentNs(std::int64_t ns) {
 
 void submitExplore(ExploreRecord record) {
   if (record.result.explored) g_counters.explored.fetch_add(1, std::memory_order_relaxed);
-  else if (record.result.skipped.starts_with("over budget"))
-    g_counters.skipped_budget.fetch_add(1, std::memory_order_relaxed);
+  else if (record.result.over_budget) g_counters.skipped_budget.fetch_add(1, std::memory_order_relaxed);
   else if (g_counters.skipped_other.fetch_add(1, std::memory_order_relaxed) == 0)
     log("explore: an exploration was skipped: {} (said once; the job is not affected)",
         record.result.skipped);

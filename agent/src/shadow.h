@@ -52,8 +52,16 @@ ShadowMode shadowMode(Backend backend);
 // ⌊log2 bytes⌋), the occurrences after `warmup` ones, `samples` of them, each at least `spacing`
 // occurrences apart (so that one size is seen in several steps). An exploration the budget refused
 // is retried after twice the previous back-off (at most 32 occurrences). Only sum all-reduces of fp32, fp64,
-// fp16 and bf16 that fit `max_bytes` (what the shadow arena can hold) are candidates. A pure function of the
-// call sequence.
+// fp16 and bf16 that fit `max_bytes` (what the shadow arena can hold) are candidates.
+//
+// The budget goes to the calls that carry the most time first. A key's weight is the time its calls
+// carried so far, estimated as Σ max(bytes, 4 KiB) (latency bounds small calls near one cost; above that
+// time grows with bytes). While a key at least twice as heavy waits for the budget (its last try was
+// refused for it) and was seen on the communicator in its last 1,024 candidate calls, a lighter key
+// defers its exploration instead of spending the budget the heavier one waits for; at most 64 times,
+// so that a heavy key the budget never fits cannot keep the job from learning anything.
+//
+// A pure function of the call sequence and of the agreed outcomes given to done(): the same on every rank.
 class ExplorePlan {
  public:
   struct Settings {
@@ -67,9 +75,15 @@ class ExplorePlan {
   // Decides for one call (and counts its occurrence).
   bool sample(std::uint32_t comm, Api api, DType dtype, ReduceOp op, std::int64_t bytes);
   // What became of a sampled call: explored, or skipped (agreed: over budget, no room).
-  void done(std::uint32_t comm, Api api, DType dtype, std::int64_t bytes, bool explored);
+  void done(std::uint32_t comm, Api api, DType dtype, std::int64_t bytes, bool explored,
+            bool over_budget = false);
 
   static int bucketOf(std::int64_t bytes);
+
+  // The weight priorities compare, and the deferral rules (see above).
+  static constexpr std::int64_t kLatencyBytes = 4096;
+  static constexpr std::int64_t kRecentCalls = 1024;
+  static constexpr int kMaxDeferrals = 64;
 
  private:
   struct KeyState {
@@ -77,13 +91,20 @@ class ExplorePlan {
     std::int64_t next = 0;  // occurrence index of the next try
     int explored = 0;
     int backoff = 1;
+    std::int64_t weight = 0;     // Σ max(bytes, kLatencyBytes) of its calls
+    std::int64_t last_seen = 0;  // its communicator's candidate-call count at its last call
+    bool waiting = false;        // its last try was refused for the budget
+    int deferrals = 0;           // explorations it deferred to heavier keys
   };
   static std::uint64_t key(std::uint32_t comm, Api api, DType dtype, std::int64_t bytes);
+  // Whether `state` (a key of `comm`) defers to a heavier key waiting for the budget.
+  bool defers(std::uint32_t comm, const KeyState& state) const;
 
   static constexpr std::size_t kMaxKeys = 1 << 14;
   Settings settings_;
   std::mutex mutex_;
   std::unordered_map<std::uint64_t, KeyState> keys_;
+  std::unordered_map<std::uint32_t, std::int64_t> calls_;  // candidate calls per communicator
 };
 
 // An applied call's CallEvent::strategy: its rule's position in the recommendation, from 1 (0 = the

@@ -250,6 +250,7 @@ ExploreResult StrategyExtension::explore(const ShadowCall& call, const BudgetSta
     if (no_room != 0) {
       result.skipped = "a rank had no room in its shadow arena";
     } else if (!unlimited && spent + (plain_count > 0 ? plain_ns : all_ns) > allowed) {
+      result.over_budget = true;
       result.skipped = fmt::format("over budget ({:.1f}% of the run spent exploring, budget {:.1f}%)",
                                    100.0 * spent / std::max(elapsed, 1.0), 100.0 * budget.fraction);
     } else {

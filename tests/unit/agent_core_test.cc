@@ -218,6 +218,52 @@ TEST(ExplorePlan, SpacingAndBackOffAfterARefusal) {
   EXPECT_EQ(tried, (std::vector<int>{0, 3, 6, 7, 9}));
 }
 
+// The budget goes to the calls that carry the most time first: while a key at least twice as heavy
+// waits for the budget, a lighter key defers; once the heavy one is explored (or after 64 deferrals), the
+// light one has its turn.
+TEST(ExplorePlan, LighterKeysDeferToAHeavierOneWaitingForTheBudget) {
+  ExplorePlan plan({.samples = 1, .warmup = 1, .spacing = 1, .max_bytes = 1 << 30});
+  constexpr std::int64_t kLight = 64, kHeavy = 1 << 20;
+  const auto step = [&](bool heavy_fits) {
+    std::string tried;
+    if (plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, kHeavy)) {
+      tried += "H";
+      plan.done(0, Api::MpiAllreduce, DType::Fp32, kHeavy, heavy_fits, !heavy_fits);
+    }
+    if (plan.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, kLight)) {
+      tried += "L";
+      plan.done(0, Api::MpiAllreduce, DType::Fp32, kLight, true);
+    }
+    return tried;
+  };
+  EXPECT_EQ(step(false), "");   // warm-up
+  EXPECT_EQ(step(false), "H");  // the heavy key refused for the budget: the light one defers
+  EXPECT_EQ(step(false), "H");  // retried (back-off 1), refused again; back-off 2 from here
+  EXPECT_EQ(step(false), "");   // the heavy one waits out its back-off; the light one still defers
+  EXPECT_EQ(step(true), "HL");  // the heavy one explored: the light one's turn
+  EXPECT_EQ(step(true), "");
+
+  // A heavy key on another communicator, or one seen no more, holds nothing up.
+  ExplorePlan other({.samples = 1, .warmup = 0, .spacing = 1, .max_bytes = 1 << 30});
+  EXPECT_TRUE(other.sample(1, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, kHeavy));
+  other.done(1, Api::MpiAllreduce, DType::Fp32, kHeavy, false, true);
+  EXPECT_TRUE(other.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, kLight));
+  for (std::int64_t i = 0; i < ExplorePlan::kRecentCalls + 1; ++i)
+    other.sample(1, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 2048);
+  EXPECT_TRUE(other.sample(1, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 64));
+
+  // A heavy key the budget never fits holds a light one up at most kMaxDeferrals times.
+  ExplorePlan stuck({.samples = 1, .warmup = 0, .spacing = 1, .max_bytes = 1 << 30});
+  int deferred = 0;
+  for (int i = 0; i < 200; ++i) {
+    if (stuck.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, kHeavy))
+      stuck.done(0, Api::MpiAllreduce, DType::Fp32, kHeavy, false, true);
+    if (stuck.sample(0, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, kLight)) break;
+    ++deferred;
+  }
+  EXPECT_EQ(deferred, ExplorePlan::kMaxDeferrals);
+}
+
 TEST(AgentConfig, BothStepMarkersAreRefused) {
   std::vector<std::string> errors;
   parse({{"GRADSCOPE_STEP_CALLS", "4"}, {"GRADSCOPE_STEP_NVTX", "step"}}, errors);
