@@ -91,9 +91,11 @@ std::string loadRecommendationFile(Backend backend, int world_size) {
 
 // ---- ExplorePlan ------------------------------------------------------------------------------------
 
-// Occurrences between tries of a key the budget refused, at most: a refusal costs one small
-// all-reduce, and a job's later steps must still get their turn once the run has grown.
-constexpr int kMaxBackoff = 32;
+// Occurrences between tries of a key the budget refused, at most: a refusal costs one small all-reduce
+// (tens of µs: at 32, osu_allreduce spent its whole budget on refusals of sub-µs calls), and a job's
+// later steps must still get their turn once the run has grown (doubling finds the budget within twice
+// the time it took to accrue).
+constexpr int kMaxBackoff = 1024;
 
 int ExplorePlan::bucketOf(std::int64_t bytes) {
   return bytes <= 0 ? -1 : static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes))) - 1;

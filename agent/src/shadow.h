@@ -51,8 +51,8 @@ ShadowMode shadowMode(Backend backend);
 // Which calls explore mode times strategies on: per communicator and key (api, dtype, size bucket =
 // ⌊log2 bytes⌋), the occurrences after `warmup` ones, `samples` of them, each at least `spacing`
 // occurrences apart (so that one size is seen in several steps). An exploration the budget refused
-// is retried after twice the previous back-off (at most 32 occurrences). Only sum all-reduces of fp32, fp64,
-// fp16 and bf16 that fit `max_bytes` (what the shadow arena can hold) are candidates.
+// is retried after twice the previous back-off (at most 1,024 occurrences). Only sum all-reduces of fp32,
+// fp64, fp16 and bf16 that fit `max_bytes` (what the shadow arena can hold) are candidates.
 //
 // The budget goes to the calls that carry the most time first. A key's weight is the time its calls
 // carried so far, estimated as Σ max(bytes, 4 KiB) (latency bounds small calls near one cost; above that

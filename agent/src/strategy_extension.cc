@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -222,7 +223,9 @@ ExploreResult StrategyExtension::explore(const ShadowCall& call, const BudgetSta
     //    and, for the engine strategies, a one-off setup where this rank has not paid it yet (they open
     //    an MPI_T session, about 0.2 s with Open MPI 4.1, or split one NCCL communicator each). That call
     //    time is the smallest over the ranks: the others include waiting for the last rank to arrive,
-    //    which the strategies, run right after the job's call has lined the ranks up, do not pay.
+    //    which the strategies, run right after the job's call has lined the ranks up, do not pay; and on
+    //    each rank the quickest of the calls of this size its explorations saw (a retry after a refusal
+    //    sees another), since one call may have waited for much more.
     //    Where the job's call time is not known here (a nonblocking MPI call explored before it runs;
     //    an NCCL call, which returns once enqueued), the last exploration's cost per strategy and byte on
     //    this communicator stands in, the largest over the ranks.
@@ -230,40 +233,64 @@ ExploreResult StrategyExtension::explore(const ShadowCall& call, const BudgetSta
     //    not fit yet (a short job would otherwise learn nothing: 0.2 s is a tenth of a 2 s run).
     const auto [plain_count, engine_count] = expectedStrategies(state, comm, call.dtype);
     const double setup_ns = engine_count > 0 && !engines_prepared_ ? kEngineSetupNs : 0.0;
-    const double bytes = static_cast<double>(call.count * sizeOf(call.dtype));
+    const std::size_t byte_count = call.count * sizeOf(call.dtype);
+    const double bytes = static_cast<double>(byte_count);
+    double& quickest = state.quickest_call_ns[{call.dtype, static_cast<int>(std::bit_width(byte_count))}];
+    if (budget.call_ns > 0) quickest = quickest > 0 ? std::min(quickest, budget.call_ns) : budget.call_ns;
     double agreed[7] = {capture.slice == nullptr ? 1.0 : 0.0,
                         capture.comm.gathered == nullptr ? 1.0 : 0.0,
                         budget.spent_ns,
                         -budget.elapsed_ns,
-                        -budget.call_ns,
+                        budget.call_ns > 0 ? -quickest : 0.0,
                         setup_ns,
                         state.cost_per_strategy_byte_ns * bytes};
     maxOverRanks(comm, state, agreed, 7);
     const double no_room = agreed[0], no_gather = agreed[1], spent = agreed[2], elapsed = -agreed[3];
-    const double runs = static_cast<double>(settings_.reps + settings_.warmup_reps + 2);
+    // Per strategy, a run costs up to twice the job's call; an exploration runs each strategy reps +
+    // warm-up + 2 times (the reference check and the run that is checked).
+    const double full_runs = static_cast<double>(settings_.reps + settings_.warmup_reps + 2);
     const double call_ns = -agreed[4];
-    const double per_strategy = call_ns > 0 ? 2.0 * call_ns * runs : agreed[6];
-    const double plain_ns = per_strategy * static_cast<double>(plain_count);
-    const double all_ns = plain_ns + agreed[5] + per_strategy * static_cast<double>(engine_count);
+    const double run_ns = call_ns > 0 ? 2.0 * call_ns : agreed[6] / full_runs;
+    const auto cost = [&](int reps, int warmups, std::size_t strategies) {
+      return run_ns * static_cast<double>(reps + warmups + 2) * static_cast<double>(strategies);
+    };
     const double allowed = budget.fraction * elapsed;
     const bool unlimited = budget.fraction >= 1.0;
+    const double room = allowed - spent;
+    // What fits: every strategy with the configured repetitions; else the plain ones alone (the
+    // engines' setup not yet affordable); else the plain ones with fewer repetitions, down to
+    // kMinReps and one warm-up run, so that a short job learns its sizes less precisely rather than
+    // not at all (the measurements say how many repetitions they had).
+    int reps = settings_.reps;
+    int warmups = settings_.warmup_reps;
+    bool with_engines = unlimited || cost(reps, warmups, plain_count + engine_count) + agreed[5] <= room;
+    if (!with_engines && plain_count == 0) reps = 0;  // nothing runs without the engines
+    if (!unlimited && !with_engines && reps > 0 && cost(reps, warmups, plain_count) > room) {
+      warmups = std::min(warmups, 1);
+      const double per_rep = cost(1, 0, plain_count) - cost(0, 0, plain_count);
+      const double affordable =
+          per_rep > 0 ? std::floor((room - cost(0, warmups, plain_count)) / per_rep) : 0;
+      reps = std::min(settings_.reps, static_cast<int>(std::max(0.0, affordable)));
+      if (reps < std::min(kMinReps, settings_.reps)) reps = 0;
+    }
     if (no_room != 0) {
       result.skipped = "a rank had no room in its shadow arena";
-    } else if (!unlimited && spent + (plain_count > 0 ? plain_ns : all_ns) > allowed) {
+    } else if (reps == 0) {
       result.over_budget = true;
       result.skipped = fmt::format("over budget ({:.1f}% of the run spent exploring, budget {:.1f}%)",
                                    100.0 * spent / std::max(elapsed, 1.0), 100.0 * budget.fraction);
     } else {
-      const bool with_engines = unlimited || spent + all_ns <= allowed;
       afterJob(call, comm);
       const bool setup_paid = engines_prepared_ || !with_engines || engine_count == 0;
-      const std::size_t strategies = run(state, comm, call, capture, no_gather == 0, with_engines, result);
+      const std::size_t strategies =
+          run(state, comm, call, capture, no_gather == 0, with_engines, reps, warmups, result);
       result.explored = true;
       // A first exploration's one-off costs would make the next prediction too large.
+      const double runs_made = static_cast<double>(reps + warmups + 2);
       if (setup_paid && bytes > 0 && strategies > 0)
         state.cost_per_strategy_byte_ns =
             std::chrono::duration<double, std::nano>(Clock::now() - started).count() /
-            (bytes * static_cast<double>(strategies));
+            (bytes * static_cast<double>(strategies)) * full_runs / runs_made;
     }
   } catch (const std::exception& failure) {
     result.explored = false;
@@ -441,7 +468,7 @@ std::vector<StrategyExtension::Prepared*> StrategyExtension::strategiesFor(CommS
 
 std::size_t StrategyExtension::run(CommState& state, comm::Communicator& comm, const ShadowCall& call,
                                    const Capture& capture, bool adaptive_references, bool with_engines,
-                                   ExploreResult& result) {
+                                   int reps, int warmup_reps, ExploreResult& result) {
   const std::size_t count = call.count;
   const DType dtype = call.dtype;
   const std::size_t bytes = count * sizeOf(dtype);
@@ -509,7 +536,7 @@ std::size_t StrategyExtension::run(CommState& state, comm::Communicator& comm, c
     Prepared& entry = *prepared;
     StrategyTiming timing;
     timing.strategy = entry.text;
-    timing.reps = settings_.reps;
+    timing.reps = reps;
     // AdaCons' momentum belongs to the job's buffers, not to explored ones: a fresh instance each time.
     std::unique_ptr<comm::Strategy> fresh;
     if (entry.name.aggregator == comm::Aggregator::AdaCons)
@@ -540,12 +567,12 @@ std::size_t StrategyExtension::run(CommState& state, comm::Communicator& comm, c
     }
     timing.overflow_count += static_cast<std::int64_t>(stats->wire.overflow + stats->wire.nan);
 
-    for (int i = 0; i < settings_.warmup_reps; ++i) strategy.run(mem.input, mem.result, count);
+    for (int i = 0; i < warmup_reps; ++i) strategy.run(mem.input, mem.result, count);
     // OSU's loop: ranks meet at a barrier, then each repetition is timed on its own, to its completion
     // (NCCL: the communicator's stream synchronised).
     std::vector<double> times;
-    times.reserve(static_cast<std::size_t>(settings_.reps));
-    for (int i = 0; i < settings_.reps; ++i) {
+    times.reserve(static_cast<std::size_t>(reps));
+    for (int i = 0; i < reps; ++i) {
       comm.barrier();
       const auto start = Clock::now();
       strategy.run(mem.input, mem.result, count);

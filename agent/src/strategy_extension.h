@@ -145,7 +145,10 @@ class StrategyExtension : public Extension {
     std::map<std::pair<DType, std::string>, std::string> refused;  // agreed failures, with the reason
     Capture capture;
     double cost_per_strategy_byte_ns = 0;  // of this rank's last exploration here (predicts the next one)
-    comm::Buffer agreement;                // device memory of the agreements (NCCL)
+    // The job's quickest call seen at this communicator's explorations, per (dtype, ⌊log2 bytes⌋): one
+    // call's time is noisy (a call that waited for a late rank), the quickest of several is not.
+    std::map<std::pair<DType, int>, double> quickest_call_ns;
+    comm::Buffer agreement;  // device memory of the agreements (NCCL)
   };
 
   static void maxOverRanks(comm::Communicator& comm, CommState& state, double* values, std::size_t n);
@@ -163,12 +166,16 @@ class StrategyExtension : public Extension {
   // left out on every rank); the engine ones only `with_engines`.
   std::vector<Prepared*> strategiesFor(CommState& state, comm::Communicator& comm, DType dtype,
                                        bool with_engines);
-  // Runs the exploration; returns how many strategies it timed.
+  // Runs the exploration, each strategy timed `reps` times after `warmup_reps` untimed runs; returns how
+  // many strategies it timed.
   std::size_t run(CommState& state, comm::Communicator& comm, const ShadowCall& call, const Capture& capture,
-                  bool adaptive_references, bool with_engines, ExploreResult& result);
+                  bool adaptive_references, bool with_engines, int reps, int warmup_reps,
+                  ExploreResult& result);
 
   // The one-off cost the budget reserves for the first exploration with engine strategies.
   static constexpr double kEngineSetupNs = 250e6;
+  // Fewest timed repetitions an exploration squeezed into the budget runs (a median of 3).
+  static constexpr int kMinReps = 3;
 
   void (*log_)(const char*);
   ExploreSettings settings_;

@@ -341,9 +341,10 @@ void writeUntouched(const std::vector<AgentStats>& stats, std::ostream& out) {
 }
 
 // Explore mode: the sizes of the job's explorable reductions (sums of fp32, fp64, fp16 and bf16 on the
-// all-reduces explore covers) that no exploration measured, most calls first, so that a short run says
-// what it did not learn.
+// all-reduces explore covers) that no exploration measured, the most time first (the time of all the
+// calls of that API and size: `sizes`), so that a short run says what it did not learn.
 void writeUnexplored(const storage::TraceReader::ReductionCounts& reductions,
+                     const std::vector<storage::SizeBucket>& sizes,
                      const std::vector<storage::Measurement>& explored, std::ostream& out) {
   using Bucket = std::tuple<Api, DType, int>;
   std::set<Bucket> measured;
@@ -359,18 +360,27 @@ void writeUnexplored(const storage::TraceReader::ReductionCounts& reductions,
     if (!measured.contains(bucket)) missing[bucket] += size.calls;
   }
   if (missing.empty()) return;
-  std::vector<std::pair<Bucket, std::int64_t>> rows(missing.begin(), missing.end());
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const auto& a, const auto& b) { return a.second > b.second; });
-  out << fmt::format("\nNot explored: {} size{} of the job's reductions, most calls first\n", rows.size(),
+  std::map<std::pair<Api, int>, std::int64_t> time_ns;
+  for (const storage::SizeBucket& size : sizes) time_ns[{size.api, size.log2_bytes}] += size.total_ns;
+  struct Row {
+    Bucket bucket;
+    std::int64_t calls, ns;
+  };
+  std::vector<Row> rows;
+  for (const auto& [bucket, calls] : missing)
+    rows.push_back({bucket, calls, time_ns[{std::get<0>(bucket), std::get<2>(bucket)}]});
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::tie(a.ns, a.calls) > std::tie(b.ns, b.calls);
+  });
+  out << fmt::format("\nNot explored: {} size{} of the job's reductions, most time first\n", rows.size(),
                      rows.size() == 1 ? "" : "s");
-  out << fmt::format("  {:<26} {:<6} {:>19} {:>11}\n", "api", "dtype", "size", "calls");
+  out << fmt::format("  {:<26} {:<6} {:>19} {:>11} {:>10}\n", "api", "dtype", "size", "calls", "time");
   constexpr std::size_t kListed = 10;
   for (std::size_t i = 0; i < rows.size() && i < kListed; ++i) {
-    const auto& [bucket, calls] = rows[i];
-    const auto& [api, dtype, log2_bytes] = bucket;
-    out << fmt::format("  {:<26} {:<6} {:>19} {:>11}\n", name(api), name(dtype), sizeRange(log2_bytes),
-                       formatCount(static_cast<std::uint64_t>(calls)));
+    const auto& [api, dtype, log2_bytes] = rows[i].bucket;
+    out << fmt::format("  {:<26} {:<6} {:>19} {:>11} {:>10}\n", name(api), name(dtype), sizeRange(log2_bytes),
+                       formatCount(static_cast<std::uint64_t>(rows[i].calls)),
+                       formatDuration(static_cast<double>(rows[i].ns)));
   }
   if (rows.size() > kListed) out << fmt::format("  ... {} more\n", rows.size() - kListed);
 }
@@ -565,7 +575,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
   }
   if (explore_mode) {
     writeExploreBudget(agentStats(runs, ranks), !explored.empty(), out);
-    writeUnexplored(reader.reductionCounts(), explored, out);
+    writeUnexplored(reader.reductionCounts(), stats.sizes, explored, out);
   }
   writeConsensus(reader.consensus(), world, out);
   writeApplied(reader.appliedSummary(), apply_mode, out);

@@ -97,10 +97,11 @@ CREATE TABLE recommendations (
   json       TEXT NOT NULL      -- the versioned recommendation file (DESIGN.md)
 );
 
--- Events the agent dropped because its bounded buffers were full.
+-- Events the agent could not record: its bounded buffers were full, or recording stopped after an
+-- error. What each kind means: storage/include/gradscope/storage/drops.h, gradscope report.
 CREATE TABLE drops (
   rank_id INTEGER NOT NULL REFERENCES ranks(id),
-  kind    TEXT NOT NULL,     -- what was dropped: 'call', 'cupti_record', ...
+  kind    TEXT NOT NULL,     -- what was dropped: 'call', 'cupti_record', 'recording_stopped', ...
   count   INTEGER NOT NULL,  -- how many
   PRIMARY KEY (rank_id, kind)
 ) WITHOUT ROWID;

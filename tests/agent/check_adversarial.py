@@ -4,7 +4,8 @@
   check_adversarial.py TOOLS --workdir DIR --np N c [--level LEVEL]   the C job (MPI_Init_thread at LEVEL,
                                                                        multiple by default)
   check_adversarial.py TOOLS --workdir DIR --np N python               the mpi4py job
-  [--modes observe,explore,apply-native,...]                           a subset of the modes (all by default)
+  [--modes observe,explore,apply-native,...]                           a subset of the modes (all by default;
+                                                                       under a sanitizer four of them)
 
 TOOLS: --agent SO --gradscope EXE --mpiexec EXE --adversarial EXE --python /usr/bin/python3
 --adversarial-py PY.
@@ -36,12 +37,17 @@ from collections import Counter, defaultdict
 
 import check_agent as ca
 from check_agent import check, tail
+from sanitizers import sanitizer_runtime
 from stderr_lines import misplaced_agent_lines
 
 TIMEOUT = 180  # seconds per run: a hang fails the test (plain runs take 1-3 s, explore up to a minute)
 
 FAMILIES = ["native", "rs_ag", "reduce_bcast", "hier", "mpi.ring"]
 MODES = ["observe", "explore"] + [f"apply-{family}" for family in FAMILIES]
+# Under a sanitizer (an ASan or TSan agent) each run is several times slower: the agent's paths are
+# covered by observe, explore, and apply with one plain and one engine family (the others differ in
+# the comm library's transports only, which the ci preset covers).
+SANITIZER_MODES = ["observe", "explore", "apply-rs_ag", "apply-mpi.ring"]
 # Calls explore and apply must leave to the library, per job: the all-reduces on the intercommunicator
 # (blocking fp32 and fp64, nonblocking fp32) and the C job's negative count.
 # At MPI_THREAD_MULTIPLE the agent prepares communicators when the job creates them: MPI_COMM_SELF, which
@@ -195,9 +201,12 @@ def main():
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--level", default="multiple", choices=["single", "funneled", "serialized", "multiple"])
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", help=f"comma-separated, of {', '.join(MODES)}; default: all of them, or "
+                        f"{', '.join(SANITIZER_MODES)} under a sanitizer")
     parser.add_argument("job", choices=sorted(CASES))
     args, function = ca.prepare(parser, CASES, "job", "gs-adversarial-")
+    if not args.modes:
+        args.modes = ",".join(SANITIZER_MODES if sanitizer_runtime(args.agent) else MODES)
     try:
         function(args)
     finally:

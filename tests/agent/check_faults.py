@@ -268,6 +268,22 @@ def matrix_row(case, plain_code, agent_code, data):
     print(f"check_faults: MATRIX | {case} | exit without agent {plain_code} | exit with agent {agent_code} | {data}")
 
 
+def start_until_committing(args, np, sample_arguments, traces):
+    """Starts the sample under the agent, writing rank%r.db into a fresh `traces`, and returns once the
+    files exist (they appear at MPI_Init) and ~0.7 s into the job, with a second or more of the job to go:
+    harm done before the agent ever commits, or after the job, tests nothing. Returns (job, file names,
+    start time)."""
+    ca.fresh_directory(traces)
+    names = [f"rank{rank}.db" for rank in range(np)]
+    job = sample_job(args, np, sample_arguments, ca.agent_options(args, os.path.join(traces, "rank%r.db")))
+    started = time.monotonic()
+    deadline = started + 30
+    while not all(os.path.exists(os.path.join(traces, name)) for name in names) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(max(0.2, 0.7 - (time.monotonic() - started)))
+    return job, names, started
+
+
 # ---- cases -------------------------------------------------------------------------------------------------
 
 def check_outdir_removed(args):
@@ -281,16 +297,7 @@ def check_outdir_removed(args):
     check(plain_code == 0, f"{label}: plain run exit {plain_code}")
 
     traces = os.path.join(args.workdir, "traces")
-    ca.fresh_directory(traces)
-    names = [f"rank{rank}.db" for rank in range(np)]
-    job = sample_job(args, np, sample_arguments, ca.agent_options(args, os.path.join(traces, "rank%r.db")))
-    started = time.monotonic()
-    # Removed once the files exist (they appear at MPI_Init) and ~0.7 s into the job, with a second or
-    # more of the job to go: a removal before the agent ever commits, or after the job, tests nothing.
-    deadline = started + 30
-    while not all(os.path.exists(os.path.join(traces, name)) for name in names) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(max(0.2, 0.7 - (time.monotonic() - started)))
+    job, names, started = start_until_committing(args, np, sample_arguments, traces)
     removed_at = time.monotonic() - started
     if check(job.process.poll() is None, f"{label}: the job ended before the directory was removed "
              f"({removed_at:.1f} s); files then: {ca.trace_files(traces)}"):
@@ -341,14 +348,8 @@ def check_write_error(args):
     plain_code, plain_out, _ = plain.finish()
     check(plain_code == 0, f"{label}: plain run exit {plain_code}")
 
-    traces = ca.fresh_directory(os.path.join(args.workdir, "traces"))
-    names = [f"rank{rank}.db" for rank in range(np)]
-    job = sample_job(args, np, sample_arguments, ca.agent_options(args, os.path.join(traces, "rank%r.db")))
-    started = time.monotonic()
-    deadline = started + 30
-    while not all(os.path.exists(os.path.join(traces, name)) for name in names) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(max(0.2, 0.7 - (time.monotonic() - started)))
+    traces = os.path.join(args.workdir, "traces")
+    job, names, started = start_until_committing(args, np, sample_arguments, traces)
     for name in names:
         try:
             db = sqlite3.connect(os.path.join(traces, name), timeout=10)

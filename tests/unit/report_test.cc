@@ -308,7 +308,8 @@ void writeModeTrace(const std::string& path, const std::string& mode, int world,
 
 // Adds a measurement of `strategy` timed on call `call_id` in `median_ns`.
 void measure(TraceWriter& writer, std::int64_t run_id, std::int64_t call_id, const std::string& strategy,
-             DType dtype, std::int64_t bytes, double median_ns, std::optional<double> error) {
+             DType dtype, std::int64_t bytes, double median_ns, std::optional<double> error,
+             std::int64_t overflows = 0) {
   storage::Measurement m;
   m.run_id = run_id;
   m.rank_id = 0;
@@ -321,6 +322,7 @@ void measure(TraceWriter& writer, std::int64_t run_id, std::int64_t call_id, con
   m.reps = 5;
   m.min_ns = m.median_ns = m.p90_ns = m.max_ns = median_ns;
   m.rel_l2_error = error;
+  m.overflow_count = overflows;
   writer.addMeasurement(m);
 }
 
@@ -445,7 +447,7 @@ TEST(Report, ExploreModeSaysWhenTheBudgetLeftCallsUnexplored) {
   EXPECT_EQ(report(observed).find("explore budget"), std::string::npos);
 }
 
-// Explore mode names the sizes of the job's reductions that no exploration measured, most calls first,
+// Explore mode names the sizes of the job's reductions that no exploration measured, the most time first,
 // so that a short run says what it did not learn.
 TEST(Report, ExploreModeListsTheSizesLeftUnexplored) {
   TempDir dir;
@@ -455,9 +457,9 @@ TEST(Report, ExploreModeListsTheSizesLeftUnexplored) {
   });
   EXPECT_EQ(section(report(path), "Not explored"),
             (std::vector<std::string>{
-                "Not explored: 1 size of the job's reductions, most calls first",
-                "  api                        dtype                 size       calls",
-                "  MPI_Allreduce              fp32         4 KiB - 8 KiB           6",
+                "Not explored: 1 size of the job's reductions, most time first",
+                "  api                        dtype                 size       calls       time",
+                "  MPI_Allreduce              fp32         4 KiB - 8 KiB           6    6.00 ms",
             }))
       << report(path);
   const std::string measured = dir.file("measured.db");
@@ -473,19 +475,7 @@ TEST(Report, AnOverflowedWireSaysOverflow) {
   const std::string path = dir.file("overflow.db");
   writeModeTrace(path, "explore", 1, 3, 4096, [&](TraceWriter& writer, std::int64_t run_id) {
     measure(writer, run_id, 1, "sum/native", DType::Fp32, 4096, 2e4, 1e-7);
-    storage::Measurement m;
-    m.run_id = run_id;
-    m.call_id = 1;
-    m.strategy = "sum/native/fp16";
-    m.api = Api::MpiAllreduce;
-    m.dtype = DType::Fp32;
-    m.bytes = 4096;
-    m.world = 1;
-    m.reps = 5;
-    m.min_ns = m.median_ns = m.p90_ns = m.max_ns = 1e4;
-    m.rel_l2_error = 1.0;
-    m.overflow_count = 12;
-    writer.addMeasurement(m);
+    measure(writer, run_id, 1, "sum/native/fp16", DType::Fp32, 4096, 1e4, 1.0, /*overflows=*/12);
   });
   const std::string text = report(path);
   EXPECT_TRUE(hasLine(text, "    sum/native/fp16                         1    10.0 us     2.00x   overflow"))

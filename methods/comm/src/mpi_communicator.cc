@@ -531,7 +531,18 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    nodes_ = countNodes();
+    host_ = hostNode();
+    nodes_ = host_.nodes;
+  }
+  // Takes ownership of `comm`, whose node count is known (a communicator of one node, or of one rank
+  // per node): no collective. Its hierarchy cannot be asked for.
+  MpiCommunicator(MPI_Comm comm, int nodes)
+      : owner_(std::make_shared<CommHandle>(comm)), comm_(comm), nodes_(nodes), local_(makeHostLocalOps()) {
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    host_.nodes = nodes;
+    host_.known = false;
   }
   // What a communicator sharing this one's needs (ForcedAlgorithms).
   std::pair<std::shared_ptr<CommHandle>, int> share() const { return {owner_, nodes_}; }
@@ -546,6 +557,8 @@ class MpiCommunicator final : public Communicator {
       : owner_(std::move(shared)), comm_(*owner_), nodes_(nodes), local_(makeHostLocalOps()) {
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    host_.nodes = nodes;
+    host_.known = false;
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -688,16 +701,25 @@ class MpiCommunicator final : public Communicator {
     return std::make_unique<MpiCommunicator>(part);
   }
 
-  int nodeColor() override {
-    if (sealed_) return sealed_->node_color;
-    if (const std::optional<int> per_node = detail::ranksPerNode()) return rank_ / *per_node;
-    return hostNode().color;
-  }
+  // The node layout does not change over a communicator's life: counted once, when it was made.
+  int nodeColor() override { return layout().color; }
 
+  // Node-local and leaders' communicators made with the node counts known (no counting collective each).
   Hierarchy hierarchy() override {
-    if (!sealed_) return Communicator::hierarchy();
-    if (!sealed_->node) failSealed("hierarchy");
-    return {sealed_->node->sharedCopy(), sealed_->leaders->sharedCopy()};
+    if (sealed_) {
+      if (!sealed_->node) failSealed("hierarchy");
+      return {sealed_->node->sharedCopy(), sealed_->leaders->sharedCopy()};
+    }
+    const NodeLayout nodes = layout();
+    MPI_Comm node = MPI_COMM_NULL, leaders = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, nodes.color, rank_, &node), "MPI_Comm_split");
+    Hierarchy made;
+    made.node = std::make_unique<MpiCommunicator>(node, 1);
+    // Only the node leaders use theirs; the other ranks' communicator just completes the collective split.
+    const bool leader = made.node->rank() == 0;
+    check(MPI_Comm_split(comm_, leader ? 0 : 1, rank_, &leaders), "MPI_Comm_split");
+    made.leaders = std::make_unique<MpiCommunicator>(leaders, leader ? nodes.nodes : nodes.shared_nodes);
+    return made;
   }
 
   // Makes now what the strategies would create on this communicator later (the node colour and the
@@ -708,8 +730,7 @@ class MpiCommunicator final : public Communicator {
   // agent seals a communicator inside the job's own creation call (mpiDuplicateOf).
   void seal() {
     Sealed made;
-    made.node_color = nodeColor();
-    Hierarchy hierarchy = Communicator::hierarchy();
+    Hierarchy hierarchy = MpiCommunicator::hierarchy();
     made.node.reset(static_cast<MpiCommunicator*>(hierarchy.node.release()));
     made.leaders.reset(static_cast<MpiCommunicator*>(hierarchy.leaders.release()));
     sealed_ = std::move(made);
@@ -751,9 +772,25 @@ class MpiCommunicator final : public Communicator {
   static constexpr int kExchangeTag = 0x6774;
 
   struct HostNode {
-    int color = 0;  // index of this rank's node, nodes ordered by their lowest rank
-    int nodes = 1;
+    int color = 0;         // index of this rank's node, nodes ordered by their lowest rank
+    int nodes = 1;         // nodes of the communicator
+    int shared_nodes = 0;  // of them, nodes with more than one of its ranks
+    bool known = true;     // counted (false: a communicator made with its node count only)
   };
+  // Which node is this rank's, by host or, with GRADSCOPE_RANKS_PER_NODE=k, by rank / k.
+  using NodeLayout = HostNode;
+  NodeLayout layout() const {
+    if (const std::optional<int> per_node = detail::ranksPerNode()) {
+      NodeLayout by_rank;
+      by_rank.color = rank_ / *per_node;
+      by_rank.nodes = (size_ + *per_node - 1) / *per_node;
+      by_rank.shared_nodes = size_ / *per_node + (size_ % *per_node > 1 ? 1 : 0);
+      if (*per_node < 2) by_rank.shared_nodes = 0;
+      return by_rank;
+    }
+    if (!host_.known) fail("MPI: this communicator's nodes were not counted (it is a part of a hierarchy)");
+    return host_;
+  }
 
   // Ranks that share memory (MPI_COMM_TYPE_SHARED: one node) get the same color: the number of nodes
   // whose lowest rank is below this node's lowest rank. Collective.
@@ -777,15 +814,16 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> leaders(static_cast<std::size_t>(size_));
     check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm_), "MPI_Allgather");
     std::sort(leaders.begin(), leaders.end());
-    leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
     HostNode result;
+    for (std::size_t i = 0; i < leaders.size(); ++i)
+      if (i > 0 && leaders[i] == leaders[i - 1] && (i < 2 || leaders[i - 2] != leaders[i]))
+        ++result.shared_nodes;
+    leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
     result.color =
         static_cast<int>(std::lower_bound(leaders.begin(), leaders.end(), leader) - leaders.begin());
     result.nodes = static_cast<int>(leaders.size());
     return result;
   }
-
-  int countNodes() const { return hostNode().nodes; }
 
   std::vector<int> rankCounts(std::span<const std::size_t> counts, std::string_view what) const {
     if (counts.size() != static_cast<std::size_t>(size_))
@@ -806,10 +844,9 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<CommHandle> owner_;
   MPI_Comm comm_;
   bool of_world_ = false;
-  // seal(): what was made then, handed out by hierarchy() and nodeColor(); empty in the sealed
-  // communicators handed out.
+  HostNode host_;  // counted when the communicator was made (by host; see layout())
+  // seal(): what was made then, handed out by hierarchy(); empty in the sealed communicators handed out.
   struct Sealed {
-    int node_color = 0;
     std::unique_ptr<MpiCommunicator> node, leaders;
   };
   std::optional<Sealed> sealed_;
