@@ -232,7 +232,8 @@ ExploreResult StrategyExtension::explore(const ShadowCall& call, const BudgetSta
     //    What fits the budget runs: every strategy, or the plain ones alone while the engines' setup does
     //    not fit yet (a short job would otherwise learn nothing: 0.2 s is a tenth of a 2 s run).
     const auto [plain_count, engine_count] = expectedStrategies(state, comm, call.dtype);
-    const double setup_ns = engine_count > 0 && !engines_prepared_ ? kEngineSetupNs : 0.0;
+    const bool setup_paid_before = engines_prepared_.load(std::memory_order_relaxed);
+    const double setup_ns = engine_count > 0 && !setup_paid_before ? kEngineSetupNs : 0.0;
     const std::size_t byte_count = call.count * sizeOf(call.dtype);
     const double bytes = static_cast<double>(byte_count);
     double& quickest = state.quickest_call_ns[{call.dtype, static_cast<int>(std::bit_width(byte_count))}];
@@ -281,7 +282,7 @@ ExploreResult StrategyExtension::explore(const ShadowCall& call, const BudgetSta
                                    100.0 * spent / std::max(elapsed, 1.0), 100.0 * budget.fraction);
     } else {
       afterJob(call, comm);
-      const bool setup_paid = engines_prepared_ || !with_engines || engine_count == 0;
+      const bool setup_paid = setup_paid_before || !with_engines || engine_count == 0;
       const std::size_t strategies =
           run(state, comm, call, capture, no_gather == 0, with_engines, reps, warmups, result);
       result.explored = true;
@@ -455,7 +456,8 @@ std::vector<StrategyExtension::Prepared*> StrategyExtension::strategiesFor(CommS
   CommState::Explored& set = it->second;
   if (fresh) build(namesFor(comm, dtype).first, set.plain);
   if (with_engines && !set.engines_built) {
-    engines_prepared_ = true;  // building them opens MPI_T (once per process) or splits NCCL communicators
+    // Building them opens MPI_T (once per process) or splits NCCL communicators.
+    engines_prepared_.store(true, std::memory_order_relaxed);
     build(namesFor(comm, dtype).second, set.engines);
     set.engines_built = true;
   }

@@ -11,6 +11,7 @@
 // host slice of the same layout that the references and error metrics read. The backend hands both out
 // from arenas of a fixed size reserved before any exploration.
 
+#include <atomic>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -120,7 +121,7 @@ class StrategyExtension : public Extension {
   // The settings start() was given (its strategy names filtered to those that parse).
   const ExploreSettings& settings() const { return settings_; }
   // The engine strategies' one-off setup was paid at start (the budget reserves none for it later).
-  void notePreparedEngines() { engines_prepared_ = true; }
+  void notePreparedEngines() { engines_prepared_.store(true, std::memory_order_relaxed); }
 
  private:
   struct Prepared {
@@ -180,7 +181,9 @@ class StrategyExtension : public Extension {
   void (*log_)(const char*);
   ExploreSettings settings_;
   bool started_ = false;
-  bool engines_prepared_ = false;
+  // Process-wide, read and set by explorations of different communicators on different threads. A hint
+  // for the budget's prediction only (the decision it feeds is agreed over the ranks): relaxed.
+  std::atomic<bool> engines_prepared_{false};
   std::mutex states_mutex_;
   std::unordered_map<std::uint32_t, std::unique_ptr<CommState>> states_;
 };

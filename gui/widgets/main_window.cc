@@ -323,8 +323,9 @@ void MainWindow::updateStatus() {
   for (const storage::RankInfo& rank : info_->ranks) {
     if (std::find(hosts.begin(), hosts.end(), rank.host) == hosts.end()) hosts.push_back(rank.host);
   }
-  status_ranks_->setText(QStringLiteral("%1 ranks on %2 host%3")
+  status_ranks_->setText(QStringLiteral("%1 rank%2 on %3 host%4")
                              .arg(info_->ranks.size())
+                             .arg(info_->ranks.size() == 1 ? QString() : QStringLiteral("s"))
                              .arg(hosts.size())
                              .arg(hosts.size() == 1 ? QString() : QStringLiteral("s")));
   QStringList modes;

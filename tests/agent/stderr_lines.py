@@ -18,5 +18,6 @@ def job_lines(stderr):
 
 
 def misplaced_agent_lines(stderr):
-    """Agent messages that do not start a line of their own (inside the job's line)."""
-    return [line for line in stderr.splitlines() if "gradscope:" in line and not line.startswith("gradscope:")]
+    """Agent messages ("gradscope: ...") that do not start a line of their own (inside the job's line);
+    "gradscope::" (a C++ name in a sanitizer's stack trace) is not one."""
+    return [line for line in stderr.splitlines() if "gradscope: " in line and not line.startswith("gradscope: ")]

@@ -124,6 +124,37 @@ class MainWindowTest : public QObject {
     QVERIFY(window.trace().has_value());
   }
 
+  // The status bar says what the agent could not record: "nothing dropped", or in red how many calls
+  // are missing, with every kind and its meaning in the tooltip.
+  void statusBarAccountsForDroppedEvents() {
+    const auto statusLabel = [](MainWindow& window, const QString& prefix) -> QLabel* {
+      for (QLabel* label : window.statusBar()->findChildren<QLabel*>())
+        if (label->text().contains(prefix)) return label;
+      return nullptr;
+    };
+    MainWindow window;
+    QVERIFY(showTrace(window, trace_));
+    QLabel* none = statusLabel(window, QStringLiteral("nothing dropped"));
+    QVERIFY(none != nullptr);
+    QVERIFY(none->isVisible());
+    QVERIFY(window.statusBar()->findChildren<QLabel*>().size() >= 4);
+
+    const QString lossy = dir_.filePath(QStringLiteral("lossy.db"));
+    QFile::remove(lossy);
+    QVERIFY(QFile::copy(trace_, lossy));
+    gui::testing::exec(lossy.toStdString(),
+                       "INSERT INTO drops (rank_id, kind, count) VALUES (0, 'recording_stopped', 938), "
+                       "(1, 'gpu_timing', 2)");
+    MainWindow other;
+    QVERIFY(showTrace(other, lossy));
+    QLabel* lost = statusLabel(other, QStringLiteral("calls not recorded"));
+    QVERIFY(lost != nullptr);
+    QCOMPARE(lost->text(), QStringLiteral("938 calls not recorded"));
+    QVERIFY(lost->styleSheet().contains(QStringLiteral("#c62828")));
+    QVERIFY(lost->toolTip().contains(QStringLiteral("recording stopped after an error")));
+    QVERIFY(lost->toolTip().contains(QStringLiteral("gpu_timing")));
+  }
+
   void everyViewRendersItsData() {
     MainWindow window;
     QVERIFY(showTrace(window, trace_));
