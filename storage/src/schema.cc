@@ -101,7 +101,7 @@ CREATE TABLE recommendations (
 -- error. What each kind means: storage/include/gradscope/storage/drops.h, gradscope report.
 CREATE TABLE drops (
   rank_id INTEGER NOT NULL REFERENCES ranks(id),
-  kind    TEXT NOT NULL,     -- what was dropped: 'call', 'cupti_record', 'recording_stopped', ...
+  kind    TEXT NOT NULL,     -- what was dropped: 'call', 'cupti_record', ...
   count   INTEGER NOT NULL,  -- how many
   PRIMARY KEY (rank_id, kind)
 ) WITHOUT ROWID;
