@@ -18,7 +18,9 @@ cd "$repo_root"
 
 presets=${GRADSCOPE_TEST_PRESETS:-ci asan tsan fuzz}
 failed=()
+timings=()
 for preset in $presets; do
+  preset_start=$SECONDS
   if [ "$preset" = fuzz ]; then
     # Not a test suite: build the fuzz targets alone and run each briefly; any finding fails the run.
     runtime_dir=$(clang++ -print-runtime-dir 2>/dev/null || true)
@@ -29,9 +31,11 @@ for preset in $presets; do
     status=0
     { scripts/build.sh fuzz && scripts/fuzz.sh; } || status=$?
     [ "$status" -ne 0 ] && failed+=(fuzz)
+    timings+=("fuzz $((SECONDS - preset_start)) s")
     continue
   fi
   scripts/build.sh "$preset"
+  built_at=$SECONDS
   echo "==> running tests (ctest --preset $preset)"
   status=0
   ctest --preset "$preset" "$@" || status=$?
@@ -39,7 +43,10 @@ for preset in $presets; do
     echo "==> $preset: tests failed (ctest exit code $status); log: build/$preset/Testing/Temporary/LastTest.log" >&2
     failed+=("$preset")
   fi
+  timings+=("$preset $((SECONDS - preset_start)) s (build $((built_at - preset_start)) s, tests $((SECONDS - built_at)) s)")
 done
+# Where CI's time goes (README: the whole suite stays under 45 minutes on 2 cores).
+printf '==> time: %s\n' "${timings[@]}" "total $SECONDS s"
 if [ ${#failed[@]} -ne 0 ]; then
   echo "==> FAILED presets: ${failed[*]}" >&2
   exit 1
