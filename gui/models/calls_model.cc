@@ -8,25 +8,28 @@
 #include <fmt/format.h>
 
 #include "gradscope/common/units.h"
+#include "gradscope/storage/call_columns.h"
 #include "models/sql.h"
 
 namespace gradscope::gui {
 
 namespace {
 
-const char* sortKey(CallColumn column) {
+// The expressions storage selects the columns as, so that a key compares as the CallRecord member that
+// sortValue() gives for the keyset (an unknown step -1, no op ReduceOp::None).
+std::string sortKey(CallColumn column) {
   switch (column) {
     case CallColumn::Rank:
-    case CallColumn::Host: return "c.rank_id";
-    case CallColumn::Step: return "coalesce(c.step, -1)";
-    case CallColumn::Api: return "c.api";
-    case CallColumn::Bytes: return "c.bytes";
-    case CallColumn::Start: return "c.start_ns";
+    case CallColumn::Host: return storage::callColumn("rank_id");
+    case CallColumn::Step: return storage::callColumn("step");
+    case CallColumn::Api: return storage::callColumn("api");
+    case CallColumn::Bytes: return storage::callColumn("bytes");
+    case CallColumn::Start: return storage::callColumn("start_ns");
     case CallColumn::Duration: return "(c.end_ns - c.start_ns)";
-    case CallColumn::Seq: return "c.seq";
-    case CallColumn::Dtype: return "c.dtype";
-    case CallColumn::Op: return "coalesce(c.op, 255)";
-    default: return "c.id";
+    case CallColumn::Seq: return storage::callColumn("seq");
+    case CallColumn::Dtype: return storage::callColumn("dtype");
+    case CallColumn::Op: return storage::callColumn("op");
+    default: return storage::callColumn("id");
   }
 }
 
@@ -104,7 +107,7 @@ CallsPage loadCallsPage(const ReadOnlyDatabase& db, const CallsQuery& query,
     page.last = true;
     return page;
   }
-  const char* key = sortKey(query.sort);
+  const std::string key = sortKey(query.sort);
   const char* order = query.descending ? "DESC" : "ASC";
   std::string clause = *where;
   if (after) {
@@ -113,31 +116,15 @@ CallsPage loadCallsPage(const ReadOnlyDatabase& db, const CallsQuery& query,
         fmt::format("{0} ({1} {2} {3} OR ({1} = {3} AND c.id {2} {4}))", clause.empty() ? " WHERE" : " AND",
                     key, query.descending ? "<" : ">", value, after->call.id);
   }
-  ReadOnlyDatabase::Statement statement = db.prepare(fmt::format(
-      "SELECT c.id, c.rank_id, c.comm_id, c.seq, c.step, c.api, c.dtype, c.op, c.count, c.bytes, "
-      "c.enqueue_ns, "
-      "c.start_ns, c.end_ns, a.strategy, g.replay FROM calls c LEFT JOIN applied_calls a ON a.call_id = c.id "
-      "LEFT JOIN gpu_calls g ON g.call_id = c.id{} "
-      "ORDER BY {} {}, c.id {} LIMIT {}",
-      clause, key, order, order, page_size));
+  ReadOnlyDatabase::Statement statement = db.prepare(
+      fmt::format("SELECT {}, a.strategy FROM {} LEFT JOIN applied_calls a ON a.call_id = c.id{} "
+                  "ORDER BY {} {}, c.id {} LIMIT {}",
+                  storage::callColumns(), storage::kCallsFrom, clause, key, order, order, page_size));
+  const int strategy = storage::callColumnCount();
   while (statement.step()) {
     CallRow row;
-    storage::CallRecord& call = row.call;
-    call.id = statement.int64(0);
-    call.rank_id = statement.int64(1);
-    call.comm_id = statement.int64(2);
-    call.seq = statement.int64(3);
-    call.step = statement.isNull(4) ? -1 : statement.int64(4);
-    call.api = static_cast<Api>(statement.int64(5));
-    call.dtype = static_cast<DType>(statement.int64(6));
-    call.op = statement.isNull(7) ? ReduceOp::None : static_cast<ReduceOp>(statement.int64(7));
-    call.count = statement.int64(8);
-    call.bytes = statement.int64(9);
-    call.enqueue_ns = statement.int64(10);
-    call.start_ns = statement.int64(11);
-    call.end_ns = statement.int64(12);
-    if (!statement.isNull(13)) row.strategy = statement.text(13);
-    if (!statement.isNull(14)) call.graph_replay = statement.int64(14);
+    row.call = storage::readCall(statement.handle());
+    if (!statement.isNull(strategy)) row.strategy = statement.text(strategy);
     page.rows.push_back(std::move(row));
   }
   page.last = static_cast<int>(page.rows.size()) < page_size;

@@ -34,6 +34,8 @@ class ReadOnlyDatabase {
     std::int64_t int64(int column) const;
     double real(int column) const;
     std::string text(int column) const;
+    // For decoders of whole rows (storage::readCall).
+    sqlite3_stmt* handle() const { return statement_; }
 
    private:
     sqlite3* db_;

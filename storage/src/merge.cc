@@ -16,6 +16,7 @@
 #include "gradscope/storage/steps.h"
 #include "gradscope/storage/writer.h"
 #include "sqlite.h"
+#include "tables.h"
 
 namespace gradscope::storage {
 namespace {
@@ -65,8 +66,8 @@ struct DetectedSteps {
 // Steps detected (steps.h) for the ranks of `source` whose calls all have step -1, by file-local rank
 // id; `comm_keys` names the file's communicators (file-local id -> key). One read of the file's calls,
 // before they are copied, so that the steps are written with them (an UPDATE pass over the output
-// afterwards measured three times the cost). The read queries only the columns a signature needs: with it
-// detection adds about 25% to a merge, with TraceReader::forEachCall (whole calls, joined with gpu_calls) 45%
+// afterwards measured three times the cost). The read takes the calls table alone: with it detection adds
+// about 25% to a merge, with TraceReader::forEachCall (calls joined with gpu_calls) 45%
 // (BM_MergeDetectSteps).
 std::map<std::int64_t, DetectedSteps> detectMissingSteps(
     const Source& source, const std::map<std::int64_t, std::string>& comm_keys) {
@@ -87,16 +88,15 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
     return next_replay == id;
   };
   constexpr std::int64_t kReplay = INT64_MIN;  // their "communicator" in comm_seq: never reordered
-  sql::Statement query(db,
-                       "SELECT rank_id, coalesce(step, -1) >= 0, comm_id, api, dtype, coalesce(op, 255), "
-                       "count, enqueue_ns, seq, id "
-                       "FROM calls ORDER BY id");
+  sql::Statement query(db, fmt::format("SELECT {} FROM calls ORDER BY id", detail::kCalls.selectList()));
+  CallRecord call;
   while (query.step()) {
-    if (query.int64(0) != current_rank) {
-      current_rank = query.int64(0);
+    detail::kCalls.read(query.handle(), 0, call);
+    if (call.rank_id != current_rank) {
+      current_rank = call.rank_id;
       current = marked.count(current_rank) ? nullptr : &signatures[current_rank];
     }
-    if (query.int32(1) != 0) {
+    if (call.step >= 0) {
       marked.insert(current_rank);
       signatures.erase(current_rank);
       enqueued.erase(current_rank);
@@ -105,13 +105,11 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
     }
     if (current) {
       // Communicator keys, not file-local ids, so that every rank of a communicator agrees.
-      const auto key = comm_keys.find(query.int64(2));
-      current->push_back(callSignature(key == comm_keys.end() ? no_comm : key->second,
-                                       static_cast<Api>(query.int32(3)), static_cast<DType>(query.int32(4)),
-                                       static_cast<ReduceOp>(query.int32(5)), query.int64(6)));
-      enqueued[current_rank].push_back(query.int64(7));
-      comm_seq[current_rank].emplace_back(isReplay(query.int64(9)) ? kReplay : query.int64(2),
-                                          query.int64(8));
+      const auto key = comm_keys.find(call.comm_id);
+      current->push_back(callSignature(key == comm_keys.end() ? no_comm : key->second, call.api, call.dtype,
+                                       call.op, call.count));
+      enqueued[current_rank].push_back(call.enqueue_ns);
+      comm_seq[current_rank].emplace_back(isReplay(call.id) ? kReplay : call.comm_id, call.seq);
     }
   }
   // The pattern is the order in which the rank issued its calls (enqueue time), which is not always the

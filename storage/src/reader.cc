@@ -20,40 +20,24 @@
 
 #include "file_util.h"
 #include "gradscope/common/error.h"
+#include "gradscope/storage/call_columns.h"
 #include "gradscope/storage/schema.h"
 #include "schema_sql.h"
 #include "sqlite.h"
+#include "tables.h"
 
 namespace gradscope::storage {
 namespace {
 
-constexpr std::string_view kCallColumns =
-    "c.id, c.rank_id, c.comm_id, c.seq, coalesce(c.step, -1), c.api, c.dtype, coalesce(c.op, 255), c.count, "
-    "c.bytes, "
-    "c.enqueue_ns, c.start_ns, c.end_ns, coalesce(g.stream, 0), coalesce(g.algo, -1), coalesce(g.proto, -1), "
-    "coalesce(g.channels, 0), coalesce(g.replay, 0)";
-
-CallRecord readCall(const sql::Statement& row) {
-  CallRecord call;
-  call.id = row.int64(0);
-  call.rank_id = row.int64(1);
-  call.comm_id = row.int64(2);
-  call.seq = row.int64(3);
-  call.step = row.int64(4);
-  call.api = static_cast<Api>(row.int32(5));
-  call.dtype = static_cast<DType>(row.int32(6));
-  call.op = static_cast<ReduceOp>(row.int32(7));
-  call.count = row.int64(8);
-  call.bytes = row.int64(9);
-  call.enqueue_ns = row.int64(10);
-  call.start_ns = row.int64(11);
-  call.end_ns = row.int64(12);
-  call.stream = row.int64(13);
-  call.nccl_algo = row.int32(14);
-  call.nccl_proto = row.int32(15);
-  call.nccl_channels = row.int32(16);
-  call.graph_replay = row.int64(17);
-  return call;
+// All rows of a table, decoded, in the order `order_by` gives.
+template <typename Table>
+std::vector<typename Table::record_type> readAll(sql::Database& db, const Table& table,
+                                                 std::string_view order_by) {
+  std::vector<typename Table::record_type> rows;
+  sql::Statement query(
+      db, fmt::format("SELECT {} FROM {} ORDER BY {}", table.selectList(), table.name(), order_by));
+  while (query.step()) table.read(query.handle(), 0, rows.emplace_back());
+  return rows;
 }
 
 // t - d without overflow: windows may be given as the whole int64 range.
@@ -248,62 +232,15 @@ int TraceReader::schemaVersion() const {
 }
 
 std::vector<RunInfo> TraceReader::runs() const {
-  std::vector<RunInfo> runs;
-  sql::Statement query(
-      impl_->db,
-      "SELECT id, uuid, command, mode, backend, world_size, host, config_json, tool_version, "
-      "epoch_ns, start_ns, end_ns FROM runs ORDER BY id");
-  while (query.step()) {
-    RunInfo run;
-    run.id = query.int64(0);
-    run.uuid = query.text(1);
-    run.command = query.text(2);
-    run.mode = query.text(3);
-    run.backend = static_cast<Backend>(query.int32(4));
-    run.world_size = query.int32(5);
-    run.host = query.text(6);
-    run.config_json = query.text(7);
-    run.tool_version = query.text(8);
-    run.epoch_ns = query.int64(9);
-    run.start_ns = query.int64(10);
-    run.end_ns = query.optionalInt64(11);
-    runs.push_back(std::move(run));
-  }
-  return runs;
+  return readAll(impl_->db, detail::kRuns, "id");
 }
 
 std::vector<RankInfo> TraceReader::ranks() const {
-  std::vector<RankInfo> ranks;
-  sql::Statement query(impl_->db,
-                       "SELECT id, run_id, rank, host, pid, device, clock_offset_ns FROM ranks ORDER BY id");
-  while (query.step()) {
-    RankInfo rank;
-    rank.id = query.int64(0);
-    rank.run_id = query.int64(1);
-    rank.rank = query.int32(2);
-    rank.host = query.text(3);
-    rank.pid = query.int64(4);
-    rank.device = query.text(5);
-    rank.clock_offset_ns = query.int64(6);
-    ranks.push_back(std::move(rank));
-  }
-  return ranks;
+  return readAll(impl_->db, detail::kRanks, "id");
 }
 
 std::vector<CommInfo> TraceReader::comms() const {
-  std::vector<CommInfo> comms;
-  sql::Statement query(impl_->db, "SELECT id, rank_id, key, backend, size, comm_rank FROM comms ORDER BY id");
-  while (query.step()) {
-    CommInfo comm;
-    comm.id = query.int64(0);
-    comm.rank_id = query.int64(1);
-    comm.key = query.text(2);
-    comm.backend = static_cast<Backend>(query.int32(3));
-    comm.size = query.int32(4);
-    comm.comm_rank = query.int32(5);
-    comms.push_back(std::move(comm));
-  }
-  return comms;
+  return readAll(impl_->db, detail::kComms, "id");
 }
 
 std::int64_t TraceReader::callCount() const {
@@ -321,17 +258,17 @@ std::vector<CallRecord> TraceReader::callsInWindow(std::int64_t rank_id, std::in
   const Impl::IdRange range = impl_->idRange(level, rank_id, from, t1_ns - 1);
   if (range.empty()) return calls;
   sql::Statement query(impl_->db,
-                       fmt::format("SELECT {} FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id "
+                       fmt::format("SELECT {} FROM {} "
                                    "WHERE c.id BETWEEN ? AND ? AND c.rank_id = ? AND c.start_ns < ? AND "
                                    "(c.end_ns > ?5 OR c.start_ns >= ?5) ORDER BY c.start_ns, c.id LIMIT ?6",
-                                   kCallColumns));
+                                   callColumns(), kCallsFrom));
   query.bind(1, range.first);
   query.bind(2, range.last);
   query.bind(3, rank_id);
   query.bind(4, t1_ns);
   query.bind(5, t0_ns);
   query.bind(6, limit == 0 ? std::int64_t{-1} : static_cast<std::int64_t>(limit));
-  while (query.step()) calls.push_back(readCall(query));
+  while (query.step()) calls.push_back(readCall(query.handle()));
   return calls;
 }
 
@@ -658,37 +595,11 @@ std::vector<TraceReader::Lateness> TraceReader::lateness() const {
 
 std::vector<Measurement> TraceReader::measurements(const std::string& strategy) const {
   std::vector<Measurement> out;
-  sql::Statement query(
-      impl_->db,
-      "SELECT id, run_id, rank_id, call_id, strategy, api, dtype, bytes, world, reps, min_ns, "
-      "median_ns, p90_ns, max_ns, algbw_gbs, busbw_gbs, rel_l2_error, max_abs_error, cosine, "
-      "overflow_count FROM measurements WHERE ?1 = '' OR strategy = ?1 "
-      "ORDER BY strategy, dtype, bytes, id");
+  sql::Statement query(impl_->db, fmt::format("SELECT {} FROM measurements WHERE ?1 = '' OR strategy = ?1 "
+                                              "ORDER BY strategy, dtype, bytes, id",
+                                              detail::kMeasurements.selectList()));
   query.bind(1, strategy);
-  while (query.step()) {
-    Measurement m;
-    m.id = query.int64(0);
-    m.run_id = query.int64(1);
-    m.rank_id = query.optionalInt64(2);
-    m.call_id = query.optionalInt64(3);
-    m.strategy = query.text(4);
-    m.api = static_cast<Api>(query.int32(5));
-    m.dtype = static_cast<DType>(query.int32(6));
-    m.bytes = query.int64(7);
-    m.world = query.int32(8);
-    m.reps = query.int32(9);
-    m.min_ns = query.real(10);
-    m.median_ns = query.real(11);
-    m.p90_ns = query.real(12);
-    m.max_ns = query.real(13);
-    m.algbw_gbs = query.real(14);
-    m.busbw_gbs = query.real(15);
-    m.rel_l2_error = query.optionalReal(16);
-    m.max_abs_error = query.optionalReal(17);
-    m.cosine = query.optionalReal(18);
-    m.overflow_count = query.int64(19);
-    out.push_back(std::move(m));
-  }
+  while (query.step()) detail::kMeasurements.read(query.handle(), 0, out.emplace_back());
   return out;
 }
 
@@ -702,30 +613,11 @@ std::vector<TraceReader::MeasurementOrigin> TraceReader::measurementOrigins() co
 }
 
 std::vector<ConsensusRecord> TraceReader::consensus() const {
-  std::vector<ConsensusRecord> out;
-  sql::Statement query(impl_->db,
-                       "SELECT id, rank_id, step, alpha, cosine_to_mean, grad_norm, diversity, call_id "
-                       "FROM consensus ORDER BY step, rank_id, id");
-  while (query.step()) {
-    ConsensusRecord row;
-    row.id = query.int64(0);
-    row.rank_id = query.int64(1);
-    row.step = query.int64(2);
-    row.alpha = query.real(3);
-    row.cosine_to_mean = query.real(4);
-    row.grad_norm = query.real(5);
-    row.diversity = query.real(6);
-    row.call_id = query.optionalInt64(7);
-    out.push_back(row);
-  }
-  return out;
+  return readAll(impl_->db, detail::kConsensus, "step, rank_id, id");
 }
 
 std::vector<AppliedCall> TraceReader::appliedCalls() const {
-  std::vector<AppliedCall> out;
-  sql::Statement query(impl_->db, "SELECT call_id, strategy FROM applied_calls ORDER BY call_id");
-  while (query.step()) out.push_back({query.int64(0), query.text(1)});
-  return out;
+  return readAll(impl_->db, detail::kAppliedCalls, "call_id");
 }
 
 std::vector<TraceReader::ReplaySummary> TraceReader::replaySummary() const {
@@ -759,26 +651,17 @@ TraceReader::AppliedSummary TraceReader::appliedSummary() const {
 }
 
 std::vector<RecommendationRecord> TraceReader::recommendations() const {
-  std::vector<RecommendationRecord> out;
-  sql::Statement query(impl_->db,
-                       "SELECT id, coalesce(run_id, 0), created_ns, json FROM recommendations ORDER BY id");
-  while (query.step()) out.push_back({query.int64(0), query.int64(1), query.int64(2), query.text(3)});
-  return out;
+  return readAll(impl_->db, detail::kRecommendations, "id");
 }
 
 std::vector<DropRecord> TraceReader::drops() const {
-  std::vector<DropRecord> out;
-  sql::Statement query(impl_->db, "SELECT rank_id, kind, count FROM drops ORDER BY rank_id, kind");
-  while (query.step()) out.push_back({query.int64(0), query.text(1), query.int64(2)});
-  return out;
+  return readAll(impl_->db, detail::kDrops, "rank_id, kind");
 }
 
 void TraceReader::forEachCall(const std::function<bool(const CallRecord&)>& visit) const {
-  sql::Statement query(
-      impl_->db, fmt::format("SELECT {} FROM calls c LEFT JOIN gpu_calls g ON g.call_id = c.id ORDER BY c.id",
-                             kCallColumns));
+  sql::Statement query(impl_->db, fmt::format("SELECT {} FROM {} ORDER BY c.id", callColumns(), kCallsFrom));
   while (query.step())
-    if (!visit(readCall(query))) break;
+    if (!visit(readCall(query.handle()))) break;
 }
 
 namespace {

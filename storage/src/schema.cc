@@ -1,192 +1,25 @@
 #include "gradscope/storage/schema.h"
 
 #include <array>
+#include <string>
+#include <tuple>
 
 #include "gradscope/common/types.h"
 #include "schema_sql.h"
 #include "sqlite.h"
+#include "tables.h"
 #include "tiles.h"
 
 namespace gradscope::storage {
 namespace {
 
-constexpr std::array<std::string_view, 12> kTables = {
-    "names",      "runs",         "ranks",     "comms",         "calls",           "gpu_calls",
-    "call_tiles", "measurements", "consensus", "applied_calls", "recommendations", "drops"};
-
-// Tables whose layout is the same in every schema version so far.
-constexpr std::string_view kCommonTables = R"sql(
--- Human-readable names of the integer codes stored in other tables (api, dtype, op, backend,
--- nccl_algo, nccl_proto). Codes never change meaning; see common/include/gradscope/common/types.h.
-CREATE TABLE names (
-  domain TEXT NOT NULL,     -- which column family the code belongs to, e.g. 'api'
-  code   INTEGER NOT NULL,  -- the stored value
-  name   TEXT NOT NULL,     -- e.g. 'MPI_Allreduce', 'fp32', 'sum'
-  PRIMARY KEY (domain, code)
-) WITHOUT ROWID;
-
--- One row per profiled run or benchmark.
-CREATE TABLE runs (
-  id           INTEGER PRIMARY KEY,  -- file-local run id
-  uuid         TEXT NOT NULL UNIQUE, -- identifies the run across its per-rank files
-  command      TEXT NOT NULL,        -- command line that was profiled, or the benchmark's
-  mode         TEXT NOT NULL,        -- observe | explore | apply | bench | synthetic
-  backend      INTEGER NOT NULL,     -- names.domain 'backend': 1 mpi, 2 nccl, 3 local, 0 unknown
-  world_size   INTEGER NOT NULL,     -- ranks in the job
-  host         TEXT NOT NULL,        -- host of the process that created the run's first file
-  config_json  TEXT NOT NULL,        -- gradscope configuration in effect, as JSON
-  tool_version TEXT NOT NULL,        -- gradscope version that wrote the run
-  epoch_ns     INTEGER NOT NULL,     -- time origin of every *_ns column of this run, in Unix-epoch ns
-  start_ns     INTEGER NOT NULL,     -- run start, relative to epoch_ns
-  end_ns       INTEGER               -- run end, relative to epoch_ns; NULL while written or if the job died
-);
-
--- One row per rank (process) of a run.
-CREATE TABLE ranks (
-  id              INTEGER PRIMARY KEY,           -- file-local id; equals rank in single-run files
-  run_id          INTEGER NOT NULL REFERENCES runs(id),
-  rank            INTEGER NOT NULL,              -- rank in the job's world
-  host            TEXT NOT NULL,                 -- host the rank ran on
-  pid             INTEGER NOT NULL,              -- process id
-  device          TEXT NOT NULL,                 -- 'cpu' or 'cuda:N <device name>'
-  clock_offset_ns INTEGER NOT NULL DEFAULT 0,    -- add to this rank's times to align them with rank 0
-  UNIQUE (run_id, rank)
-);
-
--- One row per communicator seen on a rank.
-CREATE TABLE comms (
-  id        INTEGER PRIMARY KEY,                 -- file-local id, referenced by calls.comm_id
-  rank_id   INTEGER NOT NULL REFERENCES ranks(id),
-  key       TEXT NOT NULL,                       -- equal on every rank of the communicator
-  backend   INTEGER NOT NULL,                    -- names.domain 'backend'
-  size      INTEGER NOT NULL,                    -- ranks in the communicator
-  comm_rank INTEGER NOT NULL,                    -- this rank's index in the communicator
-  UNIQUE (rank_id, key)
-);
-
--- One row per strategy timed on an intercepted call (explore) or a benchmark point (bench).
-CREATE TABLE measurements (
-  id             INTEGER PRIMARY KEY,
-  run_id         INTEGER NOT NULL REFERENCES runs(id),
-  rank_id        INTEGER REFERENCES ranks(id),  -- rank that measured; NULL when aggregated over ranks
-  call_id        INTEGER REFERENCES calls(id),  -- call the strategy was timed on; NULL for benchmarks
-  strategy       TEXT NOT NULL,                 -- strategy name, e.g. 'sum/rs_ag/bf16' (DESIGN.md)
-  api            INTEGER NOT NULL,              -- names.domain 'api': the collective measured
-  dtype          INTEGER NOT NULL,              -- names.domain 'dtype': the job's element type
-  bytes          INTEGER NOT NULL,              -- buffer size in bytes
-  world          INTEGER NOT NULL,              -- ranks taking part
-  reps           INTEGER NOT NULL,              -- timed repetitions (after warm-up)
-  min_ns         REAL NOT NULL,                 -- fastest repetition
-  median_ns      REAL NOT NULL,
-  p90_ns         REAL NOT NULL,
-  max_ns         REAL NOT NULL,
-  algbw_gbs      REAL NOT NULL,                 -- bytes / median time, decimal GB/s (nccl-tests)
-  busbw_gbs      REAL NOT NULL,                 -- algbw times the collective's bus factor
-  rel_l2_error   REAL,                          -- ||result - fp64 reference|| / ||reference||; NULL if not checked
-  max_abs_error  REAL,                          -- largest element-wise absolute error
-  cosine         REAL,                          -- cosine similarity to the reference
-  overflow_count INTEGER NOT NULL DEFAULT 0     -- elements that overflowed or became NaN
-);
-CREATE INDEX measurements_by_strategy ON measurements (strategy, dtype, bytes);
-
--- Recommendations made from the run.
-CREATE TABLE recommendations (
-  id         INTEGER PRIMARY KEY,
-  run_id     INTEGER REFERENCES runs(id),
-  created_ns INTEGER NOT NULL,  -- Unix-epoch ns
-  json       TEXT NOT NULL      -- the versioned recommendation file (DESIGN.md)
-);
-
--- Events the agent could not record: its bounded buffers were full, or recording stopped after an
--- error. What each kind means: storage/include/gradscope/storage/drops.h, gradscope report.
-CREATE TABLE drops (
-  rank_id INTEGER NOT NULL REFERENCES ranks(id),
-  kind    TEXT NOT NULL,     -- what was dropped: 'call', 'cupti_record', ...
-  count   INTEGER NOT NULL,  -- how many
-  PRIMARY KEY (rank_id, kind)
-) WITHOUT ROWID;
-)sql";
-
-// calls since schema v2: GPU facts live in gpu_calls; call_tiles is the time index.
-constexpr std::string_view kCallTablesV2 = R"sql(
--- One row per intercepted collective on a rank. Kept narrow on purpose: the agent writes millions.
--- Columns other than step and op are never NULL; the writer guarantees it (NOT NULL checks cost
--- about 5% of the insert rate).
-CREATE TABLE calls (
-  id         INTEGER PRIMARY KEY,  -- file-local; increases with insertion, contiguous per rank file
-  rank_id    INTEGER,  -- ranks.id of the calling rank
-  comm_id    INTEGER,  -- comms.id of the communicator
-  seq        INTEGER,  -- per-communicator sequence number: equal on all ranks for one collective
-  step       INTEGER,  -- training step; NULL when unknown
-  api        INTEGER,  -- names.domain 'api'
-  dtype      INTEGER,  -- names.domain 'dtype'
-  op         INTEGER,  -- names.domain 'op'; NULL when the API has no reduction
-  count      INTEGER,  -- elements, as passed to the API
-  bytes      INTEGER,  -- bytes of the send buffer
-  enqueue_ns INTEGER,  -- host time of the API call (relative to runs.epoch_ns)
-  start_ns   INTEGER,  -- operation start (GPU time for NCCL when known)
-  end_ns     INTEGER   -- operation end
-);
-
--- Aggregates of the calls that start in each 2^level-ns tile, per rank and API: the zoomed-out
--- timeline, and the time index of calls (first_id..last_id). Levels: schema.h kTileLevels.
-CREATE TABLE call_tiles (
-  level    INTEGER NOT NULL,  -- tile width is 2^level ns
-  rank_id  INTEGER NOT NULL,  -- ranks.id
-  tile     INTEGER NOT NULL,  -- start_ns >> level
-  api      INTEGER NOT NULL,  -- names.domain 'api'
-  calls    INTEGER NOT NULL,  -- calls starting in the tile
-  busy_ns  INTEGER NOT NULL,  -- sum of their durations (may exceed the tile width)
-  bytes    INTEGER NOT NULL,  -- sum of their bytes
-  max_ns   INTEGER NOT NULL,  -- longest duration among them
-  first_id INTEGER NOT NULL,  -- smallest calls.id among them
-  last_id  INTEGER NOT NULL,  -- largest calls.id among them
-  PRIMARY KEY (level, rank_id, tile, api)
-) WITHOUT ROWID;
-)sql";
-
-// GPU facts of calls, as of schema v4 (v4 added replay). v1 -> v2 creates it in this layout directly.
-constexpr std::string_view kGpuCallsV4 = R"sql(
--- GPU-side facts of calls enqueued on a CUDA stream; absent for host (MPI) calls.
-CREATE TABLE gpu_calls (
-  call_id  INTEGER PRIMARY KEY REFERENCES calls(id),
-  stream   INTEGER NOT NULL,  -- per-rank stream index (0 = unknown)
-  algo     INTEGER,           -- names.domain 'nccl_algo'; NULL unknown
-  proto    INTEGER,           -- names.domain 'nccl_proto'; NULL unknown
-  channels INTEGER,           -- channels NCCL used; NULL unknown
-  replay   INTEGER            -- k >= 1: the k-th GPU execution (CUDA graph launch) of the graph-captured
-                              -- call with this seq on this communicator, timed on the GPU; NULL for
-                              -- every other call
-);
-CREATE INDEX gpu_calls_replays ON gpu_calls (call_id) WHERE replay IS NOT NULL;
-)sql";
-
-// Tables of the agent's explore and apply modes, since schema v3 (consensus existed before, without
-// call_id: v2 -> v3 rebuilds it).
-constexpr std::string_view kExploreApplyTablesV3 = R"sql(
--- Consensus diagnostics: one row per rank and explored reduction (call_id), grouped by step.
-CREATE TABLE consensus (
-  id             INTEGER PRIMARY KEY,
-  rank_id        INTEGER NOT NULL REFERENCES ranks(id),
-  step           INTEGER NOT NULL,  -- training step; -1 when unknown (merge takes call_id's step)
-  alpha          REAL NOT NULL,     -- AdaCons alpha of this rank
-  cosine_to_mean REAL NOT NULL,     -- cosine of this rank's gradient to the mean gradient
-  grad_norm      REAL NOT NULL,     -- L2 norm of this rank's gradient
-  diversity      REAL NOT NULL,     -- gradient diversity of the step: sum ||g_i||^2 / ||sum g_i||^2
-  call_id        INTEGER REFERENCES calls(id)  -- explored call whose buffer it was computed on; NULL: v2 row
-);
-CREATE INDEX consensus_by_step ON consensus (step, rank_id);
-
--- Calls that apply mode replaced with a recommended strategy, and which. A call without a row ran as the
--- job issued it.
-CREATE TABLE applied_calls (
-  call_id  INTEGER PRIMARY KEY REFERENCES calls(id),
-  strategy TEXT NOT NULL  -- strategy that ran instead, e.g. 'sum/rs_ag/bf16' (DESIGN.md)
-);
-)sql";
+// The tables' names, in creation order.
+constexpr auto kTableNames =
+    std::apply([](const auto*... table) { return std::array{table->name()...}; }, detail::kAllTables);
 
 // The view over calls, as of schema v4 (v3 added applied_calls.strategy, v4 gpu_calls.replay); a
-// migration recreates it.
+// migration recreates it. Written as SQL rather than generated: it is a query for people (names for
+// codes, a duration), not a copy of the tables' columns.
 constexpr std::string_view kCallView = R"sql(
 -- Calls with names instead of codes, for people querying with the sqlite3 shell; `strategy` is what
 -- apply mode ran instead of the call, NULL when the call ran as the job issued it; `replay` numbers the
@@ -210,11 +43,9 @@ LEFT JOIN applied_calls a ON a.call_id = c.id;
 
 void fillNames(sql::Database& db) {
   db.exec("DELETE FROM names");
-  sql::Statement insert(db, "INSERT INTO names (domain, code, name) VALUES (?, ?, ?)");
+  sql::Statement insert(db, detail::kNames.insertSql());
   const auto add = [&](std::string_view domain, int code, std::string_view text) {
-    insert.bind(1, domain);
-    insert.bind(2, code);
-    insert.bind(3, text);
+    detail::kNames.bind(insert, 1, detail::NameRow{domain, code, text});
     insert.run();
   };
   for (Api api : allApis()) add("api", static_cast<int>(api), name(api));
@@ -232,10 +63,9 @@ void stampVersion(sql::Database& db, int version) {
 }
 
 void migrateV1ToV2(sql::Database& db) {
-  // Move the v1 table aside, create the v2 tables with their documented definitions, copy, drop.
+  // Move the v1 table aside, create the new tables with their declared definitions, copy, drop.
   db.exec("DROP INDEX calls_by_rank_time; ALTER TABLE calls RENAME TO calls_v1;");
-  db.exec(kCallTablesV2);
-  db.exec(kGpuCallsV4);
+  db.exec(detail::kCalls.ddl() + detail::kCallTiles.ddl() + detail::kGpuCalls.ddl());
   db.exec(R"sql(
     INSERT INTO calls (id, rank_id, comm_id, seq, step, api, dtype, op, count, bytes, enqueue_ns, start_ns, end_ns)
       SELECT id, rank_id, comm_id, seq, step, api, dtype, op, count, bytes, enqueue_ns, start_ns, end_ns
@@ -257,7 +87,7 @@ void migrateV2ToV3(sql::Database& db) {
     DROP INDEX consensus_by_step;
     ALTER TABLE consensus RENAME TO consensus_v2;
   )sql");
-  db.exec(kExploreApplyTablesV3);
+  db.exec(detail::kConsensus.ddl() + detail::kAppliedCalls.ddl());
   db.exec(R"sql(
     INSERT INTO consensus (id, rank_id, step, alpha, cosine_to_mean, grad_norm, diversity)
       SELECT id, rank_id, step, alpha, cosine_to_mean, grad_norm, diversity FROM consensus_v2 ORDER BY id;
@@ -274,7 +104,7 @@ void migrateV3ToV4(sql::Database& db) {
     DROP VIEW IF EXISTS call_view;
     ALTER TABLE gpu_calls RENAME TO gpu_calls_v3;
   )sql");
-  db.exec(kGpuCallsV4);
+  db.exec(detail::kGpuCalls.ddl());
   db.exec(R"sql(
     INSERT INTO gpu_calls (call_id, stream, algo, proto, channels)
       SELECT call_id, stream, algo, proto, channels FROM gpu_calls_v3 ORDER BY call_id;
@@ -286,17 +116,19 @@ void migrateV3ToV4(sql::Database& db) {
 }  // namespace
 
 std::span<const std::string_view> tableNames() {
-  return kTables;
+  return kTableNames;
+}
+
+std::string schemaSql() {
+  std::string sql;
+  std::apply([&](const auto*... table) { ((sql += table->ddl()), ...); }, detail::kAllTables);
+  return sql + std::string(kCallView);
 }
 
 namespace detail {
 
 void createSchema(sql::Database& db) {
-  db.exec(kCommonTables);
-  db.exec(kCallTablesV2);
-  db.exec(kGpuCallsV4);
-  db.exec(kExploreApplyTablesV3);
-  db.exec(kCallView);
+  db.exec(schemaSql());
   fillNames(db);
   stampVersion(db, kSchemaVersion);
 }
@@ -304,6 +136,9 @@ void createSchema(sql::Database& db) {
 void migrate(sql::Database& db, int from) {
   if (from < kOldestMigratableVersion || from > kSchemaVersion)
     fail("{}: cannot upgrade a trace of schema version {}", db.path(), from);
+  // Each step creates the tables it adds or rebuilds from the current declarations (tables.h), so that
+  // a migrated file stores the text a new one does; a later step that changes a table must therefore
+  // check whether an earlier one already created it in the new layout (as migrateV3ToV4 does).
   // Without legacy_alter_table, SQLite (3.26+) rewrites every reference to a renamed table, so moving
   // a table aside would point measurements.call_id and the like at the copy that is dropped next.
   db.exec("PRAGMA legacy_alter_table = ON");

@@ -1,8 +1,8 @@
 #pragma once
 
-// Internal: the DDL of the current schema and the migrations from older ones. The DDL of older
-// versions is frozen where the migration tests build old files from it: tests/data/schema_v1.sql and
-// schema_v2.sql.
+// Internal: creating the current schema (its tables declared in tables.h) and the migrations from older
+// ones. The DDL of older versions is frozen where the migration tests build old files from it:
+// tests/data/schema_v1.sql and schema_v2.sql.
 
 #include <string_view>
 

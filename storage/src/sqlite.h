@@ -50,8 +50,9 @@ class Statement {
     if (value) bind(index, *value);
     else bindNull(index);
   }
-  // Hot path: unchecked integer bind (the statement and index are known good).
+  // Hot path: unchecked integer and NULL binds (the statement and index are known good).
   void bindFast(int index, std::int64_t value) { sqlite3_bind_int64(stmt_, index, value); }
+  void bindNullFast(int index) { sqlite3_bind_null(stmt_, index); }
 
   // Runs one step: true while a row is available, false when done. Throws on error.
   bool step();

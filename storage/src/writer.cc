@@ -15,24 +15,36 @@
 #include "gradscope/storage/reader.h"
 #include "schema_sql.h"
 #include "sqlite.h"
+#include "tables.h"
 #include "tiles.h"
 
 namespace gradscope::storage {
 namespace {
 
+using detail::Part;
+
 // Calls are inserted with one statement carrying this many rows: it amortises the statement's
 // per-execution overhead, which otherwise costs about a third of the insert time (bench/storage_bench).
 constexpr int kCallsPerStatement = 64;
-constexpr int kCallColumns = 13;
 
-std::string callInsertSql(int rows) {
-  std::string sql =
-      "INSERT INTO calls (id, rank_id, comm_id, seq, step, api, dtype, op, count, bytes, enqueue_ns, "
-      "start_ns, "
-      "end_ns) VALUES ";
-  for (int r = 0; r < rows; ++r)
-    sql += r == 0 ? "(?,?,?,?,?,?,?,?,?,?,?,?,?)" : ",(?,?,?,?,?,?,?,?,?,?,?,?,?)";
-  return sql;
+const std::string kDropUpsert =
+    detail::kDrops.insertSql() + " ON CONFLICT (rank_id, kind) DO UPDATE SET count = count + excluded.count";
+
+// Inserts a row whose key (its id) SQLite assigns, and returns it: the row's own id, from another file
+// when merging, is not kept.
+template <typename Table>
+std::int64_t insertRow(sql::Database& db, const Table& table, const typename Table::record_type& row) {
+  sql::Statement insert(db, table.template insertSql<Part::Values>());
+  table.template bind<Part::Values>(insert, 1, row);
+  insert.run();
+  return sqlite3_last_insert_rowid(db.handle());
+}
+
+// created_ns 0 means now.
+std::int64_t insertRecommendation(sql::Database& db, const RecommendationRecord& recommendation) {
+  RecommendationRecord row = recommendation;
+  if (row.created_ns == 0) row.created_ns = unixTimeNs();
+  return insertRow(db, detail::kRecommendations, row);
 }
 
 }  // namespace
@@ -118,16 +130,10 @@ struct TraceWriter::Impl {
   }
 
   void prepare() {
-    insert_calls_bulk = sql::Statement(db, callInsertSql(kCallsPerStatement), true);
-    insert_call = sql::Statement(db, callInsertSql(1), true);
-    insert_gpu = sql::Statement(db,
-                                "INSERT OR REPLACE INTO gpu_calls (call_id, stream, algo, proto, channels, "
-                                "replay) VALUES (?, ?, ?, ?, ?, ?)",
-                                true);
-    upsert_drop = sql::Statement(db,
-                                 "INSERT INTO drops (rank_id, kind, count) VALUES (?, ?, ?) "
-                                 "ON CONFLICT (rank_id, kind) DO UPDATE SET count = count + excluded.count",
-                                 true);
+    insert_calls_bulk = sql::Statement(db, detail::kCalls.insertSql(kCallsPerStatement), true);
+    insert_call = sql::Statement(db, detail::kCalls.insertSql(1), true);
+    insert_gpu = sql::Statement(db, detail::kGpuCalls.insertSql(1, "INSERT OR REPLACE"), true);
+    upsert_drop = sql::Statement(db, kDropUpsert, true);
     tile_upserter = std::make_unique<detail::TileUpserter>(db);
   }
 
@@ -139,36 +145,27 @@ struct TraceWriter::Impl {
     tile_upserter.reset();
   }
 
-  // `id` is bound as NULL when it is the next rowid anyway: SQLite then appends without the
-  // primary-key probe an explicit id costs (about 5% of the insert time).
-  static void bindCall(sql::Statement& statement, int base, const CallRecord& call, std::int64_t id,
+  // Binds row `row` of an insert of calls. The key `id` is bound as NULL when it is the next rowid anyway:
+  // SQLite then appends without the primary-key probe an explicit id costs (about 5% of the insert time).
+  static void bindCall(sql::Statement& statement, int row, const CallRecord& call, std::int64_t id,
                        bool is_next_rowid) {
-    if (is_next_rowid) sqlite3_bind_null(statement.handle(), base + 1);
-    else statement.bindFast(base + 1, id);
-    statement.bindFast(base + 2, call.rank_id);
-    statement.bindFast(base + 3, call.comm_id);
-    statement.bindFast(base + 4, call.seq);
-    if (call.step >= 0) statement.bindFast(base + 5, call.step);
-    else sqlite3_bind_null(statement.handle(), base + 5);
-    statement.bindFast(base + 6, static_cast<std::int64_t>(call.api));
-    statement.bindFast(base + 7, static_cast<std::int64_t>(call.dtype));
-    if (call.op != ReduceOp::None) statement.bindFast(base + 8, static_cast<std::int64_t>(call.op));
-    else sqlite3_bind_null(statement.handle(), base + 8);
-    statement.bindFast(base + 9, call.count);
-    statement.bindFast(base + 10, call.bytes);
-    statement.bindFast(base + 11, call.enqueue_ns);
-    statement.bindFast(base + 12, call.start_ns);
-    statement.bindFast(base + 13, call.end_ns);
+    const int key = row * detail::kCalls.count() + 1;
+    if (is_next_rowid) statement.bindNullFast(key);
+    else statement.bindFast(key, id);
+    detail::kCalls.bind<Part::Values>(statement, key + 1, call);
   }
 
   void writeGpuInfo(const CallRecord& call, std::int64_t id) {
     insert_gpu.bind(1, id);
-    insert_gpu.bind(2, call.stream);
-    if (call.nccl_algo >= 0) insert_gpu.bind(3, call.nccl_algo);
-    if (call.nccl_proto >= 0) insert_gpu.bind(4, call.nccl_proto);
-    if (call.nccl_channels > 0) insert_gpu.bind(5, call.nccl_channels);
-    if (call.graph_replay > 0) insert_gpu.bind(6, call.graph_replay);
+    detail::kGpuCalls.bind<Part::Values>(insert_gpu, 2, call);
     insert_gpu.run();
+  }
+
+  void addDrops(std::int64_t rank_id, const std::string& kind, std::int64_t count) {
+    upsert_drop.bind(1, rank_id);
+    upsert_drop.bind(2, kind);
+    upsert_drop.bind(3, count);
+    upsert_drop.run();
   }
 };
 
@@ -212,23 +209,10 @@ TraceWriter TraceWriter::create(const std::string& path, Options options) {
 
 std::int64_t TraceWriter::addRun(const RunInfo& run) {
   impl_->begin();
-  sql::Statement insert(
-      impl_->db,
-      "INSERT INTO runs (uuid, command, mode, backend, world_size, host, config_json, tool_version, "
-      "epoch_ns, start_ns, end_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  insert.bind(1, run.uuid);
-  insert.bind(2, run.command);
-  insert.bind(3, run.mode);
-  insert.bind(4, static_cast<int>(run.backend));
-  insert.bind(5, run.world_size);
-  insert.bind(6, run.host);
-  insert.bind(7, run.config_json.empty() ? std::string("{}") : run.config_json);
-  insert.bind(8, run.tool_version.empty() ? std::string(kVersion) : run.tool_version);
-  insert.bind(9, run.epoch_ns);
-  insert.bind(10, run.start_ns);
-  insert.bind(11, run.end_ns);
-  insert.run();
-  return sqlite3_last_insert_rowid(impl_->db.handle());
+  RunInfo row = run;
+  if (row.config_json.empty()) row.config_json = "{}";
+  if (row.tool_version.empty()) row.tool_version = kVersion;
+  return insertRow(impl_->db, detail::kRuns, row);
 }
 
 void TraceWriter::setRunEnd(std::int64_t run_id, std::int64_t end_ns) {
@@ -256,16 +240,9 @@ std::int64_t TraceWriter::addRank(const RankInfo& rank) {
     taken.bind(1, static_cast<std::int64_t>(rank.rank));
     id = taken.step() ? db.queryInt("SELECT coalesce(max(id), -1) + 1 FROM ranks") : rank.rank;
   }
-  sql::Statement insert(db,
-                        "INSERT INTO ranks (id, run_id, rank, host, pid, device, clock_offset_ns) VALUES (?, "
-                        "?, ?, ?, ?, ?, ?)");
+  sql::Statement insert(db, detail::kRanks.insertSql());
   insert.bind(1, id);
-  insert.bind(2, rank.run_id);
-  insert.bind(3, rank.rank);
-  insert.bind(4, rank.host);
-  insert.bind(5, rank.pid);
-  insert.bind(6, rank.device);
-  insert.bind(7, rank.clock_offset_ns);
+  detail::kRanks.bind<Part::Values>(insert, 2, rank);
   insert.run();
   return id;
 }
@@ -280,15 +257,7 @@ void TraceWriter::setClockOffset(std::int64_t rank_id, std::int64_t offset_ns) {
 
 std::int64_t TraceWriter::addComm(const CommInfo& comm) {
   impl_->begin();
-  sql::Statement insert(impl_->db,
-                        "INSERT INTO comms (rank_id, key, backend, size, comm_rank) VALUES (?, ?, ?, ?, ?)");
-  insert.bind(1, comm.rank_id);
-  insert.bind(2, comm.key);
-  insert.bind(3, static_cast<int>(comm.backend));
-  insert.bind(4, comm.size);
-  insert.bind(5, comm.comm_rank);
-  insert.run();
-  return sqlite3_last_insert_rowid(impl_->db.handle());
+  return insertRow(impl_->db, detail::kComms, comm);
 }
 
 std::int64_t TraceWriter::appendCalls(std::span<const CallRecord> calls) {
@@ -316,7 +285,7 @@ std::int64_t TraceWriter::appendCalls(std::span<const CallRecord> calls) {
       for (int r = 0; r < kCallsPerStatement; ++r) {
         const CallRecord& call = calls[i + static_cast<std::size_t>(r)];
         const auto [call_id, next_rowid] = idOf(call);
-        Impl::bindCall(w.insert_calls_bulk, r * kCallColumns, call, call_id, next_rowid);
+        Impl::bindCall(w.insert_calls_bulk, r, call, call_id, next_rowid);
         w.tiles.add(call, call_id);
       }
       w.insert_calls_bulk.step();
@@ -350,62 +319,30 @@ std::int64_t TraceWriter::appendCalls(std::span<const CallRecord> calls) {
 
 void TraceWriter::setNcclInfo(std::int64_t call_id, int algo, int proto, int channels) {
   impl_->begin();
-  sql::Statement upsert(
-      impl_->db,
-      "INSERT INTO gpu_calls (call_id, stream, algo, proto, channels) VALUES (?, 0, ?, ?, ?) "
-      "ON CONFLICT (call_id) DO UPDATE SET algo = excluded.algo, proto = excluded.proto, "
-      "channels = excluded.channels");
+  // A call not yet in gpu_calls gets a row with these facts alone (stream 0, not a replay).
+  sql::Statement upsert(impl_->db, detail::kGpuCalls.insertSql() +
+                                       " ON CONFLICT (call_id) DO UPDATE SET algo = excluded.algo, "
+                                       "proto = excluded.proto, channels = excluded.channels");
+  CallRecord facts;
+  facts.nccl_algo = algo;
+  facts.nccl_proto = proto;
+  facts.nccl_channels = channels;
   upsert.bind(1, call_id);
-  if (algo >= 0) upsert.bind(2, algo);
-  if (proto >= 0) upsert.bind(3, proto);
-  if (channels > 0) upsert.bind(4, channels);
+  detail::kGpuCalls.bind<Part::Values>(upsert, 2, facts);
   upsert.run();
 }
 
-std::int64_t TraceWriter::addMeasurement(const Measurement& m) {
+std::int64_t TraceWriter::addMeasurement(const Measurement& measurement) {
   impl_->begin();
-  sql::Statement insert(
-      impl_->db,
-      "INSERT INTO measurements (run_id, rank_id, call_id, strategy, api, dtype, bytes, world, reps, "
-      "min_ns, median_ns, p90_ns, max_ns, algbw_gbs, busbw_gbs, rel_l2_error, max_abs_error, cosine, "
-      "overflow_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  insert.bind(1, m.run_id);
-  insert.bind(2, m.rank_id);
-  insert.bind(3, m.call_id);
-  insert.bind(4, m.strategy);
-  insert.bind(5, static_cast<int>(m.api));
-  insert.bind(6, static_cast<int>(m.dtype));
-  insert.bind(7, m.bytes);
-  insert.bind(8, m.world);
-  insert.bind(9, m.reps);
-  insert.bind(10, m.min_ns);
-  insert.bind(11, m.median_ns);
-  insert.bind(12, m.p90_ns);
-  insert.bind(13, m.max_ns);
-  insert.bind(14, m.algbw_gbs);
-  insert.bind(15, m.busbw_gbs);
-  insert.bind(16, m.rel_l2_error);
-  insert.bind(17, m.max_abs_error);
-  insert.bind(18, m.cosine);
-  insert.bind(19, m.overflow_count);
-  insert.run();
-  return sqlite3_last_insert_rowid(impl_->db.handle());
+  return insertRow(impl_->db, detail::kMeasurements, measurement);
 }
 
 void TraceWriter::appendConsensus(std::span<const ConsensusRecord> rows) {
   if (rows.empty()) return;
   impl_->begin();
-  sql::Statement insert(impl_->db,
-                        "INSERT INTO consensus (rank_id, step, alpha, cosine_to_mean, grad_norm, diversity, "
-                        "call_id) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  sql::Statement insert(impl_->db, detail::kConsensus.insertSql<Part::Values>());
   for (const ConsensusRecord& row : rows) {
-    insert.bind(1, row.rank_id);
-    insert.bind(2, row.step);
-    insert.bind(3, row.alpha);
-    insert.bind(4, row.cosine_to_mean);
-    insert.bind(5, row.grad_norm);
-    insert.bind(6, row.diversity);
-    insert.bind(7, row.call_id);
+    detail::kConsensus.bind<Part::Values>(insert, 1, row);
     insert.run();
   }
 }
@@ -413,31 +350,22 @@ void TraceWriter::appendConsensus(std::span<const ConsensusRecord> rows) {
 void TraceWriter::appendApplied(std::span<const AppliedCall> rows) {
   if (rows.empty()) return;
   impl_->begin();
-  sql::Statement insert(impl_->db, "INSERT INTO applied_calls (call_id, strategy) VALUES (?, ?)");
+  sql::Statement insert(impl_->db, detail::kAppliedCalls.insertSql());
   for (const AppliedCall& row : rows) {
-    insert.bind(1, row.call_id);
-    insert.bind(2, row.strategy);
+    detail::kAppliedCalls.bind(insert, 1, row);
     insert.run();
   }
 }
 
 std::int64_t TraceWriter::addRecommendation(const RecommendationRecord& recommendation) {
   impl_->begin();
-  sql::Statement insert(impl_->db, "INSERT INTO recommendations (run_id, created_ns, json) VALUES (?, ?, ?)");
-  if (recommendation.run_id != 0) insert.bind(1, recommendation.run_id);
-  insert.bind(2, recommendation.created_ns != 0 ? recommendation.created_ns : unixTimeNs());
-  insert.bind(3, recommendation.json);
-  insert.run();
-  return sqlite3_last_insert_rowid(impl_->db.handle());
+  return insertRecommendation(impl_->db, recommendation);
 }
 
 void TraceWriter::addDrops(std::int64_t rank_id, const std::string& kind, std::int64_t count) {
   if (count == 0) return;
   impl_->begin();
-  impl_->upsert_drop.bind(1, rank_id);
-  impl_->upsert_drop.bind(2, kind);
-  impl_->upsert_drop.bind(3, count);
-  impl_->upsert_drop.run();
+  impl_->addDrops(rank_id, kind, count);
 }
 
 void TraceWriter::commit() {
@@ -540,13 +468,8 @@ void TraceWriter::closeAfterFailure(std::int64_t run_id, std::int64_t rank_id,
     }
   } close{w};
   sql::Transaction transaction(w.db);
-  for (const auto& [kind, count] : drops) {
-    if (count == 0) continue;
-    w.upsert_drop.bind(1, rank_id);
-    w.upsert_drop.bind(2, kind);
-    w.upsert_drop.bind(3, count);
-    w.upsert_drop.run();
-  }
+  for (const auto& [kind, count] : drops)
+    if (count != 0) w.addDrops(rank_id, kind, count);
   sql::Statement config(w.db, "UPDATE runs SET config_json = ? WHERE id = ?");
   config.bind(1, config_json.empty() ? std::string("{}") : config_json);
   config.bind(2, run_id);
@@ -577,12 +500,7 @@ std::int64_t appendRecommendation(const std::string& path, const RecommendationR
   sql::Database db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
   sqlite3_busy_timeout(db.handle(), 5000);
   sql::Transaction transaction(db);
-  sql::Statement insert(db, "INSERT INTO recommendations (run_id, created_ns, json) VALUES (?, ?, ?)");
-  if (recommendation.run_id != 0) insert.bind(1, recommendation.run_id);
-  insert.bind(2, recommendation.created_ns != 0 ? recommendation.created_ns : unixTimeNs());
-  insert.bind(3, recommendation.json);
-  insert.run();
-  const std::int64_t id = sqlite3_last_insert_rowid(db.handle());
+  const std::int64_t id = insertRecommendation(db, recommendation);
   transaction.commit();
   return id;
 }

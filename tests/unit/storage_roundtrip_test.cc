@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "gradscope/common/version.h"
+#include "gradscope/storage/call_columns.h"
 #include "gradscope/storage/reader.h"
 #include "gradscope/storage/schema.h"
 #include "gradscope/storage/writer.h"
@@ -684,6 +685,60 @@ TEST(StorageRoundTrip, GraphReplaysReadBackAndSumUpPerApi) {
             std::string::npos);
 }
 
+// A query of its own (the viewer's calls table) reads whole calls with the store's select list and decoder,
+// the unknown values (no step, no op, no GPU facts) included.
+TEST(StorageCallColumns, AQueryOfItsOwnReadsTheCallsTheReaderReads) {
+  TempDir dir;
+  const std::string path = dir.file("trace.db");
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    CallRecord host = makeCall(0, 1, 0, Api::MpiAllgather, DType::Int32, ReduceOp::None, 8, 10, 5);
+    CallRecord gpu = makeCall(0, 1, 1, Api::NcclAllReduce, DType::Bf16, ReduceOp::Max, 64, 20, 5);
+    gpu.step = 3;
+    gpu.stream = 2;
+    gpu.nccl_algo = 1;
+    gpu.nccl_proto = 0;
+    gpu.nccl_channels = 4;
+    CallRecord replay = gpu;
+    replay.start_ns = 40;
+    replay.end_ns = 45;
+    replay.graph_replay = 2;
+    writer.appendCalls(std::vector<CallRecord>{host, gpu, replay});
+    writer.finish();
+  }
+  std::vector<CallRecord> expected;
+  TraceReader::open(path).forEachCall([&](const CallRecord& call) {
+    expected.push_back(call);
+    return true;
+  });
+  ASSERT_EQ(expected.size(), 3u);
+  EXPECT_EQ(expected[0].step, -1);
+  EXPECT_EQ(expected[0].op, ReduceOp::None);
+  EXPECT_EQ(expected[0].nccl_algo, -1);
+
+  RawDb db(path, SQLITE_OPEN_READONLY);
+  sqlite3_stmt* query = nullptr;
+  const std::string sql = fmt::format("SELECT 'before', {}, 'after' FROM {} ORDER BY c.id", callColumns(), kCallsFrom);
+  ASSERT_EQ(sqlite3_prepare_v2(db.handle(), sql.c_str(), -1, &query, nullptr), SQLITE_OK) << sql;
+  std::vector<CallRecord> calls;
+  while (sqlite3_step(query) == SQLITE_ROW) {
+    calls.push_back(readCall(query, 1));
+    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(query, 1 + callColumnCount())), "after");
+  }
+  sqlite3_finalize(query);
+  ASSERT_EQ(calls.size(), expected.size());
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(describe(calls[i]), describe(expected[i]));
+    EXPECT_EQ(calls[i].graph_replay, expected[i].graph_replay);
+  }
+
+  EXPECT_EQ(callColumn("step"), "coalesce(c.step, -1)");
+  EXPECT_EQ(callColumn("op"), "coalesce(c.op, 255)");
+  EXPECT_EQ(callColumn("bytes"), "c.bytes");
+  EXPECT_EQ(callColumn("replay"), "coalesce(g.replay, 0)");
+  EXPECT_GRADSCOPE_ERROR(callColumn("nothing"), "nothing");
+}
+
 TEST(StorageWriter, UseAfterFinishIsAnErrorNotACrash) {
   TempDir dir;
   const std::string path = dir.file("trace.db");
@@ -728,6 +783,29 @@ TEST(StorageSchema, TheFileCarriesTheCommentedSchema) {
   EXPECT_EQ(db.integer("PRAGMA application_id"), 0x47534350);
   EXPECT_EQ(db.integer("SELECT count(*) FROM names"), 47);
   EXPECT_EQ(db.text("SELECT name FROM names WHERE domain = 'nccl_proto' AND code = 2"), "Simple");
+}
+
+// The DDL is generated from the table declarations (storage/src/tables.h), and files store it byte for
+// byte: it must be the text of its schema version, column alignment and comments included, since a
+// migrated file is compared with a new one text for text (StorageMigration.*) and old files keep what their
+// version wrote. A change of the text is a new schema version, whose golden file joins the frozen ones.
+TEST(StorageSchema, TheGeneratedDdlIsTheTextOfItsSchemaVersion) {
+  const std::string header = fmt::format(
+      "-- gradscope trace schema v{}: the DDL every new file is created with, as storage::schemaSql() "
+      "generates it\n"
+      "-- from the table declarations (storage/src/tables.h); a test compares the two byte for byte. Once a "
+      "later\n"
+      "-- version exists, this is the frozen v{} layout, like schema_v1.sql and schema_v2.sql.\n",
+      kSchemaVersion, kSchemaVersion);
+  EXPECT_TRUE(test::matchesGolden(fmt::format("schema_v{}.sql", kSchemaVersion), header + schemaSql()));
+
+  TempDir dir;
+  const std::string path = dir.file("trace.db");
+  TraceWriter::create(path).finish();
+  RawDb db(path, SQLITE_OPEN_READONLY);
+  const std::string sql = schemaSql();
+  for (const auto& row : db.rows("SELECT name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite%'"))
+    EXPECT_NE(sql.find(row[1] + ";\n"), std::string::npos) << row[0] << " is stored as\n" << row[1];
 }
 
 // ---------------------------------------------------------------------------------------------------

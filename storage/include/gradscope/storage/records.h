@@ -1,6 +1,6 @@
 #pragma once
 
-// Row types of the trace store, one per table (see schema.cc for the column-by-column contract).
+// Row types of the trace store; storage/src/tables.h declares the column that stores each member.
 // Times (*_ns) are nanoseconds relative to the file's time origin, RunInfo::epoch_ns, itself
 // nanoseconds since the Unix epoch: relative times fit SQLite's 6-byte integers, which keeps call
 // rows small. Ids are assigned by the writer and are only meaningful within one file.

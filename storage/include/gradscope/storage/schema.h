@@ -1,11 +1,13 @@
 #pragma once
 
 // The trace-store file format: an SQLite database whose PRAGMA application_id marks it as gradscope's
-// and whose PRAGMA user_version is the schema version below. The DDL with a comment on every column
-// lives in schema.cc and is stored in the file itself (`sqlite3 FILE .schema` shows it).
+// and whose PRAGMA user_version is the schema version below. The DDL with a comment on every column is
+// generated from the table declarations (storage/src/tables.h) and stored in the file itself
+// (`sqlite3 FILE .schema` shows it).
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace gradscope::storage {
@@ -26,5 +28,9 @@ inline constexpr int kTileLevels[] = {22, 26, 30, 34, 38};
 
 // Tables of the current schema, in creation order.
 std::span<const std::string_view> tableNames();
+
+// The DDL a new file is created with: every table with its comments and indexes, then the call_view
+// view. Files store it as it is, so it changes only with kSchemaVersion (tests/data/schema_v4.sql).
+std::string schemaSql();
 
 }  // namespace gradscope::storage
