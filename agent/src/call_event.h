@@ -1,42 +1,75 @@
 #pragma once
 
-// The fixed-size record an intercepted call writes on its own thread. No strings, no pointers to
-// memory the job owns: the background thread resolves communicators and times later.
+// The fixed-size record a job thread writes into its ring (thread_buffer.h), as a header and a payload
+// named by the header's kind, the way Tracy's queue items are (public/common/TracyQueue.hpp: a
+// QueueHeader, then a union of one struct per QueueType). No strings, no pointers to memory the job owns:
+// the background thread resolves communicators and times later.
+//
+// Every record is about one collective call: the header names it (communicator and sequence number,
+// the key the background thread joins on) with its shape; the payload says what the record adds.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gradscope/common/types.h"
 
 namespace gradscope::agent {
 
-struct CallEvent {
-  std::uint64_t enqueue = 0;  // ticks when the API was called
-  std::uint64_t start = 0;    // ticks (host-timed calls) or, with kEpochTimes, Unix-epoch ns
-  std::uint64_t end = 0;
-  std::int64_t count = 0;
-  std::int64_t bytes = 0;
-  std::int64_t seq = 0;
-  std::int64_t step = -1;
-  std::uint32_t comm = 0;      // CommRegistry index
-  std::uint32_t gpu_slot = 0;  // 0: host-timed; else GpuTimer slot + 1, resolved by the background thread
-  std::uint16_t stream = 0;    // per-process stream index, 0 = none
+enum class EventKind : std::uint8_t {
+  Call,      // the call itself, timed: `call`
+  NcclInfo,  // what NCCL chose for it, reported by the NCCL profiler plugin (nccl_profile.h): `nccl_info`
+};
+
+// The call a record is about. The NCCL profiler's report names its call by the same shape (api, dtype;
+// nccl_profile.cc), so both kinds fill all of it.
+struct EventHeader {
+  std::int64_t seq = 0;    // the call's number on its communicator
+  std::uint32_t comm = 0;  // CommRegistry index
+  EventKind kind = EventKind::Call;
   Api api = Api::Unknown;
   DType dtype = DType::Other;
   ReduceOp op = ReduceOp::None;
-  std::uint8_t flags = 0;
-  std::uint16_t strategy = 0;  // apply mode: shadow.h's applied strategy index; 0 = the job's own call
 };
-static_assert(sizeof(CallEvent) == 72);
 
-inline constexpr std::uint8_t kEpochTimes = 1;  // start/end are already Unix-epoch ns
-// The stream was capturing a CUDA graph, so the call was timed on the host (its GPU work runs whenever
-// the graph is launched: its replays, cupti_tracer.h).
-inline constexpr std::uint8_t kGraphCaptured = 2;
-inline constexpr std::uint8_t kSampled = 4;  // explore mode sampled this call
-// Not a call: what NCCL chose for call (comm, seq), reported by the NCCL profiler plugin
-// (nccl_profile.h). The NCCL algorithm code is in `count`, the protocol code in `bytes` (-1 unknown), the
-// channels in `stream`. The background thread attaches it to the call's row and writes no row of its own.
-inline constexpr std::uint8_t kNcclInfo = 8;
+// The stream index's width: the flags share its 16 bits, so that a call fits the record's 72 bytes.
+inline constexpr std::uint16_t kMaxStreamIndex = (1u << 14) - 1;
+
+struct CallPayload {
+  std::uint64_t enqueue = 0;  // ticks when the API was called
+  std::uint64_t start = 0;    // ticks
+  std::uint64_t end = 0;
+  std::int64_t count = 0;  // elements, as the job passed them
+  std::int64_t bytes = 0;
+  std::int64_t step = -1;
+  std::uint32_t gpu_slot = 0;     // 0: host-timed; else GpuTimer slot + 1, resolved by the background thread
+  std::uint16_t strategy = 0;     // apply mode: shadow.h's applied strategy index; 0 = the job's own call
+  std::uint16_t stream : 14 = 0;  // per-process stream index (nccl_state.h StreamTable), 0 = none
+  // The stream was capturing a CUDA graph, so the call was timed on the host (its GPU work runs whenever
+  // the graph is launched: its replays, cupti_tracer.h).
+  bool graph_captured : 1 = false;
+  bool sampled : 1 = false;  // explore mode sampled this call
+};
+
+// NCCL's codes, as the plugin reports them (nccl_profile_link.h). No initialisers: a union's other
+// members must be trivial for the record to default-construct as a call.
+struct NcclInfoPayload {
+  std::int32_t algo;      // -1: not reported
+  std::int32_t proto;     // -1: not reported
+  std::int32_t channels;  // 0: not reported
+};
+
+struct CallEvent {
+  EventHeader header;
+  union {
+    CallPayload call{};
+    NcclInfoPayload nccl_info;
+  };
+};
+// The ring's slot: the hot path copies it with a few stores, and the ring holds records as raw memory
+// (thread_buffer.cc), so it stays this size and trivially copyable.
+static_assert(sizeof(EventHeader) == 16 && sizeof(CallPayload) == 56);
+static_assert(sizeof(CallEvent) == 72);
+static_assert(std::is_trivially_copyable_v<CallEvent> && std::is_standard_layout_v<CallEvent>);
 
 // One GPU execution (CUDA graph replay) of a graph-captured call, named by the call's communicator
 // (CommRegistry index) and sequence number: what the GPU timer hands the background thread.
@@ -46,14 +79,12 @@ struct ReplaySpan {
   std::int64_t start_epoch_ns = 0, end_epoch_ns = 0;
 };
 
-inline CallEvent ncclInfoEvent(std::uint32_t comm, std::int64_t seq, int algo, int proto, int channels) {
+// NCCL's choices for `call`, a record of its own ahead of the call's.
+inline CallEvent ncclInfoEvent(const EventHeader& call, int algo, int proto, int channels) {
   CallEvent event;
-  event.flags = kNcclInfo;
-  event.comm = comm;
-  event.seq = seq;
-  event.count = algo;
-  event.bytes = proto;
-  event.stream = static_cast<std::uint16_t>(channels < 0 ? 0 : channels);
+  event.header = call;
+  event.header.kind = EventKind::NcclInfo;
+  event.nccl_info = {algo, proto, channels < 0 ? 0 : channels};
   return event;
 }
 

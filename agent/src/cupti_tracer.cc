@@ -276,7 +276,7 @@ void CuptiTracer::endCapture(std::uint32_t capture, std::span<const CapturedCall
   if (capture == 0 || calls.empty()) return;
   const std::lock_guard lock(captures_mutex_);
   if (captures_.size() >= kMaxCaptures) {
-    for (std::size_t i = 0; i < calls.size(); ++i) countDrop("graph_capture");
+    for (std::size_t i = 0; i < calls.size(); ++i) countDrop(DropKind::GraphCapture);
     return;
   }
   captures_[capture].assign(calls.begin(), calls.end());
@@ -294,7 +294,7 @@ void CuptiTracer::takeReplays(std::vector<ReplaySpan>& out, bool final) {
     drops = spans_.replayDrops() - replay_drops_counted_;
     replay_drops_counted_ = spans_.replayDrops();
   }
-  for (std::uint64_t i = 0; i < drops; ++i) countDrop("graph_replay");
+  for (std::uint64_t i = 0; i < drops; ++i) countDrop(DropKind::GraphReplay);
   if (taken_.empty()) return;
   const std::lock_guard lock(captures_mutex_);
   for (const KernelSpans::Replay& replay : taken_) {
@@ -361,7 +361,7 @@ void CuptiTracer::countDropped(cuda::CUcontext context, std::uint32_t stream) {
   if (library_.activityGetNumDroppedRecords(context, stream, &dropped) != cupti::CUPTI_SUCCESS) return;
   if (dropped == 0) return;
   drops_.fetch_add(dropped, std::memory_order_acq_rel);
-  for (std::size_t i = 0; i < dropped; ++i) countDrop("cupti_record");
+  for (std::size_t i = 0; i < dropped; ++i) countDrop(DropKind::CuptiRecord);
 }
 
 void CuptiTracer::flush() {

@@ -199,7 +199,7 @@ CudaEventTimer::Pair* CudaEventTimer::claim(int domain_index, std::uint32_t& slo
       return &pair;
     }
   }
-  countDrop("gpu_timing");
+  countDrop(DropKind::GpuTiming);
   return nullptr;
 }
 
@@ -216,7 +216,7 @@ std::uint32_t CudaEventTimer::start(int domain, cuda::CUstream stream, bool& cap
   Pair* pair = claim(domain, slot);
   if (pair == nullptr) return 0;
   if (driver_.eventRecord(pair->start, stream) != cuda::CUDA_SUCCESS) {
-    countDrop("gpu_timing");
+    countDrop(DropKind::GpuTiming);
     free(slot);
     return 0;
   }
@@ -238,7 +238,7 @@ void CudaEventTimer::startGroup(Group& group, const int* domains, const cuda::CU
     Pair* pair = claim(domains[i], slot);
     if (pair == nullptr) continue;
     if (driver_.eventRecord(pair->start, streams[i]) != cuda::CUDA_SUCCESS) {
-      countDrop("gpu_timing");
+      countDrop(DropKind::GpuTiming);
       free(slot);
       continue;
     }

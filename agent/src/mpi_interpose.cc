@@ -226,7 +226,7 @@ CommSlot* registerComm(MPI_Comm comm, const std::string& key) {
   if (real_MPI_Comm_test_inter && real_MPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS)
     description.inter = inter != 0;
   CommSlot* slot = comms().add(comm, description);
-  if (slot == nullptr) countDrop("comm_table");
+  if (slot == nullptr) countDrop(DropKind::CommTable);
   return slot;
 }
 
@@ -353,7 +353,7 @@ class PendingRequests {
         count_.fetch_add(1, std::memory_order_relaxed);
         return;
       }
-    countDrop("iallreduce_table");
+    countDrop(DropKind::IallreduceTable);
   }
 
   void complete(MPI_Request request, std::uint64_t end) {
@@ -368,7 +368,7 @@ class PendingRequests {
       found->used = false;
       count_.fetch_sub(1, std::memory_order_relaxed);
     }
-    event.end = end;
+    event.call.end = end;
     record(event);
   }
 
@@ -409,21 +409,23 @@ int withCompletion(MPI_Request* requests, int n, Call&& call) {
 inline void fillHostCall(CallEvent& event, Api api, std::uint32_t comm, DType dtype, ReduceOp op,
                          std::int64_t count, std::int64_t bytes, std::int64_t seq, std::int64_t step,
                          std::uint64_t start, std::uint64_t end) {
-  event.enqueue = start;
-  event.start = start;
-  event.end = end;
-  event.count = count;
-  event.bytes = bytes;
-  event.seq = seq;
-  event.step = step;
-  event.comm = comm;
-  event.gpu_slot = 0;
-  event.stream = 0;
-  event.api = api;
-  event.dtype = dtype;
-  event.op = op;
-  event.flags = 0;
-  event.strategy = 0;
+  event.header.seq = seq;
+  event.header.comm = comm;
+  event.header.kind = EventKind::Call;
+  event.header.api = api;
+  event.header.dtype = dtype;
+  event.header.op = op;
+  event.call.enqueue = start;
+  event.call.start = start;
+  event.call.end = end;
+  event.call.count = count;
+  event.call.bytes = bytes;
+  event.call.step = step;
+  event.call.gpu_slot = 0;
+  event.call.strategy = 0;
+  event.call.stream = 0;
+  event.call.graph_captured = false;
+  event.call.sampled = false;
 }
 
 // ---- explore and apply ---------------------------------------------------------------------------------
@@ -500,10 +502,10 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
   CallEvent event;
   fillHostCall(event, api, slot->index, type.dtype, op_code, count, bytes, call.seq, step, 0, 0);
   const auto finish_record = [&](int rc) {
-    if (request != nullptr && rc == MPI_SUCCESS && event.strategy == 0) {
+    if (request != nullptr && rc == MPI_SUCCESS && event.call.strategy == 0) {
       g_pending.add(*request, event);  // recorded at completion, like any MPI_Iallreduce
     } else {
-      event.end = ticks();
+      event.call.end = ticks();
       if (recording()) record(event);
       else countCallNotRecorded();
     }
@@ -513,10 +515,10 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
   if (shadowMode(Backend::Mpi) == ShadowMode::Apply) {
     const RecommendationRule* rule = applyRuleFor(api, type.dtype, op_code, bytes, slot->size);
     if (rule == nullptr) {
-      event.enqueue = event.start = ticks();
+      event.call.enqueue = event.call.start = ticks();
       return finish_record(real());
     }
-    event.enqueue = event.start = ticks();
+    event.call.enqueue = event.call.start = ticks();
     std::string error;
     bool applied = false;
     {
@@ -529,7 +531,7 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
       reportApplyFailure(rule->strategy, type.dtype, error);
       return finish_record(real());
     }
-    event.strategy = appliedStrategyIndex(*rule);
+    event.call.strategy = appliedStrategyIndex(*rule);
     int rc = MPI_SUCCESS;
     if (request != nullptr) rc = completedRequest(request);
     return finish_record(rc);
@@ -537,7 +539,7 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
 
   // Explore.
   if (!explorePlan().sample(slot->index, api, type.dtype, op_code, bytes)) {
-    event.enqueue = event.start = ticks();
+    event.call.enqueue = event.call.start = ticks();
     return finish_record(real());
   }
   const std::int64_t t0 = monotonicNs();
@@ -545,7 +547,7 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
     InternalScope internal;
     extension(Backend::Mpi)->capture(call, in_place ? recvbuf : sendbuf);
   }
-  event.flags |= kSampled;
+  event.call.sampled = true;
   // A blocking call runs first and is explored after; a nonblocking one is explored before it is
   // issued (its buffers belong to MPI until it completes).
   double call_ns = 0;  // the job's call, when it ran before the exploration
@@ -573,11 +575,11 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
     const std::int64_t t1 = monotonicNs();
     explore();
     addSpentNs(spent + monotonicNs() - t1);
-    event.enqueue = event.start = ticks();
+    event.call.enqueue = event.call.start = ticks();
     rc = real();
     return finish_record(rc);
   }
-  event.enqueue = event.start = ticks();
+  event.call.enqueue = event.call.start = ticks();
   const std::int64_t call_start = monotonicNs();
   rc = real();
   call_ns = static_cast<double>(monotonicNs() - call_start);
@@ -675,7 +677,7 @@ GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_
   if (rc == MPI_SUCCESS && request != nullptr) {
     g_pending.add(*request, event);
   } else {
-    event.end = ticks();
+    event.call.end = ticks();
     record(event);
   }
   return rc;

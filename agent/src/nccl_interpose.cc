@@ -127,10 +127,10 @@ int timingDomain(StreamTable::Entry& entry, cudaStream_t stream) {
 int streamOf(cudaStream_t stream, CallEvent& event) {
   StreamTable::Entry* entry = g_streams.find(stream);
   if (entry == nullptr) {
-    countDrop("stream_table");
+    countDrop(DropKind::StreamTable);
     return CudaEventTimer::kNoDomain;
   }
-  event.stream = entry->index;
+  event.call.stream = entry->index & kMaxStreamIndex;  // fits: StreamTable's bound (nccl_state.h)
   const int domain = entry->domain.load(std::memory_order_acquire);
   if (__builtin_expect(domain >= CudaEventTimer::kNoDomain, 1)) return domain;
   return timingDomain(*entry, stream);
@@ -144,12 +144,12 @@ thread_local GroupState t_group __attribute__((tls_model("initial-exec")));
 template <typename Call>
 ncclResult_t timed(CallEvent& event, cudaStream_t stream, Call&& call) {
   const int domain = streamOf(stream, event);
-  event.enqueue = event.start = ticks();
+  event.call.enqueue = event.call.start = ticks();
   if (t_group.depth() > 0) {
     if (__builtin_expect(t_group.add(event, stream, domain), 1)) return call();
-    countDrop("group_table");  // the group is full: this member is timed on its own, on the host
+    countDrop(DropKind::GroupTable);  // the group is full: this member is timed on its own, on the host
     const ncclResult_t rc = call();
-    event.end = ticks();
+    event.call.end = ticks();
     record(event);
     return rc;
   }
@@ -165,7 +165,7 @@ ncclResult_t timed(CallEvent& event, cudaStream_t stream, Call&& call) {
   t_nccl_in_flight.clear();
   if (timer != nullptr) timer->leaveCall(gpu_slot);
   if (captured) {
-    const CuptiTracer::CapturedCall call_id{event.comm, event.seq};
+    const CuptiTracer::CapturedCall call_id{event.header.comm, event.header.seq};
     timer->endCapture(capture,
                       rc == ncclSuccess ? std::span(&call_id, 1) : std::span<CuptiTracer::CapturedCall>());
   }
@@ -178,9 +178,9 @@ ncclResult_t timed(CallEvent& event, cudaStream_t stream, Call&& call) {
       timer->stop(gpu_slot, stream);
     }
   }
-  event.end = ticks();
-  event.gpu_slot = gpu_slot;
-  if (captured) event.flags |= kGraphCaptured;
+  event.call.end = ticks();
+  event.call.gpu_slot = gpu_slot;
+  event.call.graph_captured = captured;
   record(event);
   return rc;
 }
@@ -194,7 +194,7 @@ CommSlot* registerComm(ncclComm_t comm, const std::string& key, int size, int ra
   description.size = size;
   description.rank = rank;
   CommSlot* slot = comms().add(comm, description);
-  if (slot == nullptr) countDrop("comm_table");
+  if (slot == nullptr) countDrop(DropKind::CommTable);
   return slot;
 }
 
@@ -382,7 +382,7 @@ bool applyNow(const ShadowCall& call, const void* send, void* recv, const Recomm
         extension(Backend::Nccl)->apply(call, send == recv ? nullptr : send, recv, rule.strategy, error);
   }
   countApplied(applied);
-  if (applied) event.strategy = appliedStrategyIndex(rule);
+  if (applied) event.call.strategy = appliedStrategyIndex(rule);
   else reportApplyFailure(rule.strategy, call.dtype, error);
   return applied;
 }
@@ -418,7 +418,7 @@ void runDeferred() {
     switch (item.kind) {
       case DeferredShadow::Kind::Join: break;
       case DeferredShadow::Kind::Explore:
-        if (joined == JoinState::Joined) exploreNow(item.call, item.event.step);
+        if (joined == JoinState::Joined) exploreNow(item.call, item.event.call.step);
         break;
       case DeferredShadow::Kind::Apply: {
         // Outside the group now: timed like a call of its own.
@@ -428,7 +428,7 @@ void runDeferred() {
               applyNow(item.call, item.send, item.recv, *item.rule, item.event))
             return ncclSuccess;
           return real_ncclAllReduce(item.send, item.recv, item.call.count,
-                                    static_cast<ncclDataType_t>(item.event.dtype), ncclSum, item.comm,
+                                    static_cast<ncclDataType_t>(item.event.header.dtype), ncclSum, item.comm,
                                     stream);
         };
         if (recording()) {
@@ -452,17 +452,18 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
     countCallNotRecorded();
     return real();
   };
-  if (event.op != ReduceOp::Sum || count == 0 || !explorableDType(event.dtype) || capturing(stream))
+  if (event.header.op != ReduceOp::Sum || count == 0 || !explorableDType(event.header.dtype) ||
+      capturing(stream))
     return plain();
   ShadowCall call;
   call.comm = &comm;
   call.comm_index = slot->index;
   call.stream = stream;
-  call.api = event.api;
-  call.dtype = event.dtype;
-  call.op = event.op;
+  call.api = event.header.api;
+  call.dtype = event.header.dtype;
+  call.op = event.header.op;
   call.count = count;
-  call.seq = event.seq;
+  call.seq = event.header.seq;
   call.comm_size = slot->size;
   call.comm_rank = slot->rank;
   const bool in_group = t_group.depth() > 0;
@@ -478,7 +479,8 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
   if (joined != JoinState::Joined || mode == ShadowMode::Off) return plain();
 
   if (mode == ShadowMode::Apply) {
-    const RecommendationRule* rule = applyRuleFor(event.api, event.dtype, event.op, event.bytes, slot->size);
+    const RecommendationRule* rule =
+        applyRuleFor(event.header.api, event.header.dtype, event.header.op, event.call.bytes, slot->size);
     // sum/nccl.<algo>.<proto> rules act inside NCCL, through the tuner plugin (gradscope run loads it).
     if (rule == nullptr || rule->strategy.starts_with("sum/nccl.")) return plain();
     if (in_group) {
@@ -496,20 +498,22 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
   }
 
   // Explore: the input copy goes onto the stream ahead of the call; the exploration follows the call.
-  if (!explorePlan().sample(slot->index, event.api, event.dtype, event.op, event.bytes)) return plain();
+  if (!explorePlan().sample(slot->index, event.header.api, event.header.dtype, event.header.op,
+                            event.call.bytes))
+    return plain();
   const std::int64_t t0 = monotonicNs();
   {
     InternalScope internal;
     extension(Backend::Nccl)->capture(call, sendbuff);
   }
   addSpentNs(monotonicNs() - t0);
-  event.flags |= kSampled;
+  event.call.sampled = true;
   const ncclResult_t rc = plain();
   if (in_group) {
     defer(DeferredShadow::Kind::Explore, call, comm, event);
     return rc;
   }
-  exploreNow(call, event.step);
+  exploreNow(call, event.call.step);
   return rc;
 }
 
@@ -546,31 +550,32 @@ using namespace gradscope::agent::nccl;
 
 // With an extension loaded (explore, apply), the extension's own calls pass straight through, and
 // the all-reduce takes the shadow path, whether this rank records or not.
-#define GS_NCCL_COLLECTIVE(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM, STREAM)        \
-  GS_EXPORT ncclResult_t NAME PARAMS {                                                                  \
-    GS_NCCL_REAL(NAME);                                                                                 \
-    if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("p" #NAME);                 \
-    const bool shadow = __builtin_expect(shadowHooks(), 0);                                             \
-    if (shadow && t_internal) return real_##NAME ARGS;                                                  \
-    const bool hooked = shadow && ShadowHook<Api::API>::kActive;                                        \
-    if (__builtin_expect(!recording() && !hooked, 0)) {                                                 \
-      countCallNotRecorded();                                                                           \
-      return real_##NAME ARGS;                                                                          \
-    }                                                                                                   \
-    CommSlot* const slot = commSlot(COMM);                                                              \
-    if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                                  \
-    CallEvent event;                                                                                    \
-    event.api = Api::API;                                                                               \
-    event.comm = slot->index;                                                                           \
-    event.dtype = dtypeOf(DATATYPE);                                                                    \
-    event.op = reduceOpOf(OP);                                                                          \
-    event.count = static_cast<std::int64_t>(COUNT);                                                     \
-    event.bytes = static_cast<std::int64_t>(ELEMENTS) * static_cast<std::int64_t>(sizeOf(event.dtype)); \
-    event.seq = slot->nextSeq();                                                                        \
-    event.step = stepForCall();                                                                         \
-    const auto real = [&] { return real_##NAME ARGS; };                                                 \
-    if (hooked) return ShadowHook<Api::API>::call(slot, event, real, GS_UNPAREN ARGS);                  \
-    return timed(event, STREAM, real);                                                                  \
+#define GS_NCCL_COLLECTIVE(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM, STREAM)     \
+  GS_EXPORT ncclResult_t NAME PARAMS {                                                               \
+    GS_NCCL_REAL(NAME);                                                                              \
+    if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("p" #NAME);              \
+    const bool shadow = __builtin_expect(shadowHooks(), 0);                                          \
+    if (shadow && t_internal) return real_##NAME ARGS;                                               \
+    const bool hooked = shadow && ShadowHook<Api::API>::kActive;                                     \
+    if (__builtin_expect(!recording() && !hooked, 0)) {                                              \
+      countCallNotRecorded();                                                                        \
+      return real_##NAME ARGS;                                                                       \
+    }                                                                                                \
+    CommSlot* const slot = commSlot(COMM);                                                           \
+    if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                               \
+    CallEvent event;                                                                                 \
+    event.header.api = Api::API;                                                                     \
+    event.header.comm = slot->index;                                                                 \
+    event.header.dtype = dtypeOf(DATATYPE);                                                          \
+    event.header.op = reduceOpOf(OP);                                                                \
+    event.call.count = static_cast<std::int64_t>(COUNT);                                             \
+    event.call.bytes =                                                                               \
+        static_cast<std::int64_t>(ELEMENTS) * static_cast<std::int64_t>(sizeOf(event.header.dtype)); \
+    event.header.seq = slot->nextSeq();                                                              \
+    event.call.step = stepForCall();                                                                 \
+    const auto real = [&] { return real_##NAME ARGS; };                                              \
+    if (hooked) return ShadowHook<Api::API>::call(slot, event, real, GS_UNPAREN ARGS);               \
+    return timed(event, STREAM, real);                                                               \
   }
 
 #define GS_NCCL_COMM_INIT(NAME, PARAMS, ARGS, NEWCOMM, NRANKS, RANK, IDS, NIDS) \
@@ -678,7 +683,7 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
     std::vector<CuptiTracer::CapturedCall> captured;
     if (capture != 0 && rc == ncclSuccess)
       for (const GroupState::Member& member : members)
-        captured.push_back({member.event.comm, member.event.seq});
+        captured.push_back({member.event.header.comm, member.event.header.seq});
     timer->endCapture(capture, captured);
   }
   // With nonblocking communicators (ncclInProgress) NCCL launches the group later: timed on the host.
@@ -686,10 +691,10 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
     timer->stopGroup(timing, rc == ncclInProgress ? 0 : static_cast<std::int32_t>(members.size()));
   const std::uint64_t end = ticks();
   for (GroupState::Member& member : members) {
-    member.event.start = start;
-    member.event.end = end;
-    member.event.gpu_slot = timing.leader;
-    if (timing.captured) member.event.flags |= kGraphCaptured;
+    member.event.call.start = start;
+    member.event.call.end = end;
+    member.event.call.gpu_slot = timing.leader;
+    member.event.call.graph_captured = timing.captured;
     record(member.event);
   }
   t_group.clear();

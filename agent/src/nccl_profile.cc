@@ -13,20 +13,21 @@ namespace {
 // NCCL describes a broadcast or an all-gather in bytes: ncclInfoSetDerived turns its count into bytes
 // and its type into ncclInt8 before the profiler sees it.
 bool sameBytes(const CallEvent& call, const NcclProfileRecordV1& report) {
-  const bool in_bytes = call.api == Api::NcclBroadcast || call.api == Api::NcclAllGather;
+  const Api api = call.header.api;
+  const bool in_bytes = api == Api::NcclBroadcast || api == Api::NcclAllGather;
   return in_bytes && report.dtype == static_cast<std::uint8_t>(DType::Int8) &&
-         call.count * static_cast<std::int64_t>(sizeOf(call.dtype)) ==
+         call.call.count * static_cast<std::int64_t>(sizeOf(call.header.dtype)) ==
              static_cast<std::int64_t>(report.count);
 }
 
 bool sameShape(const CallEvent& call, const NcclProfileRecordV1& report) {
-  if (static_cast<std::uint8_t>(call.api) != report.api) return false;
+  if (static_cast<std::uint8_t>(call.header.api) != report.api) return false;
   // NCCL 2.28 has no name for ncclUint8 ("Unknown"): the plugin then says Other, which matches any type.
-  const bool same_elements = call.count == static_cast<std::int64_t>(report.count) &&
+  const bool same_elements = call.call.count == static_cast<std::int64_t>(report.count) &&
                              (report.dtype == static_cast<std::uint8_t>(DType::Other) ||
-                              static_cast<std::uint8_t>(call.dtype) == report.dtype);
+                              static_cast<std::uint8_t>(call.header.dtype) == report.dtype);
   if (!same_elements && !sameBytes(call, report)) return false;
-  const CommSlot& comm = comms().slot(call.comm);
+  const CommSlot& comm = comms().slot(call.header.comm);
   return comm.size == report.nranks && comm.rank == report.rank;
 }
 
@@ -51,17 +52,17 @@ int ncclProfileReceived(const NcclProfileRecordV1* report) {
   // The extension's own collectives (explore, apply) are not the job's: nothing to attach them to.
   if (t_internal) return kNcclProfileNotRecording;
   if (report == nullptr || report->size < sizeof(NcclProfileRecordV1)) {
-    countDrop("nccl_profile");
+    countDrop(DropKind::NcclProfile);
     return kNcclProfileUnmatched;
   }
   if (!g_nccl_profile_active.load(std::memory_order_relaxed))
     g_nccl_profile_active.store(true, std::memory_order_relaxed);
   const CallEvent* call = t_nccl_in_flight.match(*report);
   if (call == nullptr) {
-    countDrop("nccl_profile");
+    countDrop(DropKind::NcclProfile);
     return kNcclProfileUnmatched;
   }
-  record(ncclInfoEvent(call->comm, call->seq, report->algo, report->proto, report->channels));
+  record(ncclInfoEvent(call->header, report->algo, report->proto, report->channels));
   return kNcclProfileMatched;
 }
 

@@ -9,7 +9,7 @@
 // on this thread ("in flight") before they call NCCL, and the plugin's report, arriving on the same
 // thread, is matched to one of them by its shape: API, count, datatype (unless NCCL gave none the plugin
 // knows) and the communicator's size and this rank in it; among equal shapes the first not yet matched
-// (NCCL may reorder a group's collectives). The facts go into the thread's record ring as a kNcclInfo
+// (NCCL may reorder a group's collectives). The facts go into the thread's record ring as an NcclInfo
 // record ahead of the call's own record, and the background thread attaches them to the call's row.
 //
 // Hot path: no lock, no allocation; setting and clearing the in-flight calls is two thread-local stores.

@@ -55,6 +55,7 @@ inline ReduceOp reduceOpOf(nccl::ncclRedOp_t op) {
 class StreamTable {
  public:
   static constexpr std::size_t kMaxStreams = 1024;
+  static_assert(kMaxStreams <= kMaxStreamIndex, "a stream's index must fit CallPayload::stream");
   // Entry::domain before the GPU timer has looked at the stream.
   static constexpr int kDomainUnknown = -3;
 

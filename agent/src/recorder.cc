@@ -13,23 +13,22 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "correlator.h"
 #include "gradscope/common/error.h"
 #include "gradscope/common/version.h"
-#include "gradscope/storage/writer.h"
 #include "nccl_profile.h"
 #include "shadow.h"
+#include "trace_output.h"
 
 namespace gradscope::agent {
 
@@ -63,23 +62,17 @@ std::atomic<GpuTimer*> g_gpu_timer{nullptr};
 int g_wake_pipe[2] = {-1, -1};
 int g_done_pipe[2] = {-1, -1};
 
-struct DropCounter {
-  const char* kind;
-  std::atomic<std::int64_t> count{0};
-};
-DropCounter g_drop_counters[] = {
-    {"thread_buffer", {}}, {"comm_table", {}},    {"gpu_timing", {}},   {"iallreduce_table", {}},
-    {"stream_table", {}},  {"group_table", {}},   {"cupti_record", {}}, {"explore_result", {}},
-    {"nccl_profile", {}},  {"graph_capture", {}}, {"graph_replay", {}}, {"recording_stopped", {}},
-    {"other", {}}};
+// What countDrop() counted, by kind, until the background thread takes it (Flusher::takeDrops).
+std::atomic<std::int64_t> g_drops[kDropKinds] = {};
 // Set when the background thread stops recording after an error (Flusher::fail).
 std::atomic<bool> g_recording_failed{false};
 
-// The counter of a kind ("other" for a kind not in the table).
-DropCounter& dropCounter(const char* kind) {
-  for (DropCounter& counter : g_drop_counters)
-    if (std::strcmp(counter.kind, kind) == 0) return counter;
-  return std::end(g_drop_counters)[-1];
+constexpr std::size_t kindIndex(DropKind kind) {
+  return static_cast<std::size_t>(kind);
+}
+
+void countDrops(DropKind kind, std::int64_t count) {
+  g_drops[kindIndex(kind)].fetch_add(count, std::memory_order_relaxed);
 }
 
 // Owns the calling thread's buffer claim: returns it to the table when the thread exits.
@@ -112,8 +105,6 @@ void writeAll(int fd, const void* data, std::size_t size) {
     size -= static_cast<std::size_t>(n);
   }
 }
-
-bool createDirectories(const std::filesystem::path& directory, std::string& error);
 
 // What an intercepted call costs the calling thread, measured on it with the same operations: a
 // communicator look-up that hits (the common case: the thread's last communicator), then for a recorded
@@ -149,10 +140,10 @@ HotPathCost measureHotPath() {
       if (!scratch.admit(roomy, ticks, start) || !scratch.roomOrDrop()) continue;
       const std::uint64_t end = ticks();
       if (CallEvent* event = scratch.reserve()) {
-        event->start = event->enqueue = start;
-        event->end = end;
-        event->comm = slot == nullptr ? 0 : slot->index;
-        event->seq = i;
+        event->call.start = event->call.enqueue = start;
+        event->call.end = end;
+        event->header.comm = slot == nullptr ? 0 : slot->index;
+        event->header.seq = i;
         scratch.publish();
       }
     }
@@ -175,16 +166,17 @@ HotPathCost measureHotPath() {
 }
 
 // ---- the background thread --------------------------------------------------------------------------
+//
+// Drains the rings, turns records into rows (ticks into times, GPU spans from the timer), joins what
+// arrives about a call from elsewhere with it (NCCL's choices, explorations, graph replays: one bounded
+// correlator each, correlator.h), counts drops, and hands everything to its TraceOutput, which it owns.
+// Lock order: it takes two leaf locks, one at a time and never while holding another — the communicator
+// registry's (CommRegistry::description) and shadow.h's result queue's (takeExploreRecords) — and none
+// of the recorder's; the rings and the GPU timer it reads without one.
 
 class Flusher {
  public:
-  Flusher(storage::TraceWriter writer, std::int64_t run_id, std::int64_t rank_id, std::int64_t epoch_ns,
-          std::string config_json)
-      : writer_(std::move(writer)),
-        run_id_(run_id),
-        rank_id_(rank_id),
-        epoch_ns_(epoch_ns),
-        config_json_(std::move(config_json)) {}
+  explicit Flusher(TraceOutput output) : output_(std::move(output)) {}
 
   void start() {
     thread_ = std::thread([this] { run(); });
@@ -253,8 +245,8 @@ class Flusher {
   // does not depend on how far behind it is.
   void flush(bool final) {
     // Explorations submitted so far: taken before the calls are drained, so that the calls they
-    // belong to (recorded before them, on the same thread) are written by the time they are linked.
-    for (ExploreRecord& record : takeExploreRecords()) pending_explore_.push_back({std::move(record)});
+    // belong to (recorded before them, on the same thread) are written by the time they are joined.
+    std::vector<ExploreRecord> explorations = takeExploreRecords();
     const std::size_t buffers = g_buffers->size();
     dropped_per_buffer_.resize(buffers, 0);
     bool more = true;
@@ -279,66 +271,35 @@ class Flusher {
       // (an 8-byte all-reduce loop ran 5% slower for it). A batch takes a fraction of a millisecond.
       if (more && !final) sched_yield();
     }
-    if (!failed_) writeExplorations(final);
+    if (!failed_) writeExplorations(explorations, final);
     if (failed_) return;
     try {
-      writeDrops();
-      writer_.commit();
+      output_.addDrops(takeDrops());
+      output_.commit();
       clock_.refine();
     } catch (const std::exception& error) {
       fail(error.what());
-      return;
     }
-    restoreIfRemoved();
-  }
-
-  // The output file (or its directory) removed while the job runs: SQLite would go on writing the
-  // unlinked file and everything would vanish at exit. Instead the directory and the file are made again
-  // with everything committed so far, and recording goes on there.
-  void restoreIfRemoved() {
-    if (!writer_.removed()) return;
-    const std::string path = writer_.path();
-    const auto lost = [&](const std::string& why) {
-      fail(fmt::format("{} was removed while the job ran and cannot be written again ({})", path, why));
-    };
-    std::string error;
-    if (!createDirectories(std::filesystem::path(path).parent_path(), error)) return lost(error);
-    try {
-      writer_.recreate();
-    } catch (const std::exception& failure) {
-      return lost(failure.what());
-    }
-    log("{} was removed while the job ran; written again with the {} calls recorded so far, recording goes "
-        "on",
-        path, writer_.callCount());
   }
 
   // Writes events_ (committed with the flush): communicators first, then the calls.
   void writeBatch(bool final) {
     try {
       // Every record refers to a communicator registered before it.
-      CommRegistry& registry = comms();
-      for (std::size_t i = comm_rows_.size(); i < registry.size(); ++i) {
-        const CommDescription description = registry.description(i);
-        storage::CommInfo comm;
-        comm.rank_id = rank_id_;
-        comm.key = description.key;
-        comm.backend = description.backend;
-        comm.size = description.size;
-        comm.comm_rank = description.rank;
-        comm_rows_.push_back(writer_.addComm(comm));
-      }
+      output_.addComms(comms());
       // Host-timed calls now, GPU ones once their timer has the span.
       calls_.clear();
       extras_.clear();
       GpuTimer* timer = g_gpu_timer.load(std::memory_order_acquire);
       for (const CallEvent& event : events_) {
-        if ((event.flags & kNcclInfo) != 0) ncclInfoArrived(event);
-        else if (event.gpu_slot != 0 && timer != nullptr) pending_gpu_.push_back(event);
-        else addCall(event, nullptr);
-        if ((event.flags & kGraphCaptured) != 0 && (event.gpu_slot == 0 || timer == nullptr) &&
-            captured_.size() < kMaxCaptured)
-          captured_.try_emplace({calls_.back().comm_id, calls_.back().seq}, Captured{calls_.back(), 0});
+        if (event.header.kind == EventKind::NcclInfo) {
+          ncclInfoArrived(event);
+        } else if (event.call.gpu_slot != 0 && timer != nullptr) {
+          pending_gpu_.push_back(event);
+        } else {
+          addCall(event, nullptr);
+          if (event.call.graph_captured) captureArrived();
+        }
       }
       resolveGpu(timer, final);
       if (timer != nullptr) addGraphReplays(*timer, final);
@@ -347,12 +308,12 @@ class Flusher {
                          [](const storage::CallRecord& a, const storage::CallRecord& b) {
                            return a.start_ns < b.start_ns;
                          });
-        rememberWritten(calls_, writer_.appendCalls(calls_));
+        rememberWritten(calls_, output_.appendCalls(calls_));
       } else {
         writeCallsWithExtras();
       }
       calls_recorded_ += static_cast<std::int64_t>(calls_.size());
-      if (final) dropUnmatchedNcclInfo();
+      if (final) nccl_info_.drain([](NcclInfoPayload&&) {});
     } catch (const std::exception& error) {
       fail(error.what());
       countLostCalls(events_);  // the batch that could not be written
@@ -362,9 +323,10 @@ class Flusher {
   // Calls drained but never written once recording has stopped: "recording_stopped" drops, written
   // with the others at the end if the file still takes them.
   void countLostCalls(const std::vector<CallEvent>& events) {
-    const auto calls = std::count_if(events.begin(), events.end(),
-                                     [](const CallEvent& event) { return (event.flags & kNcclInfo) == 0; });
-    dropCounter("recording_stopped").count.fetch_add(calls, std::memory_order_relaxed);
+    const auto calls = std::count_if(events.begin(), events.end(), [](const CallEvent& event) {
+      return event.header.kind == EventKind::Call;
+    });
+    countDrops(DropKind::RecordingStopped, calls);
   }
 
   void resolveGpu(GpuTimer* timer, bool final) {
@@ -373,7 +335,7 @@ class Flusher {
     // Calls complete in order per stream, not across streams: query every pending one.
     for (auto it = pending_gpu_.begin(); it != pending_gpu_.end();) {
       std::int64_t start = 0, end = 0;
-      const auto status = timer->query(it->gpu_slot - 1, start, end);
+      const auto status = timer->query(it->call.gpu_slot - 1, start, end);
       const bool give_up = final || pending_gpu_.size() > kMaxPendingGpu;
       if (status == GpuTimer::Status::Pending && !give_up) {
         ++it;
@@ -381,83 +343,41 @@ class Flusher {
       }
       std::int64_t span[2] = {start, end};
       if (status != GpuTimer::Status::Ready) {
-        g_drop_counters[2].count.fetch_add(1, std::memory_order_relaxed);
+        countDrop(DropKind::GpuTiming);
         addCall(*it, nullptr);  // host enqueue times instead
       } else {
         addCall(*it, span);
       }
-      timer->release(it->gpu_slot - 1);
+      timer->release(it->call.gpu_slot - 1);
       it = pending_gpu_.erase(it);
     }
   }
 
-  // ---- graph replays (cupti_tracer.h) ----
-  //
-  // A graph-captured call's row is written like any call's (host-timed: its capture). Each of its GPU
-  // executions, reported by the timer once complete, is a row of its own: a copy of the captured call's
-  // with graph_replay 1, 2, ... and the GPU's times (docs/schema.md, "CUDA graphs").
-  struct Captured {
-    storage::CallRecord call;
-    std::int64_t replays = 0;
-  };
-
-  // A replay whose captured call has not been drained from its thread's ring yet (a batch holds at most
-  // kBatch records) waits, up to kMaxCaptured of them; at the end, or beyond that, it is dropped.
-  void addGraphReplays(GpuTimer& timer, bool final) {
-    replay_spans_.swap(waiting_replays_);  // the ones that waited first: launch order
-    waiting_replays_.clear();
-    timer.takeGraphReplays(replay_spans_, final);
-    for (const ReplaySpan& span : replay_spans_) {
-      const auto it = captured_.find({span.comm < comm_rows_.size() ? comm_rows_[span.comm] : 0, span.seq});
-      if (it == captured_.end()) {
-        if (!final && waiting_replays_.size() < kMaxCaptured) waiting_replays_.push_back(span);
-        else countDrop("graph_replay");  // its call was not recorded
-        continue;
-      }
-      storage::CallRecord replay = it->second.call;
-      replay.graph_replay = ++it->second.replays;
-      replay.step = -1;  // the capture's step is not the launch's; merge detects steps
-      replay.start_ns = replay.enqueue_ns = span.start_epoch_ns - epoch_ns_;
-      replay.end_ns = std::max(span.start_epoch_ns, span.end_epoch_ns) - epoch_ns_;
-      calls_.push_back(replay);
-      extras_.push_back({span.comm, 0, 0});
-    }
+  void addCall(const CallEvent& event, const std::int64_t* gpu_span) {
+    calls_.push_back(toRecord(event, gpu_span));
+    storage::CallRecord& call = calls_.back();
+    nccl_info_.takeReports({call.comm_id, call.seq}, [&](NcclInfoPayload&& info) {
+      call.nccl_algo = info.algo;
+      call.nccl_proto = info.proto;
+      call.nccl_channels = info.channels;
+    });
+    extras_.push_back({event.header.comm, event.call.sampled, event.call.strategy});
+    // Explore and apply modes mark calls; observe mode never does, and keeps the plain sort below.
+    if (event.call.sampled || event.call.strategy != 0) any_extra_ = true;
   }
 
   // ---- NCCL's choices from the profiler plugin (nccl_profile.h) ----
   //
   // A report is recorded on the calling thread before the call's own record (the call is recorded after
-  // NCCL returns), so it normally waits here, keyed by (communicator row, seq), until its call is added.
-  // A report that comes after its call was written (another thread's ring, drained first) finds the call
-  // among the last kMaxNcclInfo written and updates its row. Both tables are bounded; reports that find
-  // no call by the end, or are pushed out, are counted as "nccl_profile" drops.
-  using CommSeq = std::pair<std::int64_t, std::int64_t>;
-  struct NcclInfo {
-    int algo, proto, channels;
-  };
-
+  // NCCL returns), so it normally waits, keyed by (communicator row, seq), until its call is added, and is
+  // attached to the call's row before it is written. A report that comes after its call was written
+  // (another thread's ring, drained first) finds the call's id among the last kMaxNcclInfo written and
+  // updates its row. Reports that find no call, pushed out or at the end, are "nccl_profile" drops.
   void ncclInfoArrived(const CallEvent& event) {
-    const CommSeq key{event.comm < comm_rows_.size() ? comm_rows_[event.comm] : 0, event.seq};
-    const NcclInfo info{static_cast<int>(event.count), static_cast<int>(event.bytes), event.stream};
-    if (const auto written = written_ids_.find(key); written != written_ids_.end()) {
-      writer_.setNcclInfo(written->second, info.algo, info.proto, info.channels);
-      return;
-    }
-    if (pending_info_.emplace(key, info).second) pending_info_order_.push_back(key);
-    while (pending_info_order_.size() > kMaxNcclInfo) {
-      if (pending_info_.erase(pending_info_order_.front()) != 0)
-        g_drop_counters[kNcclProfileDrops].count.fetch_add(1, std::memory_order_relaxed);
-      pending_info_order_.pop_front();
-    }
-  }
-
-  void attachNcclInfo(storage::CallRecord& call) {
-    const auto found = pending_info_.find({call.comm_id, call.seq});
-    if (found == pending_info_.end()) return;
-    call.nccl_algo = found->second.algo;
-    call.nccl_proto = found->second.proto;
-    call.nccl_channels = found->second.channels;
-    pending_info_.erase(found);
+    nccl_info_.addReport(
+        {output_.commRow(event.header.comm), event.header.seq}, event.nccl_info,
+        [this](std::int64_t call_id, NcclInfoPayload&& info) { output_.setNcclInfo(call_id, info); },
+        [](NcclInfoPayload&&) {});
   }
 
   // Calls with ids first, first + 1, ...: remembered for reports that come later (only once a plugin
@@ -467,32 +387,55 @@ class Flusher {
     for (std::size_t i = 0; i < calls.size(); ++i) {
       // Has its report already, or is a graph replay (NCCL reports the captured call).
       if (calls[i].nccl_algo >= 0 || calls[i].graph_replay > 0) continue;
-      const CommSeq key{calls[i].comm_id, calls[i].seq};
-      written_ids_[key] = first + static_cast<std::int64_t>(i);
-      written_order_.push_back(key);
-      if (written_order_.size() > kMaxNcclInfo) {
-        written_ids_.erase(written_order_.front());
-        written_order_.pop_front();
-      }
+      nccl_info_.addCall(
+          {calls[i].comm_id, calls[i].seq}, first + static_cast<std::int64_t>(i),
+          [this](std::int64_t call_id, NcclInfoPayload&& info) { output_.setNcclInfo(call_id, info); });
     }
   }
 
-  void dropUnmatchedNcclInfo() {
-    if (pending_info_.empty()) return;
-    g_drop_counters[kNcclProfileDrops].count.fetch_add(static_cast<std::int64_t>(pending_info_.size()),
-                                                       std::memory_order_relaxed);
-    pending_info_.clear();
-    pending_info_order_.clear();
+  // ---- graph replays (cupti_tracer.h) ----
+  //
+  // A graph-captured call's row is written like any call's (host-timed: its capture). Each of its GPU
+  // executions, reported by the timer once complete, is a row of its own: a copy of the captured call's
+  // with graph_replay 1, 2, ... and the GPU's times (docs/schema.md, "CUDA graphs"). The last
+  // kMaxCaptured captured calls are remembered, by (communicator row, seq); a replay whose captured call
+  // has not been drained from its thread's ring yet (a batch holds at most kBatch records) waits for it.
+  // A replay that finds no captured call, pushed out or at the end, is a "graph_replay" drop.
+  struct Captured {
+    storage::CallRecord call;
+    std::int64_t replays = 0;
+  };
+
+  // The call just added (calls_.back()) was captured into a graph.
+  void captureArrived() {
+    const storage::CallRecord call = calls_.back();
+    replays_.addCall({call.comm_id, call.seq}, Captured{call, 0},
+                     [this](Captured& captured, ReplaySpan&& span) { addReplay(captured, span); });
   }
 
-  void addCall(const CallEvent& event, const std::int64_t* gpu_span) {
-    calls_.push_back(toRecord(event, gpu_span));
-    if (!pending_info_.empty()) attachNcclInfo(calls_.back());
-    extras_.push_back({event.comm, event.flags, event.strategy});
-    // Explore and apply modes mark calls; observe mode never does, and keeps the plain sort below.
-    if ((event.flags & kSampled) != 0 || event.strategy != 0) any_extra_ = true;
+  void addGraphReplays(GpuTimer& timer, bool final) {
+    replay_spans_.clear();
+    timer.takeGraphReplays(replay_spans_, final);
+    for (const ReplaySpan& span : replay_spans_)
+      replays_.addReport(
+          {output_.commRow(span.comm), span.seq}, span,
+          [this](Captured& captured, ReplaySpan&& replay) { addReplay(captured, replay); },
+          [](ReplaySpan&&) {});
+    if (final) replays_.drain([](ReplaySpan&&) {});
   }
 
+  void addReplay(Captured& captured, const ReplaySpan& span) {
+    storage::CallRecord replay = captured.call;
+    replay.graph_replay = ++captured.replays;
+    replay.step = -1;  // the capture's step is not the launch's; merge detects steps
+    replay.start_ns = replay.enqueue_ns = span.start_epoch_ns - output_.epochNs();
+    replay.end_ns = std::max(span.start_epoch_ns, span.end_epoch_ns) - output_.epochNs();
+    calls_.push_back(replay);
+    extras_.push_back({span.comm, false, 0});
+  }
+
+  // ---- explorations (shadow.h) ----
+  //
   // The calls in time order, like the plain path, remembering which rows the explored and applied
   // calls became: explorations link to them, applied calls get their applied_calls row.
   void writeCallsWithExtras() {
@@ -503,106 +446,69 @@ class Flusher {
     });
     sorted_.clear();
     for (const std::size_t i : order_) sorted_.push_back(calls_[i]);
-    const std::int64_t first = writer_.appendCalls(sorted_);
+    const std::int64_t first = output_.appendCalls(sorted_);
     rememberWritten(sorted_, first);
     applied_.clear();
     for (std::size_t k = 0; k < order_.size(); ++k) {
       const Extra& extra = extras_[order_[k]];
       const std::int64_t id = first + static_cast<std::int64_t>(k);
-      if ((extra.flags & kSampled) != 0 && sampled_ids_.size() < kMaxSampledIds)
-        sampled_ids_[{extra.comm, sorted_[k].seq}] = id;
+      if (extra.sampled)
+        explorations_.addCall({extra.comm, sorted_[k].seq}, id,
+                              [this](std::int64_t call_id, ExploreRecord&& record) {
+                                explorations_ready_.push_back({std::move(record), call_id});
+                              });
       if (extra.strategy != 0) applied_.push_back({id, appliedStrategyName(extra.strategy)});
     }
-    if (!applied_.empty()) writer_.appendApplied(applied_);
+    if (!applied_.empty()) output_.appendApplied(applied_);
   }
 
-  // Measurements and consensus rows of the explorations whose call is written. An MPI_Iallreduce is
-  // explored before it is issued and recorded at its completion, possibly many flushes later; a call
-  // that never comes (dropped) keeps its exploration waiting until the end, or until more than
-  // kMaxPendingExplorations wait, and it is then written without the link.
-  void writeExplorations(bool final) {
+  // Measurements and consensus rows of the explorations, each linked to its call once the call is
+  // written, by (communicator index, seq). An MPI_Iallreduce is explored before it is issued and recorded
+  // at its completion, possibly many flushes later; an exploration whose call never comes (dropped) waits
+  // until the end, or until kMaxPendingExplorations newer ones waited, and is then written without the
+  // link (an "explore_link" drop).
+  void writeExplorations(std::vector<ExploreRecord>& explorations, bool final) {
     try {
-      for (auto it = pending_explore_.begin(); it != pending_explore_.end();) {
-        const ExploreRecord& record = it->record;
-        const auto id = sampled_ids_.find({record.comm, record.seq});
-        if (id == sampled_ids_.end() && !final && pending_explore_.size() <= kMaxPendingExplorations) {
-          ++it;
-          continue;
-        }
-        std::optional<std::int64_t> call_id;
-        if (id != sampled_ids_.end()) {
-          call_id = id->second;
-          sampled_ids_.erase(id);
-        }
-        writeExploration(record, call_id);
-        it = pending_explore_.erase(it);
-      }
+      const auto unlinked = [this](ExploreRecord&& record) {
+        explorations_ready_.push_back({std::move(record), std::nullopt});
+      };
+      for (ExploreRecord& record : explorations)
+        explorations_.addReport(
+            {record.comm, record.seq}, std::move(record),
+            [this](std::int64_t call_id, ExploreRecord&& linked) {
+              explorations_ready_.push_back({std::move(linked), call_id});
+            },
+            unlinked);
+      if (final) explorations_.drain(unlinked);
+      for (const auto& [record, call_id] : explorations_ready_) output_.writeExploration(record, call_id);
+      explorations_ready_.clear();
     } catch (const std::exception& error) {
       fail(error.what());
     }
   }
 
-  void writeExploration(const ExploreRecord& record, std::optional<std::int64_t> call_id) {
-    for (const StrategyTiming& timing : record.result.timings) {
-      storage::Measurement m;
-      m.run_id = run_id_;
-      m.rank_id = rank_id_;
-      m.call_id = call_id;
-      m.strategy = timing.strategy;
-      m.api = record.api;
-      m.dtype = record.dtype;
-      m.bytes = record.bytes;
-      m.world = record.world;
-      m.reps = timing.reps;
-      m.min_ns = timing.min_ns;
-      m.median_ns = timing.median_ns;
-      m.p90_ns = timing.p90_ns;
-      m.max_ns = timing.max_ns;
-      m.algbw_gbs = timing.median_ns > 0 ? static_cast<double>(record.bytes) / timing.median_ns : 0.0;
-      m.busbw_gbs = m.algbw_gbs * busBandwidthFactor(Collective::AllReduce, record.world);
-      m.rel_l2_error = timing.rel_l2_error;
-      m.max_abs_error = timing.max_abs_error;
-      m.cosine = timing.cosine;
-      m.overflow_count = timing.overflow_count;
-      writer_.addMeasurement(m);
-    }
-    if (const auto& sample = record.result.consensus) {
-      storage::ConsensusRecord row;
-      row.rank_id = rank_id_;
-      row.step = record.step;
-      row.call_id = call_id;
-      row.alpha = sample->alpha;
-      row.cosine_to_mean = sample->cosine_to_mean;
-      row.grad_norm = sample->grad_norm;
-      row.diversity = sample->diversity;
-      writer_.appendConsensus(std::span(&row, 1));
-    }
-  }
-
   storage::CallRecord toRecord(const CallEvent& event, const std::int64_t* gpu_span) const {
+    const std::int64_t epoch_ns = output_.epochNs();
     storage::CallRecord call;
-    call.rank_id = rank_id_;
-    call.comm_id = event.comm < comm_rows_.size() ? comm_rows_[event.comm] : 0;
-    call.seq = event.seq;
-    call.step = event.step;
-    call.api = event.api;
-    call.dtype = event.dtype;
-    call.op = event.op;
-    call.count = event.count;
-    call.bytes = event.bytes;
-    call.enqueue_ns = clock_.toEpochNs(event.enqueue) - epoch_ns_;
+    call.rank_id = output_.rankId();
+    call.comm_id = output_.commRow(event.header.comm);
+    call.seq = event.header.seq;
+    call.step = event.call.step;
+    call.api = event.header.api;
+    call.dtype = event.header.dtype;
+    call.op = event.header.op;
+    call.count = event.call.count;
+    call.bytes = event.call.bytes;
+    call.enqueue_ns = clock_.toEpochNs(event.call.enqueue) - epoch_ns;
     if (gpu_span != nullptr) {
-      call.start_ns = gpu_span[0] - epoch_ns_;
-      call.end_ns = gpu_span[1] - epoch_ns_;
-    } else if ((event.flags & kEpochTimes) != 0) {
-      call.start_ns = static_cast<std::int64_t>(event.start) - epoch_ns_;
-      call.end_ns = static_cast<std::int64_t>(event.end) - epoch_ns_;
+      call.start_ns = gpu_span[0] - epoch_ns;
+      call.end_ns = gpu_span[1] - epoch_ns;
     } else {
-      call.start_ns = clock_.toEpochNs(event.start) - epoch_ns_;
-      call.end_ns = clock_.toEpochNs(event.end) - epoch_ns_;
+      call.start_ns = clock_.toEpochNs(event.call.start) - epoch_ns;
+      call.end_ns = clock_.toEpochNs(event.call.end) - epoch_ns;
     }
     if (call.end_ns < call.start_ns) call.end_ns = call.start_ns;
-    call.stream = event.stream;
+    call.stream = event.call.stream;
     return call;
   }
 
@@ -615,94 +521,57 @@ class Flusher {
     log("{}; recording stopped, the job continues", what);
   }
 
-  // Drops counted since the last commit: every kind's counter, the full rings' and the rate limit's,
-  // as (kind, count), and taken (the counters start again from 0).
-  std::vector<std::pair<std::string, std::int64_t>> takeDrops() {
+  // Drops counted since the last commit, by kind, taken (the counters start again from 0): the full
+  // rings' and the rate limit's, every kind counted elsewhere (countDrop), and the joins'.
+  DropCounts takeDrops() {
+    DropCounts drops{};
     const std::size_t buffers = g_buffers->size();
     dropped_per_buffer_.resize(buffers, 0);
     rate_dropped_per_buffer_.resize(buffers, 0);
-    std::int64_t new_drops = 0, new_rate_drops = 0;
     for (std::size_t i = 0; i < buffers; ++i) {
       const std::uint64_t dropped = g_buffers->at(i)->dropped();
-      new_drops += static_cast<std::int64_t>(dropped - dropped_per_buffer_[i]);
+      drops[kindIndex(DropKind::Call)] += static_cast<std::int64_t>(dropped - dropped_per_buffer_[i]);
       dropped_per_buffer_[i] = dropped;
       const std::uint64_t rate_dropped = g_buffers->at(i)->rateDropped();
-      new_rate_drops += static_cast<std::int64_t>(rate_dropped - rate_dropped_per_buffer_[i]);
+      drops[kindIndex(DropKind::CallRate)] +=
+          static_cast<std::int64_t>(rate_dropped - rate_dropped_per_buffer_[i]);
       rate_dropped_per_buffer_[i] = rate_dropped;
     }
-    std::vector<std::pair<std::string, std::int64_t>> drops;
-    if (new_drops > 0) drops.emplace_back("call", new_drops);
-    if (new_rate_drops > 0) drops.emplace_back("call_rate", new_rate_drops);
-    calls_dropped_ += new_drops + new_rate_drops;
-    for (DropCounter& counter : g_drop_counters) {
-      const std::int64_t n = counter.count.exchange(0, std::memory_order_relaxed);
-      if (n > 0) drops.emplace_back(counter.kind, n);
-      if (&counter == &dropCounter("recording_stopped")) calls_dropped_ += n;
-    }
+    for (std::size_t kind = 0; kind < kDropKinds; ++kind)
+      drops[kind] += g_drops[kind].exchange(0, std::memory_order_relaxed);
+    drops[kindIndex(nccl_info_.kind())] += nccl_info_.takeDropped();
+    drops[kindIndex(replays_.kind())] += replays_.takeDropped();
+    drops[kindIndex(explorations_.kind())] += explorations_.takeDropped();
+    calls_dropped_ += drops[kindIndex(DropKind::Call)] + drops[kindIndex(DropKind::CallRate)] +
+                      drops[kindIndex(DropKind::RecordingStopped)];
     return drops;
   }
 
-  void writeDrops() {
-    for (const auto& [kind, count] : takeDrops()) writer_.addDrops(rank_id_, kind, count);
-  }
-
-  // `signalled`: the process dies of a signal next, and its launcher may SIGKILL it within milliseconds:
-  // the end is committed first and the file's tidy-up skipped (TraceWriter::finishQuickly).
   void close(bool signalled) {
     g_recording.store(false, std::memory_order_relaxed);
     if (failed_) {
-      // What stopped the recording, and how many calls it lost, where the file still takes that (a
-      // refused insert does; a full disk does not): the calls the failure rolled back and every one
-      // drained or intercepted since, as "recording_stopped" drops, beside the other kinds' counts.
-      dropCounter("recording_stopped").count.fetch_add(writer_.callsRolledBack(), std::memory_order_relaxed);
-      calls_recorded_ -= writer_.callsRolledBack();
-      std::vector<std::pair<std::string, std::int64_t>> drops = takeDrops();
-      nlohmann::json config = nlohmann::json::parse(config_json_, nullptr, false);
-      if (config.is_discarded() || !config.is_object()) config = nlohmann::json::object();
-      config["agent"] = {{"calls_recorded", calls_recorded_},
-                         {"calls_dropped", calls_dropped_},
-                         {"recording_stopped", stopped_because_}};
-      try {
-        writer_.closeAfterFailure(run_id_, rank_id_, drops, config.dump(), clock_.epochNsNow() - epoch_ns_);
-      } catch (const std::exception&) {
-      }
+      // The calls the failure rolled back and every one drained or intercepted since are
+      // "recording_stopped" drops, beside the other kinds' counts.
+      countDrops(DropKind::RecordingStopped, output_.callsRolledBack());
+      calls_recorded_ -= output_.callsRolledBack();
+      const DropCounts drops = takeDrops();
+      output_.closeAfterFailure(drops, calls_recorded_, calls_dropped_, stopped_because_,
+                                clock_.epochNsNow());
       return;
     }
     try {
-      writeDrops();
+      output_.addDrops(takeDrops());
       timespec cpu{};
       clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
-      nlohmann::json config = nlohmann::json::parse(config_json_, nullptr, false);
-      if (config.is_discarded() || !config.is_object()) config = nlohmann::json::object();
-      config["agent"] = {
-          {"calls_recorded", calls_recorded_},
-          {"calls_dropped", calls_dropped_},
-          {"hot_path_ns", hot_path_.recorded_ns},
-          {"dropped_call_ns", hot_path_.dropped_ns},
-          {"flusher_cpu_ns", static_cast<std::int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec},
-          {"buffer_bytes", static_cast<std::int64_t>(g_buffers->size()) * g_buffers->capacity() *
-                               static_cast<std::int64_t>(sizeof(CallEvent))},
-      };
-      if (g_config.mode != Mode::Observe) {
-        const ShadowStats stats = shadowStats();
-        config["agent"]["shadow"] = {
-            {"mode", shadowModeName()},
-            {"explored", stats.explored},
-            {"skipped_budget", stats.skipped_budget},
-            {"skipped_other", stats.skipped_other},
-            {"explore_ns", stats.spent_ns},
-            {"applied", stats.applied},
-            {"apply_failed", stats.apply_failed},
-        };
-        nlohmann::json untouched = nlohmann::json::object();
-        for (std::size_t i = 0; i < kUntouchedReasons; ++i)
-          if (stats.untouched[i] > 0)
-            untouched[std::string(name(static_cast<Untouched>(i)))] = stats.untouched[i];
-        config["agent"]["shadow"]["untouched"] = untouched;
-      }
-      writer_.setRunConfig(run_id_, config.dump());
-      if (signalled) writer_.finishQuickly(clock_.epochNsNow() - epoch_ns_);
-      else writer_.finish(clock_.epochNsNow() - epoch_ns_);
+      AgentStatistics stats;
+      stats.calls_recorded = calls_recorded_;
+      stats.calls_dropped = calls_dropped_;
+      stats.hot_path_ns = hot_path_.recorded_ns;
+      stats.dropped_call_ns = hot_path_.dropped_ns;
+      stats.flusher_cpu_ns = static_cast<std::int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec;
+      stats.buffer_bytes = static_cast<std::int64_t>(g_buffers->size()) * g_buffers->capacity() *
+                           static_cast<std::int64_t>(sizeof(CallEvent));
+      output_.finish(stats, clock_.epochNsNow(), signalled);
     } catch (const std::exception& error) {
       fail(error.what());
     }
@@ -710,29 +579,23 @@ class Flusher {
 
   struct Extra {
     std::uint32_t comm;
-    std::uint8_t flags;
+    bool sampled;
     std::uint16_t strategy;
   };
-  struct PendingExplore {
+  struct ExplorationToWrite {
     ExploreRecord record;
-  };
-  struct CommSeqHash {
-    std::size_t operator()(const std::pair<std::uint32_t, std::int64_t>& key) const {
-      return std::hash<std::int64_t>()(key.second * 4099 + key.first);
-    }
+    std::optional<std::int64_t> call_id;
   };
 
   static constexpr std::size_t kMaxPendingGpu = 1 << 16;
-  static constexpr std::size_t kMaxSampledIds = 1 << 16;
-  static constexpr std::size_t kMaxPendingExplorations = 256;
   static constexpr std::size_t kBatch = 256;
+  // The joins' bounds (correlator.h): how many calls each remembers, and how many reports wait.
   static constexpr std::size_t kMaxNcclInfo = 4096;
-  static constexpr std::size_t kNcclProfileDrops = 8;  // g_drop_counters index of "nccl_profile"
-  static constexpr std::size_t kMaxCaptured = 4096;    // graph-captured calls whose replays are written
+  static constexpr std::size_t kMaxCaptured = 4096;
+  static constexpr std::size_t kMaxPendingExplorations = 256;
 
-  storage::TraceWriter writer_;
-  std::int64_t run_id_, rank_id_, epoch_ns_;
-  std::string config_json_;
+  TraceOutput output_;
+  HotPathCost hot_path_;
   ClockConversion clock_;
   std::thread thread_;
   std::vector<CallEvent> events_;
@@ -742,24 +605,18 @@ class Flusher {
   std::vector<storage::CallRecord> sorted_;
   std::vector<storage::AppliedCall> applied_;
   bool any_extra_ = false;
-  std::deque<PendingExplore> pending_explore_;
-  std::unordered_map<std::pair<std::uint32_t, std::int64_t>, std::int64_t, CommSeqHash> sampled_ids_;
   std::deque<CallEvent> pending_gpu_;
-  struct CommSeqKeyHash {
-    std::size_t operator()(const CommSeq& key) const {
-      return std::hash<std::int64_t>()(key.second * 4099 + key.first);
-    }
-  };
-  std::unordered_map<CommSeq, NcclInfo, CommSeqKeyHash> pending_info_;
-  std::deque<CommSeq> pending_info_order_;
-  std::unordered_map<CommSeq, std::int64_t, CommSeqKeyHash> written_ids_;
-  std::deque<CommSeq> written_order_;
-  std::unordered_map<CommSeq, Captured, CommSeqKeyHash> captured_;
-  std::vector<ReplaySpan> replay_spans_, waiting_replays_;
-  std::vector<std::int64_t> comm_rows_;
+  // Keyed by (communicator row, seq): a call's row id / its captured record.
+  BoundedCorrelator<CommSeq, std::int64_t, NcclInfoPayload, CommSeqHash> nccl_info_{kMaxNcclInfo,
+                                                                                    DropKind::NcclProfile};
+  BoundedCorrelator<CommSeq, Captured, ReplaySpan, CommSeqHash> replays_{kMaxCaptured, DropKind::GraphReplay};
+  std::vector<ReplaySpan> replay_spans_;
+  // Keyed by (communicator index, seq), as explorations name their call: the call's row id.
+  BoundedCorrelator<CommSeq, std::int64_t, ExploreRecord, CommSeqHash> explorations_{kMaxPendingExplorations,
+                                                                                     DropKind::ExploreLink};
+  std::vector<ExplorationToWrite> explorations_ready_;
   std::vector<std::uint64_t> dropped_per_buffer_, rate_dropped_per_buffer_;
   std::int64_t calls_recorded_ = 0, calls_dropped_ = 0;
-  HotPathCost hot_path_;
   bool failed_ = false;
   std::string stopped_because_;  // fail()'s reason
 };
@@ -811,17 +668,6 @@ void afterForkInChild() {
   g_recording.store(false, std::memory_order_relaxed);
 }
 
-bool createDirectories(const std::filesystem::path& directory, std::string& error) {
-  if (directory.empty()) return true;
-  std::error_code ec;
-  std::filesystem::create_directories(directory, ec);
-  if (ec) {
-    error = fmt::format("cannot create directory {}: {}", directory.string(), ec.message());
-    return false;
-  }
-  return true;
-}
-
 void onLoad() {
   chooseTickSource();
   g_config = parseConfig([](const char* name) { return static_cast<const char*>(std::getenv(name)); },
@@ -858,7 +704,7 @@ ThreadBuffer* claimThreadBuffer() {
   if (g_buffers == nullptr) return nullptr;
   ThreadBuffer* buffer = g_buffers->claim();
   if (buffer == nullptr) {
-    g_drop_counters[0].count.fetch_add(1, std::memory_order_relaxed);
+    countDrop(DropKind::ThreadBuffer);
     return nullptr;
   }
   t_buffer = buffer;
@@ -914,9 +760,6 @@ bool activate(const Activation& activation) {
   const std::string path =
       expandOutputTemplate(g_config.output, activation.rank, static_cast<long>(getpid()), host);
   try {
-    std::string error;
-    if (!createDirectories(std::filesystem::path(path).parent_path(), error)) fail("{}", error);
-    storage::TraceWriter writer = storage::TraceWriter::create(path);
     const std::int64_t epoch_ns = realtimeNs();
     nlohmann::json config = {
         {"mode", modeName(g_config.mode)},
@@ -957,19 +800,16 @@ bool activate(const Activation& activation) {
     run.tool_version = kVersion;
     run.epoch_ns = epoch_ns;
     run.start_ns = 0;
-    const std::int64_t run_id = writer.addRun(run);
     storage::RankInfo rank;
-    rank.run_id = run_id;
     rank.rank = activation.rank;
     rank.host = host;
     rank.pid = getpid();
     rank.device = activation.device;
-    const std::int64_t rank_id = writer.addRank(rank);
-    writer.commit();
+    TraceOutput output = TraceOutput::create(path, run, rank);
     if (pipe2(g_wake_pipe, O_CLOEXEC) != 0 || pipe2(g_done_pipe, O_CLOEXEC) != 0)
       fail("cannot create the agent's wake-up pipe: {}", errnoMessage(errno));
     g_buffers = new ThreadBufferTable(g_config.buffer_calls);
-    g_flusher = new Flusher(std::move(writer), run_id, rank_id, epoch_ns, run.config_json);
+    g_flusher = new Flusher(std::move(output));
     g_flusher->setHotPathCost(measureHotPath());
     if (g_config.max_call_rate > 0) {
       // The tick rate of the flusher's first 2 ms: a window a few % off its length changes nothing.
@@ -1003,12 +843,12 @@ void finish() {
   g_flusher->join();
 }
 
-void countDrop(const char* kind) {
-  dropCounter(kind).count.fetch_add(1, std::memory_order_relaxed);
+void countDrop(DropKind kind) {
+  countDrops(kind, 1);
 }
 
 void countCallNotRecorded() {
-  if (g_recording_failed.load(std::memory_order_relaxed)) countDrop("recording_stopped");
+  if (g_recording_failed.load(std::memory_order_relaxed)) countDrop(DropKind::RecordingStopped);
 }
 
 void setGpuTimer(GpuTimer* timer) {

@@ -13,8 +13,8 @@
 // recording off; the intercepted calls still go straight to the library.
 //
 // Threads and locks. Hot path (any job thread): recording() and record() take no lock. activate() and
-// finish() serialise on one mutex; the background thread owns the trace writer, the clock conversion
-// and the GPU timer's completion queries. Signal handlers take no lock: they wake the background
+// finish() serialise on one mutex; the background thread owns the trace (trace_output.h), the clock
+// conversion and the GPU timer's completion queries. Signal handlers take no lock: they wake the background
 // thread through a pipe and wait (bounded) on another pipe for it to finish the file.
 
 #include <atomic>
@@ -28,6 +28,7 @@
 #include "clock.h"
 #include "comm_registry.h"
 #include "config.h"
+#include "gradscope/common/drop_kind.h"
 #include "thread_buffer.h"
 
 namespace gradscope::agent {
@@ -117,8 +118,9 @@ bool activated();
 // Drains, writes the statistics and closes the trace. Idempotent; a no-op in a forked child.
 void finish();
 
-// Counts dropped events of a kind that is not a full call buffer (e.g. "comm_table", "gpu_timing").
-void countDrop(const char* kind);
+// Counts one dropped event of a kind other than a full ring's or the rate limit's (those are counted by
+// the ring itself). Any thread, no lock: one relaxed atomic add.
+void countDrop(DropKind kind);
 
 // An intercepted call that is not recorded because recording is off. Once recording has stopped after
 // an error in the agent (the trace could not be written), each such call counts as a

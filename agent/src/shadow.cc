@@ -291,7 +291,7 @@ void submitExplore(ExploreRecord record) {
   if (!record.result.explored) return;
   const std::lock_guard lock(g_results_mutex);
   if (g_results.size() >= kMaxQueuedResults) {
-    countDrop("explore_result");
+    countDrop(DropKind::ExploreResult);
     return;
   }
   g_results.push_back(std::move(record));

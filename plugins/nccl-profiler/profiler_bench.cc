@@ -54,10 +54,10 @@ void collWithChildren(benchmark::State& state) {
   CommSlot* comm = comms().find(&comm_handle);
   if (comm == nullptr) comm = comms().add(&comm_handle, {gradscope::Backend::Nccl, "bench", 1, 0});
   gradscope::agent::CallEvent call;
-  call.api = gradscope::Api::NcclAllReduce;
-  call.dtype = gradscope::DType::Fp32;
-  call.count = 1 << 20;
-  call.comm = comm->index;
+  call.header.api = gradscope::Api::NcclAllReduce;
+  call.header.dtype = gradscope::DType::Fp32;
+  call.call.count = 1 << 20;
+  call.header.comm = comm->index;
 #endif
   ncclProfilerEventDescr_v5_t coll{};
   coll.type = ncclProfileColl;

@@ -327,8 +327,8 @@ TEST(AgentConfig, ASpawnedJobHasARunOfItsOwn) {
 
 CallEvent event(std::int64_t seq) {
   CallEvent e;
-  e.seq = seq;
-  e.count = seq * 3;
+  e.header.seq = seq;
+  e.call.count = seq * 3;
   return e;
 }
 
@@ -337,14 +337,14 @@ TEST(ThreadBuffer, DrainsInOrderAndDropsWhenFull) {
   for (int i = 0; i < 6; ++i) buffer.push(event(i));
   EXPECT_EQ(buffer.dropped(), 2u);
   std::vector<std::int64_t> seen;
-  EXPECT_EQ(buffer.drain([&](const CallEvent& e) { seen.push_back(e.seq); }), 4u);
+  EXPECT_EQ(buffer.drain([&](const CallEvent& e) { seen.push_back(e.header.seq); }), 4u);
   EXPECT_EQ(seen, (std::vector<std::int64_t>{0, 1, 2, 3}));
   // Once space is freed, recording resumes within kFullRecheck calls (the full ring re-reads the
   // consumer's position only that often); every call is either recorded, in order, or counted.
   const std::int64_t more = ThreadBuffer::kFullRecheck + 2;
   for (std::int64_t i = 6; i < 6 + more; ++i) buffer.push(event(i));
   seen.clear();
-  buffer.drain([&](const CallEvent& e) { seen.push_back(e.seq); });
+  buffer.drain([&](const CallEvent& e) { seen.push_back(e.header.seq); });
   ASSERT_FALSE(seen.empty());
   EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
   EXPECT_EQ(static_cast<std::int64_t>(seen.size() + buffer.dropped()), 6 + more - 4);
@@ -360,7 +360,7 @@ TEST(ThreadBuffer, ReserveAndPublish) {
   EXPECT_EQ(buffer.drain([](const CallEvent&) {}), 0u);  // not visible before publish()
   buffer.publish();
   std::vector<std::int64_t> seen;
-  buffer.drain([&](const CallEvent& e) { seen.push_back(e.seq); });
+  buffer.drain([&](const CallEvent& e) { seen.push_back(e.header.seq); });
   EXPECT_EQ(seen, (std::vector<std::int64_t>{7}));
 }
 
@@ -385,9 +385,9 @@ TEST(ThreadBuffer, DrainsAtMostTheBatchAskedFor) {
   ThreadBuffer buffer(8);
   for (int i = 0; i < 5; ++i) buffer.push(event(i));
   std::vector<std::int64_t> seen;
-  EXPECT_EQ(buffer.drain([&](const CallEvent& e) { seen.push_back(e.seq); }, 3), 3u);
-  EXPECT_EQ(buffer.drain([&](const CallEvent& e) { seen.push_back(e.seq); }, 3), 2u);
-  EXPECT_EQ(buffer.drain([&](const CallEvent& e) { seen.push_back(e.seq); }, 3), 0u);
+  EXPECT_EQ(buffer.drain([&](const CallEvent& e) { seen.push_back(e.header.seq); }, 3), 3u);
+  EXPECT_EQ(buffer.drain([&](const CallEvent& e) { seen.push_back(e.header.seq); }, 3), 2u);
+  EXPECT_EQ(buffer.drain([&](const CallEvent& e) { seen.push_back(e.header.seq); }, 3), 0u);
   EXPECT_EQ(seen, (std::vector<std::int64_t>{0, 1, 2, 3, 4}));
 }
 
@@ -404,9 +404,9 @@ TEST(ThreadBuffer, ConcurrentProducerAndConsumerLoseNothingUncounted) {
   std::int64_t received = 0, last = -1;
   bool ordered = true, intact = true;
   auto visit = [&](const CallEvent& e) {
-    ordered = ordered && e.seq > last;
-    intact = intact && e.count == e.seq * 3;
-    last = e.seq;
+    ordered = ordered && e.header.seq > last;
+    intact = intact && e.call.count == e.header.seq * 3;
+    last = e.header.seq;
     ++received;
   };
   while (!done.load()) buffer.drain(visit);

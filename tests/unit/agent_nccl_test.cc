@@ -169,11 +169,11 @@ TEST(AgentNcclGroups, MembersAndTheirDistinctStreams) {
   const auto s1 = reinterpret_cast<nccl::cudaStream_t>(0x10), s2 = reinterpret_cast<nccl::cudaStream_t>(0x20);
   CallEvent event;
   for (int i = 0; i < 3; ++i) {
-    event.seq = i;
+    event.header.seq = i;
     ASSERT_TRUE(group.add(event, i == 1 ? s2 : s1, i == 1 ? 1 : 0));
   }
   ASSERT_EQ(group.members().size(), 3u);
-  EXPECT_EQ(group.members()[2].event.seq, 2);
+  EXPECT_EQ(group.members()[2].event.header.seq, 2);
   nccl::cudaStream_t streams[GroupState::kMaxStreams];
   int domains[GroupState::kMaxStreams];
   ASSERT_EQ(group.distinctStreams(streams, domains), 2);

@@ -1,8 +1,9 @@
 #pragma once
 
-// What the kinds of the `drops` table mean (docs/schema.md; written by the agent, docs/agent.md, and by
-// the NCCL profiler plugin, docs/nccl-profiler-plugin.md): one place for every reader that explains them
-// (gradscope report, the viewer).
+// What the kinds of the `drops` table mean (docs/schema.md), for every reader that explains them
+// (gradscope report, the viewer): the agent's kinds as common/drop_kind.h declares them (docs/agent.md),
+// the NCCL profiler plugin's own `nccl_profile_*` (docs/nccl-profiler-plugin.md), and any other kind, a
+// newer agent's, in general terms.
 
 #include <string>
 
