@@ -159,8 +159,10 @@ Config parseConfig(const Environment& env, std::vector<std::string>& errors) {
   if (config.step_calls > 0 && !config.step_nvtx.empty())
     errors.push_back("GRADSCOPE_STEP_CALLS and GRADSCOPE_STEP_NVTX are both set; keep one of them");
   config.run_id = runIdFromLauncher(env);
-  config.env_rank = rankFromLauncher(env);
-  config.env_world_size = worldSizeFromLauncher(env);
+  if (const auto launch = detectLaunch(env)) {
+    config.env_rank = launch->rank;
+    config.env_world_size = launch->world_size;
+  }
   return config;
 }
 

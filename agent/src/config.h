@@ -44,7 +44,7 @@ struct Config {
   std::int64_t step_calls = 0;                  // GRADSCOPE_STEP_CALLS, 0 = not set
   std::string step_nvtx;                        // GRADSCOPE_STEP_NVTX, empty = not set
   bool writer_any_cpu = true;                   // GRADSCOPE_WRITER_CPUS=any (true) or rank
-  std::optional<int> env_rank, env_world_size;  // from the launcher's variables, when present
+  std::optional<int> env_rank, env_world_size;  // from the launcher's variables (detectLaunch), if any
   ExploreConfig explore;
   std::string recommendation;          // GRADSCOPE_RECOMMENDATION: the file apply mode follows
   bool allow_semantic_change = false;  // GRADSCOPE_ALLOW_SEMANTIC_CHANGE=1: AdaCons/AdaSum rules may apply

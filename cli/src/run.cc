@@ -11,11 +11,9 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <cstdint>
 #include <ctime>
 #include <filesystem>
-#include <random>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -25,6 +23,7 @@
 
 #include "gradscope/cli/report.h"
 #include "gradscope/common/error.h"
+#include "gradscope/common/launcher.h"
 #include "gradscope/storage/merge.h"
 #include "gradscope/storage/reader.h"
 
@@ -44,14 +43,6 @@ std::optional<std::string> lookup(const Environment& environment, const std::str
   const auto it = environment.find(name);
   if (it == environment.end() || it->second.empty()) return std::nullopt;
   return it->second;
-}
-
-std::optional<int> nonNegativeInt(const std::optional<std::string>& text) {
-  if (!text) return std::nullopt;
-  int value = 0;
-  const auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), value);
-  if (error != std::errc() || end != text->data() + text->size() || value < 0) return std::nullopt;
-  return value;
 }
 
 std::string baseName(const std::string& path) {
@@ -107,28 +98,6 @@ std::string displayPath(const std::string& path) {
   const fs::path relative = fs::relative(path, fs::current_path(error), error);
   if (error || relative.empty() || *relative.begin() == "..") return path;
   return relative.string();
-}
-
-std::string formatUuid(std::uint64_t high, std::uint64_t low) {
-  return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", high >> 32, (high >> 16) & 0xffff, high & 0xffff,
-                     low >> 48, low & 0xffffffffffffull);
-}
-
-// RFC 9562 layout: the version in the high nibble of byte 6, the variant (binary 10) in byte 8.
-std::string makeUuid(std::uint64_t high, std::uint64_t low, unsigned version) {
-  high = (high & ~0xf000ull) | (static_cast<std::uint64_t>(version) << 12);
-  low = (low & ~(0xc000ull << 48)) | (0x8000ull << 48);
-  return formatUuid(high, low);
-}
-
-std::uint64_t hashKey(const std::string& key, std::uint64_t seed) {
-  std::uint64_t hash = 0xcbf29ce484222325ull ^ seed;  // FNV-1a ...
-  for (char c : key) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  hash ^= hash >> 33;  // ... with a final avalanche (MurmurHash3's fmix64) so close keys differ widely
-  hash *= 0xff51afd7ed558ccdull;
-  hash ^= hash >> 33;
-  hash *= 0xc4ceb9fe1a85ec53ull;
-  return hash ^ (hash >> 33);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -392,62 +361,6 @@ std::vector<std::string> launcherCommand(const std::vector<std::string>& command
   return out;
 }
 
-std::string sanitiseJobId(const std::string& text) {
-  std::string out = text;
-  for (char& c : out) {
-    const bool allowed = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                         c == '.' || c == '_' || c == '-';
-    if (!allowed) c = '_';
-  }
-  return out;
-}
-
-std::optional<LaunchedRank> detectLaunchedRank(const Environment& environment) {
-  const auto get = [&environment](const char* name) { return lookup(environment, name); };
-  // Launchers set several of these; the first pair present wins.
-  struct Source {
-    const char* rank;
-    const char* size;
-    const char* required;  // must be set as well (nullptr: nothing else)
-  };
-  static constexpr Source kSources[] = {
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", nullptr},
-      {"PMI_RANK", "PMI_SIZE", nullptr},
-      {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID"},
-      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID"},
-      {"RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"},
-  };
-  for (const Source& source : kSources) {
-    const auto rank = nonNegativeInt(get(source.rank));
-    const auto size = nonNegativeInt(get(source.size));
-    if (!rank || !size || *size < 1 || *rank >= *size || (source.required && !get(source.required))) continue;
-    LaunchedRank launched{*rank, *size, {}};
-    // The job id: Open MPI (4 and 5) and Slurm's PMIx set PMIX_NAMESPACE; older Open MPI the ess jobid;
-    // Slurm's steps are job.step; torchrun's run id is "none" unless given, so it is used last.
-    if (const auto ns = get("PMIX_NAMESPACE")) launched.job_id = *ns;
-    else if (const auto ompi = get("OMPI_MCA_ess_base_jobid")) launched.job_id = *ompi;
-    else if (const auto job = get("SLURM_JOB_ID"); job && get("SLURM_STEP_ID"))
-      launched.job_id = *job + "." + *get("SLURM_STEP_ID");
-    else if (const auto torch = get("TORCHELASTIC_RUN_ID"); torch && *torch != "none")
-      launched.job_id = *torch;
-    launched.job_id = sanitiseJobId(launched.job_id);
-    return launched;
-  }
-  return std::nullopt;
-}
-
-std::string randomUuid() {
-  std::random_device device;
-  const auto draw = [&device] { return (static_cast<std::uint64_t>(device()) << 32) | device(); };
-  const std::uint64_t high = draw();
-  return makeUuid(high, draw(), 4);
-}
-
-std::string uuidFromKey(const std::string& key) {
-  // Version 8 ("custom"): a hash, not a name-based (v5, SHA-1) uuid; 122 bits are ample for job ids.
-  return makeUuid(hashKey(key, 0), hashKey(key, 0x9e3779b97f4a7c15ull), 8);
-}
-
 std::string findAgent(const Environment& environment, const std::string& executable_directory) {
   if (const auto configured = lookup(environment, "GRADSCOPE_AGENT_PATH")) {
     if (!isRegularFile(*configured))
@@ -487,7 +400,7 @@ NcclPlugins findNcclPlugins(const std::string& executable_directory) {
           find("nccl-profiler", "libnccl-profiler-gradscope.so")};
 }
 
-std::string defaultOutputDirectory(const std::optional<LaunchedRank>& launched,
+std::string defaultOutputDirectory(const std::optional<Launch>& launched,
                                    std::chrono::system_clock::time_point now) {
   if (launched) {
     if (launched->job_id.empty())
@@ -744,7 +657,7 @@ int runJob(const RunOptions& options, std::ostream& log) {
   }
   const Launcher launcher = classifyLauncher(options.command.front(), executable);
   // A launcher in the command means this gradscope starts the job; otherwise it may be one rank of it.
-  const auto launched = launcher == Launcher::None ? detectLaunchedRank(environment) : std::nullopt;
+  const auto launched = launcher == Launcher::None ? detectLaunch(environmentOf(environment)) : std::nullopt;
 
   std::string agent, directory, run_id;
   NcclPlugins plugins;

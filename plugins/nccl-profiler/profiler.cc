@@ -141,7 +141,8 @@ class Sink {
     const char* output = env("GRADSCOPE_OUTPUT");
     const std::string pattern = output != nullptr && *output != '\0' ? output : "gradscope-nccl-%h-%p.db";
     const std::string host = hostName();
-    rank_ = rankFromLauncher(env).value_or(rank);
+    const std::optional<Launch> launch = detectLaunch(env);
+    rank_ = launch ? launch->rank : rank;
     const std::string path =
         freePath(expandOutputTemplate(pattern, rank_, static_cast<long>(getpid()), host));
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -158,7 +159,7 @@ class Sink {
     run_info.command = command != nullptr ? command : commandLine();
     run_info.mode = "observe";
     run_info.backend = Backend::Nccl;
-    run_info.world_size = worldSizeFromLauncher(env).value_or(nranks);
+    run_info.world_size = launch ? launch->world_size : nranks;
     run_info.host = host;
     config_ = {{"source", "nccl-profiler"}};
     run_info.config_json = config_.dump();
