@@ -23,6 +23,7 @@
 
 #include "gradscope/cli/report.h"
 #include "gradscope/common/error.h"
+#include "gradscope/common/job_environment.h"
 #include "gradscope/common/launcher.h"
 #include "gradscope/storage/merge.h"
 #include "gradscope/storage/reader.h"
@@ -362,9 +363,9 @@ std::vector<std::string> launcherCommand(const std::vector<std::string>& command
 }
 
 std::string findAgent(const Environment& environment, const std::string& executable_directory) {
-  if (const auto configured = lookup(environment, "GRADSCOPE_AGENT_PATH")) {
+  if (const auto configured = lookup(environment, env::kAgentPath)) {
     if (!isRegularFile(*configured))
-      fail("GRADSCOPE_AGENT_PATH={} is not a file; point it at {} or unset it", *configured, kAgentName);
+      fail("{}={} is not a file; point it at {} or unset it", env::kAgentPath, *configured, kAgentName);
     return fs::absolute(*configured).lexically_normal().string();
   }
   const fs::path bin(executable_directory);
@@ -379,9 +380,8 @@ std::string findAgent(const Environment& environment, const std::string& executa
     if (isRegularFile(candidate)) return fs::absolute(candidate).string();
     looked += (looked.empty() ? "" : ", ") + directory.lexically_normal().string();
   }
-  fail(
-      "cannot find the agent {} (looked in {}); build the gradscope_agent target or set GRADSCOPE_AGENT_PATH",
-      kAgentName, looked);
+  fail("cannot find the agent {} (looked in {}); build the gradscope_agent target or set {}", kAgentName,
+       looked, env::kAgentPath);
 }
 
 NcclPlugins findNcclPlugins(const std::string& executable_directory) {
@@ -481,7 +481,7 @@ Environment jobEnvironment(const Environment& parent, const std::string& agent, 
   // ld.so splits LD_PRELOAD on colons and spaces; the agent goes first, once — after any sanitizer
   // runtime, which must be the first library loaded (a sanitizer build of the agent depends on it).
   std::string sanitizers, others;
-  const std::string existing = lookup(parent, "LD_PRELOAD").value_or("");
+  const std::string existing = lookup(parent, env::kLdPreload).value_or("");
   for (std::size_t begin = 0; begin < existing.size();) {
     const std::size_t end = std::min(existing.find_first_of(": ", begin), existing.size());
     const std::string entry = existing.substr(begin, end - begin);
@@ -492,48 +492,45 @@ Environment jobEnvironment(const Environment& parent, const std::string& agent, 
                            name.rfind("libubsan", 0) == 0 || name.rfind("liblsan", 0) == 0;
     (sanitizer ? sanitizers : others) += entry + ":";
   }
-  environment["LD_PRELOAD"] =
+  environment[env::kLdPreload] =
       sanitizers + agent + (others.empty() ? "" : ":" + others.substr(0, others.size() - 1));
-  environment["GRADSCOPE_OUTPUT"] = (fs::path(directory) / "rank%r-%h-%p.db").string();
-  environment["GRADSCOPE_RUN_ID"] = run_id;
-  environment["GRADSCOPE_COMMAND"] = command_line;
+  environment[env::kOutput] = (fs::path(directory) / "rank%r-%h-%p.db").string();
+  environment[env::kRunId] = run_id;
+  environment[env::kCommand] = command_line;
   // An NVTX step marker needs the agent as the process's NVTX injection library (NVTX v3 calls only
   // the library this variable names); one the user chose already is left alone.
-  if (lookup(parent, "GRADSCOPE_STEP_NVTX") && !lookup(parent, "NVTX_INJECTION64_PATH"))
-    environment["NVTX_INJECTION64_PATH"] = agent;
+  if (lookup(parent, env::kStepNvtx) && !lookup(parent, env::kNvtxInjectionPath))
+    environment[env::kNvtxInjectionPath] = agent;
   return environment;
 }
 
 void setModeEnvironment(Environment& environment, const RunOptions& options) {
-  environment["GRADSCOPE_MODE"] = options.mode;
-  if (options.mode == "apply") {
+  environment[env::kMode] = modeName(options.mode);
+  if (options.mode == Mode::Apply) {
     std::error_code error;
     const fs::path absolute = fs::absolute(options.recommendation, error);
-    environment["GRADSCOPE_RECOMMENDATION"] = error ? options.recommendation : absolute.string();
-    environment["GRADSCOPE_ALLOW_SEMANTIC_CHANGE"] = options.allow_semantic_change ? "1" : "0";
+    environment[env::kRecommendation] = error ? options.recommendation : absolute.string();
+    environment[env::kAllowSemanticChange] = options.allow_semantic_change ? "1" : "0";
   }
-  if (options.mode == "explore" && !options.explore_budget.empty())
-    environment["GRADSCOPE_EXPLORE_BUDGET"] = options.explore_budget;
-  if (options.mode == "explore" || options.mode == "apply")
-    environment.try_emplace("OMPI_MCA_coll_tuned_use_dynamic_rules", "1");
+  if (options.mode == Mode::Explore && !options.explore_budget.empty())
+    environment[env::kExploreBudget] = options.explore_budget;
+  if (options.mode != Mode::Observe) environment.try_emplace(env::kOmpiDynamicRules, "1");
 }
 
 void setNcclPluginEnvironment(Environment& environment, const NcclPlugins& plugins,
                               const RunOptions& options) {
-  if (!plugins.profiler.empty()) environment.try_emplace("NCCL_PROFILER_PLUGIN", plugins.profiler);
-  if (options.mode == "apply" && !plugins.tuner.empty() && !lookup(environment, "NCCL_TUNER_PLUGIN")) {
-    environment["NCCL_TUNER_PLUGIN"] = plugins.tuner;
-    if (const auto recommendation = lookup(environment, "GRADSCOPE_RECOMMENDATION"))
-      environment["GRADSCOPE_TUNER_CONFIG"] = *recommendation;
+  if (!plugins.profiler.empty()) environment.try_emplace(env::kNcclProfilerPlugin, plugins.profiler);
+  if (options.mode == Mode::Apply && !plugins.tuner.empty() && !lookup(environment, env::kNcclTunerPlugin)) {
+    environment[env::kNcclTunerPlugin] = plugins.tuner;
+    if (const auto recommendation = lookup(environment, env::kRecommendation))
+      environment[env::kTunerConfig] = *recommendation;
   }
 }
 
 std::vector<std::string> variablesToForward(const Environment& environment) {
-  std::vector<std::string> names{"LD_PRELOAD"};
+  std::vector<std::string> names{env::kLdPreload};
   for (const auto& [name, value] : environment)
-    if (name.rfind("GRADSCOPE_", 0) == 0 || name == "NVTX_INJECTION64_PATH" ||
-        name == "OMPI_MCA_coll_tuned_use_dynamic_rules" || name == "NCCL_PROFILER_PLUGIN" ||
-        name == "NCCL_TUNER_PLUGIN")
+    if (name != env::kLdPreload && (name.starts_with(env::kPrefix) || env::findVariable(name) != nullptr))
       names.push_back(name);
   return names;
 }
@@ -672,7 +669,7 @@ int runJob(const RunOptions& options, std::ostream& log) {
                           : options.output_directory,
         options.force, /*shared=*/launched.has_value(), /*pick_free_name=*/default_directory && !launched);
     // Every rank of a launched job must arrive at the same id without talking to the others.
-    if (const auto given = lookup(environment, "GRADSCOPE_RUN_ID")) run_id = *given;
+    if (const auto given = lookup(environment, env::kRunId)) run_id = *given;
     else if (launched) run_id = uuidFromKey(launched->job_id.empty() ? directory : launched->job_id);
     else run_id = randomUuid();
   } catch (const Error& error) {

@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "gradscope/common/job_environment.h"
+
 namespace gradscope {
 namespace {
 
@@ -91,7 +93,8 @@ std::optional<Launch> detectLaunch(const Environment& env) {
     else if (const char* ompi = valueOf(env, "OMPI_MCA_ess_base_jobid")) launch.job_id = ompi;
     else if (const char* job = valueOf(env, "SLURM_JOB_ID"); job && valueOf(env, "SLURM_STEP_ID"))
       launch.job_id = fmt::format("{}.{}", job, valueOf(env, "SLURM_STEP_ID"));
-    else if (const char* torch = valueOf(env, "TORCHELASTIC_RUN_ID"); torch && std::string_view(torch) != "none")
+    else if (const char* torch = valueOf(env, "TORCHELASTIC_RUN_ID");
+             torch && std::string_view(torch) != "none")
       launch.job_id = torch;
     for (char& c : launch.job_id)
       if (!fileNameCharacter(c)) c = '_';
@@ -128,7 +131,7 @@ std::string expandOutputTemplate(const std::string& pattern, int rank, long pid,
 }
 
 std::string runIdFromLauncher(const Environment& env) {
-  if (const char* value = valueOf(env, "GRADSCOPE_RUN_ID")) return value;
+  if (const char* value = valueOf(env, env::kRunId)) return value;
   std::string key;
   // Open MPI gives every rank of one job the same random transport key: unique per job.
   for (const char* name : {"OMPI_MCA_orte_precondition_transports", "PMIX_NAMESPACE", "TORCHELASTIC_RUN_ID",

@@ -84,7 +84,8 @@ const std::vector<LaunchCase> kLaunchCases = {
     {"bare RANK (PyTorch's env:// convention, set by hand or by the script)",
      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}},
      std::nullopt},
-    {"bare RANK with an empty run id", {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", ""}},
+    {"bare RANK with an empty run id",
+     {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", ""}},
      std::nullopt},
     {"PMIx alone names no size", {{"PMIX_RANK", "0"}, {"PMIX_NAMESPACE", "prterun-x@1"}}, std::nullopt},
 

@@ -64,7 +64,7 @@ TEST(RunLauncher, EveryApplicationContextOfAnMpmdCommandGetsTheVariables) {
 
 TEST(RunMode, ExploreAndApplyReachTheJobsEnvironment) {
   RunOptions explore;
-  explore.mode = "explore";
+  explore.mode = Mode::Explore;
   explore.explore_budget = "5%";
   Environment job = jobEnvironment({}, "/a/agent.so", "/out", "u", "x");
   setModeEnvironment(job, explore);
@@ -81,7 +81,7 @@ TEST(RunMode, ExploreAndApplyReachTheJobsEnvironment) {
   EXPECT_EQ(mine.at("OMPI_MCA_coll_tuned_use_dynamic_rules"), "0");
 
   RunOptions apply;
-  apply.mode = "apply";
+  apply.mode = Mode::Apply;
   apply.recommendation = "plan.json";
   apply.allow_semantic_change = true;
   Environment applied = jobEnvironment({}, "/a/agent.so", "/out", "u", "x");
@@ -116,7 +116,7 @@ TEST(RunNcclPlugins, FoundInTheBuildTreeOrTheInstallAndLoadedIntoNccl) {
   EXPECT_EQ(job.at("NCCL_PROFILER_PLUGIN"), plugins.profiler);
   EXPECT_EQ(job.count("NCCL_TUNER_PLUGIN"), 0u);
   RunOptions apply;
-  apply.mode = "apply";
+  apply.mode = Mode::Apply;
   apply.recommendation = "/plans/plan.json";
   Environment applied = jobEnvironment({}, "/a/agent.so", "/out", "u", "x");
   setModeEnvironment(applied, apply);
@@ -175,11 +175,12 @@ TEST(RunLauncher, ClassifiesLaunchersByNameAndByWhatTheyLeadTo) {
 
 TEST(RunLaunchedRank, DetectsOpenMpiPmiSlurmAndTorchrun) {
   EXPECT_FALSE(detectLaunch(environmentOf({})).has_value());
-  EXPECT_FALSE(detectLaunch(environmentOf({{"HOME", "/root"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}})).has_value());
+  EXPECT_FALSE(
+      detectLaunch(environmentOf({{"HOME", "/root"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}})).has_value());
 
   auto rank = detectLaunch(environmentOf({{"OMPI_COMM_WORLD_RANK", "3"},
-                                  {"OMPI_COMM_WORLD_SIZE", "4"},
-                                  {"OMPI_MCA_ess_base_jobid", "216399873"}}));
+                                          {"OMPI_COMM_WORLD_SIZE", "4"},
+                                          {"OMPI_MCA_ess_base_jobid", "216399873"}}));
   ASSERT_TRUE(rank.has_value());
   EXPECT_EQ(rank->rank, 3);
   EXPECT_EQ(rank->world_size, 4);
@@ -187,9 +188,9 @@ TEST(RunLaunchedRank, DetectsOpenMpiPmiSlurmAndTorchrun) {
 
   // Open MPI 5's namespace, sanitised; it wins over the older jobid.
   rank = detectLaunch(environmentOf({{"OMPI_COMM_WORLD_RANK", "0"},
-                             {"OMPI_COMM_WORLD_SIZE", "2"},
-                             {"OMPI_MCA_ess_base_jobid", "1"},
-                             {"PMIX_NAMESPACE", "prterun-node 7/12@1"}}));
+                                     {"OMPI_COMM_WORLD_SIZE", "2"},
+                                     {"OMPI_MCA_ess_base_jobid", "1"},
+                                     {"PMIX_NAMESPACE", "prterun-node 7/12@1"}}));
   ASSERT_TRUE(rank.has_value());
   EXPECT_EQ(rank->job_id, "prterun-node_7_12_1");
 
@@ -199,27 +200,28 @@ TEST(RunLaunchedRank, DetectsOpenMpiPmiSlurmAndTorchrun) {
   EXPECT_EQ(rank->job_id, "");
 
   rank = detectLaunch(environmentOf({{"SLURM_PROCID", "5"},
-                             {"SLURM_NTASKS", "8"},
-                             {"SLURM_STEP_NUM_TASKS", "6"},
-                             {"SLURM_JOB_ID", "991"},
-                             {"SLURM_STEP_ID", "2"}}));
+                                     {"SLURM_NTASKS", "8"},
+                                     {"SLURM_STEP_NUM_TASKS", "6"},
+                                     {"SLURM_JOB_ID", "991"},
+                                     {"SLURM_STEP_ID", "2"}}));
   ASSERT_TRUE(rank.has_value());
   EXPECT_EQ(rank->rank, 5);
   EXPECT_EQ(rank->world_size, 6);  // the step's tasks, not the allocation's
   EXPECT_EQ(rank->job_id, "991.2");
   // A batch script has SLURM_PROCID but is no step: not a rank.
-  EXPECT_FALSE(detectLaunch(environmentOf({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_JOB_ID", "991"}}))
-                   .has_value());
+  EXPECT_FALSE(
+      detectLaunch(environmentOf({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_JOB_ID", "991"}}))
+          .has_value());
 
   rank = detectLaunch(environmentOf({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", "run-a"}}));
   ASSERT_TRUE(rank.has_value());
   EXPECT_EQ(rank->job_id, "run-a");
 
   // Nonsense values are not a launch.
-  EXPECT_FALSE(
-      detectLaunch(environmentOf({{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "4"}})).has_value());
-  EXPECT_FALSE(
-      detectLaunch(environmentOf({{"OMPI_COMM_WORLD_RANK", "x"}, {"OMPI_COMM_WORLD_SIZE", "4"}})).has_value());
+  EXPECT_FALSE(detectLaunch(environmentOf({{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "4"}}))
+                   .has_value());
+  EXPECT_FALSE(detectLaunch(environmentOf({{"OMPI_COMM_WORLD_RANK", "x"}, {"OMPI_COMM_WORLD_SIZE", "4"}}))
+                   .has_value());
   EXPECT_FALSE(detectLaunch(environmentOf({{"PMI_RANK", "-1"}, {"PMI_SIZE", "4"}})).has_value());
 }
 

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "gradscope/common/job_environment.h"
 #include "gradscope/common/launcher.h"
 
 namespace gradscope::cli {
@@ -43,7 +44,7 @@ struct RunOptions {
   bool force = false;                  // use a directory that already holds trace files
   std::chrono::seconds wait{60};       // launched job, rank 0: how long to wait for the other ranks
   std::size_t top_calls = 10;          // rows of "Slowest calls" in the summary
-  std::string mode = "observe";        // observe | explore | apply (GRADSCOPE_MODE)
+  Mode mode = Mode::Observe;           // GRADSCOPE_MODE
   std::string recommendation;          // apply: the file (GRADSCOPE_RECOMMENDATION, made absolute)
   bool allow_semantic_change = false;  // apply: GRADSCOPE_ALLOW_SEMANTIC_CHANGE=1
   std::string explore_budget;  // explore: GRADSCOPE_EXPLORE_BUDGET as given; empty: the agent's default
@@ -127,7 +128,8 @@ NcclPlugins findNcclPlugins(const std::string& executable_directory);
 void setNcclPluginEnvironment(Environment& environment, const NcclPlugins& plugins,
                               const RunOptions& options);
 
-// Names of the GRADSCOPE_* variables of `environment`, and LD_PRELOAD first: what a launcher must pass on.
+// What a launcher must pass on: LD_PRELOAD first, then the names of `environment` that are GRADSCOPE_*
+// (known or not) or other rows of gradscope/common/job_environment.def (the NCCL plugins, NVTX, ...).
 std::vector<std::string> variablesToForward(const Environment& environment);
 
 // The exit code of a job from its wait status: its exit status, or 128 + S when signal S killed it.
