@@ -6,6 +6,8 @@
 #include <cstring>
 #include <thread>
 
+#include "gradscope/common/job_environment.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -16,7 +18,7 @@ bool g_ticks_are_tsc = false;
 
 void chooseTickSource() {
   g_ticks_are_tsc = false;
-  const char* choice = std::getenv("GRADSCOPE_CLOCK");
+  const char* choice = std::getenv(env::kClock);
   if (choice != nullptr && std::strcmp(choice, "monotonic") == 0) return;
 #if defined(__x86_64__) || defined(__i386__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;

@@ -34,133 +34,189 @@ std::optional<std::int64_t> parseDuration(std::string_view text) {
   return *number * scale;
 }
 
-template <typename Bad>
-void parseExplore(const Environment& env, ExploreConfig& explore, Bad& bad) {
-  const auto integer = [&](const char* name, std::int64_t low, std::int64_t high, auto& target) {
-    const char* value = env(name);
-    if (value == nullptr) return;
-    const auto parsed = parseInteger(value);
-    if (!parsed || *parsed < low || *parsed > high)
-      bad(name, value, fmt::format("a whole number from {} to {}", low, high));
-    else target = static_cast<std::remove_reference_t<decltype(target)>>(*parsed);
-  };
-  if (const char* value = env("GRADSCOPE_EXPLORE_BUDGET")) {
-    std::string_view text = value;
-    const bool percent = text.ends_with('%');
-    if (percent) text.remove_suffix(1);
-    double fraction = 0;
-    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), fraction);
-    if (percent) fraction /= 100;
-    if (ec != std::errc() || ptr != text.data() + text.size() || text.empty() || !(fraction > 0) ||
-        fraction > 1)
-      bad("GRADSCOPE_EXPLORE_BUDGET", value, "a fraction of the run in (0, 1], e.g. 0.1 or 10%");
-    else explore.budget = fraction;
+// The errors of one parse: every invalid value is one line naming the variable, the value and what is
+// accepted.
+struct Errors {
+  std::vector<std::string>& lines;
+  void bad(const char* name, std::string_view value, std::string_view accepted) const {
+    lines.push_back(
+        fmt::format("{}='{}' is not valid ({}); unset it or fix the value", name, value, accepted));
   }
-  integer("GRADSCOPE_EXPLORE_SAMPLES", 1, 1000, explore.samples);
-  integer("GRADSCOPE_EXPLORE_WARMUP", 0, 1'000'000, explore.warmup);
-  integer("GRADSCOPE_EXPLORE_SPACING", 1, 1'000'000, explore.spacing);
-  integer("GRADSCOPE_EXPLORE_REPS", 1, 10'000, explore.reps);
-  integer("GRADSCOPE_EXPLORE_WARMUP_REPS", 0, 10'000, explore.warmup_reps);
-  integer("GRADSCOPE_SHADOW_BYTES", 0, std::int64_t{1} << 40, explore.shadow_bytes);
-  if (const char* value = env("GRADSCOPE_EXPLORE_STRATEGIES"); value != nullptr && *value != '\0') {
-    std::string_view text = value;
-    while (!text.empty()) {
-      const std::size_t comma = text.find(',');
-      std::string_view item = text.substr(0, comma);
-      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-      if (!item.empty()) explore.strategies.emplace_back(item);
-      if (comma == std::string_view::npos) break;
-      text.remove_prefix(comma + 1);
-    }
+};
+
+std::optional<bool> parseFlag(std::string_view text) {
+  if (text == "1" || text == "true" || text == "yes") return true;
+  if (text.empty() || text == "0" || text == "false" || text == "no") return false;
+  return std::nullopt;
+}
+
+template <typename Target>
+void readInteger(const char* name, std::string_view value, std::int64_t low, std::int64_t high,
+                 Target& target, const Errors& errors) {
+  const auto parsed = parseInteger(value);
+  if (!parsed || *parsed < low || *parsed > high)
+    errors.bad(name, value, fmt::format("a whole number from {} to {}", low, high));
+  else target = static_cast<Target>(*parsed);
+}
+
+// One reader per AgentConfig row of job_environment.def, named read<ID>, run in the table's order when the
+// variable is set. A row without its reader does not compile; a reader without its row is an unused
+// function (an error under -Werror).
+
+void readDisable(std::string_view value, Config& config, const Errors& errors) {
+  const auto flag = parseFlag(value);
+  if (!flag) errors.bad(env::kDisable, value, "1 or 0");
+  else if (*flag) config.disabled = true;
+}
+
+void readMode(std::string_view value, Config& config, const Errors& errors) {
+  if (value.empty()) config.mode = Mode::Observe;
+  else if (const auto mode = parseMode(value)) config.mode = *mode;
+  else errors.bad(env::kMode, value, "observe, explore or apply");
+}
+
+void readExploreBudget(std::string_view value, Config& config, const Errors& errors) {
+  std::string_view text = value;
+  const bool percent = text.ends_with('%');
+  if (percent) text.remove_suffix(1);
+  double fraction = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), fraction);
+  if (percent) fraction /= 100;
+  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty() || !(fraction > 0) ||
+      fraction > 1)
+    errors.bad(env::kExploreBudget, value, "a fraction of the run in (0, 1], e.g. 0.1 or 10%");
+  else config.explore.budget = fraction;
+}
+
+void readExploreSamples(std::string_view value, Config& config, const Errors& errors) {
+  readInteger(env::kExploreSamples, value, 1, 1000, config.explore.samples, errors);
+}
+
+void readExploreWarmup(std::string_view value, Config& config, const Errors& errors) {
+  readInteger(env::kExploreWarmup, value, 0, 1'000'000, config.explore.warmup, errors);
+}
+
+void readExploreSpacing(std::string_view value, Config& config, const Errors& errors) {
+  readInteger(env::kExploreSpacing, value, 1, 1'000'000, config.explore.spacing, errors);
+}
+
+void readExploreReps(std::string_view value, Config& config, const Errors& errors) {
+  readInteger(env::kExploreReps, value, 1, 10'000, config.explore.reps, errors);
+}
+
+void readExploreWarmupReps(std::string_view value, Config& config, const Errors& errors) {
+  readInteger(env::kExploreWarmupReps, value, 0, 10'000, config.explore.warmup_reps, errors);
+}
+
+void readShadowBytes(std::string_view value, Config& config, const Errors& errors) {
+  readInteger(env::kShadowBytes, value, 0, std::int64_t{1} << 40, config.explore.shadow_bytes, errors);
+}
+
+void readExploreStrategies(std::string_view value, Config& config, const Errors&) {
+  std::string_view text = value;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) config.explore.strategies.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
   }
+}
+
+void readRecommendation(std::string_view value, Config& config, const Errors&) {
+  if (!value.empty()) config.recommendation = value;
+}
+
+void readAllowSemanticChange(std::string_view value, Config& config, const Errors& errors) {
+  const auto flag = parseFlag(value);
+  if (!flag) errors.bad(env::kAllowSemanticChange, value, "1 or 0");
+  else if (*flag) config.allow_semantic_change = true;
+}
+
+void readOutput(std::string_view value, Config& config, const Errors&) {
+  if (!value.empty()) config.output = value;
+}
+
+void readCommand(std::string_view value, Config& config, const Errors&) {
+  config.command = value;
+}
+
+void readFlushInterval(std::string_view value, Config& config, const Errors& errors) {
+  const auto ns = parseDuration(value);
+  if (!ns || *ns < 1'000'000 || *ns > 10'000'000'000)
+    errors.bad(env::kFlushInterval, value, "a duration from 1ms to 10s, e.g. 50ms");
+  else config.flush_interval_ns = *ns;
+}
+
+void readBufferCalls(std::string_view value, Config& config, const Errors& errors) {
+  const auto calls = parseInteger(value);
+  if (!calls || *calls < 1024 || *calls > (1 << 24) || (*calls & (*calls - 1)) != 0)
+    errors.bad(env::kBufferCalls, value, "a power of two from 1024 to 16777216");
+  else config.buffer_calls = static_cast<std::uint32_t>(*calls);
+}
+
+void readMaxCallRate(std::string_view value, Config& config, const Errors& errors) {
+  const auto rate = parseInteger(value);
+  // At least one call per window; at most 10^9 calls/s, which no thread reaches (0 says "all" plainly).
+  if (!rate || *rate < 0 || (*rate > 0 && *rate < 1'000'000'000 / kCallRateWindowNs) || *rate > 1'000'000'000)
+    errors.bad(env::kMaxCallRate, value,
+               "calls per second per thread from 50 to 1000000000, or 0 for no limit");
+  else config.max_call_rate = *rate;
+}
+
+void readWriterCpus(std::string_view value, Config& config, const Errors& errors) {
+  if (value == "any" || value.empty()) config.writer_any_cpu = true;
+  else if (value == "rank") config.writer_any_cpu = false;
+  else errors.bad(env::kWriterCpus, value, "any or rank");
+}
+
+void readStepCalls(std::string_view value, Config& config, const Errors& errors) {
+  const auto calls = parseInteger(value);
+  if (!calls || *calls < 1) errors.bad(env::kStepCalls, value, "a positive number of calls per step");
+  else config.step_calls = *calls;
+}
+
+void readStepNvtx(std::string_view value, Config& config, const Errors& errors) {
+  if (value.empty()) errors.bad(env::kStepNvtx, value, "the name of an NVTX range");
+  else config.step_nvtx = value;
 }
 
 }  // namespace
 
-std::string_view modeName(Mode mode) {
-  switch (mode) {
-    case Mode::Explore: return "explore";
-    case Mode::Apply: return "apply";
-    case Mode::Observe: break;
-  }
-  return "observe";
-}
-
 Config parseConfig(const Environment& env, std::vector<std::string>& errors) {
   Config config;
-  auto bad = [&](const char* name, std::string_view value, std::string_view accepted) {
-    errors.push_back(
-        fmt::format("{}='{}' is not valid ({}); unset it or fix the value", name, value, accepted));
-  };
-  if (const char* value = env("GRADSCOPE_DISABLE")) {
-    const std::string_view text = value;
-    if (text == "1" || text == "true" || text == "yes") config.disabled = true;
-    else if (!(text.empty() || text == "0" || text == "false" || text == "no"))
-      bad("GRADSCOPE_DISABLE", text, "1 or 0");
-  }
-  if (const char* value = env("GRADSCOPE_MODE")) {
-    const std::string_view text = value;
-    if (text == "observe" || text.empty()) config.mode = Mode::Observe;
-    else if (text == "explore") config.mode = Mode::Explore;
-    else if (text == "apply") config.mode = Mode::Apply;
-    else bad("GRADSCOPE_MODE", text, "observe, explore or apply");
-  }
-  parseExplore(env, config.explore, bad);
-  if (const char* value = env("GRADSCOPE_RECOMMENDATION"); value != nullptr && *value != '\0')
-    config.recommendation = value;
-  if (const char* value = env("GRADSCOPE_ALLOW_SEMANTIC_CHANGE")) {
-    const std::string_view text = value;
-    if (text == "1" || text == "true" || text == "yes") config.allow_semantic_change = true;
-    else if (!(text.empty() || text == "0" || text == "false" || text == "no"))
-      bad("GRADSCOPE_ALLOW_SEMANTIC_CHANGE", text, "1 or 0");
-  }
+  const Errors report{errors};
+#define GS_JOB_ENV(ID, NAME, READ_BY, AUDIENCE) GS_READ_##READ_BY(ID)
+#define GS_READ_AgentConfig(ID) \
+  if (const char* value = env(env::k##ID)) read##ID(value, config, report);
+#define GS_READ_Agent(ID)
+#define GS_READ_Launcher(ID)
+#define GS_READ_Methods(ID)
+#define GS_READ_TunerPlugin(ID)
+#define GS_READ_Run(ID)
+#define GS_READ_Foreign(ID)
+#include "gradscope/common/job_environment.def"
+#undef GS_JOB_ENV
+#undef GS_READ_AgentConfig
+#undef GS_READ_Agent
+#undef GS_READ_Launcher
+#undef GS_READ_Methods
+#undef GS_READ_TunerPlugin
+#undef GS_READ_Run
+#undef GS_READ_Foreign
   if (config.mode == Mode::Apply && config.recommendation.empty())
-    errors.push_back(
-        "GRADSCOPE_MODE=apply needs GRADSCOPE_RECOMMENDATION=FILE (gradscope run --recommendation FILE)");
-  if (const char* value = env("GRADSCOPE_OUTPUT"); value != nullptr && *value != '\0') config.output = value;
-  if (const char* value = env("GRADSCOPE_COMMAND")) config.command = value;
-  if (const char* value = env("GRADSCOPE_FLUSH_INTERVAL")) {
-    const auto ns = parseDuration(value);
-    if (!ns || *ns < 1'000'000 || *ns > 10'000'000'000)
-      bad("GRADSCOPE_FLUSH_INTERVAL", value, "a duration from 1ms to 10s, e.g. 50ms");
-    else config.flush_interval_ns = *ns;
-  }
-  if (const char* value = env("GRADSCOPE_BUFFER_CALLS")) {
-    const auto calls = parseInteger(value);
-    if (!calls || *calls < 1024 || *calls > (1 << 24) || (*calls & (*calls - 1)) != 0)
-      bad("GRADSCOPE_BUFFER_CALLS", value, "a power of two from 1024 to 16777216");
-    else config.buffer_calls = static_cast<std::uint32_t>(*calls);
-  }
-  if (const char* value = env("GRADSCOPE_MAX_CALL_RATE")) {
-    const auto rate = parseInteger(value);
-    // At least one call per window; at most 10^9 calls/s, which no thread reaches (0 says "all" plainly).
-    if (!rate || *rate < 0 || (*rate > 0 && *rate < 1'000'000'000 / kCallRateWindowNs) ||
-        *rate > 1'000'000'000)
-      bad("GRADSCOPE_MAX_CALL_RATE", value,
-          "calls per second per thread from 50 to 1000000000, or 0 for no limit");
-    else config.max_call_rate = *rate;
-  }
-  if (const char* value = env("GRADSCOPE_WRITER_CPUS")) {
-    const std::string_view text = value;
-    if (text == "any" || text.empty()) config.writer_any_cpu = true;
-    else if (text == "rank") config.writer_any_cpu = false;
-    else bad("GRADSCOPE_WRITER_CPUS", text, "any or rank");
-  }
-  if (const char* value = env("GRADSCOPE_STEP_CALLS")) {
-    const auto calls = parseInteger(value);
-    if (!calls || *calls < 1) bad("GRADSCOPE_STEP_CALLS", value, "a positive number of calls per step");
-    else config.step_calls = *calls;
-  }
-  if (const char* value = env("GRADSCOPE_STEP_NVTX")) {
-    if (*value == '\0') bad("GRADSCOPE_STEP_NVTX", value, "the name of an NVTX range");
-    else config.step_nvtx = value;
-  }
+    errors.push_back(fmt::format("{}=apply needs {}=FILE (gradscope run --recommendation FILE)", env::kMode,
+                                 env::kRecommendation));
   if (config.step_calls > 0 && !config.step_nvtx.empty())
-    errors.push_back("GRADSCOPE_STEP_CALLS and GRADSCOPE_STEP_NVTX are both set; keep one of them");
+    errors.push_back(
+        fmt::format("{} and {} are both set; keep one of them", env::kStepCalls, env::kStepNvtx));
   config.run_id = runIdFromLauncher(env);
-  config.env_rank = rankFromLauncher(env);
-  config.env_world_size = worldSizeFromLauncher(env);
+  if (const auto launch = detectLaunch(env)) {
+    config.env_rank = launch->rank;
+    config.env_world_size = launch->world_size;
+  }
   return config;
 }
 

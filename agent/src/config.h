@@ -1,8 +1,8 @@
 #pragma once
 
-// The agent's configuration: GRADSCOPE_* environment variables (docs/agent.md has the table).
-// Parsing is a pure function of an environment map so that tests cover every value without
-// touching the process environment.
+// The agent's configuration: the GRADSCOPE_* variables of gradscope/common/job_environment.def read by
+// AgentConfig (docs/agent.md has the table). Parsing is a pure function of an environment map so that
+// tests cover every value without touching the process environment.
 
 #include <cstdint>
 #include <functional>
@@ -10,11 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "gradscope/common/job_environment.h"
 #include "gradscope/common/launcher.h"
 
 namespace gradscope::agent {
-
-enum class Mode { Observe, Explore, Apply };
 
 // Explore mode (GRADSCOPE_EXPLORE_*): what to sample and how much time it may take.
 struct ExploreConfig {
@@ -44,13 +43,11 @@ struct Config {
   std::int64_t step_calls = 0;                  // GRADSCOPE_STEP_CALLS, 0 = not set
   std::string step_nvtx;                        // GRADSCOPE_STEP_NVTX, empty = not set
   bool writer_any_cpu = true;                   // GRADSCOPE_WRITER_CPUS=any (true) or rank
-  std::optional<int> env_rank, env_world_size;  // from the launcher's variables, when present
+  std::optional<int> env_rank, env_world_size;  // from the launcher's variables (detectLaunch), if any
   ExploreConfig explore;
   std::string recommendation;          // GRADSCOPE_RECOMMENDATION: the file apply mode follows
   bool allow_semantic_change = false;  // GRADSCOPE_ALLOW_SEMANTIC_CHANGE=1: AdaCons/AdaSum rules may apply
 };
-
-std::string_view modeName(Mode mode);
 
 // The launcher-derived values and the output template are shared with the NCCL profiler plugin
 // (gradscope/common/launcher.h).

@@ -93,7 +93,7 @@ CudaEventTimer* gpuTimer() {
     }
     auto* created = new CudaEventTimer(g_driver);  // lives as long as the process: records may refer to it
     // CUPTI's kernel records give exact spans; GRADSCOPE_CUPTI=0 keeps to the events.
-    const char* cupti = std::getenv("GRADSCOPE_CUPTI");
+    const char* cupti = std::getenv(env::kCupti);
     if (cupti == nullptr || std::strcmp(cupti, "0") != 0) {
       std::string cupti_why;
       CuptiTracer* tracer = CuptiTracer::start(cupti_why);

@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "gradscope/common/error.h"
+#include "gradscope/common/job_environment.h"
 #include "gradscope/methods/adaptive.h"
 #include "gradscope/methods/error_metrics.h"
 #include "gradscope/methods/numeric.h"
@@ -159,9 +160,8 @@ bool StrategyExtension::start(const ExploreSettings& settings, const std::string
   }
   if (started_ && !unknown.empty() && speaksForAll())
     log(fmt::format(
-        "GRADSCOPE_EXPLORE_STRATEGIES: {} not strategy names (DESIGN: aggregator/transport[/wire], "
-        "e.g. sum/rs_ag/bf16); left out",
-        fmt::join(unknown, ", ")));
+        "{}: {} not strategy names (DESIGN: aggregator/transport[/wire], e.g. sum/rs_ag/bf16); left out",
+        env::kExploreStrategies, fmt::join(unknown, ", ")));
   return started_;
 }
 

@@ -18,6 +18,7 @@
 #include "gradscope/comm/communicator.h"
 #include "gradscope/comm/mpi.h"
 #include "gradscope/comm/nccl.h"
+#include "gradscope/common/launcher.h"
 #include "gradscope/common/units.h"
 
 namespace {
@@ -27,22 +28,15 @@ using namespace gradscope::cli::bench;
 
 constexpr int kExitError = 2;
 
-// The rank variable a launcher set for this process, or null outside a launcher.
-const char* launcherRankVariable() {
-  for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
-    if (const char* value = std::getenv(variable)) return value;
-  return nullptr;
-}
-
 // The rank the launcher gave this process, known before MPI is initialised (argument errors are found
 // then, identically on every rank, and only rank 0 should print them). 0 outside a launcher.
 int launcherRank() {
-  const char* value = launcherRankVariable();
-  return value != nullptr ? std::atoi(value) : 0;
+  const std::optional<Launch> launch = detectLaunch(processEnvironment());
+  return launch ? launch->rank : 0;
 }
 
 bool underLauncher() {
-  return launcherRankVariable() != nullptr;
+  return detectLaunch(processEnvironment()).has_value();
 }
 
 void printError(const std::string& message) {

@@ -16,6 +16,7 @@
 #include "gradscope/cli/report.h"
 #include "gradscope/cli/run.h"
 #include "gradscope/common/error.h"
+#include "gradscope/common/job_environment.h"
 #include "gradscope/common/units.h"
 #include "gradscope/common/version.h"
 #include "gradscope/storage/export.h"
@@ -79,6 +80,9 @@ int main(int argc, char** argv) {
   // run
   cli::RunOptions run_options;
   int run_wait_seconds = static_cast<int>(run_options.wait.count());
+  std::string run_mode(modeName(run_options.mode));
+  std::vector<std::string> mode_names;
+  for (const Mode mode : kModes) mode_names.emplace_back(modeName(mode));
   auto* run = app.add_subcommand(
       "run",
       "Run a job with the agent preloaded, merge its per-rank traces and print a summary: gradscope run "
@@ -93,10 +97,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--top", run_options.top_calls, "Slowest calls to list in the summary")
       ->capture_default_str();
-  run->add_option("--mode", run_options.mode,
+  run->add_option("--mode", run_mode,
                   "observe: record every collective; explore: also time every aggregation strategy on "
                   "copies of sampled gradient buffers; apply: replace reductions as --recommendation says")
-      ->check(CLI::IsMember({"observe", "explore", "apply"}))
+      ->check(CLI::IsMember(mode_names))
       ->capture_default_str();
   run->add_option("--recommendation", run_options.recommendation,
                   "Recommendation file (JSON, from gradscope recommend) that apply mode follows");
@@ -216,17 +220,18 @@ int main(int argc, char** argv) {
       run_options.command.insert(run_options.command.end(), job_command.begin(), job_command.end());
     }
     run_options.wait = std::chrono::seconds(run_wait_seconds);
-    if (run_options.mode == "apply" && run_options.recommendation.empty()) {
+    run_options.mode = parseMode(run_mode).value();  // IsMember checked it
+    if (run_options.mode == Mode::Apply && run_options.recommendation.empty()) {
       fmt::print(stderr,
                  "gradscope: run --mode apply needs --recommendation FILE (made by gradscope recommend)\n");
       return 2;
     }
-    if (run_options.mode != "apply" &&
+    if (run_options.mode != Mode::Apply &&
         (!run_options.recommendation.empty() || run_options.allow_semantic_change)) {
       fmt::print(stderr, "gradscope: --recommendation and --allow-semantic-change belong to --mode apply\n");
       return 2;
     }
-    if (run_options.mode != "explore" && !run_options.explore_budget.empty()) {
+    if (run_options.mode != Mode::Explore && !run_options.explore_budget.empty()) {
       fmt::print(stderr, "gradscope: --explore-budget belongs to --mode explore\n");
       return 2;
     }

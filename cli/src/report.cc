@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gradscope/common/job_environment.h"
 #include "gradscope/common/units.h"
 #include "gradscope/common/untouched.h"
 #include "gradscope/storage/drops.h"
@@ -570,8 +571,8 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
   bool apply_mode = false, explore_mode = false;
   for (const auto& run : runs) {
     world = std::max(world, run.world_size);
-    apply_mode = apply_mode || run.mode == "apply";
-    explore_mode = explore_mode || run.mode == "explore";
+    apply_mode = apply_mode || run.mode == modeName(Mode::Apply);
+    explore_mode = explore_mode || run.mode == modeName(Mode::Explore);
   }
   if (explore_mode) {
     writeExploreBudget(agentStats(runs, ranks), !explored.empty(), out);

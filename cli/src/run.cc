@@ -11,11 +11,9 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <cstdint>
 #include <ctime>
 #include <filesystem>
-#include <random>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -25,6 +23,8 @@
 
 #include "gradscope/cli/report.h"
 #include "gradscope/common/error.h"
+#include "gradscope/common/job_environment.h"
+#include "gradscope/common/launcher.h"
 #include "gradscope/storage/merge.h"
 #include "gradscope/storage/reader.h"
 
@@ -44,14 +44,6 @@ std::optional<std::string> lookup(const Environment& environment, const std::str
   const auto it = environment.find(name);
   if (it == environment.end() || it->second.empty()) return std::nullopt;
   return it->second;
-}
-
-std::optional<int> nonNegativeInt(const std::optional<std::string>& text) {
-  if (!text) return std::nullopt;
-  int value = 0;
-  const auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), value);
-  if (error != std::errc() || end != text->data() + text->size() || value < 0) return std::nullopt;
-  return value;
 }
 
 std::string baseName(const std::string& path) {
@@ -107,28 +99,6 @@ std::string displayPath(const std::string& path) {
   const fs::path relative = fs::relative(path, fs::current_path(error), error);
   if (error || relative.empty() || *relative.begin() == "..") return path;
   return relative.string();
-}
-
-std::string formatUuid(std::uint64_t high, std::uint64_t low) {
-  return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", high >> 32, (high >> 16) & 0xffff, high & 0xffff,
-                     low >> 48, low & 0xffffffffffffull);
-}
-
-// RFC 9562 layout: the version in the high nibble of byte 6, the variant (binary 10) in byte 8.
-std::string makeUuid(std::uint64_t high, std::uint64_t low, unsigned version) {
-  high = (high & ~0xf000ull) | (static_cast<std::uint64_t>(version) << 12);
-  low = (low & ~(0xc000ull << 48)) | (0x8000ull << 48);
-  return formatUuid(high, low);
-}
-
-std::uint64_t hashKey(const std::string& key, std::uint64_t seed) {
-  std::uint64_t hash = 0xcbf29ce484222325ull ^ seed;  // FNV-1a ...
-  for (char c : key) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  hash ^= hash >> 33;  // ... with a final avalanche (MurmurHash3's fmix64) so close keys differ widely
-  hash *= 0xff51afd7ed558ccdull;
-  hash ^= hash >> 33;
-  hash *= 0xc4ceb9fe1a85ec53ull;
-  return hash ^ (hash >> 33);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -392,66 +362,10 @@ std::vector<std::string> launcherCommand(const std::vector<std::string>& command
   return out;
 }
 
-std::string sanitiseJobId(const std::string& text) {
-  std::string out = text;
-  for (char& c : out) {
-    const bool allowed = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                         c == '.' || c == '_' || c == '-';
-    if (!allowed) c = '_';
-  }
-  return out;
-}
-
-std::optional<LaunchedRank> detectLaunchedRank(const Environment& environment) {
-  const auto get = [&environment](const char* name) { return lookup(environment, name); };
-  // Launchers set several of these; the first pair present wins.
-  struct Source {
-    const char* rank;
-    const char* size;
-    const char* required;  // must be set as well (nullptr: nothing else)
-  };
-  static constexpr Source kSources[] = {
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", nullptr},
-      {"PMI_RANK", "PMI_SIZE", nullptr},
-      {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID"},
-      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID"},
-      {"RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"},
-  };
-  for (const Source& source : kSources) {
-    const auto rank = nonNegativeInt(get(source.rank));
-    const auto size = nonNegativeInt(get(source.size));
-    if (!rank || !size || *size < 1 || *rank >= *size || (source.required && !get(source.required))) continue;
-    LaunchedRank launched{*rank, *size, {}};
-    // The job id: Open MPI (4 and 5) and Slurm's PMIx set PMIX_NAMESPACE; older Open MPI the ess jobid;
-    // Slurm's steps are job.step; torchrun's run id is "none" unless given, so it is used last.
-    if (const auto ns = get("PMIX_NAMESPACE")) launched.job_id = *ns;
-    else if (const auto ompi = get("OMPI_MCA_ess_base_jobid")) launched.job_id = *ompi;
-    else if (const auto job = get("SLURM_JOB_ID"); job && get("SLURM_STEP_ID"))
-      launched.job_id = *job + "." + *get("SLURM_STEP_ID");
-    else if (const auto torch = get("TORCHELASTIC_RUN_ID"); torch && *torch != "none")
-      launched.job_id = *torch;
-    launched.job_id = sanitiseJobId(launched.job_id);
-    return launched;
-  }
-  return std::nullopt;
-}
-
-std::string randomUuid() {
-  std::random_device device;
-  const auto draw = [&device] { return (static_cast<std::uint64_t>(device()) << 32) | device(); };
-  const std::uint64_t high = draw();
-  return makeUuid(high, draw(), 4);
-}
-
-std::string uuidFromKey(const std::string& key) {
-  // Version 8 ("custom"): a hash, not a name-based (v5, SHA-1) uuid; 122 bits are ample for job ids.
-  return makeUuid(hashKey(key, 0), hashKey(key, 0x9e3779b97f4a7c15ull), 8);
-}
-
 std::string findAgent(const Environment& environment, const std::string& executable_directory) {
-  if (const auto configured = lookup(environment, "GRADSCOPE_AGENT_PATH")) {
+  if (const auto configured = lookup(environment, env::kAgentPath)) {
     if (!isRegularFile(*configured))
-      fail("GRADSCOPE_AGENT_PATH={} is not a file; point it at {} or unset it", *configured, kAgentName);
+      fail("{}={} is not a file; point it at {} or unset it", env::kAgentPath, *configured, kAgentName);
     return fs::absolute(*configured).lexically_normal().string();
   }
   const fs::path bin(executable_directory);
@@ -466,9 +380,8 @@ std::string findAgent(const Environment& environment, const std::string& executa
     if (isRegularFile(candidate)) return fs::absolute(candidate).string();
     looked += (looked.empty() ? "" : ", ") + directory.lexically_normal().string();
   }
-  fail(
-      "cannot find the agent {} (looked in {}); build the gradscope_agent target or set GRADSCOPE_AGENT_PATH",
-      kAgentName, looked);
+  fail("cannot find the agent {} (looked in {}); build the gradscope_agent target or set {}", kAgentName,
+       looked, env::kAgentPath);
 }
 
 NcclPlugins findNcclPlugins(const std::string& executable_directory) {
@@ -487,7 +400,7 @@ NcclPlugins findNcclPlugins(const std::string& executable_directory) {
           find("nccl-profiler", "libnccl-profiler-gradscope.so")};
 }
 
-std::string defaultOutputDirectory(const std::optional<LaunchedRank>& launched,
+std::string defaultOutputDirectory(const std::optional<Launch>& launched,
                                    std::chrono::system_clock::time_point now) {
   if (launched) {
     if (launched->job_id.empty())
@@ -568,7 +481,7 @@ Environment jobEnvironment(const Environment& parent, const std::string& agent, 
   // ld.so splits LD_PRELOAD on colons and spaces; the agent goes first, once — after any sanitizer
   // runtime, which must be the first library loaded (a sanitizer build of the agent depends on it).
   std::string sanitizers, others;
-  const std::string existing = lookup(parent, "LD_PRELOAD").value_or("");
+  const std::string existing = lookup(parent, env::kLdPreload).value_or("");
   for (std::size_t begin = 0; begin < existing.size();) {
     const std::size_t end = std::min(existing.find_first_of(": ", begin), existing.size());
     const std::string entry = existing.substr(begin, end - begin);
@@ -579,48 +492,45 @@ Environment jobEnvironment(const Environment& parent, const std::string& agent, 
                            name.rfind("libubsan", 0) == 0 || name.rfind("liblsan", 0) == 0;
     (sanitizer ? sanitizers : others) += entry + ":";
   }
-  environment["LD_PRELOAD"] =
+  environment[env::kLdPreload] =
       sanitizers + agent + (others.empty() ? "" : ":" + others.substr(0, others.size() - 1));
-  environment["GRADSCOPE_OUTPUT"] = (fs::path(directory) / "rank%r-%h-%p.db").string();
-  environment["GRADSCOPE_RUN_ID"] = run_id;
-  environment["GRADSCOPE_COMMAND"] = command_line;
+  environment[env::kOutput] = (fs::path(directory) / "rank%r-%h-%p.db").string();
+  environment[env::kRunId] = run_id;
+  environment[env::kCommand] = command_line;
   // An NVTX step marker needs the agent as the process's NVTX injection library (NVTX v3 calls only
   // the library this variable names); one the user chose already is left alone.
-  if (lookup(parent, "GRADSCOPE_STEP_NVTX") && !lookup(parent, "NVTX_INJECTION64_PATH"))
-    environment["NVTX_INJECTION64_PATH"] = agent;
+  if (lookup(parent, env::kStepNvtx) && !lookup(parent, env::kNvtxInjectionPath))
+    environment[env::kNvtxInjectionPath] = agent;
   return environment;
 }
 
 void setModeEnvironment(Environment& environment, const RunOptions& options) {
-  environment["GRADSCOPE_MODE"] = options.mode;
-  if (options.mode == "apply") {
+  environment[env::kMode] = modeName(options.mode);
+  if (options.mode == Mode::Apply) {
     std::error_code error;
     const fs::path absolute = fs::absolute(options.recommendation, error);
-    environment["GRADSCOPE_RECOMMENDATION"] = error ? options.recommendation : absolute.string();
-    environment["GRADSCOPE_ALLOW_SEMANTIC_CHANGE"] = options.allow_semantic_change ? "1" : "0";
+    environment[env::kRecommendation] = error ? options.recommendation : absolute.string();
+    environment[env::kAllowSemanticChange] = options.allow_semantic_change ? "1" : "0";
   }
-  if (options.mode == "explore" && !options.explore_budget.empty())
-    environment["GRADSCOPE_EXPLORE_BUDGET"] = options.explore_budget;
-  if (options.mode == "explore" || options.mode == "apply")
-    environment.try_emplace("OMPI_MCA_coll_tuned_use_dynamic_rules", "1");
+  if (options.mode == Mode::Explore && !options.explore_budget.empty())
+    environment[env::kExploreBudget] = options.explore_budget;
+  if (options.mode != Mode::Observe) environment.try_emplace(env::kOmpiDynamicRules, "1");
 }
 
 void setNcclPluginEnvironment(Environment& environment, const NcclPlugins& plugins,
                               const RunOptions& options) {
-  if (!plugins.profiler.empty()) environment.try_emplace("NCCL_PROFILER_PLUGIN", plugins.profiler);
-  if (options.mode == "apply" && !plugins.tuner.empty() && !lookup(environment, "NCCL_TUNER_PLUGIN")) {
-    environment["NCCL_TUNER_PLUGIN"] = plugins.tuner;
-    if (const auto recommendation = lookup(environment, "GRADSCOPE_RECOMMENDATION"))
-      environment["GRADSCOPE_TUNER_CONFIG"] = *recommendation;
+  if (!plugins.profiler.empty()) environment.try_emplace(env::kNcclProfilerPlugin, plugins.profiler);
+  if (options.mode == Mode::Apply && !plugins.tuner.empty() && !lookup(environment, env::kNcclTunerPlugin)) {
+    environment[env::kNcclTunerPlugin] = plugins.tuner;
+    if (const auto recommendation = lookup(environment, env::kRecommendation))
+      environment[env::kTunerConfig] = *recommendation;
   }
 }
 
 std::vector<std::string> variablesToForward(const Environment& environment) {
-  std::vector<std::string> names{"LD_PRELOAD"};
+  std::vector<std::string> names{env::kLdPreload};
   for (const auto& [name, value] : environment)
-    if (name.rfind("GRADSCOPE_", 0) == 0 || name == "NVTX_INJECTION64_PATH" ||
-        name == "OMPI_MCA_coll_tuned_use_dynamic_rules" || name == "NCCL_PROFILER_PLUGIN" ||
-        name == "NCCL_TUNER_PLUGIN")
+    if (name != env::kLdPreload && (name.starts_with(env::kPrefix) || env::findVariable(name) != nullptr))
       names.push_back(name);
   return names;
 }
@@ -744,7 +654,7 @@ int runJob(const RunOptions& options, std::ostream& log) {
   }
   const Launcher launcher = classifyLauncher(options.command.front(), executable);
   // A launcher in the command means this gradscope starts the job; otherwise it may be one rank of it.
-  const auto launched = launcher == Launcher::None ? detectLaunchedRank(environment) : std::nullopt;
+  const auto launched = launcher == Launcher::None ? detectLaunch(environmentOf(environment)) : std::nullopt;
 
   std::string agent, directory, run_id;
   NcclPlugins plugins;
@@ -759,7 +669,7 @@ int runJob(const RunOptions& options, std::ostream& log) {
                           : options.output_directory,
         options.force, /*shared=*/launched.has_value(), /*pick_free_name=*/default_directory && !launched);
     // Every rank of a launched job must arrive at the same id without talking to the others.
-    if (const auto given = lookup(environment, "GRADSCOPE_RUN_ID")) run_id = *given;
+    if (const auto given = lookup(environment, env::kRunId)) run_id = *given;
     else if (launched) run_id = uuidFromKey(launched->job_id.empty() ? directory : launched->job_id);
     else run_id = randomUuid();
   } catch (const Error& error) {

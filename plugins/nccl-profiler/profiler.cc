@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gradscope/common/job_environment.h"
 #include "gradscope/common/launcher.h"
 #include "gradscope/common/version.h"
 #include "gradscope/storage/writer.h"
@@ -138,10 +139,11 @@ class Sink {
   // Opens the trace at the first context (standalone). Throws gradscope::Error.
   Sink(int rank, int nranks) : queue_(kQueueCapacity) {
     const Environment env = processEnvironment();
-    const char* output = env("GRADSCOPE_OUTPUT");
+    const char* output = env(env::kOutput);
     const std::string pattern = output != nullptr && *output != '\0' ? output : "gradscope-nccl-%h-%p.db";
     const std::string host = hostName();
-    rank_ = rankFromLauncher(env).value_or(rank);
+    const std::optional<Launch> launch = detectLaunch(env);
+    rank_ = launch ? launch->rank : rank;
     const std::string path =
         freePath(expandOutputTemplate(pattern, rank_, static_cast<long>(getpid()), host));
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -154,11 +156,11 @@ class Sink {
     storage::RunInfo run_info;
     const std::string run_id = runIdFromLauncher(env);
     run_info.uuid = run_id.empty() ? randomUuid() : run_id;
-    const char* command = env("GRADSCOPE_COMMAND");
+    const char* command = env(env::kCommand);
     run_info.command = command != nullptr ? command : commandLine();
     run_info.mode = "observe";
     run_info.backend = Backend::Nccl;
-    run_info.world_size = worldSizeFromLauncher(env).value_or(nranks);
+    run_info.world_size = launch ? launch->world_size : nranks;
     run_info.host = host;
     config_ = {{"source", "nccl-profiler"}};
     run_info.config_json = config_.dump();
@@ -362,7 +364,7 @@ struct ExitGuard {
 // a trace where the invoking user's environment says.
 bool disabledByEnvironment() {
   if (::getauxval(AT_SECURE) != 0) return true;
-  const char* value = std::getenv("GRADSCOPE_DISABLE");
+  const char* value = std::getenv(env::kDisable);
   return value != nullptr &&
          (std::strcmp(value, "1") == 0 || std::strcmp(value, "true") == 0 || std::strcmp(value, "yes") == 0);
 }

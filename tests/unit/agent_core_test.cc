@@ -298,13 +298,15 @@ TEST(AgentConfig, HostNameIsSafeInAFileName) {
 
 TEST(AgentConfig, RunIdIsSharedByTheRanksOfOneJobAndDiffersBetweenJobs) {
   const std::regex uuid("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
+  // A uuid derived from a key is version 8 (launcher.h uuidFromKey), a random one version 4.
+  const std::regex derived("[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
   const std::string job_a = runIdFromLauncher(
       environment({{"OMPI_MCA_orte_precondition_transports", "abc-def"}, {"PMIX_NAMESPACE", "42"}}));
   const std::string job_a_again = runIdFromLauncher(
       environment({{"OMPI_MCA_orte_precondition_transports", "abc-def"}, {"PMIX_NAMESPACE", "42"}}));
   const std::string job_b = runIdFromLauncher(
       environment({{"OMPI_MCA_orte_precondition_transports", "abc-deg"}, {"PMIX_NAMESPACE", "42"}}));
-  EXPECT_TRUE(std::regex_match(job_a, uuid)) << job_a;
+  EXPECT_TRUE(std::regex_match(job_a, derived)) << job_a;
   EXPECT_EQ(job_a, job_a_again);
   EXPECT_NE(job_a, job_b);
   EXPECT_EQ(runIdFromLauncher(environment({{"GRADSCOPE_RUN_ID", "given"}, {"PMIX_NAMESPACE", "1"}})),

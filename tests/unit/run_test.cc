@@ -64,7 +64,7 @@ TEST(RunLauncher, EveryApplicationContextOfAnMpmdCommandGetsTheVariables) {
 
 TEST(RunMode, ExploreAndApplyReachTheJobsEnvironment) {
   RunOptions explore;
-  explore.mode = "explore";
+  explore.mode = Mode::Explore;
   explore.explore_budget = "5%";
   Environment job = jobEnvironment({}, "/a/agent.so", "/out", "u", "x");
   setModeEnvironment(job, explore);
@@ -81,7 +81,7 @@ TEST(RunMode, ExploreAndApplyReachTheJobsEnvironment) {
   EXPECT_EQ(mine.at("OMPI_MCA_coll_tuned_use_dynamic_rules"), "0");
 
   RunOptions apply;
-  apply.mode = "apply";
+  apply.mode = Mode::Apply;
   apply.recommendation = "plan.json";
   apply.allow_semantic_change = true;
   Environment applied = jobEnvironment({}, "/a/agent.so", "/out", "u", "x");
@@ -116,7 +116,7 @@ TEST(RunNcclPlugins, FoundInTheBuildTreeOrTheInstallAndLoadedIntoNccl) {
   EXPECT_EQ(job.at("NCCL_PROFILER_PLUGIN"), plugins.profiler);
   EXPECT_EQ(job.count("NCCL_TUNER_PLUGIN"), 0u);
   RunOptions apply;
-  apply.mode = "apply";
+  apply.mode = Mode::Apply;
   apply.recommendation = "/plans/plan.json";
   Environment applied = jobEnvironment({}, "/a/agent.so", "/out", "u", "x");
   setModeEnvironment(applied, apply);
@@ -174,53 +174,55 @@ TEST(RunLauncher, ClassifiesLaunchersByNameAndByWhatTheyLeadTo) {
 // A gradscope started by a launcher
 
 TEST(RunLaunchedRank, DetectsOpenMpiPmiSlurmAndTorchrun) {
-  EXPECT_FALSE(detectLaunchedRank({}).has_value());
-  EXPECT_FALSE(detectLaunchedRank({{"HOME", "/root"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}}).has_value());
+  EXPECT_FALSE(detectLaunch(environmentOf({})).has_value());
+  EXPECT_FALSE(
+      detectLaunch(environmentOf({{"HOME", "/root"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}})).has_value());
 
-  auto rank = detectLaunchedRank({{"OMPI_COMM_WORLD_RANK", "3"},
-                                  {"OMPI_COMM_WORLD_SIZE", "4"},
-                                  {"OMPI_MCA_ess_base_jobid", "216399873"}});
+  auto rank = detectLaunch(environmentOf({{"OMPI_COMM_WORLD_RANK", "3"},
+                                          {"OMPI_COMM_WORLD_SIZE", "4"},
+                                          {"OMPI_MCA_ess_base_jobid", "216399873"}}));
   ASSERT_TRUE(rank.has_value());
   EXPECT_EQ(rank->rank, 3);
   EXPECT_EQ(rank->world_size, 4);
   EXPECT_EQ(rank->job_id, "216399873");
 
   // Open MPI 5's namespace, sanitised; it wins over the older jobid.
-  rank = detectLaunchedRank({{"OMPI_COMM_WORLD_RANK", "0"},
-                             {"OMPI_COMM_WORLD_SIZE", "2"},
-                             {"OMPI_MCA_ess_base_jobid", "1"},
-                             {"PMIX_NAMESPACE", "prterun-node 7/12@1"}});
+  rank = detectLaunch(environmentOf({{"OMPI_COMM_WORLD_RANK", "0"},
+                                     {"OMPI_COMM_WORLD_SIZE", "2"},
+                                     {"OMPI_MCA_ess_base_jobid", "1"},
+                                     {"PMIX_NAMESPACE", "prterun-node 7/12@1"}}));
   ASSERT_TRUE(rank.has_value());
   EXPECT_EQ(rank->job_id, "prterun-node_7_12_1");
 
-  rank = detectLaunchedRank({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}});  // Hydra: no job id
+  rank = detectLaunch(environmentOf({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}));  // Hydra: no job id
   ASSERT_TRUE(rank.has_value());
   EXPECT_EQ(rank->rank, 1);
   EXPECT_EQ(rank->job_id, "");
 
-  rank = detectLaunchedRank({{"SLURM_PROCID", "5"},
-                             {"SLURM_NTASKS", "8"},
-                             {"SLURM_STEP_NUM_TASKS", "6"},
-                             {"SLURM_JOB_ID", "991"},
-                             {"SLURM_STEP_ID", "2"}});
+  rank = detectLaunch(environmentOf({{"SLURM_PROCID", "5"},
+                                     {"SLURM_NTASKS", "8"},
+                                     {"SLURM_STEP_NUM_TASKS", "6"},
+                                     {"SLURM_JOB_ID", "991"},
+                                     {"SLURM_STEP_ID", "2"}}));
   ASSERT_TRUE(rank.has_value());
   EXPECT_EQ(rank->rank, 5);
   EXPECT_EQ(rank->world_size, 6);  // the step's tasks, not the allocation's
   EXPECT_EQ(rank->job_id, "991.2");
   // A batch script has SLURM_PROCID but is no step: not a rank.
-  EXPECT_FALSE(detectLaunchedRank({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_JOB_ID", "991"}})
-                   .has_value());
+  EXPECT_FALSE(
+      detectLaunch(environmentOf({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_JOB_ID", "991"}}))
+          .has_value());
 
-  rank = detectLaunchedRank({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", "run-a"}});
+  rank = detectLaunch(environmentOf({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", "run-a"}}));
   ASSERT_TRUE(rank.has_value());
   EXPECT_EQ(rank->job_id, "run-a");
 
   // Nonsense values are not a launch.
-  EXPECT_FALSE(
-      detectLaunchedRank({{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "4"}}).has_value());
-  EXPECT_FALSE(
-      detectLaunchedRank({{"OMPI_COMM_WORLD_RANK", "x"}, {"OMPI_COMM_WORLD_SIZE", "4"}}).has_value());
-  EXPECT_FALSE(detectLaunchedRank({{"PMI_RANK", "-1"}, {"PMI_SIZE", "4"}}).has_value());
+  EXPECT_FALSE(detectLaunch(environmentOf({{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "4"}}))
+                   .has_value());
+  EXPECT_FALSE(detectLaunch(environmentOf({{"OMPI_COMM_WORLD_RANK", "x"}, {"OMPI_COMM_WORLD_SIZE", "4"}}))
+                   .has_value());
+  EXPECT_FALSE(detectLaunch(environmentOf({{"PMI_RANK", "-1"}, {"PMI_SIZE", "4"}})).has_value());
 }
 
 TEST(RunLaunchedRank, UuidsAreWellFormedAndJobUuidsAgree) {
@@ -245,8 +247,8 @@ TEST(RunLaunchedRank, UuidsAreWellFormedAndJobUuidsAgree) {
 TEST(RunOutputDirectory, DefaultsAreTimestampedOrTheJobsId) {
   const std::string name = defaultOutputDirectory(std::nullopt, std::chrono::system_clock::now());
   EXPECT_TRUE(std::regex_match(name, std::regex("gradscope-[0-9]{8}-[0-9]{6}"))) << name;
-  EXPECT_EQ(defaultOutputDirectory(LaunchedRank{1, 4, "job.7"}, {}), "gradscope-job.7");
-  EXPECT_GRADSCOPE_ERROR(defaultOutputDirectory(LaunchedRank{1, 4, ""}, {}), "job id", "-o DIR");
+  EXPECT_EQ(defaultOutputDirectory(Launch{1, 4, "job.7"}, {}), "gradscope-job.7");
+  EXPECT_GRADSCOPE_ERROR(defaultOutputDirectory(Launch{1, 4, ""}, {}), "job id", "-o DIR");
 }
 
 TEST(RunOutputDirectory, CreatesPrivateDirectoriesAndRefusesOnesWithTraces) {

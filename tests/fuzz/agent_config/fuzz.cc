@@ -29,7 +29,7 @@ void checkRanges(const Config& config) {
           (config.buffer_calls & (config.buffer_calls - 1)) == 0);
   require(config.step_calls >= 0);
   require(config.step_calls == 0 || config.step_nvtx.empty());
-  require(config.mode != Mode::Apply || !config.recommendation.empty());
+  require(config.mode != gradscope::Mode::Apply || !config.recommendation.empty());
   require(!config.output.empty());
   const ExploreConfig& explore = config.explore;
   require(explore.budget > 0 && explore.budget <= 1);

@@ -17,9 +17,9 @@
 //   what the ranks wrote and prints the summary. After the job has ended, a first such signal cuts the
 //   wait for other ranks short; a second one ends gradscope with the default action.
 // - Launched jobs: `gradscope run -- mpirun ...` passes the variables through the launcher (Open MPI's
-//   -x); `mpirun -np N gradscope run -- ./train` runs one gradscope per rank, which agree on the
-//   directory and run id from the launcher's job id, and the instance of rank 0 merges once every
-//   rank's file is complete (or when --wait runs out).
+//   -x); `mpirun -np N gradscope run -- ./train` runs one gradscope per rank (detectLaunch, launcher.h),
+//   which agree on the directory and run id from the launcher's job id, and the instance of rank 0
+//   merges once every rank's file is complete (or when --wait runs out).
 //
 // The functions below the runJob() are its parts, exposed for the tests: most are pure functions of
 // their arguments.
@@ -33,6 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "gradscope/common/job_environment.h"
+#include "gradscope/common/launcher.h"
+
 namespace gradscope::cli {
 
 struct RunOptions {
@@ -41,7 +44,7 @@ struct RunOptions {
   bool force = false;                  // use a directory that already holds trace files
   std::chrono::seconds wait{60};       // launched job, rank 0: how long to wait for the other ranks
   std::size_t top_calls = 10;          // rows of "Slowest calls" in the summary
-  std::string mode = "observe";        // observe | explore | apply (GRADSCOPE_MODE)
+  Mode mode = Mode::Observe;           // GRADSCOPE_MODE
   std::string recommendation;          // apply: the file (GRADSCOPE_RECOMMENDATION, made absolute)
   bool allow_semantic_change = false;  // apply: GRADSCOPE_ALLOW_SEMANTIC_CHANGE=1
   std::string explore_budget;  // explore: GRADSCOPE_EXPLORE_BUDGET as given; empty: the agent's default
@@ -75,25 +78,6 @@ Launcher classifyLauncher(const std::string& name, const std::string& resolved);
 std::vector<std::string> launcherCommand(const std::vector<std::string>& command, Launcher launcher,
                                          const std::vector<std::string>& variables);
 
-// This gradscope as one rank of a launched job (`mpirun -np N gradscope run -- ...`), told from the
-// launcher's variables: Open MPI (OMPI_COMM_WORLD_SIZE/RANK), Hydra and other PMI launchers
-// (PMI_SIZE/RANK), Slurm's srun (SLURM_PROCID with SLURM_STEP_ID, so that a batch script is not taken
-// for a rank) and torchrun (RANK/WORLD_SIZE with TORCHELASTIC_RUN_ID).
-struct LaunchedRank {
-  int rank = 0;
-  int world_size = 1;
-  std::string job_id;  // same on every rank of the job, sanitised to [A-Za-z0-9._-]; empty if unknown
-};
-std::optional<LaunchedRank> detectLaunchedRank(const Environment& environment);
-
-// Replaces every character outside [A-Za-z0-9._-] with '_'.
-std::string sanitiseJobId(const std::string& text);
-
-// A random uuid (version 4), and one derived from `key` alone (same key, same uuid), both formatted
-// 8-4-4-4-12 in lower-case hex.
-std::string randomUuid();
-std::string uuidFromKey(const std::string& key);
-
 // The agent to preload: GRADSCOPE_AGENT_PATH when set (it must exist), else the build tree's
 // <dir>/../agent/libgradscope-agent.so, else the install's <dir>/../lib (and the configured install
 // library directory) where <dir> holds the gradscope executable. Throws gradscope::Error naming the
@@ -102,7 +86,7 @@ std::string findAgent(const Environment& environment, const std::string& executa
 
 // The default output directory: gradscope-<job id> for a launched rank (the same on every rank),
 // otherwise gradscope-YYYYmmdd-HHMMSS (local time). Throws for a launched rank without a job id, naming -o.
-std::string defaultOutputDirectory(const std::optional<LaunchedRank>& launched,
+std::string defaultOutputDirectory(const std::optional<Launch>& launched,
                                    std::chrono::system_clock::time_point now);
 
 // Creates `directory` (mode 0700, parents as needed) or checks the existing one, and returns its
@@ -144,7 +128,8 @@ NcclPlugins findNcclPlugins(const std::string& executable_directory);
 void setNcclPluginEnvironment(Environment& environment, const NcclPlugins& plugins,
                               const RunOptions& options);
 
-// Names of the GRADSCOPE_* variables of `environment`, and LD_PRELOAD first: what a launcher must pass on.
+// What a launcher must pass on: LD_PRELOAD first, then the names of `environment` that are GRADSCOPE_*
+// (known or not) or other rows of gradscope/common/job_environment.def (the NCCL plugins, NVTX, ...).
 std::vector<std::string> variablesToForward(const Environment& environment);
 
 // The exit code of a job from its wait status: its exit status, or 128 + S when signal S killed it.
