@@ -27,10 +27,10 @@
 // finished in registers and stored by a separate loop.
 //
 // fp16 has its own kernel sets (HalfKernels): the same operations with the AVX-512F or F16C conversion
-// instructions, chosen at run time, and a software fallback that converts tiles with numeric.h's
-// arithmetic and runs the fp32 tile kernels on them. On two cores the software conversion alone costs
-// more than the memory traffic of a sum; the instructions cost almost nothing. bf16 conversions are a
-// shift and a rounding add, cheap enough to stay inline in the templates.
+// instructions, one set per level of dispatch.h, and a software fallback that converts tiles with
+// numeric.h's arithmetic and runs the fp32 tile kernels on them. On two cores the software conversion
+// alone costs more than the memory traffic of a sum; the instructions cost almost nothing. bf16
+// conversions are a shift and a rounding add, cheap enough to stay inline in the templates.
 //
 // NaN payloads are not part of the bit-for-bit contract: which operand's payload NaN + NaN keeps
 // depends on the operand order a compiler picks for a commutative addition (and GPUs return a canonical
@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "cpu_kernels.h"
+#include "dispatch.h"
 #include "gradscope/common/error.h"
 #include "gradscope/methods/numeric.h"
 
@@ -555,7 +556,7 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
 // conversion instructions have direct kernels (Kahan has no tile form there: it always runs direct);
 // the software set has only tile kernels, over staged fp32 copies of each tile.
 
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
+#if defined(GS_HAVE_X86_INTRINSICS)
 #define GS_HALF_KERNELS(TARGET)                                                                             \
   TARGET void pair(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x,                             \
                    const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                     \
@@ -794,10 +795,9 @@ void accumulate(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT
 }
 }  // namespace half_software
 
-// An fp16 kernel set. The direct kernels are null in the software set, whose sums then run the tile
-// programs; the Kahan tile kernels are only used there.
+// An fp16 kernel set, one per level (dispatch.h). The direct kernels are null in the software set,
+// whose sums then run the tile programs; the Kahan tile kernels are only used there.
 struct HalfKernels {
-  const char* name = "software";
   void (*addNDirect)(const std::uint16_t* const*, std::size_t, std::uint16_t*, std::size_t,
                      std::size_t) = nullptr;
   void (*kahanDirect)(const std::uint16_t* const*, std::size_t, std::uint16_t*, std::size_t,
@@ -817,14 +817,12 @@ struct HalfKernels {
                          std::size_t) = half_software::kahanStepStore;
   void (*accumulate)(std::uint16_t*, const std::uint16_t*, std::size_t) = half_software::accumulate;
   void (*toFloat)(const std::uint16_t*, float*, std::size_t) = halfToFloatSoftware;
-  bool supported = true;  // whether this CPU can run the set
 };
 
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-#define GS_HALF_KERNEL_SET(ns, label, supported_here)                               \
+#if defined(GS_HAVE_X86_INTRINSICS)
+#define GS_HALF_KERNEL_SET(ns)                                                      \
   [] {                                                                              \
     HalfKernels kernels;                                                            \
-    kernels.name = label;                                                           \
     kernels.addNDirect = ns::addNDirect;                                            \
     kernels.kahanDirect = ns::kahanDirect;                                          \
     kernels.treeDirect = ns::treeTable(std::make_index_sequence<kMaxFixedK - 1>{}); \
@@ -835,43 +833,17 @@ struct HalfKernels {
     kernels.mergeStore = ns::mergeStore;                                            \
     kernels.accumulate = ns::accumulate;                                            \
     kernels.toFloat = ns::toFloat;                                                  \
-    kernels.supported = (supported_here);                                           \
     return kernels;                                                                 \
   }()
-#endif
-
-const HalfKernels& softwareHalfKernels() {
-  static const HalfKernels set;
-  return set;
-}
-
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-const HalfKernels& avx512HalfKernels() {
-  static const HalfKernels set =
-      GS_HALF_KERNEL_SET(half_avx512, "avx512", (__builtin_cpu_init(), __builtin_cpu_supports("avx512f")));
-  return set;
-}
-
-const HalfKernels& f16cHalfKernels() {
-  static const HalfKernels set = GS_HALF_KERNEL_SET(half_f16c, "f16c", detail::cpuHasAvxAndF16c());
-  return set;
-}
+constexpr detail::IsaTable<HalfKernels> kHalfKernels{HalfKernels{}, GS_HALF_KERNEL_SET(half_f16c),
+                                                     GS_HALF_KERNEL_SET(half_avx512)};
 #undef GS_HALF_KERNEL_SET
+#else
+constexpr detail::IsaTable<HalfKernels> kHalfKernels{HalfKernels{}, HalfKernels{}, HalfKernels{}};
 #endif
-
-// The set localSum uses: the best this CPU runs, unless a test chose another.
-std::atomic<const HalfKernels*> half_kernels_for_testing{nullptr};
 
 const HalfKernels& halfKernels() {
-  if (const HalfKernels* chosen = half_kernels_for_testing.load(std::memory_order_acquire)) return *chosen;
-  static const HalfKernels& best = []() -> const HalfKernels& {
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-    if (avx512HalfKernels().supported) return avx512HalfKernels();
-    if (f16cHalfKernels().supported) return f16cHalfKernels();
-#endif
-    return softwareHalfKernels();
-  }();
-  return best;
+  return detail::kernelsFor(kHalfKernels);
 }
 
 // ---- Kernel sets the drivers run
@@ -1281,26 +1253,6 @@ void referenceSum(DType dtype, std::span<const void* const> inputs, double* outp
     default: break;
   }
 }
-
-namespace testing {
-
-// Chooses the fp16 kernel set localSum uses: "avx512", "f16c", "software", or "" for the best this CPU
-// runs. Returns false (and changes nothing) for a set this CPU cannot run. A seam for the unit tests,
-// which cover every set on one machine; it is not in a header (tests declare it) and not for
-// production use.
-bool useHalfKernelsForTesting(std::string_view name) {
-  const HalfKernels* chosen = nullptr;
-  if (name == "software") chosen = &softwareHalfKernels();
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-  if (name == "avx512") chosen = &avx512HalfKernels();
-  if (name == "f16c") chosen = &f16cHalfKernels();
-#endif
-  if (!name.empty() && (chosen == nullptr || !chosen->supported)) return false;
-  half_kernels_for_testing.store(chosen, std::memory_order_release);
-  return true;
-}
-
-}  // namespace testing
 
 // The bandwidth model of local_sum.h: (K + 1)·n·size for the one-pass methods (K input reads, one
 // output write), 3(K - 1)·n·size for AccumulateN with K >= 2.
