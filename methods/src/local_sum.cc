@@ -114,6 +114,46 @@ struct HalfScalar {
   static Elem store(Acc value) { return fp32ToFp16(value); }
 };
 
+// ---- Kahan's order ----------------------------------------------------------------------------------------
+//
+// The arithmetic of the compensated sum, written once over a lane type A: float or double for one
+// element (the tails, the tile kernels, and each lane of the portable kernels' 64-byte blocks) or GCC's
+// vector types (__m512, __m256 in the fp16 kernels, which take + and - lane by lane). The kernels differ
+// only in how they load, store and walk their lanes. Values pass by reference: a vector passed by value
+// to a template compiled without AVX would change the ABI.
+//
+// The first two terms give the running sum and its rounding error; every later term is added
+// compensated; the last one's compensation is not kept (classic Kahan returns the running sum).
+template <class A>
+[[gnu::always_inline]] inline void kahanFirst(const A& a, const A& b, A& sum, A& comp) {
+  sum = a + b;
+  comp = (sum - a) - b;
+}
+
+template <class A>
+[[gnu::always_inline]] inline void kahanAdd(const A& x, A& sum, A& comp) {
+  const A y = x - comp;
+  const A t = sum + y;
+  comp = (t - sum) - y;
+  sum = t;
+}
+
+template <class A>
+[[gnu::always_inline]] inline void kahanLast(const A& x, A& sum, const A& comp) {
+  sum = sum + (x - comp);
+}
+
+// One element in Kahan's order (k >= 3): the tails of the block kernels.
+template <class T>
+[[gnu::always_inline]] inline typename T::Acc kahanElement(const typename T::Elem* const* in, std::size_t k,
+                                                           std::size_t e) {
+  typename T::Acc sum, comp;
+  kahanFirst(T::load(in[0][e]), T::load(in[1][e]), sum, comp);
+  for (std::size_t i = 2; i + 1 < k; ++i) kahanAdd(T::load(in[i][e]), sum, comp);
+  kahanLast(T::load(in[k - 1][e]), sum, comp);
+  return sum;
+}
+
 // ---- Direct kernels ---------------------------------------------------------------------------------------
 //
 // Inputs are in[i] + offset .. in[i] + offset + n, the output the same range of out; the output may be
@@ -172,40 +212,24 @@ GS_CPU_KERNEL void kahanDirectKernel(const typename T::Elem* const* in, std::siz
                                      std::size_t offset, std::size_t n) {
   using Acc = typename T::Acc;
   constexpr std::size_t lanes = 64 / sizeof(typename T::Elem);
-  const auto first = [](Acc a, Acc b, Acc& sum, Acc& comp) {
-    const Acc t = a + b;
-    comp = (t - a) - b;
-    sum = t;
-  };
-  const auto step = [](Acc x, Acc& sum, Acc& comp) {
-    const Acc y = x - comp;
-    const Acc t = sum + y;
-    comp = (t - sum) - y;
-    sum = t;
-  };
   const std::size_t full_end = offset + n / lanes * lanes;
   for (std::size_t block = offset; block < full_end; block += lanes) {
     prefetchInputs(in, k, block);
     Acc sum[lanes], comp[lanes];
     const auto* x0 = in[0] + block;
     const auto* x1 = in[1] + block;
-    for (std::size_t j = 0; j < lanes; ++j) first(T::load(x0[j]), T::load(x1[j]), sum[j], comp[j]);
+    for (std::size_t j = 0; j < lanes; ++j) kahanFirst(T::load(x0[j]), T::load(x1[j]), sum[j], comp[j]);
     for (std::size_t i = 2; i + 1 < k; ++i) {
       const auto* x = in[i] + block;
-      for (std::size_t j = 0; j < lanes; ++j) step(T::load(x[j]), sum[j], comp[j]);
+      for (std::size_t j = 0; j < lanes; ++j) kahanAdd(T::load(x[j]), sum[j], comp[j]);
     }
     const auto* last = in[k - 1] + block;
     // Finish in registers, then store: a loop that both reads an input and writes the output would
     // not vectorise (the output may alias an input, so the compiler must keep them in order).
-    for (std::size_t j = 0; j < lanes; ++j) sum[j] = sum[j] + (T::load(last[j]) - comp[j]);
+    for (std::size_t j = 0; j < lanes; ++j) kahanLast(T::load(last[j]), sum[j], comp[j]);
     for (std::size_t j = 0; j < lanes; ++j) out[block + j] = T::store(sum[j]);
   }
-  for (std::size_t e = full_end; e < offset + n; ++e) {
-    Acc sum, comp;
-    first(T::load(in[0][e]), T::load(in[1][e]), sum, comp);
-    for (std::size_t i = 2; i + 1 < k; ++i) step(T::load(in[i][e]), sum, comp);
-    out[e] = T::store(sum + (T::load(in[k - 1][e]) - comp));
-  }
+  for (std::size_t e = full_end; e < offset + n; ++e) out[e] = T::store(kahanElement<T>(in, k, e));
 }
 
 // The tree order as an expression fixed at compile time. A run of 2^m inputs is summed by halves
@@ -283,12 +307,7 @@ template <class T, std::size_t Index>
 [[gnu::always_inline]] inline void kahanStep(Lanes<T>& sum, Lanes<T>& comp, const typename T::Elem* const* in,
                                              std::size_t block) {
   const typename T::Elem* x = in[Index] + block;
-  for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) {
-    const typename T::Acc y = T::load(x[j]) - comp.value[j];
-    const typename T::Acc t = sum.value[j] + y;
-    comp.value[j] = (t - sum.value[j]) - y;
-    sum.value[j] = t;
-  }
+  for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) kahanAdd(T::load(x[j]), sum.value[j], comp.value[j]);
 }
 
 template <class T, std::size_t First, std::size_t Last>
@@ -324,31 +343,17 @@ struct KahanOrder {  // K >= 3
     Lanes<T> sum, comp;
     const typename T::Elem* x0 = in[0] + block;
     const typename T::Elem* x1 = in[1] + block;
-    for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) {
-      const typename T::Acc a = T::load(x0[j]);
-      const typename T::Acc b = T::load(x1[j]);
-      sum.value[j] = a + b;
-      comp.value[j] = (sum.value[j] - a) - b;
-    }
+    for (std::size_t j = 0; j < Lanes<T>::kCount; ++j)
+      kahanFirst(T::load(x0[j]), T::load(x1[j]), sum.value[j], comp.value[j]);
     kahanSteps<T, 2, K - 1>(sum, comp, in, block);
     const typename T::Elem* last = in[K - 1] + block;
     for (std::size_t j = 0; j < Lanes<T>::kCount; ++j)
-      sum.value[j] = sum.value[j] + (T::load(last[j]) - comp.value[j]);
+      kahanLast(T::load(last[j]), sum.value[j], comp.value[j]);
     return sum;
   }
   template <class T, std::size_t K>
   [[gnu::always_inline]] static typename T::Acc element(const typename T::Elem* const* in, std::size_t e) {
-    const typename T::Acc a = T::load(in[0][e]);
-    const typename T::Acc b = T::load(in[1][e]);
-    typename T::Acc sum = a + b;
-    typename T::Acc comp = (sum - a) - b;
-    for (std::size_t i = 2; i + 1 < K; ++i) {
-      const typename T::Acc y = T::load(in[i][e]) - comp;
-      const typename T::Acc t = sum + y;
-      comp = (t - sum) - y;
-      sum = t;
-    }
-    return sum + (T::load(in[K - 1][e]) - comp);
+    return kahanElement<T>(in, K, e);
   }
 };
 
@@ -472,14 +477,7 @@ template <class T>
 GS_CPU_KERNEL void kahanFirstKernel(typename T::Acc* GS_RESTRICT sum, typename T::Acc* GS_RESTRICT comp,
                                     const typename T::Elem* GS_RESTRICT x,
                                     const typename T::Elem* GS_RESTRICT z, std::size_t n) {
-#define GS_OP(i)                             \
-  do {                                       \
-    const typename T::Acc a = T::load(x[i]); \
-    const typename T::Acc b = T::load(z[i]); \
-    const typename T::Acc t = a + b;         \
-    comp[i] = (t - a) - b;                   \
-    sum[i] = t;                              \
-  } while (false)
+#define GS_OP(i) kahanFirst(T::load(x[i]), T::load(z[i]), sum[i], comp[i])
   GS_FOR_EACH(n, GS_OP);
 #undef GS_OP
 }
@@ -488,13 +486,7 @@ GS_CPU_KERNEL void kahanFirstKernel(typename T::Acc* GS_RESTRICT sum, typename T
 template <class T>
 GS_CPU_KERNEL void kahanStepKernel(typename T::Acc* GS_RESTRICT sum, typename T::Acc* GS_RESTRICT comp,
                                    const typename T::Elem* GS_RESTRICT x, std::size_t n) {
-#define GS_OP(i)                                       \
-  do {                                                 \
-    const typename T::Acc y = T::load(x[i]) - comp[i]; \
-    const typename T::Acc t = sum[i] + y;              \
-    comp[i] = (t - sum[i]) - y;                        \
-    sum[i] = t;                                        \
-  } while (false)
+#define GS_OP(i) kahanAdd(T::load(x[i]), sum[i], comp[i])
   GS_FOR_EACH(n, GS_OP);
 #undef GS_OP
 }
@@ -506,7 +498,12 @@ GS_CPU_KERNEL void kahanStepStoreKernel(typename T::Elem* GS_RESTRICT out,
                                         const typename T::Acc* GS_RESTRICT sum,
                                         const typename T::Acc* GS_RESTRICT comp,
                                         const typename T::Elem* GS_RESTRICT x, std::size_t n) {
-#define GS_OP(i) out[i] = T::store(sum[i] + (T::load(x[i]) - comp[i]))
+#define GS_OP(i)                             \
+  do {                                       \
+    typename T::Acc last = sum[i];           \
+    kahanLast(T::load(x[i]), last, comp[i]); \
+    out[i] = T::store(last);                 \
+  } while (false)
   GS_FOR_EACH(n, GS_OP);
 #undef GS_OP
 }
@@ -607,31 +604,13 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
     std::size_t e = offset;                                                                                 \
     for (; e + kWidth <= offset + n; e += kWidth) {                                                         \
       prefetchInputs(in, k, e);                                                                             \
-      const Vec a = loadHalf(in[0] + e);                                                                    \
-      const Vec b = loadHalf(in[1] + e);                                                                    \
-      Vec sum = add(a, b);                                                                                  \
-      Vec comp = sub(sub(sum, a), b);                                                                       \
-      for (std::size_t i = 2; i + 1 < k; ++i) {                                                             \
-        const Vec y = sub(loadHalf(in[i] + e), comp);                                                       \
-        const Vec t = add(sum, y);                                                                          \
-        comp = sub(sub(t, sum), y);                                                                         \
-        sum = t;                                                                                            \
-      }                                                                                                     \
-      storeHalf(out + e, add(sum, sub(loadHalf(in[k - 1] + e), comp)));                                     \
+      Vec sum, comp;                                                                                        \
+      kahanFirst(loadHalf(in[0] + e), loadHalf(in[1] + e), sum, comp);                                      \
+      for (std::size_t i = 2; i + 1 < k; ++i) kahanAdd(loadHalf(in[i] + e), sum, comp);                     \
+      kahanLast(loadHalf(in[k - 1] + e), sum, comp);                                                        \
+      storeHalf(out + e, sum);                                                                              \
     }                                                                                                       \
-    for (; e < offset + n; ++e) {                                                                           \
-      const float a = fp16ToFp32(in[0][e]);                                                                 \
-      const float b = fp16ToFp32(in[1][e]);                                                                 \
-      float sum = a + b;                                                                                    \
-      float comp = (sum - a) - b;                                                                           \
-      for (std::size_t i = 2; i + 1 < k; ++i) {                                                             \
-        const float y = fp16ToFp32(in[i][e]) - comp;                                                        \
-        const float t = sum + y;                                                                            \
-        comp = (t - sum) - y;                                                                               \
-        sum = t;                                                                                            \
-      }                                                                                                     \
-      out[e] = fp32ToFp16(sum + (fp16ToFp32(in[k - 1][e]) - comp));                                         \
-    }                                                                                                       \
+    for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::kahanElement<HalfScalar>(in, k, e));    \
   }                                                                                                         \
   template <std::size_t First, std::size_t Count>                                                           \
   TARGET __attribute__((always_inline)) inline Vec treeRun(const std::uint16_t* const* in, std::size_t e) { \
@@ -694,9 +673,6 @@ GS_VECTOR_HELPER void store(float* p, Vec v) {
 GS_VECTOR_HELPER Vec add(Vec a, Vec b) {
   return _mm512_add_ps(a, b);
 }
-GS_VECTOR_HELPER Vec sub(Vec a, Vec b) {
-  return _mm512_sub_ps(a, b);
-}
 #undef GS_VECTOR_HELPER
 GS_HALF_KERNELS(__attribute__((target("avx512f"))))
 }  // namespace half_avx512
@@ -720,9 +696,6 @@ GS_VECTOR_HELPER void store(float* p, Vec v) {
 }
 GS_VECTOR_HELPER Vec add(Vec a, Vec b) {
   return _mm256_add_ps(a, b);
-}
-GS_VECTOR_HELPER Vec sub(Vec a, Vec b) {
-  return _mm256_sub_ps(a, b);
 }
 #undef GS_VECTOR_HELPER
 GS_HALF_KERNELS(__attribute__((target("avx,f16c"))))
