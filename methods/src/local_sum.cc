@@ -114,15 +114,15 @@ struct HalfScalar {
   static Elem store(Acc value) { return fp32ToFp16(value); }
 };
 
-// ---- Kahan's order ----------------------------------------------------------------------------------------
+// ---- Summation orders -------------------------------------------------------------------------------------
 //
-// The arithmetic of the compensated sum, written once over a lane type A: float or double for one
-// element (the tails, the tile kernels, and each lane of the portable kernels' 64-byte blocks) or GCC's
-// vector types (__m512, __m256 in the fp16 kernels, which take + and - lane by lane). The kernels differ
-// only in how they load, store and walk their lanes. Values pass by reference: a vector passed by value
-// to a template compiled without AVX would change the ABI.
-//
-// The first two terms give the running sum and its rounding error; every later term is added
+// Kahan's arithmetic and the tree's pairing, written once over a lane type A: float or double for one
+// element (the tails, the tile kernels, and each lane of the portable kernels' 64-byte blocks), a whole
+// block (Lanes below), or GCC's vector types (__m512, __m256 in the fp16 kernels, which take + and -
+// lane by lane). The kernels differ only in how they load, store and walk their lanes. Values pass by
+// reference: a vector passed by value to a template compiled without AVX would change the ABI.
+
+// Kahan: the first two terms give the running sum and its rounding error; every later term is added
 // compensated; the last one's compensation is not kept (classic Kahan returns the running sum).
 template <class A>
 [[gnu::always_inline]] inline void kahanFirst(const A& a, const A& b, A& sum, A& comp) {
@@ -143,7 +143,42 @@ template <class A>
   sum = sum + (x - comp);
 }
 
-// One element in Kahan's order (k >= 3): the tails of the block kernels.
+// The tree order of inputs First .. First + Remaining - 1 (local_sum.h) as an expression fixed at
+// compile time; leaf(i, value) loads input i. A run of 2^m inputs is summed by halves ((x0 + x1) +
+// (x2 + x3) for four), which is what the binary counter builds for it; the inputs split into runs of
+// decreasing powers of two in input order (7: 4, 2, 1), and the runs are combined from the smallest
+// up: run_4 + (run_2 + run_1), exactly the counter's leftovers.
+template <class A>
+[[gnu::always_inline]] inline void addInto(const A& a, const A& b, A& sum) {
+  sum = a + b;
+}
+
+template <std::size_t First, std::size_t Count, class A, class Leaf>
+[[gnu::always_inline]] inline void treeRun(const Leaf& leaf, A& result) {
+  if constexpr (Count == 1) {
+    leaf(First, result);
+  } else {
+    A low, high;
+    treeRun<First, Count / 2>(leaf, low);
+    treeRun<First + Count / 2, Count / 2>(leaf, high);
+    addInto(low, high, result);
+  }
+}
+
+template <std::size_t First, std::size_t Remaining, class A, class Leaf>
+[[gnu::always_inline]] inline void treeSum(const Leaf& leaf, A& result) {
+  constexpr std::size_t run = std::bit_floor(Remaining);
+  if constexpr (run == Remaining) {
+    treeRun<First, run>(leaf, result);
+  } else {
+    A larger, rest;
+    treeRun<First, run>(leaf, larger);
+    treeSum<First + run, Remaining - run>(leaf, rest);
+    addInto(larger, rest, result);
+  }
+}
+
+// One element in Kahan's order (k >= 3) and in the tree order: the tails of the block kernels.
 template <class T>
 [[gnu::always_inline]] inline typename T::Acc kahanElement(const typename T::Elem* const* in, std::size_t k,
                                                            std::size_t e) {
@@ -151,6 +186,13 @@ template <class T>
   kahanFirst(T::load(in[0][e]), T::load(in[1][e]), sum, comp);
   for (std::size_t i = 2; i + 1 < k; ++i) kahanAdd(T::load(in[i][e]), sum, comp);
   kahanLast(T::load(in[k - 1][e]), sum, comp);
+  return sum;
+}
+
+template <class T, std::size_t K>
+[[gnu::always_inline]] inline typename T::Acc treeElement(const typename T::Elem* const* in, std::size_t e) {
+  typename T::Acc sum;
+  treeSum<0, K>([&](std::size_t i, typename T::Acc& x) { x = T::load(in[i][e]); }, sum);
   return sum;
 }
 
@@ -168,6 +210,12 @@ struct Lanes {
   static constexpr std::size_t kCount = 64 / sizeof(typename T::Elem);
   typename T::Acc value[kCount];
 };
+
+// sum = a + b lane by lane, written into its destination (a returned block would be one more copy).
+template <class T>
+[[gnu::always_inline]] inline void addInto(const Lanes<T>& a, const Lanes<T>& b, Lanes<T>& sum) {
+  for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) sum.value[j] = a.value[j] + b.value[j];
+}
 
 // Software prefetch this far ahead of every input stream. The hardware prefetchers alone keep fewer
 // misses in flight than K interleaved streams need once a block costs more than a few instructions
@@ -230,56 +278,6 @@ GS_CPU_KERNEL void kahanDirectKernel(const typename T::Elem* const* in, std::siz
     for (std::size_t j = 0; j < lanes; ++j) out[block + j] = T::store(sum[j]);
   }
   for (std::size_t e = full_end; e < offset + n; ++e) out[e] = T::store(kahanElement<T>(in, k, e));
-}
-
-// The tree order as an expression fixed at compile time. A run of 2^m inputs is summed by halves
-// ((x0 + x1) + (x2 + x3) for four), which is what the binary counter builds for it; K splits into runs
-// of decreasing powers of two in input order (K = 7: 4, 2, 1), and the runs are combined from the
-// smallest up: run_4 + (run_2 + run_1), exactly the counter's leftovers.
-template <class T, std::size_t First, std::size_t Count>
-[[gnu::always_inline]] inline Lanes<T> treeRun(const typename T::Elem* const* in, std::size_t block) {
-  Lanes<T> result;
-  if constexpr (Count == 1) {
-    const typename T::Elem* x = in[First] + block;
-    for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) result.value[j] = T::load(x[j]);
-  } else {
-    const Lanes<T> low = treeRun<T, First, Count / 2>(in, block);
-    const Lanes<T> high = treeRun<T, First + Count / 2, Count / 2>(in, block);
-    for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) result.value[j] = low.value[j] + high.value[j];
-  }
-  return result;
-}
-
-template <class T, std::size_t First, std::size_t Remaining>
-[[gnu::always_inline]] inline Lanes<T> treeSum(const typename T::Elem* const* in, std::size_t block) {
-  constexpr std::size_t run = std::bit_floor(Remaining);
-  if constexpr (run == Remaining) {
-    return treeRun<T, First, run>(in, block);
-  } else {
-    const Lanes<T> larger = treeRun<T, First, run>(in, block);
-    const Lanes<T> rest = treeSum<T, First + run, Remaining - run>(in, block);
-    Lanes<T> result;
-    for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) result.value[j] = larger.value[j] + rest.value[j];
-    return result;
-  }
-}
-
-// The same order for one element (the tails).
-template <class T, std::size_t First, std::size_t Count>
-[[gnu::always_inline]] inline typename T::Acc treeRunElement(const typename T::Elem* const* in,
-                                                             std::size_t e) {
-  if constexpr (Count == 1) return T::load(in[First][e]);
-  else
-    return treeRunElement<T, First, Count / 2>(in, e) +
-           treeRunElement<T, First + Count / 2, Count / 2>(in, e);
-}
-
-template <class T, std::size_t First, std::size_t Remaining>
-[[gnu::always_inline]] inline typename T::Acc treeSumElement(const typename T::Elem* const* in,
-                                                             std::size_t e) {
-  constexpr std::size_t run = std::bit_floor(Remaining);
-  if constexpr (run == Remaining) return treeRunElement<T, First, run>(in, e);
-  else return treeRunElement<T, First, run>(in, e) + treeSumElement<T, First + run, Remaining - run>(in, e);
 }
 
 // AddN and Kahan with K fixed at compile time: the loop over inputs unrolled, so the loads of all K
@@ -360,11 +358,17 @@ struct KahanOrder {  // K >= 3
 struct TreeOrder {
   template <class T, std::size_t K>
   [[gnu::always_inline]] static Lanes<T> block(const typename T::Elem* const* in, std::size_t block) {
-    return treeSum<T, 0, K>(in, block);
+    Lanes<T> sum;
+    treeSum<0, K>(
+        [&](std::size_t i, Lanes<T>& x) {
+          for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) x.value[j] = T::load(in[i][block + j]);
+        },
+        sum);
+    return sum;
   }
   template <class T, std::size_t K>
   [[gnu::always_inline]] static typename T::Acc element(const typename T::Elem* const* in, std::size_t e) {
-    return treeSumElement<T, 0, K>(in, e);
+    return treeElement<T, K>(in, e);
   }
 };
 
@@ -554,101 +558,98 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
 // the software set has only tile kernels, over staged fp32 copies of each tile.
 
 #if defined(GS_HAVE_X86_INTRINSICS)
-#define GS_HALF_KERNELS(TARGET)                                                                             \
-  TARGET void pair(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x,                             \
-                   const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                     \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(loadHalf(x + i), loadHalf(y + i)));            \
-    for (; i < n; ++i) slot[i] = fp16ToFp32(x[i]) + fp16ToFp32(y[i]);                                       \
-  }                                                                                                         \
-  TARGET void pairStore(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,                 \
-                        const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(x + i), loadHalf(y + i)));         \
-    for (; i < n; ++i) out[i] = fp32ToFp16(fp16ToFp32(x[i]) + fp16ToFp32(y[i]));                            \
-  }                                                                                                         \
-  TARGET void addInput(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x, std::size_t n) {        \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(load(slot + i), loadHalf(x + i)));             \
-    for (; i < n; ++i) slot[i] = slot[i] + fp16ToFp32(x[i]);                                                \
-  }                                                                                                         \
-  TARGET void addInputStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT slot,                  \
-                            const std::uint16_t* GS_RESTRICT x, std::size_t n) {                            \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(slot + i), loadHalf(x + i)));          \
-    for (; i < n; ++i) out[i] = fp32ToFp16(slot[i] + fp16ToFp32(x[i]));                                     \
-  }                                                                                                         \
-  TARGET void mergeStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT other,                    \
-                         const float* GS_RESTRICT slot, std::size_t n) {                                    \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(other + i), load(slot + i)));          \
-    for (; i < n; ++i) out[i] = fp32ToFp16(other[i] + slot[i]);                                             \
-  }                                                                                                         \
-  TARGET void addNDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,                 \
-                         std::size_t offset, std::size_t n) {                                               \
-    std::size_t e = offset;                                                                                 \
-    for (; e + kWidth <= offset + n; e += kWidth) {                                                         \
-      prefetchInputs(in, k, e);                                                                             \
-      Vec acc = add(loadHalf(in[0] + e), loadHalf(in[1] + e));                                              \
-      for (std::size_t i = 2; i < k; ++i) acc = add(acc, loadHalf(in[i] + e));                              \
-      storeHalf(out + e, acc);                                                                              \
-    }                                                                                                       \
-    for (; e < offset + n; ++e) {                                                                           \
-      float acc = fp16ToFp32(in[0][e]) + fp16ToFp32(in[1][e]);                                              \
-      for (std::size_t i = 2; i < k; ++i) acc = acc + fp16ToFp32(in[i][e]);                                 \
-      out[e] = fp32ToFp16(acc);                                                                             \
-    }                                                                                                       \
-  }                                                                                                         \
-  TARGET void kahanDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,                \
-                          std::size_t offset, std::size_t n) {                                              \
-    std::size_t e = offset;                                                                                 \
-    for (; e + kWidth <= offset + n; e += kWidth) {                                                         \
-      prefetchInputs(in, k, e);                                                                             \
-      Vec sum, comp;                                                                                        \
-      kahanFirst(loadHalf(in[0] + e), loadHalf(in[1] + e), sum, comp);                                      \
-      for (std::size_t i = 2; i + 1 < k; ++i) kahanAdd(loadHalf(in[i] + e), sum, comp);                     \
-      kahanLast(loadHalf(in[k - 1] + e), sum, comp);                                                        \
-      storeHalf(out + e, sum);                                                                              \
-    }                                                                                                       \
-    for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::kahanElement<HalfScalar>(in, k, e));    \
-  }                                                                                                         \
-  template <std::size_t First, std::size_t Count>                                                           \
-  TARGET __attribute__((always_inline)) inline Vec treeRun(const std::uint16_t* const* in, std::size_t e) { \
-    if constexpr (Count == 1) return loadHalf(in[First] + e);                                               \
-    else return add(treeRun<First, Count / 2>(in, e), treeRun<First + Count / 2, Count / 2>(in, e));        \
-  }                                                                                                         \
-  template <std::size_t First, std::size_t Remaining>                                                       \
-  TARGET __attribute__((always_inline)) inline Vec treeSum(const std::uint16_t* const* in, std::size_t e) { \
-    constexpr std::size_t run = std::bit_floor(Remaining);                                                  \
-    if constexpr (run == Remaining) return treeRun<First, run>(in, e);                                      \
-    else return add(treeRun<First, run>(in, e), treeSum<First + run, Remaining - run>(in, e));              \
-  }                                                                                                         \
-  template <std::size_t K>                                                                                  \
-  TARGET void treeDirect(const std::uint16_t* const* in, std::uint16_t* out, std::size_t offset,            \
-                         std::size_t n) {                                                                   \
-    std::size_t e = offset;                                                                                 \
-    for (; e + kWidth <= offset + n; e += kWidth) {                                                         \
-      prefetchInputs(in, K, e);                                                                             \
-      storeHalf(out + e, treeSum<0, K>(in, e));                                                             \
-    }                                                                                                       \
-    for (; e < offset + n; ++e)                                                                             \
-      out[e] = HalfScalar::store(methods::treeSumElement<HalfScalar, 0, K>(in, e));                         \
-  }                                                                                                         \
-  template <std::size_t... Offsets>                                                                         \
-  constexpr std::array<FixedFunction<std::uint16_t>, sizeof...(Offsets)> treeTable(                         \
-      std::index_sequence<Offsets...>) {                                                                    \
-    return {&treeDirect<Offsets + 2>...};                                                                   \
-  }                                                                                                         \
-  TARGET void toFloat(const std::uint16_t* GS_RESTRICT in, float* GS_RESTRICT out, std::size_t n) {         \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) store(out + i, loadHalf(in + i));                                  \
-    for (; i < n; ++i) out[i] = fp16ToFp32(in[i]);                                                          \
-  }                                                                                                         \
-  TARGET void accumulate(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,                \
-                         std::size_t n) {                                                                   \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(out + i), loadHalf(x + i)));       \
-    for (; i < n; ++i) out[i] = fp32ToFp16(fp16ToFp32(out[i]) + fp16ToFp32(x[i]));                          \
+#define GS_HALF_KERNELS(TARGET)                                                                          \
+  TARGET void pair(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x,                          \
+                   const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                  \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(loadHalf(x + i), loadHalf(y + i)));         \
+    for (; i < n; ++i) slot[i] = fp16ToFp32(x[i]) + fp16ToFp32(y[i]);                                    \
+  }                                                                                                      \
+  TARGET void pairStore(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,              \
+                        const std::uint16_t* GS_RESTRICT y, std::size_t n) {                             \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(x + i), loadHalf(y + i)));      \
+    for (; i < n; ++i) out[i] = fp32ToFp16(fp16ToFp32(x[i]) + fp16ToFp32(y[i]));                         \
+  }                                                                                                      \
+  TARGET void addInput(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x, std::size_t n) {     \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(load(slot + i), loadHalf(x + i)));          \
+    for (; i < n; ++i) slot[i] = slot[i] + fp16ToFp32(x[i]);                                             \
+  }                                                                                                      \
+  TARGET void addInputStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT slot,               \
+                            const std::uint16_t* GS_RESTRICT x, std::size_t n) {                         \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(slot + i), loadHalf(x + i)));       \
+    for (; i < n; ++i) out[i] = fp32ToFp16(slot[i] + fp16ToFp32(x[i]));                                  \
+  }                                                                                                      \
+  TARGET void mergeStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT other,                 \
+                         const float* GS_RESTRICT slot, std::size_t n) {                                 \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(other + i), load(slot + i)));       \
+    for (; i < n; ++i) out[i] = fp32ToFp16(other[i] + slot[i]);                                          \
+  }                                                                                                      \
+  TARGET void addNDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,              \
+                         std::size_t offset, std::size_t n) {                                            \
+    std::size_t e = offset;                                                                              \
+    for (; e + kWidth <= offset + n; e += kWidth) {                                                      \
+      prefetchInputs(in, k, e);                                                                          \
+      Vec acc = add(loadHalf(in[0] + e), loadHalf(in[1] + e));                                           \
+      for (std::size_t i = 2; i < k; ++i) acc = add(acc, loadHalf(in[i] + e));                           \
+      storeHalf(out + e, acc);                                                                           \
+    }                                                                                                    \
+    for (; e < offset + n; ++e) {                                                                        \
+      float acc = fp16ToFp32(in[0][e]) + fp16ToFp32(in[1][e]);                                           \
+      for (std::size_t i = 2; i < k; ++i) acc = acc + fp16ToFp32(in[i][e]);                              \
+      out[e] = fp32ToFp16(acc);                                                                          \
+    }                                                                                                    \
+  }                                                                                                      \
+  TARGET void kahanDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,             \
+                          std::size_t offset, std::size_t n) {                                           \
+    std::size_t e = offset;                                                                              \
+    for (; e + kWidth <= offset + n; e += kWidth) {                                                      \
+      prefetchInputs(in, k, e);                                                                          \
+      Vec sum, comp;                                                                                     \
+      kahanFirst(loadHalf(in[0] + e), loadHalf(in[1] + e), sum, comp);                                   \
+      for (std::size_t i = 2; i + 1 < k; ++i) kahanAdd(loadHalf(in[i] + e), sum, comp);                  \
+      kahanLast(loadHalf(in[k - 1] + e), sum, comp);                                                     \
+      storeHalf(out + e, sum);                                                                           \
+    }                                                                                                    \
+    for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::kahanElement<HalfScalar>(in, k, e)); \
+  }                                                                                                      \
+  /* The tree's leaves: not always_inline, since the shared order that calls them has no target; the     \
+     compiler inlines them once the order is inlined here. */                                            \
+  struct TreeLeaf {                                                                                      \
+    const std::uint16_t* const* in;                                                                      \
+    std::size_t e;                                                                                       \
+    TARGET void operator()(std::size_t i, Vec& value) const { value = loadHalf(in[i] + e); }             \
+  };                                                                                                     \
+  template <std::size_t K>                                                                               \
+  TARGET void treeDirect(const std::uint16_t* const* in, std::uint16_t* out, std::size_t offset,         \
+                         std::size_t n) {                                                                \
+    std::size_t e = offset;                                                                              \
+    for (; e + kWidth <= offset + n; e += kWidth) {                                                      \
+      prefetchInputs(in, K, e);                                                                          \
+      Vec sum;                                                                                           \
+      treeSum<0, K>(TreeLeaf{in, e}, sum);                                                               \
+      storeHalf(out + e, sum);                                                                           \
+    }                                                                                                    \
+    for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::treeElement<HalfScalar, K>(in, e));  \
+  }                                                                                                      \
+  template <std::size_t... Offsets>                                                                      \
+  constexpr std::array<FixedFunction<std::uint16_t>, sizeof...(Offsets)> treeTable(                      \
+      std::index_sequence<Offsets...>) {                                                                 \
+    return {&treeDirect<Offsets + 2>...};                                                                \
+  }                                                                                                      \
+  TARGET void toFloat(const std::uint16_t* GS_RESTRICT in, float* GS_RESTRICT out, std::size_t n) {      \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) store(out + i, loadHalf(in + i));                               \
+    for (; i < n; ++i) out[i] = fp16ToFp32(in[i]);                                                       \
+  }                                                                                                      \
+  TARGET void accumulate(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,             \
+                         std::size_t n) {                                                                \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(out + i), loadHalf(x + i)));    \
+    for (; i < n; ++i) out[i] = fp32ToFp16(fp16ToFp32(out[i]) + fp16ToFp32(x[i]));                       \
   }
 
 // AVX-512F: 16 lanes. (The zero-masked conversions with an all-ones mask are the plain instructions; the
