@@ -143,16 +143,44 @@ template <class A>
   sum = sum + (x - comp);
 }
 
-// The tree order of inputs First .. First + Remaining - 1 (local_sum.h) as an expression fixed at
-// compile time; leaf(i, value) loads input i. A run of 2^m inputs is summed by halves ((x0 + x1) +
-// (x2 + x3) for four), which is what the binary counter builds for it; the inputs split into runs of
-// decreasing powers of two in input order (7: 4, 2, 1), and the runs are combined from the smallest
-// up: run_4 + (run_2 + run_1), exactly the counter's leftovers.
 template <class A>
 [[gnu::always_inline]] inline void addInto(const A& a, const A& b, A& sum) {
   sum = a + b;
 }
 
+// AddN and Kahan over k inputs (k >= 2, k >= 3 for Kahan) known at run time; leaf(i, value) loads
+// input i. The block kernels with K fixed at compile time unroll the same steps (AddNOrder, KahanOrder).
+template <class A, class Leaf>
+[[gnu::always_inline]] inline void addNSum(const Leaf& leaf, std::size_t k, A& sum) {
+  A x;
+  leaf(0, sum);
+  leaf(1, x);
+  addInto(sum, x, sum);
+  for (std::size_t i = 2; i < k; ++i) {
+    leaf(i, x);
+    addInto(sum, x, sum);
+  }
+}
+
+template <class A, class Leaf>
+[[gnu::always_inline]] inline void kahanSum(const Leaf& leaf, std::size_t k, A& sum) {
+  A a, b, comp;
+  leaf(0, a);
+  leaf(1, b);
+  kahanFirst(a, b, sum, comp);
+  for (std::size_t i = 2; i + 1 < k; ++i) {
+    leaf(i, a);
+    kahanAdd(a, sum, comp);
+  }
+  leaf(k - 1, a);
+  kahanLast(a, sum, comp);
+}
+
+// The tree order of inputs First .. First + Remaining - 1 (local_sum.h) as an expression fixed at
+// compile time; leaf(i, value) loads input i. A run of 2^m inputs is summed by halves ((x0 + x1) +
+// (x2 + x3) for four), which is what the binary counter builds for it; the inputs split into runs of
+// decreasing powers of two in input order (7: 4, 2, 1), and the runs are combined from the smallest
+// up: run_4 + (run_2 + run_1), exactly the counter's leftovers.
 template <std::size_t First, std::size_t Count, class A, class Leaf>
 [[gnu::always_inline]] inline void treeRun(const Leaf& leaf, A& result) {
   if constexpr (Count == 1) {
@@ -178,21 +206,36 @@ template <std::size_t First, std::size_t Remaining, class A, class Leaf>
   }
 }
 
-// One element in Kahan's order (k >= 3) and in the tree order: the tails of the block kernels.
+// One element in each order: the tails of the block kernels.
+template <class T>
+struct ElementLeaf {
+  const typename T::Elem* const* in;
+  std::size_t e;
+  [[gnu::always_inline]] void operator()(std::size_t i, typename T::Acc& value) const {
+    value = T::load(in[i][e]);
+  }
+};
+
+template <class T>
+[[gnu::always_inline]] inline typename T::Acc addNElement(const typename T::Elem* const* in, std::size_t k,
+                                                          std::size_t e) {
+  typename T::Acc sum;
+  addNSum(ElementLeaf<T>{in, e}, k, sum);
+  return sum;
+}
+
 template <class T>
 [[gnu::always_inline]] inline typename T::Acc kahanElement(const typename T::Elem* const* in, std::size_t k,
                                                            std::size_t e) {
-  typename T::Acc sum, comp;
-  kahanFirst(T::load(in[0][e]), T::load(in[1][e]), sum, comp);
-  for (std::size_t i = 2; i + 1 < k; ++i) kahanAdd(T::load(in[i][e]), sum, comp);
-  kahanLast(T::load(in[k - 1][e]), sum, comp);
+  typename T::Acc sum;
+  kahanSum(ElementLeaf<T>{in, e}, k, sum);
   return sum;
 }
 
 template <class T, std::size_t K>
 [[gnu::always_inline]] inline typename T::Acc treeElement(const typename T::Elem* const* in, std::size_t e) {
   typename T::Acc sum;
-  treeSum<0, K>([&](std::size_t i, typename T::Acc& x) { x = T::load(in[i][e]); }, sum);
+  treeSum<0, K>(ElementLeaf<T>{in, e}, sum);
   return sum;
 }
 
@@ -247,11 +290,7 @@ GS_CPU_KERNEL void addNDirectKernel(const typename T::Elem* const* in, std::size
     }
     for (std::size_t j = 0; j < lanes; ++j) out[block + j] = T::store(acc[j]);
   }
-  for (std::size_t e = full_end; e < offset + n; ++e) {
-    Acc acc = T::load(in[0][e]) + T::load(in[1][e]);
-    for (std::size_t i = 2; i < k; ++i) acc = acc + T::load(in[i][e]);
-    out[e] = T::store(acc);
-  }
+  for (std::size_t e = full_end; e < offset + n; ++e) out[e] = T::store(addNElement<T>(in, k, e));
 }
 
 // Kahan with K only known at run time (K > kMaxFixedK).
@@ -329,9 +368,7 @@ struct AddNOrder {
   }
   template <class T, std::size_t K>
   [[gnu::always_inline]] static typename T::Acc element(const typename T::Elem* const* in, std::size_t e) {
-    typename T::Acc acc = T::load(in[0][e]) + T::load(in[1][e]);
-    for (std::size_t i = 2; i < K; ++i) acc = acc + T::load(in[i][e]);
-    return acc;
+    return addNElement<T>(in, K, e);
   }
 };
 
@@ -588,41 +625,35 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
     for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(other + i), load(slot + i)));       \
     for (; i < n; ++i) out[i] = fp32ToFp16(other[i] + slot[i]);                                          \
   }                                                                                                      \
+  /* The orders' leaves: not always_inline, since the shared order that calls them has no target; the    \
+     compiler inlines them once the order is inlined here. */                                            \
+  struct Leaf {                                                                                          \
+    const std::uint16_t* const* in;                                                                      \
+    std::size_t e;                                                                                       \
+    TARGET void operator()(std::size_t i, Vec& value) const { value = loadHalf(in[i] + e); }             \
+  };                                                                                                     \
   TARGET void addNDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,              \
                          std::size_t offset, std::size_t n) {                                            \
     std::size_t e = offset;                                                                              \
     for (; e + kWidth <= offset + n; e += kWidth) {                                                      \
       prefetchInputs(in, k, e);                                                                          \
-      Vec acc = add(loadHalf(in[0] + e), loadHalf(in[1] + e));                                           \
-      for (std::size_t i = 2; i < k; ++i) acc = add(acc, loadHalf(in[i] + e));                           \
-      storeHalf(out + e, acc);                                                                           \
+      Vec sum;                                                                                           \
+      addNSum(Leaf{in, e}, k, sum);                                                                      \
+      storeHalf(out + e, sum);                                                                           \
     }                                                                                                    \
-    for (; e < offset + n; ++e) {                                                                        \
-      float acc = fp16ToFp32(in[0][e]) + fp16ToFp32(in[1][e]);                                           \
-      for (std::size_t i = 2; i < k; ++i) acc = acc + fp16ToFp32(in[i][e]);                              \
-      out[e] = fp32ToFp16(acc);                                                                          \
-    }                                                                                                    \
+    for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::addNElement<HalfScalar>(in, k, e));  \
   }                                                                                                      \
   TARGET void kahanDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,             \
                           std::size_t offset, std::size_t n) {                                           \
     std::size_t e = offset;                                                                              \
     for (; e + kWidth <= offset + n; e += kWidth) {                                                      \
       prefetchInputs(in, k, e);                                                                          \
-      Vec sum, comp;                                                                                     \
-      kahanFirst(loadHalf(in[0] + e), loadHalf(in[1] + e), sum, comp);                                   \
-      for (std::size_t i = 2; i + 1 < k; ++i) kahanAdd(loadHalf(in[i] + e), sum, comp);                  \
-      kahanLast(loadHalf(in[k - 1] + e), sum, comp);                                                     \
+      Vec sum;                                                                                           \
+      kahanSum(Leaf{in, e}, k, sum);                                                                     \
       storeHalf(out + e, sum);                                                                           \
     }                                                                                                    \
     for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::kahanElement<HalfScalar>(in, k, e)); \
   }                                                                                                      \
-  /* The tree's leaves: not always_inline, since the shared order that calls them has no target; the     \
-     compiler inlines them once the order is inlined here. */                                            \
-  struct TreeLeaf {                                                                                      \
-    const std::uint16_t* const* in;                                                                      \
-    std::size_t e;                                                                                       \
-    TARGET void operator()(std::size_t i, Vec& value) const { value = loadHalf(in[i] + e); }             \
-  };                                                                                                     \
   template <std::size_t K>                                                                               \
   TARGET void treeDirect(const std::uint16_t* const* in, std::uint16_t* out, std::size_t offset,         \
                          std::size_t n) {                                                                \
@@ -630,7 +661,7 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
     for (; e + kWidth <= offset + n; e += kWidth) {                                                      \
       prefetchInputs(in, K, e);                                                                          \
       Vec sum;                                                                                           \
-      treeSum<0, K>(TreeLeaf{in, e}, sum);                                                               \
+      treeSum<0, K>(Leaf{in, e}, sum);                                                                   \
       storeHalf(out + e, sum);                                                                           \
     }                                                                                                    \
     for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::treeElement<HalfScalar, K>(in, e));  \
