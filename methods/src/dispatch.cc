@@ -13,12 +13,8 @@ std::atomic<std::uint8_t> active_isa{kUnset};
 }  // namespace
 
 std::string_view name(Isa isa) {
-  switch (isa) {
-    case Isa::Portable: return "portable";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
-  }
-  return "unknown";
+  constexpr std::string_view kNames[] = {"portable", "avx2", "avx512"};  // in the order of kIsas
+  return kNames[static_cast<std::size_t>(isa)];
 }
 
 Isa cpuIsa() {
