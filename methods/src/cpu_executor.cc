@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "dispatch.h"
+
 namespace gradscope::methods {
 
 // A fixed pool: workers sleep on a condition variable between jobs; the caller runs chunk 0 itself and
@@ -135,10 +137,12 @@ void CpuExecutor::parallelFor(std::size_t count, std::size_t bytes_per_element, 
 }
 
 std::string_view cpuKernelIsa() {
+  switch (detail::cpuIsa()) {
+    case detail::Isa::Avx512: return "x86-64-v4 (AVX-512)";
+    case detail::Isa::Avx2: return "x86-64-v3 (AVX2, FMA, F16C)";
+    case detail::Isa::Portable: break;
+  }
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
-  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (AVX2, FMA, F16C)";
   return "x86-64 baseline (SSE2)";
 #else
   return "generic";

@@ -49,26 +49,8 @@ inline constexpr std::size_t kPrefetchDistance = 4096;
 #define GS_NO_CONTRACTION __attribute__((optimize("fp-contract=off")))
 #endif
 
+// Kernels written with intrinsics (dispatch.h picks them) are compiled where the x86 intrinsics are.
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
 #include <immintrin.h>
-#define GS_HAVE_X86_HALF_INSTRUCTIONS 1
-
-namespace gradscope::methods::detail {
-
-// AVX (which also checks that the OS saves the vector registers) and F16C (CPUID leaf 1, ECX bit 29;
-// asked directly because not every compiler's __builtin_cpu_supports knows "f16c").
-inline bool cpuHasAvxAndF16c() {
-  __builtin_cpu_init();
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 &&
-         (ecx & (1u << 29)) != 0;
-}
-
-inline bool cpuHasAvx512f() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
-}
-
-}  // namespace gradscope::methods::detail
+#define GS_HAVE_X86_INTRINSICS 1
 #endif

@@ -27,10 +27,10 @@
 // finished in registers and stored by a separate loop.
 //
 // fp16 has its own kernel sets (HalfKernels): the same operations with the AVX-512F or F16C conversion
-// instructions, chosen at run time, and a software fallback that converts tiles with numeric.h's
-// arithmetic and runs the fp32 tile kernels on them. On two cores the software conversion alone costs
-// more than the memory traffic of a sum; the instructions cost almost nothing. bf16 conversions are a
-// shift and a rounding add, cheap enough to stay inline in the templates.
+// instructions, one set per level of dispatch.h, and a software fallback that converts tiles with
+// numeric.h's arithmetic and runs the fp32 tile kernels on them. On two cores the software conversion
+// alone costs more than the memory traffic of a sum; the instructions cost almost nothing. bf16
+// conversions are a shift and a rounding add, cheap enough to stay inline in the templates.
 //
 // NaN payloads are not part of the bit-for-bit contract: which operand's payload NaN + NaN keeps
 // depends on the operand order a compiler picks for a commutative addition (and GPUs return a canonical
@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "cpu_kernels.h"
+#include "dispatch.h"
 #include "gradscope/common/error.h"
 #include "gradscope/methods/numeric.h"
 
@@ -113,6 +114,131 @@ struct HalfScalar {
   static Elem store(Acc value) { return fp32ToFp16(value); }
 };
 
+// ---- Summation orders -------------------------------------------------------------------------------------
+//
+// Kahan's arithmetic and the tree's pairing, written once over a lane type A: float or double for one
+// element (the tails, the tile kernels, and each lane of the portable kernels' 64-byte blocks), a whole
+// block (Lanes below), or GCC's vector types (__m512, __m256 in the fp16 kernels, which take + and -
+// lane by lane). The kernels differ only in how they load, store and walk their lanes. Values pass by
+// reference: a vector passed by value to a template compiled without AVX would change the ABI.
+
+// Kahan: the first two terms give the running sum and its rounding error; every later term is added
+// compensated; the last one's compensation is not kept (classic Kahan returns the running sum).
+template <class A>
+[[gnu::always_inline]] inline void kahanFirst(const A& a, const A& b, A& sum, A& comp) {
+  sum = a + b;
+  comp = (sum - a) - b;
+}
+
+template <class A>
+[[gnu::always_inline]] inline void kahanAdd(const A& x, A& sum, A& comp) {
+  const A y = x - comp;
+  const A t = sum + y;
+  comp = (t - sum) - y;
+  sum = t;
+}
+
+template <class A>
+[[gnu::always_inline]] inline void kahanLast(const A& x, A& sum, const A& comp) {
+  sum = sum + (x - comp);
+}
+
+template <class A>
+[[gnu::always_inline]] inline void addInto(const A& a, const A& b, A& sum) {
+  sum = a + b;
+}
+
+// AddN and Kahan over k inputs (k >= 2, k >= 3 for Kahan) known at run time; leaf(i, value) loads
+// input i. The block kernels with K fixed at compile time unroll the same steps (AddNOrder, KahanOrder).
+template <class A, class Leaf>
+[[gnu::always_inline]] inline void addNSum(const Leaf& leaf, std::size_t k, A& sum) {
+  A x;
+  leaf(0, sum);
+  leaf(1, x);
+  addInto(sum, x, sum);
+  for (std::size_t i = 2; i < k; ++i) {
+    leaf(i, x);
+    addInto(sum, x, sum);
+  }
+}
+
+template <class A, class Leaf>
+[[gnu::always_inline]] inline void kahanSum(const Leaf& leaf, std::size_t k, A& sum) {
+  A a, b, comp;
+  leaf(0, a);
+  leaf(1, b);
+  kahanFirst(a, b, sum, comp);
+  for (std::size_t i = 2; i + 1 < k; ++i) {
+    leaf(i, a);
+    kahanAdd(a, sum, comp);
+  }
+  leaf(k - 1, a);
+  kahanLast(a, sum, comp);
+}
+
+// The tree order of inputs First .. First + Remaining - 1 (local_sum.h) as an expression fixed at
+// compile time; leaf(i, value) loads input i. A run of 2^m inputs is summed by halves ((x0 + x1) +
+// (x2 + x3) for four), which is what the binary counter builds for it; the inputs split into runs of
+// decreasing powers of two in input order (7: 4, 2, 1), and the runs are combined from the smallest
+// up: run_4 + (run_2 + run_1), exactly the counter's leftovers.
+template <std::size_t First, std::size_t Count, class A, class Leaf>
+[[gnu::always_inline]] inline void treeRun(const Leaf& leaf, A& result) {
+  if constexpr (Count == 1) {
+    leaf(First, result);
+  } else {
+    A low, high;
+    treeRun<First, Count / 2>(leaf, low);
+    treeRun<First + Count / 2, Count / 2>(leaf, high);
+    addInto(low, high, result);
+  }
+}
+
+template <std::size_t First, std::size_t Remaining, class A, class Leaf>
+[[gnu::always_inline]] inline void treeSum(const Leaf& leaf, A& result) {
+  constexpr std::size_t run = std::bit_floor(Remaining);
+  if constexpr (run == Remaining) {
+    treeRun<First, run>(leaf, result);
+  } else {
+    A larger, rest;
+    treeRun<First, run>(leaf, larger);
+    treeSum<First + run, Remaining - run>(leaf, rest);
+    addInto(larger, rest, result);
+  }
+}
+
+// One element in each order: the tails of the block kernels.
+template <class T>
+struct ElementLeaf {
+  const typename T::Elem* const* in;
+  std::size_t e;
+  [[gnu::always_inline]] void operator()(std::size_t i, typename T::Acc& value) const {
+    value = T::load(in[i][e]);
+  }
+};
+
+template <class T>
+[[gnu::always_inline]] inline typename T::Acc addNElement(const typename T::Elem* const* in, std::size_t k,
+                                                          std::size_t e) {
+  typename T::Acc sum;
+  addNSum(ElementLeaf<T>{in, e}, k, sum);
+  return sum;
+}
+
+template <class T>
+[[gnu::always_inline]] inline typename T::Acc kahanElement(const typename T::Elem* const* in, std::size_t k,
+                                                           std::size_t e) {
+  typename T::Acc sum;
+  kahanSum(ElementLeaf<T>{in, e}, k, sum);
+  return sum;
+}
+
+template <class T, std::size_t K>
+[[gnu::always_inline]] inline typename T::Acc treeElement(const typename T::Elem* const* in, std::size_t e) {
+  typename T::Acc sum;
+  treeSum<0, K>(ElementLeaf<T>{in, e}, sum);
+  return sum;
+}
+
 // ---- Direct kernels ---------------------------------------------------------------------------------------
 //
 // Inputs are in[i] + offset .. in[i] + offset + n, the output the same range of out; the output may be
@@ -127,6 +253,12 @@ struct Lanes {
   static constexpr std::size_t kCount = 64 / sizeof(typename T::Elem);
   typename T::Acc value[kCount];
 };
+
+// sum = a + b lane by lane, written into its destination (a returned block would be one more copy).
+template <class T>
+[[gnu::always_inline]] inline void addInto(const Lanes<T>& a, const Lanes<T>& b, Lanes<T>& sum) {
+  for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) sum.value[j] = a.value[j] + b.value[j];
+}
 
 // Software prefetch this far ahead of every input stream. The hardware prefetchers alone keep fewer
 // misses in flight than K interleaved streams need once a block costs more than a few instructions
@@ -158,11 +290,7 @@ GS_CPU_KERNEL void addNDirectKernel(const typename T::Elem* const* in, std::size
     }
     for (std::size_t j = 0; j < lanes; ++j) out[block + j] = T::store(acc[j]);
   }
-  for (std::size_t e = full_end; e < offset + n; ++e) {
-    Acc acc = T::load(in[0][e]) + T::load(in[1][e]);
-    for (std::size_t i = 2; i < k; ++i) acc = acc + T::load(in[i][e]);
-    out[e] = T::store(acc);
-  }
+  for (std::size_t e = full_end; e < offset + n; ++e) out[e] = T::store(addNElement<T>(in, k, e));
 }
 
 // Kahan with K only known at run time (K > kMaxFixedK).
@@ -171,90 +299,24 @@ GS_CPU_KERNEL void kahanDirectKernel(const typename T::Elem* const* in, std::siz
                                      std::size_t offset, std::size_t n) {
   using Acc = typename T::Acc;
   constexpr std::size_t lanes = 64 / sizeof(typename T::Elem);
-  const auto first = [](Acc a, Acc b, Acc& sum, Acc& comp) {
-    const Acc t = a + b;
-    comp = (t - a) - b;
-    sum = t;
-  };
-  const auto step = [](Acc x, Acc& sum, Acc& comp) {
-    const Acc y = x - comp;
-    const Acc t = sum + y;
-    comp = (t - sum) - y;
-    sum = t;
-  };
   const std::size_t full_end = offset + n / lanes * lanes;
   for (std::size_t block = offset; block < full_end; block += lanes) {
     prefetchInputs(in, k, block);
     Acc sum[lanes], comp[lanes];
     const auto* x0 = in[0] + block;
     const auto* x1 = in[1] + block;
-    for (std::size_t j = 0; j < lanes; ++j) first(T::load(x0[j]), T::load(x1[j]), sum[j], comp[j]);
+    for (std::size_t j = 0; j < lanes; ++j) kahanFirst(T::load(x0[j]), T::load(x1[j]), sum[j], comp[j]);
     for (std::size_t i = 2; i + 1 < k; ++i) {
       const auto* x = in[i] + block;
-      for (std::size_t j = 0; j < lanes; ++j) step(T::load(x[j]), sum[j], comp[j]);
+      for (std::size_t j = 0; j < lanes; ++j) kahanAdd(T::load(x[j]), sum[j], comp[j]);
     }
     const auto* last = in[k - 1] + block;
     // Finish in registers, then store: a loop that both reads an input and writes the output would
     // not vectorise (the output may alias an input, so the compiler must keep them in order).
-    for (std::size_t j = 0; j < lanes; ++j) sum[j] = sum[j] + (T::load(last[j]) - comp[j]);
+    for (std::size_t j = 0; j < lanes; ++j) kahanLast(T::load(last[j]), sum[j], comp[j]);
     for (std::size_t j = 0; j < lanes; ++j) out[block + j] = T::store(sum[j]);
   }
-  for (std::size_t e = full_end; e < offset + n; ++e) {
-    Acc sum, comp;
-    first(T::load(in[0][e]), T::load(in[1][e]), sum, comp);
-    for (std::size_t i = 2; i + 1 < k; ++i) step(T::load(in[i][e]), sum, comp);
-    out[e] = T::store(sum + (T::load(in[k - 1][e]) - comp));
-  }
-}
-
-// The tree order as an expression fixed at compile time. A run of 2^m inputs is summed by halves
-// ((x0 + x1) + (x2 + x3) for four), which is what the binary counter builds for it; K splits into runs
-// of decreasing powers of two in input order (K = 7: 4, 2, 1), and the runs are combined from the
-// smallest up: run_4 + (run_2 + run_1), exactly the counter's leftovers.
-template <class T, std::size_t First, std::size_t Count>
-[[gnu::always_inline]] inline Lanes<T> treeRun(const typename T::Elem* const* in, std::size_t block) {
-  Lanes<T> result;
-  if constexpr (Count == 1) {
-    const typename T::Elem* x = in[First] + block;
-    for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) result.value[j] = T::load(x[j]);
-  } else {
-    const Lanes<T> low = treeRun<T, First, Count / 2>(in, block);
-    const Lanes<T> high = treeRun<T, First + Count / 2, Count / 2>(in, block);
-    for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) result.value[j] = low.value[j] + high.value[j];
-  }
-  return result;
-}
-
-template <class T, std::size_t First, std::size_t Remaining>
-[[gnu::always_inline]] inline Lanes<T> treeSum(const typename T::Elem* const* in, std::size_t block) {
-  constexpr std::size_t run = std::bit_floor(Remaining);
-  if constexpr (run == Remaining) {
-    return treeRun<T, First, run>(in, block);
-  } else {
-    const Lanes<T> larger = treeRun<T, First, run>(in, block);
-    const Lanes<T> rest = treeSum<T, First + run, Remaining - run>(in, block);
-    Lanes<T> result;
-    for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) result.value[j] = larger.value[j] + rest.value[j];
-    return result;
-  }
-}
-
-// The same order for one element (the tails).
-template <class T, std::size_t First, std::size_t Count>
-[[gnu::always_inline]] inline typename T::Acc treeRunElement(const typename T::Elem* const* in,
-                                                             std::size_t e) {
-  if constexpr (Count == 1) return T::load(in[First][e]);
-  else
-    return treeRunElement<T, First, Count / 2>(in, e) +
-           treeRunElement<T, First + Count / 2, Count / 2>(in, e);
-}
-
-template <class T, std::size_t First, std::size_t Remaining>
-[[gnu::always_inline]] inline typename T::Acc treeSumElement(const typename T::Elem* const* in,
-                                                             std::size_t e) {
-  constexpr std::size_t run = std::bit_floor(Remaining);
-  if constexpr (run == Remaining) return treeRunElement<T, First, run>(in, e);
-  else return treeRunElement<T, First, run>(in, e) + treeSumElement<T, First + run, Remaining - run>(in, e);
+  for (std::size_t e = full_end; e < offset + n; ++e) out[e] = T::store(kahanElement<T>(in, k, e));
 }
 
 // AddN and Kahan with K fixed at compile time: the loop over inputs unrolled, so the loads of all K
@@ -282,12 +344,7 @@ template <class T, std::size_t Index>
 [[gnu::always_inline]] inline void kahanStep(Lanes<T>& sum, Lanes<T>& comp, const typename T::Elem* const* in,
                                              std::size_t block) {
   const typename T::Elem* x = in[Index] + block;
-  for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) {
-    const typename T::Acc y = T::load(x[j]) - comp.value[j];
-    const typename T::Acc t = sum.value[j] + y;
-    comp.value[j] = (t - sum.value[j]) - y;
-    sum.value[j] = t;
-  }
+  for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) kahanAdd(T::load(x[j]), sum.value[j], comp.value[j]);
 }
 
 template <class T, std::size_t First, std::size_t Last>
@@ -311,9 +368,7 @@ struct AddNOrder {
   }
   template <class T, std::size_t K>
   [[gnu::always_inline]] static typename T::Acc element(const typename T::Elem* const* in, std::size_t e) {
-    typename T::Acc acc = T::load(in[0][e]) + T::load(in[1][e]);
-    for (std::size_t i = 2; i < K; ++i) acc = acc + T::load(in[i][e]);
-    return acc;
+    return addNElement<T>(in, K, e);
   }
 };
 
@@ -323,42 +378,34 @@ struct KahanOrder {  // K >= 3
     Lanes<T> sum, comp;
     const typename T::Elem* x0 = in[0] + block;
     const typename T::Elem* x1 = in[1] + block;
-    for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) {
-      const typename T::Acc a = T::load(x0[j]);
-      const typename T::Acc b = T::load(x1[j]);
-      sum.value[j] = a + b;
-      comp.value[j] = (sum.value[j] - a) - b;
-    }
+    for (std::size_t j = 0; j < Lanes<T>::kCount; ++j)
+      kahanFirst(T::load(x0[j]), T::load(x1[j]), sum.value[j], comp.value[j]);
     kahanSteps<T, 2, K - 1>(sum, comp, in, block);
     const typename T::Elem* last = in[K - 1] + block;
     for (std::size_t j = 0; j < Lanes<T>::kCount; ++j)
-      sum.value[j] = sum.value[j] + (T::load(last[j]) - comp.value[j]);
+      kahanLast(T::load(last[j]), sum.value[j], comp.value[j]);
     return sum;
   }
   template <class T, std::size_t K>
   [[gnu::always_inline]] static typename T::Acc element(const typename T::Elem* const* in, std::size_t e) {
-    const typename T::Acc a = T::load(in[0][e]);
-    const typename T::Acc b = T::load(in[1][e]);
-    typename T::Acc sum = a + b;
-    typename T::Acc comp = (sum - a) - b;
-    for (std::size_t i = 2; i + 1 < K; ++i) {
-      const typename T::Acc y = T::load(in[i][e]) - comp;
-      const typename T::Acc t = sum + y;
-      comp = (t - sum) - y;
-      sum = t;
-    }
-    return sum + (T::load(in[K - 1][e]) - comp);
+    return kahanElement<T>(in, K, e);
   }
 };
 
 struct TreeOrder {
   template <class T, std::size_t K>
   [[gnu::always_inline]] static Lanes<T> block(const typename T::Elem* const* in, std::size_t block) {
-    return treeSum<T, 0, K>(in, block);
+    Lanes<T> sum;
+    treeSum<0, K>(
+        [&](std::size_t i, Lanes<T>& x) {
+          for (std::size_t j = 0; j < Lanes<T>::kCount; ++j) x.value[j] = T::load(in[i][block + j]);
+        },
+        sum);
+    return sum;
   }
   template <class T, std::size_t K>
   [[gnu::always_inline]] static typename T::Acc element(const typename T::Elem* const* in, std::size_t e) {
-    return treeSumElement<T, 0, K>(in, e);
+    return treeElement<T, K>(in, e);
   }
 };
 
@@ -471,14 +518,7 @@ template <class T>
 GS_CPU_KERNEL void kahanFirstKernel(typename T::Acc* GS_RESTRICT sum, typename T::Acc* GS_RESTRICT comp,
                                     const typename T::Elem* GS_RESTRICT x,
                                     const typename T::Elem* GS_RESTRICT z, std::size_t n) {
-#define GS_OP(i)                             \
-  do {                                       \
-    const typename T::Acc a = T::load(x[i]); \
-    const typename T::Acc b = T::load(z[i]); \
-    const typename T::Acc t = a + b;         \
-    comp[i] = (t - a) - b;                   \
-    sum[i] = t;                              \
-  } while (false)
+#define GS_OP(i) kahanFirst(T::load(x[i]), T::load(z[i]), sum[i], comp[i])
   GS_FOR_EACH(n, GS_OP);
 #undef GS_OP
 }
@@ -487,13 +527,7 @@ GS_CPU_KERNEL void kahanFirstKernel(typename T::Acc* GS_RESTRICT sum, typename T
 template <class T>
 GS_CPU_KERNEL void kahanStepKernel(typename T::Acc* GS_RESTRICT sum, typename T::Acc* GS_RESTRICT comp,
                                    const typename T::Elem* GS_RESTRICT x, std::size_t n) {
-#define GS_OP(i)                                       \
-  do {                                                 \
-    const typename T::Acc y = T::load(x[i]) - comp[i]; \
-    const typename T::Acc t = sum[i] + y;              \
-    comp[i] = (t - sum[i]) - y;                        \
-    sum[i] = t;                                        \
-  } while (false)
+#define GS_OP(i) kahanAdd(T::load(x[i]), sum[i], comp[i])
   GS_FOR_EACH(n, GS_OP);
 #undef GS_OP
 }
@@ -505,7 +539,12 @@ GS_CPU_KERNEL void kahanStepStoreKernel(typename T::Elem* GS_RESTRICT out,
                                         const typename T::Acc* GS_RESTRICT sum,
                                         const typename T::Acc* GS_RESTRICT comp,
                                         const typename T::Elem* GS_RESTRICT x, std::size_t n) {
-#define GS_OP(i) out[i] = T::store(sum[i] + (T::load(x[i]) - comp[i]))
+#define GS_OP(i)                             \
+  do {                                       \
+    typename T::Acc last = sum[i];           \
+    kahanLast(T::load(x[i]), last, comp[i]); \
+    out[i] = T::store(last);                 \
+  } while (false)
   GS_FOR_EACH(n, GS_OP);
 #undef GS_OP
 }
@@ -555,120 +594,93 @@ GS_CPU_KERNEL void referenceAddKernel(double* GS_RESTRICT out, const typename T:
 // conversion instructions have direct kernels (Kahan has no tile form there: it always runs direct);
 // the software set has only tile kernels, over staged fp32 copies of each tile.
 
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-#define GS_HALF_KERNELS(TARGET)                                                                             \
-  TARGET void pair(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x,                             \
-                   const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                     \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(loadHalf(x + i), loadHalf(y + i)));            \
-    for (; i < n; ++i) slot[i] = fp16ToFp32(x[i]) + fp16ToFp32(y[i]);                                       \
-  }                                                                                                         \
-  TARGET void pairStore(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,                 \
-                        const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(x + i), loadHalf(y + i)));         \
-    for (; i < n; ++i) out[i] = fp32ToFp16(fp16ToFp32(x[i]) + fp16ToFp32(y[i]));                            \
-  }                                                                                                         \
-  TARGET void addInput(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x, std::size_t n) {        \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(load(slot + i), loadHalf(x + i)));             \
-    for (; i < n; ++i) slot[i] = slot[i] + fp16ToFp32(x[i]);                                                \
-  }                                                                                                         \
-  TARGET void addInputStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT slot,                  \
-                            const std::uint16_t* GS_RESTRICT x, std::size_t n) {                            \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(slot + i), loadHalf(x + i)));          \
-    for (; i < n; ++i) out[i] = fp32ToFp16(slot[i] + fp16ToFp32(x[i]));                                     \
-  }                                                                                                         \
-  TARGET void mergeStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT other,                    \
-                         const float* GS_RESTRICT slot, std::size_t n) {                                    \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(other + i), load(slot + i)));          \
-    for (; i < n; ++i) out[i] = fp32ToFp16(other[i] + slot[i]);                                             \
-  }                                                                                                         \
-  TARGET void addNDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,                 \
-                         std::size_t offset, std::size_t n) {                                               \
-    std::size_t e = offset;                                                                                 \
-    for (; e + kWidth <= offset + n; e += kWidth) {                                                         \
-      prefetchInputs(in, k, e);                                                                             \
-      Vec acc = add(loadHalf(in[0] + e), loadHalf(in[1] + e));                                              \
-      for (std::size_t i = 2; i < k; ++i) acc = add(acc, loadHalf(in[i] + e));                              \
-      storeHalf(out + e, acc);                                                                              \
-    }                                                                                                       \
-    for (; e < offset + n; ++e) {                                                                           \
-      float acc = fp16ToFp32(in[0][e]) + fp16ToFp32(in[1][e]);                                              \
-      for (std::size_t i = 2; i < k; ++i) acc = acc + fp16ToFp32(in[i][e]);                                 \
-      out[e] = fp32ToFp16(acc);                                                                             \
-    }                                                                                                       \
-  }                                                                                                         \
-  TARGET void kahanDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,                \
-                          std::size_t offset, std::size_t n) {                                              \
-    std::size_t e = offset;                                                                                 \
-    for (; e + kWidth <= offset + n; e += kWidth) {                                                         \
-      prefetchInputs(in, k, e);                                                                             \
-      const Vec a = loadHalf(in[0] + e);                                                                    \
-      const Vec b = loadHalf(in[1] + e);                                                                    \
-      Vec sum = add(a, b);                                                                                  \
-      Vec comp = sub(sub(sum, a), b);                                                                       \
-      for (std::size_t i = 2; i + 1 < k; ++i) {                                                             \
-        const Vec y = sub(loadHalf(in[i] + e), comp);                                                       \
-        const Vec t = add(sum, y);                                                                          \
-        comp = sub(sub(t, sum), y);                                                                         \
-        sum = t;                                                                                            \
-      }                                                                                                     \
-      storeHalf(out + e, add(sum, sub(loadHalf(in[k - 1] + e), comp)));                                     \
-    }                                                                                                       \
-    for (; e < offset + n; ++e) {                                                                           \
-      const float a = fp16ToFp32(in[0][e]);                                                                 \
-      const float b = fp16ToFp32(in[1][e]);                                                                 \
-      float sum = a + b;                                                                                    \
-      float comp = (sum - a) - b;                                                                           \
-      for (std::size_t i = 2; i + 1 < k; ++i) {                                                             \
-        const float y = fp16ToFp32(in[i][e]) - comp;                                                        \
-        const float t = sum + y;                                                                            \
-        comp = (t - sum) - y;                                                                               \
-        sum = t;                                                                                            \
-      }                                                                                                     \
-      out[e] = fp32ToFp16(sum + (fp16ToFp32(in[k - 1][e]) - comp));                                         \
-    }                                                                                                       \
-  }                                                                                                         \
-  template <std::size_t First, std::size_t Count>                                                           \
-  TARGET __attribute__((always_inline)) inline Vec treeRun(const std::uint16_t* const* in, std::size_t e) { \
-    if constexpr (Count == 1) return loadHalf(in[First] + e);                                               \
-    else return add(treeRun<First, Count / 2>(in, e), treeRun<First + Count / 2, Count / 2>(in, e));        \
-  }                                                                                                         \
-  template <std::size_t First, std::size_t Remaining>                                                       \
-  TARGET __attribute__((always_inline)) inline Vec treeSum(const std::uint16_t* const* in, std::size_t e) { \
-    constexpr std::size_t run = std::bit_floor(Remaining);                                                  \
-    if constexpr (run == Remaining) return treeRun<First, run>(in, e);                                      \
-    else return add(treeRun<First, run>(in, e), treeSum<First + run, Remaining - run>(in, e));              \
-  }                                                                                                         \
-  template <std::size_t K>                                                                                  \
-  TARGET void treeDirect(const std::uint16_t* const* in, std::uint16_t* out, std::size_t offset,            \
-                         std::size_t n) {                                                                   \
-    std::size_t e = offset;                                                                                 \
-    for (; e + kWidth <= offset + n; e += kWidth) {                                                         \
-      prefetchInputs(in, K, e);                                                                             \
-      storeHalf(out + e, treeSum<0, K>(in, e));                                                             \
-    }                                                                                                       \
-    for (; e < offset + n; ++e)                                                                             \
-      out[e] = HalfScalar::store(methods::treeSumElement<HalfScalar, 0, K>(in, e));                         \
-  }                                                                                                         \
-  template <std::size_t... Offsets>                                                                         \
-  constexpr std::array<FixedFunction<std::uint16_t>, sizeof...(Offsets)> treeTable(                         \
-      std::index_sequence<Offsets...>) {                                                                    \
-    return {&treeDirect<Offsets + 2>...};                                                                   \
-  }                                                                                                         \
-  TARGET void toFloat(const std::uint16_t* GS_RESTRICT in, float* GS_RESTRICT out, std::size_t n) {         \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) store(out + i, loadHalf(in + i));                                  \
-    for (; i < n; ++i) out[i] = fp16ToFp32(in[i]);                                                          \
-  }                                                                                                         \
-  TARGET void accumulate(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,                \
-                         std::size_t n) {                                                                   \
-    std::size_t i = 0;                                                                                      \
-    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(out + i), loadHalf(x + i)));       \
-    for (; i < n; ++i) out[i] = fp32ToFp16(fp16ToFp32(out[i]) + fp16ToFp32(x[i]));                          \
+#if defined(GS_HAVE_X86_INTRINSICS)
+#define GS_HALF_KERNELS(TARGET)                                                                          \
+  TARGET void pair(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x,                          \
+                   const std::uint16_t* GS_RESTRICT y, std::size_t n) {                                  \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(loadHalf(x + i), loadHalf(y + i)));         \
+    for (; i < n; ++i) slot[i] = fp16ToFp32(x[i]) + fp16ToFp32(y[i]);                                    \
+  }                                                                                                      \
+  TARGET void pairStore(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,              \
+                        const std::uint16_t* GS_RESTRICT y, std::size_t n) {                             \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(x + i), loadHalf(y + i)));      \
+    for (; i < n; ++i) out[i] = fp32ToFp16(fp16ToFp32(x[i]) + fp16ToFp32(y[i]));                         \
+  }                                                                                                      \
+  TARGET void addInput(float* GS_RESTRICT slot, const std::uint16_t* GS_RESTRICT x, std::size_t n) {     \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) store(slot + i, add(load(slot + i), loadHalf(x + i)));          \
+    for (; i < n; ++i) slot[i] = slot[i] + fp16ToFp32(x[i]);                                             \
+  }                                                                                                      \
+  TARGET void addInputStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT slot,               \
+                            const std::uint16_t* GS_RESTRICT x, std::size_t n) {                         \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(slot + i), loadHalf(x + i)));       \
+    for (; i < n; ++i) out[i] = fp32ToFp16(slot[i] + fp16ToFp32(x[i]));                                  \
+  }                                                                                                      \
+  TARGET void mergeStore(std::uint16_t* GS_RESTRICT out, const float* GS_RESTRICT other,                 \
+                         const float* GS_RESTRICT slot, std::size_t n) {                                 \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(load(other + i), load(slot + i)));       \
+    for (; i < n; ++i) out[i] = fp32ToFp16(other[i] + slot[i]);                                          \
+  }                                                                                                      \
+  /* The orders' leaves: not always_inline, since the shared order that calls them has no target; the    \
+     compiler inlines them once the order is inlined here. */                                            \
+  struct Leaf {                                                                                          \
+    const std::uint16_t* const* in;                                                                      \
+    std::size_t e;                                                                                       \
+    TARGET void operator()(std::size_t i, Vec& value) const { value = loadHalf(in[i] + e); }             \
+  };                                                                                                     \
+  TARGET void addNDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,              \
+                         std::size_t offset, std::size_t n) {                                            \
+    std::size_t e = offset;                                                                              \
+    for (; e + kWidth <= offset + n; e += kWidth) {                                                      \
+      prefetchInputs(in, k, e);                                                                          \
+      Vec sum;                                                                                           \
+      addNSum(Leaf{in, e}, k, sum);                                                                      \
+      storeHalf(out + e, sum);                                                                           \
+    }                                                                                                    \
+    for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::addNElement<HalfScalar>(in, k, e));  \
+  }                                                                                                      \
+  TARGET void kahanDirect(const std::uint16_t* const* in, std::size_t k, std::uint16_t* out,             \
+                          std::size_t offset, std::size_t n) {                                           \
+    std::size_t e = offset;                                                                              \
+    for (; e + kWidth <= offset + n; e += kWidth) {                                                      \
+      prefetchInputs(in, k, e);                                                                          \
+      Vec sum;                                                                                           \
+      kahanSum(Leaf{in, e}, k, sum);                                                                     \
+      storeHalf(out + e, sum);                                                                           \
+    }                                                                                                    \
+    for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::kahanElement<HalfScalar>(in, k, e)); \
+  }                                                                                                      \
+  template <std::size_t K>                                                                               \
+  TARGET void treeDirect(const std::uint16_t* const* in, std::uint16_t* out, std::size_t offset,         \
+                         std::size_t n) {                                                                \
+    std::size_t e = offset;                                                                              \
+    for (; e + kWidth <= offset + n; e += kWidth) {                                                      \
+      prefetchInputs(in, K, e);                                                                          \
+      Vec sum;                                                                                           \
+      treeSum<0, K>(Leaf{in, e}, sum);                                                                   \
+      storeHalf(out + e, sum);                                                                           \
+    }                                                                                                    \
+    for (; e < offset + n; ++e) out[e] = HalfScalar::store(methods::treeElement<HalfScalar, K>(in, e));  \
+  }                                                                                                      \
+  template <std::size_t... Offsets>                                                                      \
+  constexpr std::array<FixedFunction<std::uint16_t>, sizeof...(Offsets)> treeTable(                      \
+      std::index_sequence<Offsets...>) {                                                                 \
+    return {&treeDirect<Offsets + 2>...};                                                                \
+  }                                                                                                      \
+  TARGET void toFloat(const std::uint16_t* GS_RESTRICT in, float* GS_RESTRICT out, std::size_t n) {      \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) store(out + i, loadHalf(in + i));                               \
+    for (; i < n; ++i) out[i] = fp16ToFp32(in[i]);                                                       \
+  }                                                                                                      \
+  TARGET void accumulate(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT x,             \
+                         std::size_t n) {                                                                \
+    std::size_t i = 0;                                                                                   \
+    for (; i + kWidth <= n; i += kWidth) storeHalf(out + i, add(loadHalf(out + i), loadHalf(x + i)));    \
+    for (; i < n; ++i) out[i] = fp32ToFp16(fp16ToFp32(out[i]) + fp16ToFp32(x[i]));                       \
   }
 
 // AVX-512F: 16 lanes. (The zero-masked conversions with an all-ones mask are the plain instructions; the
@@ -693,9 +705,6 @@ GS_VECTOR_HELPER void store(float* p, Vec v) {
 GS_VECTOR_HELPER Vec add(Vec a, Vec b) {
   return _mm512_add_ps(a, b);
 }
-GS_VECTOR_HELPER Vec sub(Vec a, Vec b) {
-  return _mm512_sub_ps(a, b);
-}
 #undef GS_VECTOR_HELPER
 GS_HALF_KERNELS(__attribute__((target("avx512f"))))
 }  // namespace half_avx512
@@ -719,9 +728,6 @@ GS_VECTOR_HELPER void store(float* p, Vec v) {
 }
 GS_VECTOR_HELPER Vec add(Vec a, Vec b) {
   return _mm256_add_ps(a, b);
-}
-GS_VECTOR_HELPER Vec sub(Vec a, Vec b) {
-  return _mm256_sub_ps(a, b);
 }
 #undef GS_VECTOR_HELPER
 GS_HALF_KERNELS(__attribute__((target("avx,f16c"))))
@@ -794,10 +800,9 @@ void accumulate(std::uint16_t* GS_RESTRICT out, const std::uint16_t* GS_RESTRICT
 }
 }  // namespace half_software
 
-// An fp16 kernel set. The direct kernels are null in the software set, whose sums then run the tile
-// programs; the Kahan tile kernels are only used there.
+// An fp16 kernel set, one per level (dispatch.h). The direct kernels are null in the software set,
+// whose sums then run the tile programs; the Kahan tile kernels are only used there.
 struct HalfKernels {
-  const char* name = "software";
   void (*addNDirect)(const std::uint16_t* const*, std::size_t, std::uint16_t*, std::size_t,
                      std::size_t) = nullptr;
   void (*kahanDirect)(const std::uint16_t* const*, std::size_t, std::uint16_t*, std::size_t,
@@ -817,14 +822,12 @@ struct HalfKernels {
                          std::size_t) = half_software::kahanStepStore;
   void (*accumulate)(std::uint16_t*, const std::uint16_t*, std::size_t) = half_software::accumulate;
   void (*toFloat)(const std::uint16_t*, float*, std::size_t) = halfToFloatSoftware;
-  bool supported = true;  // whether this CPU can run the set
 };
 
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-#define GS_HALF_KERNEL_SET(ns, label, supported_here)                               \
+#if defined(GS_HAVE_X86_INTRINSICS)
+#define GS_HALF_KERNEL_SET(ns)                                                      \
   [] {                                                                              \
     HalfKernels kernels;                                                            \
-    kernels.name = label;                                                           \
     kernels.addNDirect = ns::addNDirect;                                            \
     kernels.kahanDirect = ns::kahanDirect;                                          \
     kernels.treeDirect = ns::treeTable(std::make_index_sequence<kMaxFixedK - 1>{}); \
@@ -835,43 +838,17 @@ struct HalfKernels {
     kernels.mergeStore = ns::mergeStore;                                            \
     kernels.accumulate = ns::accumulate;                                            \
     kernels.toFloat = ns::toFloat;                                                  \
-    kernels.supported = (supported_here);                                           \
     return kernels;                                                                 \
   }()
-#endif
-
-const HalfKernels& softwareHalfKernels() {
-  static const HalfKernels set;
-  return set;
-}
-
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-const HalfKernels& avx512HalfKernels() {
-  static const HalfKernels set =
-      GS_HALF_KERNEL_SET(half_avx512, "avx512", (__builtin_cpu_init(), __builtin_cpu_supports("avx512f")));
-  return set;
-}
-
-const HalfKernels& f16cHalfKernels() {
-  static const HalfKernels set = GS_HALF_KERNEL_SET(half_f16c, "f16c", detail::cpuHasAvxAndF16c());
-  return set;
-}
+constexpr detail::IsaTable<HalfKernels> kHalfKernels{HalfKernels{}, GS_HALF_KERNEL_SET(half_f16c),
+                                                     GS_HALF_KERNEL_SET(half_avx512)};
 #undef GS_HALF_KERNEL_SET
+#else
+constexpr detail::IsaTable<HalfKernels> kHalfKernels{HalfKernels{}, HalfKernels{}, HalfKernels{}};
 #endif
-
-// The set localSum uses: the best this CPU runs, unless a test chose another.
-std::atomic<const HalfKernels*> half_kernels_for_testing{nullptr};
 
 const HalfKernels& halfKernels() {
-  if (const HalfKernels* chosen = half_kernels_for_testing.load(std::memory_order_acquire)) return *chosen;
-  static const HalfKernels& best = []() -> const HalfKernels& {
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-    if (avx512HalfKernels().supported) return avx512HalfKernels();
-    if (f16cHalfKernels().supported) return f16cHalfKernels();
-#endif
-    return softwareHalfKernels();
-  }();
-  return best;
+  return detail::kernelsFor(kHalfKernels);
 }
 
 // ---- Kernel sets the drivers run
@@ -1281,26 +1258,6 @@ void referenceSum(DType dtype, std::span<const void* const> inputs, double* outp
     default: break;
   }
 }
-
-namespace testing {
-
-// Chooses the fp16 kernel set localSum uses: "avx512", "f16c", "software", or "" for the best this CPU
-// runs. Returns false (and changes nothing) for a set this CPU cannot run. A seam for the unit tests,
-// which cover every set on one machine; it is not in a header (tests declare it) and not for
-// production use.
-bool useHalfKernelsForTesting(std::string_view name) {
-  const HalfKernels* chosen = nullptr;
-  if (name == "software") chosen = &softwareHalfKernels();
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-  if (name == "avx512") chosen = &avx512HalfKernels();
-  if (name == "f16c") chosen = &f16cHalfKernels();
-#endif
-  if (!name.empty() && (chosen == nullptr || !chosen->supported)) return false;
-  half_kernels_for_testing.store(chosen, std::memory_order_release);
-  return true;
-}
-
-}  // namespace testing
 
 // The bandwidth model of local_sum.h: (K + 1)·n·size for the one-pass methods (K input reads, one
 // output write), 3(K - 1)·n·size for AccumulateN with K >= 2.

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "cpu_kernels.h"
+#include "dispatch.h"
 #include "gradscope/common/error.h"
 #include "gradscope/methods/numeric.h"
 
@@ -177,7 +178,7 @@ GS_CPU_KERNEL void encodeBf16Kernel(const float* GS_RESTRICT in, std::uint16_t* 
 // bits kept, as numeric.h does) and about twice as fast, since the software rounding is what limits
 // encodeFp16Kernel. Same stretch structure: track the largest |v|, recount a stretch exactly only when
 // it reaches the overflow threshold.
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
+#if defined(GS_HAVE_X86_INTRINSICS)
 __attribute__((target("avx512f"))) void encodeFp16Avx512(const float* GS_RESTRICT in,
                                                          std::uint16_t* GS_RESTRICT out, std::size_t count,
                                                          float prescale, Counts* counts) {
@@ -233,24 +234,6 @@ __attribute__((target("avx2,f16c"))) void encodeFp16F16c(const float* GS_RESTRIC
   }
 }
 #endif
-
-using Fp16EncodeKernel = void (*)(const float*, std::uint16_t*, std::size_t, float, Counts*);
-
-// The fp16 encoder for this CPU; tests can force one (testing::useFp16EncodeKernelForTesting).
-std::atomic<Fp16EncodeKernel> forced_fp16_encoder{nullptr};
-
-Fp16EncodeKernel bestFp16Encoder() {
-  if (const Fp16EncodeKernel forced = forced_fp16_encoder.load(std::memory_order_relaxed)) return forced;
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-  static const Fp16EncodeKernel best = detail::cpuHasAvx512f() ? encodeFp16Avx512
-                                       : detail::cpuHasAvxAndF16c() && __builtin_cpu_supports("avx2")
-                                           ? encodeFp16F16c
-                                           : encodeFp16Kernel;
-  return best;
-#else
-  return encodeFp16Kernel;
-#endif
-}
 
 template <bool kBf16>
 [[gnu::always_inline]] inline float decodeHalf(std::uint16_t code, float postscale) {
@@ -395,7 +378,7 @@ GS_CPU_KERNEL void encodeE5M2Kernel(const float* GS_RESTRICT in, std::uint8_t* G
 // and cannot pack four code vectors into one store); here the rounding is 17 vector operations per 16
 // elements, the scan one vpmaxud over all magnitudes (a block whose maximum is not finite, which is
 // rare, is rescanned by the portable code), and four vectors of codes go out in one 64-byte store.
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
+#if defined(GS_HAVE_X86_INTRINSICS)
 // GCC 12 reports the unmasked AVX-512 intrinsics' internal _mm512_undefined_*() as maybe-uninitialized
 // once they are inlined; every value here is initialised.
 #pragma GCC diagnostic push
@@ -584,37 +567,6 @@ void encodeFp8Avx512(const float* GS_RESTRICT in, std::uint8_t* GS_RESTRICT out,
 #pragma GCC diagnostic pop
 #endif
 
-using Fp8EncodeKernel = void (*)(const float*, std::uint8_t*, float*, std::size_t, std::size_t, float,
-                                 Counts*);
-
-struct Fp8Encoders {
-  Fp8EncodeKernel e4m3;
-  Fp8EncodeKernel e5m2;
-};
-
-constexpr Fp8Encoders kPortableFp8Encoders{encodeE4M3Kernel, encodeE5M2Kernel};
-
-// The fp8 encoders for this CPU; tests can force the portable ones (testing::useFp8EncodeKernelsForTesting).
-std::atomic<const Fp8Encoders*> forced_fp8_encoders{nullptr};
-
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-constexpr Fp8Encoders kAvx512Fp8Encoders{encodeFp8Avx512<false>, encodeFp8Avx512<true>};
-
-bool cpuRunsAvx512Fp8Encoders() {
-  return detail::cpuHasAvx512f() && __builtin_cpu_supports("avx512bw");
-}
-#endif
-
-const Fp8Encoders& bestFp8Encoders() {
-  if (const Fp8Encoders* forced = forced_fp8_encoders.load(std::memory_order_relaxed)) return *forced;
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-  static const Fp8Encoders& best = cpuRunsAvx512Fp8Encoders() ? kAvx512Fp8Encoders : kPortableFp8Encoders;
-  return best;
-#else
-  return kPortableFp8Encoders;
-#endif
-}
-
 template <bool kE5M2>
 [[gnu::always_inline]] inline float decodeFp8(std::uint8_t code, float scale, float postscale) {
   return ((kE5M2 ? fp8E5M2ToFp32(code) : fp8E4M3ToFp32(code)) * scale) * postscale;
@@ -657,6 +609,115 @@ GS_CPU_KERNEL void decodeE5M2Kernel(const std::uint8_t* GS_RESTRICT in, const fl
                                     std::size_t count, std::size_t block, float* GS_RESTRICT out,
                                     float postscale) {
   decodeFp8Blocks<true>(in, scales, count, block, out, postscale);
+}
+
+// ---- addCodes ------------------------------------------------------------------------------------------
+
+template <WireFormat kFormat>
+[[gnu::always_inline]] inline std::uint32_t addCode(std::uint32_t a, std::uint32_t b) {
+  if constexpr (kFormat == WireFormat::Fp16) {
+    return fp32ToFp16(fp16ToFp32(static_cast<std::uint16_t>(b)) + fp16ToFp32(static_cast<std::uint16_t>(a)));
+  } else if constexpr (kFormat == WireFormat::Bf16) {
+    return fp32ToBf16(bf16ToFp32(static_cast<std::uint16_t>(b)) + bf16ToFp32(static_cast<std::uint16_t>(a)));
+  } else if constexpr (kFormat == WireFormat::Fp8E4M3) {
+    return fp32ToFp8E4M3(fp8E4M3ToFp32(static_cast<std::uint8_t>(b)) +
+                         fp8E4M3ToFp32(static_cast<std::uint8_t>(a)));
+  } else {
+    return fp32ToFp8E5M2(fp8E5M2ToFp32(static_cast<std::uint8_t>(b)) +
+                         fp8E5M2ToFp32(static_cast<std::uint8_t>(a)));
+  }
+}
+
+// Runs of kRun through 32-bit lanes (as encodeFp8Run: stored straight into narrow codes, GCC 12 does
+// not vectorise the rounding), then one at a time.
+template <WireFormat kFormat, typename Code>
+[[gnu::always_inline]] inline void addCodeRange(const Code* GS_RESTRICT in, Code* GS_RESTRICT inout,
+                                                std::size_t count) {
+  std::size_t i = 0;
+  for (; i + kRun <= count; i += kRun) {
+    std::uint32_t sums[kRun];
+    for (std::size_t j = 0; j < kRun; ++j) sums[j] = addCode<kFormat>(in[i + j], inout[i + j]);
+    for (std::size_t j = 0; j < kRun; ++j) inout[i + j] = static_cast<Code>(sums[j]);
+  }
+  for (; i < count; ++i) inout[i] = static_cast<Code>(addCode<kFormat>(in[i], inout[i]));
+}
+
+GS_CPU_KERNEL void addFp16Kernel(const std::uint16_t* GS_RESTRICT in, std::uint16_t* GS_RESTRICT inout,
+                                 std::size_t count) {
+  addCodeRange<WireFormat::Fp16>(in, inout, count);
+}
+
+GS_CPU_KERNEL void addBf16Kernel(const std::uint16_t* GS_RESTRICT in, std::uint16_t* GS_RESTRICT inout,
+                                 std::size_t count) {
+  addCodeRange<WireFormat::Bf16>(in, inout, count);
+}
+
+GS_CPU_KERNEL void addE4M3Kernel(const std::uint8_t* GS_RESTRICT in, std::uint8_t* GS_RESTRICT inout,
+                                 std::size_t count) {
+  addCodeRange<WireFormat::Fp8E4M3>(in, inout, count);
+}
+
+GS_CPU_KERNEL void addE5M2Kernel(const std::uint8_t* GS_RESTRICT in, std::uint8_t* GS_RESTRICT inout,
+                                 std::size_t count) {
+  addCodeRange<WireFormat::Fp8E5M2>(in, inout, count);
+}
+
+// fp16 with the conversion instructions: vcvtph2ps is exact, vcvtps2ph with round-to-nearest-even is
+// fp32ToFp16 bit for bit (see encodeFp16Avx512), and the addition is the same fp32 addition in the
+// same operand order, so the codes are addFp16Kernel's. About 4 instructions per 16 elements instead of
+// numeric.h's software rounding, which matters because a hop's sum is on the all-reduce's critical path.
+#if defined(GS_HAVE_X86_INTRINSICS)
+__attribute__((target("avx512f"))) void addFp16Avx512(const std::uint16_t* GS_RESTRICT in,
+                                                      std::uint16_t* GS_RESTRICT inout, std::size_t count) {
+  std::size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m512 a =
+        _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+    const __m512 b =
+        _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(inout + i)));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(inout + i),
+        _mm512_maskz_cvtps_ph(0xFFFF, _mm512_add_ps(b, a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < count; ++i) inout[i] = static_cast<std::uint16_t>(addCode<WireFormat::Fp16>(in[i], inout[i]));
+}
+
+__attribute__((target("avx2,f16c"))) void addFp16F16c(const std::uint16_t* GS_RESTRICT in,
+                                                      std::uint16_t* GS_RESTRICT inout, std::size_t count) {
+  std::size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(inout + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(inout + i),
+                     _mm256_cvtps_ph(_mm256_add_ps(b, a), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < count; ++i) inout[i] = static_cast<std::uint16_t>(addCode<WireFormat::Fp16>(in[i], inout[i]));
+}
+#endif
+
+// The kernels with a hand-written form, per level (dispatch.h). A level without its own keeps the one
+// below it: the fp8 encoders need AVX-512BW, so Avx2 encodes fp8 with the portable clones.
+struct WireKernels {
+  void (*encode_fp16)(const float*, std::uint16_t*, std::size_t, float, Counts*);
+  void (*add_fp16)(const std::uint16_t*, std::uint16_t*, std::size_t);
+  void (*encode_e4m3)(const float*, std::uint8_t*, float*, std::size_t, std::size_t, float, Counts*);
+  void (*encode_e5m2)(const float*, std::uint8_t*, float*, std::size_t, std::size_t, float, Counts*);
+};
+
+constexpr WireKernels kPortableWireKernels{encodeFp16Kernel, addFp16Kernel, encodeE4M3Kernel,
+                                           encodeE5M2Kernel};
+
+#if defined(GS_HAVE_X86_INTRINSICS)
+constexpr detail::IsaTable<WireKernels> kWireKernels{
+    kPortableWireKernels, WireKernels{encodeFp16F16c, addFp16F16c, encodeE4M3Kernel, encodeE5M2Kernel},
+    WireKernels{encodeFp16Avx512, addFp16Avx512, encodeFp8Avx512<false>, encodeFp8Avx512<true>}};
+#else
+constexpr detail::IsaTable<WireKernels> kWireKernels{kPortableWireKernels, kPortableWireKernels,
+                                                     kPortableWireKernels};
+#endif
+
+const WireKernels& wireKernels() {
+  return detail::kernelsFor(kWireKernels);
 }
 
 void requireBlock(WireFormat format, std::size_t block) {
@@ -743,7 +804,7 @@ EncodeStats encode(WireFormat format, const float* in, std::size_t count, void* 
         if (bf16) {
           encodeBf16Kernel(in + begin, half + begin, end - begin, prescale, &counts);
         } else {
-          bestFp16Encoder()(in + begin, half + begin, end - begin, prescale, &counts);
+          wireKernels().encode_fp16(in + begin, half + begin, end - begin, prescale, &counts);
         }
         publish(counts);
       });
@@ -757,9 +818,9 @@ EncodeStats encode(WireFormat format, const float* in, std::size_t count, void* 
       executor.parallelFor(count, bytes_per_element, block, [&](std::size_t begin, std::size_t end) {
         Counts counts;
         float* chunk_scales = scales + begin / block;
-        const Fp8Encoders& encoders = bestFp8Encoders();
-        (e5m2 ? encoders.e5m2 : encoders.e4m3)(in + begin, bytes + begin, chunk_scales, end - begin, block,
-                                               prescale, &counts);
+        const WireKernels& kernels = wireKernels();
+        (e5m2 ? kernels.encode_e5m2 : kernels.encode_e4m3)(in + begin, bytes + begin, chunk_scales,
+                                                           end - begin, block, prescale, &counts);
         publish(counts);
       });
       break;
@@ -803,112 +864,13 @@ void decode(WireFormat format, const void* in, const float* scales, std::size_t 
   }
 }
 
-namespace {
-
-// ---- addCodes ------------------------------------------------------------------------------------------
-
-template <WireFormat kFormat>
-[[gnu::always_inline]] inline std::uint32_t addCode(std::uint32_t a, std::uint32_t b) {
-  if constexpr (kFormat == WireFormat::Fp16) {
-    return fp32ToFp16(fp16ToFp32(static_cast<std::uint16_t>(b)) + fp16ToFp32(static_cast<std::uint16_t>(a)));
-  } else if constexpr (kFormat == WireFormat::Bf16) {
-    return fp32ToBf16(bf16ToFp32(static_cast<std::uint16_t>(b)) + bf16ToFp32(static_cast<std::uint16_t>(a)));
-  } else if constexpr (kFormat == WireFormat::Fp8E4M3) {
-    return fp32ToFp8E4M3(fp8E4M3ToFp32(static_cast<std::uint8_t>(b)) +
-                         fp8E4M3ToFp32(static_cast<std::uint8_t>(a)));
-  } else {
-    return fp32ToFp8E5M2(fp8E5M2ToFp32(static_cast<std::uint8_t>(b)) +
-                         fp8E5M2ToFp32(static_cast<std::uint8_t>(a)));
-  }
-}
-
-// Runs of kRun through 32-bit lanes (as encodeFp8Run: stored straight into narrow codes, GCC 12 does
-// not vectorise the rounding), then one at a time.
-template <WireFormat kFormat, typename Code>
-[[gnu::always_inline]] inline void addCodeRange(const Code* GS_RESTRICT in, Code* GS_RESTRICT inout,
-                                                std::size_t count) {
-  std::size_t i = 0;
-  for (; i + kRun <= count; i += kRun) {
-    std::uint32_t sums[kRun];
-    for (std::size_t j = 0; j < kRun; ++j) sums[j] = addCode<kFormat>(in[i + j], inout[i + j]);
-    for (std::size_t j = 0; j < kRun; ++j) inout[i + j] = static_cast<Code>(sums[j]);
-  }
-  for (; i < count; ++i) inout[i] = static_cast<Code>(addCode<kFormat>(in[i], inout[i]));
-}
-
-GS_CPU_KERNEL void addFp16Kernel(const std::uint16_t* GS_RESTRICT in, std::uint16_t* GS_RESTRICT inout,
-                                 std::size_t count) {
-  addCodeRange<WireFormat::Fp16>(in, inout, count);
-}
-
-GS_CPU_KERNEL void addBf16Kernel(const std::uint16_t* GS_RESTRICT in, std::uint16_t* GS_RESTRICT inout,
-                                 std::size_t count) {
-  addCodeRange<WireFormat::Bf16>(in, inout, count);
-}
-
-GS_CPU_KERNEL void addE4M3Kernel(const std::uint8_t* GS_RESTRICT in, std::uint8_t* GS_RESTRICT inout,
-                                 std::size_t count) {
-  addCodeRange<WireFormat::Fp8E4M3>(in, inout, count);
-}
-
-GS_CPU_KERNEL void addE5M2Kernel(const std::uint8_t* GS_RESTRICT in, std::uint8_t* GS_RESTRICT inout,
-                                 std::size_t count) {
-  addCodeRange<WireFormat::Fp8E5M2>(in, inout, count);
-}
-
-// fp16 with the conversion instructions: vcvtph2ps is exact, vcvtps2ph with round-to-nearest-even is
-// fp32ToFp16 bit for bit (see encodeFp16Avx512), and the addition is the same fp32 addition in the
-// same operand order, so the codes are addFp16Kernel's. About 4 instructions per 16 elements instead of
-// numeric.h's software rounding, which matters because a hop's sum is on the all-reduce's critical path.
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-__attribute__((target("avx512f"))) void addFp16Avx512(const std::uint16_t* GS_RESTRICT in,
-                                                      std::uint16_t* GS_RESTRICT inout, std::size_t count) {
-  std::size_t i = 0;
-  for (; i + 16 <= count; i += 16) {
-    const __m512 a =
-        _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
-    const __m512 b =
-        _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(inout + i)));
-    _mm256_storeu_si256(
-        reinterpret_cast<__m256i*>(inout + i),
-        _mm512_maskz_cvtps_ph(0xFFFF, _mm512_add_ps(b, a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  for (; i < count; ++i) inout[i] = static_cast<std::uint16_t>(addCode<WireFormat::Fp16>(in[i], inout[i]));
-}
-
-__attribute__((target("avx2,f16c"))) void addFp16F16c(const std::uint16_t* GS_RESTRICT in,
-                                                      std::uint16_t* GS_RESTRICT inout, std::size_t count) {
-  std::size_t i = 0;
-  for (; i + 8 <= count; i += 8) {
-    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
-    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(inout + i)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(inout + i),
-                     _mm256_cvtps_ph(_mm256_add_ps(b, a), _MM_FROUND_TO_NEAREST_INT));
-  }
-  for (; i < count; ++i) inout[i] = static_cast<std::uint16_t>(addCode<WireFormat::Fp16>(in[i], inout[i]));
-}
-#endif
-
-using Fp16AddKernel = void (*)(const std::uint16_t*, std::uint16_t*, std::size_t);
-
-// Follows the fp16 encoder's choice, so tests that force one (useFp16EncodeKernelForTesting) force both.
-Fp16AddKernel bestFp16Adder() {
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-  const Fp16EncodeKernel encoder = bestFp16Encoder();
-  if (encoder == encodeFp16Avx512) return addFp16Avx512;
-  if (encoder == encodeFp16F16c) return addFp16F16c;
-#endif
-  return addFp16Kernel;
-}
-
-}  // namespace
-
 void addCodes(WireFormat format, const void* in, void* inout, std::size_t count) {
   if (count == 0) return;
   if (in == nullptr || inout == nullptr) fail("addCodes: null buffer");
   switch (format) {
     case WireFormat::Fp16:
-      bestFp16Adder()(static_cast<const std::uint16_t*>(in), static_cast<std::uint16_t*>(inout), count);
+      wireKernels().add_fp16(static_cast<const std::uint16_t*>(in), static_cast<std::uint16_t*>(inout),
+                             count);
       return;
     case WireFormat::Bf16:
       addBf16Kernel(static_cast<const std::uint16_t*>(in), static_cast<std::uint16_t*>(inout), count);
@@ -933,45 +895,5 @@ std::size_t decodeBytesMoved(WireFormat format, std::size_t count, std::size_t b
   return count * wireElementBytes(format) + scaleCount(format, count, block) * sizeof(float) +
          count * sizeof(float);
 }
-
-namespace testing {
-
-// Forces the fp16 encoder ("avx512", "f16c", "software"; "" = the best for this CPU). Returns false
-// when this CPU cannot run the named one. Declared by the tests, not in a header.
-bool useFp16EncodeKernelForTesting(std::string_view name) {
-  Fp16EncodeKernel kernel = nullptr;
-  if (name == "software") kernel = encodeFp16Kernel;
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-  if (name == "avx512") {
-    if (!detail::cpuHasAvx512f()) return false;
-    kernel = encodeFp16Avx512;
-  }
-  if (name == "f16c") {
-    if (!detail::cpuHasAvxAndF16c() || !__builtin_cpu_supports("avx2")) return false;
-    kernel = encodeFp16F16c;
-  }
-#endif
-  if (!name.empty() && kernel == nullptr) return false;
-  forced_fp16_encoder.store(kernel, std::memory_order_relaxed);
-  return true;
-}
-
-// Forces the fp8 encoders ("avx512", "portable"; "" = the best for this CPU). Returns false when this
-// CPU cannot run the named ones.
-bool useFp8EncodeKernelsForTesting(std::string_view name) {
-  const Fp8Encoders* encoders = nullptr;
-  if (name == "portable") encoders = &kPortableFp8Encoders;
-#if defined(GS_HAVE_X86_HALF_INSTRUCTIONS)
-  if (name == "avx512") {
-    if (!cpuRunsAvx512Fp8Encoders()) return false;
-    encoders = &kAvx512Fp8Encoders;
-  }
-#endif
-  if (!name.empty() && encoders == nullptr) return false;
-  forced_fp8_encoders.store(encoders, std::memory_order_relaxed);
-  return true;
-}
-
-}  // namespace testing
 
 }  // namespace gradscope::methods

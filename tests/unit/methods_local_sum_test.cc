@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dispatch.h"
 #include "gradscope/common/error.h"
 #include "gradscope/methods/error_metrics.h"
 #include "gradscope/methods/local_sum.h"
@@ -24,11 +25,6 @@
 #include "sanitized.h"
 
 namespace gradscope::methods {
-
-namespace testing {
-// The seam in local_sum.cc that picks the fp16 kernel set ("avx512", "f16c", "software", "" = best).
-bool useHalfKernelsForTesting(std::string_view name);
-}  // namespace testing
 
 namespace {
 
@@ -521,8 +517,8 @@ TEST(LocalSum, HalfPrecisionConversionsMatchNumericH) {
 // aliasing and conversion checks on each one this CPU can run.
 class HalfKernelSet {
  public:
-  explicit HalfKernelSet(const char* name) : supported_(testing::useHalfKernelsForTesting(name)) {}
-  ~HalfKernelSet() { testing::useHalfKernelsForTesting(""); }
+  explicit HalfKernelSet(const char* name) : supported_(testing::useIsaForTesting(name)) {}
+  ~HalfKernelSet() { testing::useIsaForTesting(""); }
   HalfKernelSet(const HalfKernelSet&) = delete;
   HalfKernelSet& operator=(const HalfKernelSet&) = delete;
   bool supported() const { return supported_; }
@@ -532,9 +528,9 @@ class HalfKernelSet {
 };
 
 TEST(LocalSum, EveryFp16KernelSetGivesTheSameBits) {
-  EXPECT_FALSE(testing::useHalfKernelsForTesting("no-such-set"));
+  EXPECT_FALSE(testing::useIsaForTesting("no-such-set"));
   std::size_t ran = 0;
-  for (const char* set : {"avx512", "f16c", "software"}) {
+  for (const char* set : {"avx512", "avx2", "portable"}) {
     HalfKernelSet chosen(set);
     if (!chosen.supported()) {
       std::printf("fp16 kernel set %s: this CPU cannot run it, skipped\n", set);

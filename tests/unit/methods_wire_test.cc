@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dispatch.h"
 #include "gradscope/common/error.h"
 #include "gradscope/methods/cpu_executor.h"
 #include "gradscope/methods/numeric.h"
@@ -980,10 +981,6 @@ TEST(WireParallel, EveryExecutorGivesTheSameBitsAndCounts) {
 
 // ---- Every fp16 encoder this CPU can run gives the same bits and counts --------------------------------
 
-namespace gradscope::methods::testing {
-bool useFp16EncodeKernelForTesting(std::string_view name);
-}  // namespace gradscope::methods::testing
-
 namespace {
 
 TEST(WireFp16Encoders, HardwareAndSoftwareEncodersAgreeBitForBit) {
@@ -1004,13 +1001,13 @@ TEST(WireFp16Encoders, HardwareAndSoftwareEncodersAgreeBitForBit) {
     expected_nan += values[i] != values[i];
   }
   int ran = 0;
-  for (const char* kernel : {"avx512", "f16c", "software"}) {
-    if (!gradscope::methods::testing::useFp16EncodeKernelForTesting(kernel)) continue;
+  for (const char* kernel : {"avx512", "avx2", "portable"}) {
+    if (!gradscope::methods::testing::useIsaForTesting(kernel)) continue;
     ++ran;
     std::vector<std::uint16_t> out(values.size());
     const EncodeStats stats = encode(WireFormat::Fp16, values.data(), values.size(), out.data(), nullptr,
                                      EncodeOptions{prescale, 128});
-    gradscope::methods::testing::useFp16EncodeKernelForTesting("");
+    gradscope::methods::testing::useIsaForTesting("");
     std::size_t mismatches = 0;
     for (std::size_t i = 0; i < values.size(); ++i) mismatches += out[i] != expected[i];
     EXPECT_EQ(mismatches, 0u) << kernel;
@@ -1018,16 +1015,12 @@ TEST(WireFp16Encoders, HardwareAndSoftwareEncodersAgreeBitForBit) {
     EXPECT_EQ(stats.nan, expected_nan) << kernel;
   }
   EXPECT_GE(ran, 1);
-  EXPECT_FALSE(gradscope::methods::testing::useFp16EncodeKernelForTesting("no-such-kernel"));
+  EXPECT_FALSE(gradscope::methods::testing::useIsaForTesting("no-such-kernel"));
 }
 
 }  // namespace
 
 // ---- Every fp8 encoder this CPU can run gives the same codes, scales and counts -------------------
-
-namespace gradscope::methods::testing {
-bool useFp8EncodeKernelsForTesting(std::string_view name);
-}  // namespace gradscope::methods::testing
 
 namespace {
 
@@ -1043,19 +1036,19 @@ Fp8Encoding encodeWith(const char* kernels, gradscope::methods::WireFormat forma
   Fp8Encoding result;
   result.codes.assign(in.size(), 0xAB);
   result.scales.assign(scaleCount(format, in.size(), block), -1.0f);
-  EXPECT_TRUE(gradscope::methods::testing::useFp8EncodeKernelsForTesting(kernels));
+  EXPECT_TRUE(gradscope::methods::testing::useIsaForTesting(kernels));
   result.stats = encode(format, in.data(), in.size(), result.codes.data(), result.scales.data(),
                         EncodeOptions{prescale, block});
-  gradscope::methods::testing::useFp8EncodeKernelsForTesting("");
+  gradscope::methods::testing::useIsaForTesting("");
   return result;
 }
 
 TEST(WireFp8Encoders, VectorAndPortableEncodersAgreeBitForBit) {
   using namespace gradscope::methods;
-  if (!gradscope::methods::testing::useFp8EncodeKernelsForTesting("avx512")) {
+  if (!gradscope::methods::testing::useIsaForTesting("avx512")) {
     GTEST_SKIP() << "this CPU has no AVX-512F/BW: only the portable fp8 encoder runs here";
   }
-  gradscope::methods::testing::useFp8EncodeKernelsForTesting("");
+  gradscope::methods::testing::useIsaForTesting("");
   // Every 65537th fp32 bit pattern (all exponents, NaNs, Infs, subnormals), then values that land on
   // and next to every fp8 halfway point once divided by the scale of a block whose amax is 1, then
   // random normal-ish gradients with a few huge and tiny outliers.
@@ -1094,7 +1087,7 @@ TEST(WireFp8Encoders, VectorAndPortableEncodersAgreeBitForBit) {
       }
     }
   }
-  EXPECT_FALSE(gradscope::methods::testing::useFp8EncodeKernelsForTesting("no-such-kernel"));
+  EXPECT_FALSE(gradscope::methods::testing::useIsaForTesting("no-such-kernel"));
 }
 
 }  // namespace
@@ -1170,11 +1163,11 @@ TEST(WireAddCodes, EveryKernelAddsInFp32AndRoundsBackBitForBit) {
   // Random code pairs cover every class (zeros, subnormals, normals, Inf, NaN); 100003 is not a
   // multiple of any vector length, so the tails run too.
   int ran = 0;
-  for (const char* kernel : {"avx512", "f16c", "software"}) {
-    if (!gradscope::methods::testing::useFp16EncodeKernelForTesting(kernel)) continue;
+  for (const char* kernel : {"avx512", "avx2", "portable"}) {
+    if (!gradscope::methods::testing::useIsaForTesting(kernel)) continue;
     ++ran;
     EXPECT_EQ(addCodesMismatches<std::uint16_t>(WireFormat::Fp16, 100003), 0u) << kernel;
-    gradscope::methods::testing::useFp16EncodeKernelForTesting("");
+    gradscope::methods::testing::useIsaForTesting("");
   }
   EXPECT_GE(ran, 1);
   EXPECT_EQ(addCodesMismatches<std::uint16_t>(WireFormat::Bf16, 100003), 0u);
