@@ -1,7 +1,6 @@
 #include "models/calls_model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -51,7 +50,7 @@ std::int64_t sortValue(const CallRow& row, CallColumn column) {
 }
 
 // The WHERE clause of a query (without the keyset part); empty optional when nothing can match.
-std::optional<std::string> whereClause(const ReadOnlyDatabase& db, const CallsQuery& query) {
+std::optional<std::string> whereClause(const storage::TraceReader& reader, const CallsQuery& query) {
   std::vector<std::string> terms;
   const CallFilter& filter = query.filter;
   if (filter.api) terms.push_back(fmt::format("c.api = {}", static_cast<int>(*filter.api)));
@@ -60,33 +59,11 @@ std::optional<std::string> whereClause(const ReadOnlyDatabase& db, const CallsQu
   if (filter.max_bytes) terms.push_back(fmt::format("c.bytes <= {}", *filter.max_bytes));
   if (filter.step) terms.push_back(fmt::format("coalesce(c.step, -1) = {}", *filter.step));
   if (query.window) {
-    const auto t0 = static_cast<std::int64_t>(std::floor(query.window->begin_ns));
-    const auto t1 = static_cast<std::int64_t>(std::ceil(query.window->end_ns));
-    // The finest tile level is the time index: per rank, the ids of the calls starting from one tile
-    // before the window to its end (a call starting earlier than that and still running is not listed).
-    const std::int64_t level = db.scalar("SELECT coalesce(min(level), -1) FROM call_tiles");
-    if (level < 0) return std::nullopt;
-    ReadOnlyDatabase::Statement ranges = db.prepare(fmt::format(
-        "SELECT rank_id, min(first_id), max(last_id) FROM call_tiles WHERE level = {0} AND tile BETWEEN ({1} "
-        ">> {0}) - 1 "
-        "AND ({2} >> {0}){3} GROUP BY rank_id",
-        level, t0, t1, filter.rank_id ? fmt::format(" AND rank_id = {}", *filter.rank_id) : std::string()));
-    std::vector<std::pair<std::int64_t, std::int64_t>> ids;
-    while (ranges.step()) ids.emplace_back(ranges.int64(1), ranges.int64(2));
-    // Ranks' ids are contiguous in a merged trace, so a wide window's ranges touch: joined, they make one
-    // range scan. As an OR of ranges SQLite plans a multi-index OR that holds every matching rowid in
-    // memory (350 MB and 1.5 s per query for a whole 10-million-call trace).
-    std::sort(ids.begin(), ids.end());
-    std::string any;
-    for (std::size_t i = 0; i < ids.size();) {
-      const std::int64_t first = ids[i].first;
-      std::int64_t last = ids[i].second;
-      for (++i; i < ids.size() && ids[i].first <= last + 1; ++i) last = std::max(last, ids[i].second);
-      any += fmt::format("{}c.id BETWEEN {} AND {}", any.empty() ? "" : " OR ", first, last);
-    }
-    if (any.empty()) return std::nullopt;
-    terms.push_back("(" + any + ")");
-    terms.push_back(fmt::format("c.start_ns < {} AND c.end_ns > {}", t1, t0));
+    // The store's window query, the timeline's too: both list the same calls (storage/window.h).
+    const NanosecondWindow ns = wholeNanoseconds(*query.window);
+    const storage::CallWindow window = reader.callWindow(ns.t0_ns, ns.t1_ns, filter.rank_id);
+    if (window.empty()) return std::nullopt;
+    terms.push_back(window.sqlCondition("c"));
   }
   std::string clause;
   for (const std::string& term : terms) clause += (clause.empty() ? " WHERE " : " AND ") + term;
@@ -99,10 +76,10 @@ QString formatTime(std::int64_t ns) {
 
 }  // namespace
 
-CallsPage loadCallsPage(const ReadOnlyDatabase& db, const CallsQuery& query,
-                        const std::optional<CallRow>& after, int page_size) {
+CallsPage loadCallsPage(const storage::TraceReader& reader, const ReadOnlyDatabase& db,
+                        const CallsQuery& query, const std::optional<CallRow>& after, int page_size) {
   CallsPage page;
-  std::optional<std::string> where = whereClause(db, query);
+  std::optional<std::string> where = whereClause(reader, query);
   if (!where) {
     page.last = true;
     return page;
@@ -131,8 +108,9 @@ CallsPage loadCallsPage(const ReadOnlyDatabase& db, const CallsQuery& query,
   return page;
 }
 
-std::int64_t countCalls(const ReadOnlyDatabase& db, const CallsQuery& query) {
-  std::optional<std::string> where = whereClause(db, query);
+std::int64_t countCalls(const storage::TraceReader& reader, const ReadOnlyDatabase& db,
+                        const CallsQuery& query) {
+  std::optional<std::string> where = whereClause(reader, query);
   if (!where) return 0;
   return db.scalar("SELECT count(*) FROM calls c" + *where);
 }
@@ -173,13 +151,14 @@ void CallsModel::reload() {
   requestPage();
   const std::string path = path_;
   const CallsQuery query = query_;
-  count_.run<std::int64_t>([path, query] { return countCalls(threadDatabase(path), query); },
-                           [this](Outcome<std::int64_t> outcome) {
-                             if (outcome.value) {
-                               matching_ = *outcome.value;
-                               emit matchingCallsChanged();
-                             }
-                           });
+  count_.run<std::int64_t>(
+      [path, query] { return countCalls(threadReader(path), threadDatabase(path), query); },
+      [this](Outcome<std::int64_t> outcome) {
+        if (outcome.value) {
+          matching_ = *outcome.value;
+          emit matchingCallsChanged();
+        }
+      });
 }
 
 void CallsModel::requestPage() {
@@ -189,33 +168,34 @@ void CallsModel::requestPage() {
   const CallsQuery query = query_;
   std::optional<CallRow> after;
   if (!rows_.empty()) after = rows_.back();
-  pages_.run<CallsPage>([path, query, after] { return loadCallsPage(threadDatabase(path), query, after); },
-                        [this](Outcome<CallsPage> outcome) {
-                          // loading_ stays set until the rows are in: a view (or the model tester) may
-                          // ask for the next page from inside beginInsertRows, which must not start
-                          // one after the previous last row.
-                          if (!outcome.value) {
-                            loading_ = false;
-                            exhausted_ = true;
-                            error_ = outcome.error;
-                            emit failed(outcome.error);
-                            emit pageLoaded();
-                            return;
-                          }
-                          CallsPage& page = *outcome.value;
-                          exhausted_ = page.last;
-                          if (!page.rows.empty()) {
-                            const int first = static_cast<int>(rows_.size());
-                            beginInsertRows({}, first, first + static_cast<int>(page.rows.size()) - 1);
-                            for (CallRow& row : page.rows) {
-                              row_of_call_[row.call.id] = static_cast<int>(rows_.size());
-                              rows_.push_back(std::move(row));
-                            }
-                            endInsertRows();
-                          }
-                          loading_ = false;
-                          emit pageLoaded();
-                        });
+  pages_.run<CallsPage>(
+      [path, query, after] { return loadCallsPage(threadReader(path), threadDatabase(path), query, after); },
+      [this](Outcome<CallsPage> outcome) {
+        // loading_ stays set until the rows are in: a view (or the model tester) may
+        // ask for the next page from inside beginInsertRows, which must not start
+        // one after the previous last row.
+        if (!outcome.value) {
+          loading_ = false;
+          exhausted_ = true;
+          error_ = outcome.error;
+          emit failed(outcome.error);
+          emit pageLoaded();
+          return;
+        }
+        CallsPage& page = *outcome.value;
+        exhausted_ = page.last;
+        if (!page.rows.empty()) {
+          const int first = static_cast<int>(rows_.size());
+          beginInsertRows({}, first, first + static_cast<int>(page.rows.size()) - 1);
+          for (CallRow& row : page.rows) {
+            row_of_call_[row.call.id] = static_cast<int>(rows_.size());
+            rows_.push_back(std::move(row));
+          }
+          endInsertRows();
+        }
+        loading_ = false;
+        emit pageLoaded();
+      });
 }
 
 int CallsModel::rowCount(const QModelIndex& parent) const {

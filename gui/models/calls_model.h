@@ -3,8 +3,9 @@
 // The calls table: a model over the `calls` table of a trace that never holds more than the rows the
 // user scrolled through. Rows come in pages of kCallsPageSize from a keyset query (ORDER BY key, id with
 // WHERE (key, id) > last row), run on the thread pool; the view's fetchMore() asks for the next page.
-// A time window becomes id ranges through call_tiles (the store's time index), so "calls in the visible
-// window" reads only those calls, also in a 10,000,000-call trace. Changing the filter, window or sort
+// A time window becomes id ranges through call_tiles (TraceReader::callWindow, the store's time index, the
+// query the timeline's frames use too), so "calls in the visible window" reads only those calls, also in a
+// 10,000,000-call trace, and lists exactly the calls the timeline draws. Changing the filter, window or sort
 // resets the model and drops pages still in flight (JobTracker generations).
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include <QAbstractTableModel>
 
+#include "gradscope/storage/reader.h"
 #include "gradscope/storage/records.h"
 #include "models/jobs.h"
 #include "models/view_state.h"
@@ -43,7 +45,7 @@ enum class CallColumn : int {
 
 struct CallsQuery {
   CallFilter filter;
-  std::optional<TimeRange> window;  // only calls overlapping it (start < end and end > begin)
+  std::optional<TimeRange> window;  // only calls in it (storage/window.h), over its whole nanoseconds
   CallColumn sort = CallColumn::Id;
   bool descending = false;
   friend bool operator==(const CallsQuery&, const CallsQuery&) = default;
@@ -59,11 +61,14 @@ struct CallsPage {
   bool last = false;  // no rows after these
 };
 
-// One page after `after` (nullopt: the first page). Throws gradscope::Error.
-CallsPage loadCallsPage(const ReadOnlyDatabase& db, const CallsQuery& query,
-                        const std::optional<CallRow>& after, int page_size = kCallsPageSize);
+// One page after `after` (nullopt: the first page), read through `db`; the reader of the same file finds
+// the window's calls (TraceReader::callWindow, as the timeline does). Throws gradscope::Error.
+CallsPage loadCallsPage(const storage::TraceReader& reader, const ReadOnlyDatabase& db,
+                        const CallsQuery& query, const std::optional<CallRow>& after,
+                        int page_size = kCallsPageSize);
 // All matching calls (one scan of the matching id ranges).
-std::int64_t countCalls(const ReadOnlyDatabase& db, const CallsQuery& query);
+std::int64_t countCalls(const storage::TraceReader& reader, const ReadOnlyDatabase& db,
+                        const CallsQuery& query);
 
 class CallsModel : public QAbstractTableModel {
   Q_OBJECT

@@ -13,6 +13,11 @@ int TimelineMath::columnOf(double t_ns) const {
   return static_cast<int>(std::clamp(x, x0, std::max(x0, last)));
 }
 
+NanosecondWindow wholeNanoseconds(TimeRange window) {
+  const auto t0 = static_cast<std::int64_t>(std::floor(window.begin_ns));
+  return {t0, std::max(t0 + 1, static_cast<std::int64_t>(std::ceil(window.end_ns)))};
+}
+
 TimeRange clampTo(TimeRange window, TimeRange extent) {
   if (extent.empty()) return window;
   if (window.length() >= extent.length()) return extent;

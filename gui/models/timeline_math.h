@@ -7,6 +7,7 @@
 // nanosecond is refused by the zoom (kMinWindowNs), and doubles hold every integer time of a trace
 // (< 2^53 ns, 104 days) exactly.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,13 @@ struct TimeRange {
   bool contains(double t) const { return t >= begin_ns && t < end_ns; }
   friend bool operator==(const TimeRange&, const TimeRange&) = default;
 };
+
+// The whole nanoseconds a window touches, [floor(begin), ceil(end)), at least one: what every view asks
+// the store for, so that the timeline and the calls table ask for the same calls.
+struct NanosecondWindow {
+  std::int64_t t0_ns = 0, t1_ns = 0;
+};
+NanosecondWindow wholeNanoseconds(TimeRange window);
 
 // The narrowest window the zoom goes to: 1 µs across the plot (a call is rarely shorter).
 inline constexpr double kMinWindowNs = 1000.0;

@@ -1,7 +1,6 @@
 #include "models/trace_data.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include <fmt/format.h>
@@ -72,8 +71,7 @@ TimelineFrame loadTimelineFrame(const storage::TraceReader& reader, TimeRange wi
   TimelineFrame frame;
   frame.window = window;
   frame.columns = std::max(columns, 1);
-  const auto t0 = static_cast<std::int64_t>(std::floor(window.begin_ns));
-  const auto t1 = std::max(t0 + 1, static_cast<std::int64_t>(std::ceil(window.end_ns)));
+  const auto [t0, t1] = wholeNanoseconds(window);
   frame.summary = reader.timeline(t0, t1, frame.columns);
   for (const auto& rank : frame.summary.buckets) {
     for (const storage::TimelineBucket& bucket : rank) frame.window_calls += bucket.calls;

@@ -4,11 +4,14 @@
 // apply mode ran), or, zoomed out, one bar per pixel column from the store's aggregated tiles whose
 // height is the share of the column the rank spent in collectives.
 //
+// The widget paints a TimelineScene (models/timeline_scene.h: rows, bars and labels as plain data, built
+// again after anything it shows changed) and answers tooltips and clicks from the same scene, so what is
+// hit is what was drawn.
+//
 // Painting never waits for data: a frame (trace_data.h) is loaded on the thread pool for the window and
 // width of the request; until the next one arrives, the last frame is drawn re-mapped onto the current
 // window, so a pan or zoom repaints at once. Requests are coalesced (one per event-loop turn) and stale
-// frames dropped (JobTracker). Bars are clipped to the visible range and coalesced to at most one
-// primitive per pixel column and row, drawn without antialiasing.
+// frames dropped (JobTracker). Bars are drawn batched by colour, without antialiasing.
 //
 // Mouse: wheel zooms around the cursor, left drag pans, right drag (or Shift + left drag) zooms to the
 // selection, a click selects the call under the cursor, double click zooms in. Keys: + and - zoom,
@@ -24,6 +27,7 @@
 
 #include "models/jobs.h"
 #include "models/timeline_math.h"
+#include "models/timeline_scene.h"
 #include "models/trace_data.h"
 #include "models/view_state.h"
 
@@ -47,6 +51,8 @@ class TimelineWidget : public QWidget {
   // The area bars are drawn in, and the math that maps the current window onto it.
   QRect plotRect() const;
   TimelineMath math() const;
+  // What the widget shows now, as data (built when it changed).
+  const TimelineScene& scene() const;
   // The call drawn at a point (detailed frames only).
   std::optional<storage::CallRecord> callAt(QPoint point) const;
 
@@ -71,28 +77,18 @@ class TimelineWidget : public QWidget {
   bool event(QEvent* event) override;
 
  private:
-  struct Row {
-    bool host_header = false;
-    std::string host;
-    int host_ranks = 0;
-    std::int64_t rank_id = 0;
-    int rank = 0;
-    std::int64_t clock_offset_ns = 0;
-    int top = 0, height = 0;
-  };
+  // Forgets the scene and schedules a repaint: what it shows changed.
+  void invalidate();
   void scheduleLoad();
   void startLoad();
-  void layoutRows();
-  const Row* rowAt(int y) const;
   QString tooltipAt(QPoint point) const;
   void zoomBy(double factor, double anchor_x, bool record);
-  QColor callColour(const storage::CallRecord& call) const;
 
   ViewState* state_;
   std::string path_;
   std::vector<storage::RankInfo> ranks_;
-  std::vector<Row> rows_;
   std::optional<TimelineFrame> frame_;
+  mutable std::optional<TimelineScene> scene_;
   QString error_;
   bool loading_ = false;
   bool load_scheduled_ = false;

@@ -25,6 +25,7 @@
 #include "schema_sql.h"
 #include "sqlite.h"
 #include "tables.h"
+#include "window_index.h"
 
 namespace gradscope::storage {
 namespace {
@@ -247,27 +248,27 @@ std::int64_t TraceReader::callCount() const {
   return impl_->db.queryInt("SELECT count(*) FROM calls");
 }
 
+CallWindow TraceReader::callWindow(std::int64_t t0_ns, std::int64_t t1_ns,
+                                   std::optional<std::int64_t> rank_id) const {
+  CallWindow window{t0_ns, t1_ns, rank_id, {}};
+  std::vector<detail::RankTiles> ranks;
+  for (const std::int64_t id : rank_id ? std::vector<std::int64_t>{*rank_id} : impl_->rankIds()) {
+    const int level = impl_->finestLevel(id);
+    if (level >= 0) ranks.push_back({id, level, impl_->maxDuration(id)});
+  }
+  detail::findWindowIds(impl_->db, window, ranks);
+  return window;
+}
+
 std::vector<CallRecord> TraceReader::callsInWindow(std::int64_t rank_id, std::int64_t t0_ns,
                                                    std::int64_t t1_ns, std::size_t limit) const {
   std::vector<CallRecord> calls;
-  if (t1_ns <= t0_ns) return calls;
-  const int level = impl_->finestLevel(rank_id);
-  if (level < 0) return calls;
-  // A call that overlaps the window may have started up to one longest-call duration before it.
-  const std::int64_t from = saturatingSub(t0_ns, impl_->maxDuration(rank_id));
-  const Impl::IdRange range = impl_->idRange(level, rank_id, from, t1_ns - 1);
-  if (range.empty()) return calls;
+  const CallWindow window = callWindow(t0_ns, t1_ns, rank_id);
+  if (window.empty()) return calls;
   sql::Statement query(impl_->db,
-                       fmt::format("SELECT {} FROM {} "
-                                   "WHERE c.id BETWEEN ? AND ? AND c.rank_id = ? AND c.start_ns < ? AND "
-                                   "(c.end_ns > ?5 OR c.start_ns >= ?5) ORDER BY c.start_ns, c.id LIMIT ?6",
-                                   callColumns(), kCallsFrom));
-  query.bind(1, range.first);
-  query.bind(2, range.last);
-  query.bind(3, rank_id);
-  query.bind(4, t1_ns);
-  query.bind(5, t0_ns);
-  query.bind(6, limit == 0 ? std::int64_t{-1} : static_cast<std::int64_t>(limit));
+                       fmt::format("SELECT {} FROM {} WHERE {} ORDER BY c.start_ns, c.id LIMIT ?",
+                                   callColumns(), kCallsFrom, window.sqlCondition("c")));
+  query.bind(1, limit == 0 ? std::int64_t{-1} : static_cast<std::int64_t>(limit));
   while (query.step()) calls.push_back(readCall(query.handle()));
   return calls;
 }

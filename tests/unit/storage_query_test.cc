@@ -361,6 +361,47 @@ TEST(CallsInWindow, TheWholeInt64RangeReturnsEveryCall) {
   EXPECT_EQ(idsOf(reader.callsInWindow(0, kMin, kMax)), (std::vector<std::int64_t>{1, 2, 3}));
 }
 
+// callWindow (window.h) looks back as far as a tile that may hold a call still running at t0, and no
+// further: not one tile (which misses a long call) and not the longest call's duration.
+TEST(CallWindow, LooksBackAsFarAsACallThatStillRuns) {
+  TempDir dir;
+  std::vector<CallRecord> calls = {span(0, 100'000'000)};  // id 1: 100 ms
+  for (std::int64_t i = 0; i < 400; ++i)
+    calls.push_back(span(i * 500'000, i * 500'000 + 10'000));  // ids 2..401: 10 µs every 0.5 ms
+  const TraceReader reader = TraceReader::open(writeCalls(dir, "lookback.db", calls));
+  // 90 ms is 22 finest tiles into the long call: its id opens the range.
+  const CallWindow during = reader.callWindow(90'000'000, 91'000'000, 0);
+  ASSERT_EQ(during.ids.size(), 1u);
+  EXPECT_EQ(during.ids[0].first_id, 1);
+  EXPECT_EQ(idsOf(reader.callsInWindow(0, 90'000'000, 91'000'000)), (std::vector<std::int64_t>{1, 182, 183}));
+  // At 150 ms the long call is over: the range starts in t0's own tile, although the rank's longest call
+  // would reach back to 50 ms.
+  const CallWindow after = reader.callWindow(150'000'000, 151'000'000);
+  ASSERT_EQ(after.ids.size(), 1u);
+  EXPECT_EQ(after.ids[0].rank_id, 0);
+  const std::int64_t tile_start = (std::int64_t{150'000'000} >> kTileLevels[0]) << kTileLevels[0];
+  EXPECT_EQ(after.ids[0].first_id, 2 + (tile_start + 499'999) / 500'000);
+  EXPECT_EQ(idsOf(reader.callsInWindow(0, 150'000'000, 151'000'000)), (std::vector<std::int64_t>{302, 303}));
+  EXPECT_TRUE(reader.callWindow(150'000'000, 151'000'000, 1).empty());  // rank 1 has no calls
+  EXPECT_TRUE(reader.callWindow(151'000'000, 150'000'000).empty());     // inverted
+}
+
+TEST(CallWindow, SqlConditionJoinsTouchingRanges) {
+  const CallWindow window{0, 10, std::nullopt, {{0, 1, 10}, {1, 11, 20}, {2, 30, 40}}};
+  EXPECT_EQ(window.sqlCondition("c"),
+            "(c.id BETWEEN 1 AND 20 OR c.id BETWEEN 30 AND 40) AND c.start_ns < 10 AND (c.end_ns > 0 OR "
+            "c.start_ns >= 0)");
+  const CallWindow one{kMin, 10, 1, {{1, 11, 20}}};
+  EXPECT_EQ(one.sqlCondition("k"),
+            "(k.id BETWEEN 11 AND 20) AND k.start_ns < 10 AND (k.end_ns > (-9223372036854775807 - 1) OR "
+            "k.start_ns >= (-9223372036854775807 - 1)) AND k.rank_id = 1");
+  EXPECT_EQ(CallWindow{}.sqlCondition("c"), "0");
+  EXPECT_TRUE(inWindow(5, 5, 5, 6));     // an instant at t0
+  EXPECT_FALSE(inWindow(4, 5, 5, 6));    // ends at t0
+  EXPECT_TRUE(inWindow(-100, 6, 5, 6));  // started long before, still running
+  EXPECT_FALSE(inWindow(6, 7, 5, 6));    // starts at t1
+}
+
 TEST(TimeExtent, EmptyTraceAndNegativeTimes) {
   TempDir dir;
   const std::string empty = dir.file("empty.db");

@@ -53,6 +53,7 @@ void query(const TraceReader& reader) {
   // The viewer's first view (the whole trace over a window's width) and one zoomed in on its start.
   reader.timeline(extent.begin_ns, extent.end_ns, 640);
   for (const auto& rank : ranks) reader.callsInWindow(rank.id, extent.begin_ns, extent.end_ns, 1000);
+  reader.callWindow(extent.begin_ns, extent.end_ns).sqlCondition("c");  // the calls table's window
   reader.callStatistics(10);
   reader.lateness();
   reader.measurements();

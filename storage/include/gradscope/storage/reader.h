@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gradscope/storage/records.h"
+#include "gradscope/storage/window.h"
 
 namespace gradscope::storage {
 
@@ -81,8 +82,12 @@ class TraceReader {
   std::vector<CommInfo> comms() const;
   std::int64_t callCount() const;
 
-  // Calls of one rank that overlap [t0, t1) (start < t1 and end > t0), ordered by start, at most
-  // `limit` (0 = no limit). Uses call_tiles as the time index.
+  // The calls of [t0, t1), of one rank or of every rank, as id ranges and the rule that picks them out
+  // (window.h: which calls, how far back it looks and why that finds them all). A few probes of
+  // call_tiles per rank; no call is read.
+  CallWindow callWindow(std::int64_t t0_ns, std::int64_t t1_ns,
+                        std::optional<std::int64_t> rank_id = std::nullopt) const;
+  // The calls of one rank in [t0, t1) (callWindow), ordered by start, at most `limit` (0 = no limit).
   std::vector<CallRecord> callsInWindow(std::int64_t rank_id, std::int64_t t0_ns, std::int64_t t1_ns,
                                         std::size_t limit = 0) const;
   // The zoomed-out form: per rank, `columns` buckets over [t0, t1). Uses the coarsest tile level that
