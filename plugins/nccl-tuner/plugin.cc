@@ -33,6 +33,7 @@
 
 #include "config.h"
 #include "gradscope/common/error.h"
+#include "gradscope/common/types.h"
 #include "gradscope_tuner.h"
 #include "tuner_abi.h"
 
@@ -160,7 +161,7 @@ void warnOnce(const Context& context, std::uint32_t rule_index, Refusal refusal,
     logLine(
         context.log, NCCL_LOG_WARN,
         fmt::format("gradscope tuner: {} asks for {}/{} for {}, {}; NCCL keeps its own choice for such calls",
-                    state.origin(rule), algorithmName(rule.algorithm), protocolName(rule.protocol),
+                    state.origin(rule), ncclTunerAlgoName(rule.algorithm), ncclTunerProtoName(rule.protocol),
                     collectiveName(rule.collective), why));
   } catch (...) {
     // Formatting failed (out of memory): the message is lost, the call is not.
