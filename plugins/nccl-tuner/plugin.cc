@@ -1,4 +1,4 @@
-// libnccl-tuner-gradscope.so: NCCL's tuner interface (tuner_abi.h) over the rules of config.h, plus
+// libnccl-tuner-gradscope.so: NCCL's tuner interface (nccl_abi/tuner.h) over the rules of config.h, plus
 // explore mode and the extension functions of gradscope_tuner.h. docs/nccl-tuner-plugin.md explains
 // the behaviour; this file the mechanics.
 //
@@ -35,9 +35,12 @@
 #include "gradscope/common/error.h"
 #include "gradscope/common/types.h"
 #include "gradscope_tuner.h"
-#include "tuner_abi.h"
+#include "nccl_abi/tuner.h"
 
 namespace gradscope::nccl_tuner {
+
+using namespace nccl_abi;
+
 namespace {
 
 constexpr int kSizeBuckets = 65;  // std::bit_width of a 64-bit byte count: 0..64
