@@ -1,8 +1,10 @@
-// Compile-time proof that the agent's own declarations of NCCL, CUDA driver and NVTX facts (nccl_abi.h,
-// nccl_functions.def, cuda_driver.h, nvtx_abi.h) match the real headers: type sizes and layouts,
+// Compile-time proof that the agent's own declarations of NCCL, CUDA driver and NVTX facts
+// (nccl_functions.def, cuda_driver.h, nvtx_abi.h) match the real headers: type sizes and layouts,
 // enumerator values, and the exact function type of every NCCL function in the table and every driver
-// function the agent looks up. Built only where the CUDA toolkit's headers are found (agent/CMakeLists.txt);
-// it generates no code, and the agent's build depends on it, so a mismatch fails the build.
+// function the agent looks up. NCCL's types themselves (nccl_abi/nccl.h) are proved by
+// nccl_abi/abi_check.cc; here they are only mapped to nccl.h's to compare the signatures. Built only where
+// the CUDA toolkit's headers are found (agent/CMakeLists.txt); it generates no code, and the agent's build
+// depends on it, so a mismatch fails the build.
 
 #include <nvtx3/nvToolsExt.h>
 
@@ -16,7 +18,7 @@
 
 #include "cuda_driver.h"
 #include "cupti_abi.h"
-#include "nccl_abi.h"
+#include "nccl_types.h"
 #include "nvtx_abi.h"
 
 namespace gradscope::agent::abi_check {
@@ -78,9 +80,6 @@ GS_REAL_TYPE(cuda::CUgraphExec_st, ::CUgraphExec_st)
 template <typename Ours, typename Theirs>
 constexpr bool kSameEnum = sizeof(Ours) == sizeof(Theirs) &&
                            std::is_same_v<std::underlying_type_t<Ours>, std::underlying_type_t<Theirs>>;
-static_assert(kSameEnum<nccl::ncclResult_t, ::ncclResult_t>);
-static_assert(kSameEnum<nccl::ncclDataType_t, ::ncclDataType_t>);
-static_assert(kSameEnum<nccl::ncclRedOp_t, ::ncclRedOp_t>);
 static_assert(kSameEnum<cuda::CUresult, ::CUresult>);
 static_assert(kSameEnum<cuda::CUstreamCaptureStatus, ::CUstreamCaptureStatus>);
 static_assert(kSameEnum<cuda::CUstreamCaptureMode, ::CUstreamCaptureMode>);
@@ -94,42 +93,6 @@ static_assert(std::is_same_v<cupti::CUpti_CallbackId, ::CUpti_CallbackId>);
 #define GS_SAME_VALUE(OURS, THEIRS)                                             \
   static_assert(static_cast<long long>(OURS) == static_cast<long long>(THEIRS), \
                 #OURS " differs from " #THEIRS);
-GS_SAME_VALUE(nccl::ncclSuccess, ::ncclSuccess)
-GS_SAME_VALUE(nccl::ncclUnhandledCudaError, ::ncclUnhandledCudaError)
-GS_SAME_VALUE(nccl::ncclSystemError, ::ncclSystemError)
-GS_SAME_VALUE(nccl::ncclInternalError, ::ncclInternalError)
-GS_SAME_VALUE(nccl::ncclInvalidArgument, ::ncclInvalidArgument)
-GS_SAME_VALUE(nccl::ncclInvalidUsage, ::ncclInvalidUsage)
-GS_SAME_VALUE(nccl::ncclRemoteError, ::ncclRemoteError)
-GS_SAME_VALUE(nccl::ncclInProgress, ::ncclInProgress)
-GS_SAME_VALUE(nccl::ncclNumResults, ::ncclNumResults)
-GS_SAME_VALUE(nccl::ncclInt8, ::ncclInt8)
-GS_SAME_VALUE(nccl::ncclChar, ::ncclChar)
-GS_SAME_VALUE(nccl::ncclUint8, ::ncclUint8)
-GS_SAME_VALUE(nccl::ncclInt32, ::ncclInt32)
-GS_SAME_VALUE(nccl::ncclInt, ::ncclInt)
-GS_SAME_VALUE(nccl::ncclUint32, ::ncclUint32)
-GS_SAME_VALUE(nccl::ncclInt64, ::ncclInt64)
-GS_SAME_VALUE(nccl::ncclUint64, ::ncclUint64)
-GS_SAME_VALUE(nccl::ncclFloat16, ::ncclFloat16)
-GS_SAME_VALUE(nccl::ncclHalf, ::ncclHalf)
-GS_SAME_VALUE(nccl::ncclFloat32, ::ncclFloat32)
-GS_SAME_VALUE(nccl::ncclFloat, ::ncclFloat)
-GS_SAME_VALUE(nccl::ncclFloat64, ::ncclFloat64)
-GS_SAME_VALUE(nccl::ncclDouble, ::ncclDouble)
-GS_SAME_VALUE(nccl::ncclBfloat16, ::ncclBfloat16)
-GS_SAME_VALUE(nccl::ncclFloat8e4m3, ::ncclFloat8e4m3)
-GS_SAME_VALUE(nccl::ncclFloat8e5m2, ::ncclFloat8e5m2)
-GS_SAME_VALUE(nccl::ncclNumTypes, ::ncclNumTypes)
-GS_SAME_VALUE(nccl::ncclSum, ::ncclSum)
-GS_SAME_VALUE(nccl::ncclProd, ::ncclProd)
-GS_SAME_VALUE(nccl::ncclMax, ::ncclMax)
-GS_SAME_VALUE(nccl::ncclMin, ::ncclMin)
-GS_SAME_VALUE(nccl::ncclAvg, ::ncclAvg)
-GS_SAME_VALUE(nccl::ncclNumOps, ::ncclNumOps)
-GS_SAME_VALUE(nccl::ncclMaxRedOp, ::ncclMaxRedOp)
-GS_SAME_VALUE(nccl::kUniqueIdBytes, NCCL_UNIQUE_ID_BYTES)
-GS_SAME_VALUE(nccl::kSplitNoColor, NCCL_SPLIT_NOCOLOR)
 GS_SAME_VALUE(cuda::CUDA_SUCCESS, ::CUDA_SUCCESS)
 GS_SAME_VALUE(cuda::CUDA_ERROR_INVALID_VALUE, ::CUDA_ERROR_INVALID_VALUE)
 GS_SAME_VALUE(cuda::CUDA_ERROR_DEINITIALIZED, ::CUDA_ERROR_DEINITIALIZED)
@@ -172,8 +135,6 @@ GS_SAME_VALUE(cupti::kGraphKernelNode, ::CU_GRAPH_NODE_TYPE_KERNEL)
 #undef GS_SAME_VALUE
 
 // Structures: same size and, where the agent reads fields, the same offsets.
-static_assert(sizeof(nccl::ncclUniqueId) == sizeof(::ncclUniqueId) &&
-              alignof(nccl::ncclUniqueId) == alignof(::ncclUniqueId));
 static_assert(sizeof(nvtx::EventAttributes) == sizeof(::nvtxEventAttributes_t));
 static_assert(offsetof(nvtx::EventAttributes, payload) == offsetof(::nvtxEventAttributes_t, payload));
 static_assert(offsetof(nvtx::EventAttributes, messageType) == offsetof(::nvtxEventAttributes_t, messageType));

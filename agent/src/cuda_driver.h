@@ -46,7 +46,7 @@ inline constexpr unsigned kEventDefault = 0x0;
 inline constexpr unsigned kStreamNonBlocking = 0x1;
 
 // cuda.h: `typedef int CUdevice_v1; typedef CUdevice_v1 CUdevice;` and opaque handles. CUstream_st is
-// also the runtime's cudaStream_t (nccl_abi.h).
+// also the runtime's cudaStream_t (nccl_types.h).
 using CUdevice = int;
 struct CUctx_st;
 struct CUevent_st;

@@ -136,8 +136,8 @@ class MpiExtension final : public StrategyExtension {
       return algorithms;
     }
     for (const std::string& text : names)
-      if (const auto name = comm::parseStrategyName(text);
-          name && name->transport == comm::Transport::Engine && name->engine == Backend::Mpi)
+      if (const auto name = parseStrategyName(text);
+          name && name->transport == Transport::Engine && name->engine == Backend::Mpi)
         algorithms.push_back(name->algorithm);
     return algorithms;
   }

@@ -1,9 +1,9 @@
 // NCCL interposition: the wrappers of nccl_functions.def (collectives, communicator creation and
 // destruction) and the one-of-a-kind ones (ncclCommInitAll, ncclCommSplit, the group calls).
 //
-// Built against nccl_abi.h only: the real functions (pncclX, the strong aliases of NCCL's weak ncclX)
-// are looked up at run time (symbols.h), and CUDA is used only through the libcuda.so.1 the job has
-// loaded (cuda_driver.h), so the agent loads into processes without either.
+// Built against nccl_types.h (nccl_abi/nccl.h) only: the real functions (pncclX, the strong aliases of NCCL's
+// weak ncclX) are looked up at run time (symbols.h), and CUDA is used only through the libcuda.so.1 the job
+// has loaded (cuda_driver.h), so the agent loads into processes without either.
 //
 // Hot path of a collective: a communicator look-up, a stream look-up, a capture check and two pooled
 // event records (when the stream's context is timed) with a CUPTI correlation push/pop around the call
@@ -30,9 +30,9 @@
 
 #include "cuda_driver.h"
 #include "gpu_timer.h"
-#include "nccl_abi.h"
 #include "nccl_profile.h"
 #include "nccl_state.h"
+#include "nccl_types.h"
 #include "recorder.h"
 #include "shadow.h"
 #include "symbols.h"

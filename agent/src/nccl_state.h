@@ -14,7 +14,7 @@
 
 #include "call_event.h"
 #include "gradscope/common/types.h"
-#include "nccl_abi.h"
+#include "nccl_types.h"
 
 namespace gradscope::agent {
 

@@ -144,7 +144,7 @@ bool StrategyExtension::start(const ExploreSettings& settings, const std::string
   settings_.strategies.clear();
   std::vector<std::string> unknown;
   for (const std::string& text : settings.strategies) {
-    if (comm::parseStrategyName(text)) settings_.strategies.push_back(text);
+    if (parseStrategyName(text)) settings_.strategies.push_back(text);
     else unknown.push_back(text);
   }
   if (!settings.strategies.empty() && settings_.strategies.empty()) settings_.strategies = {"sum/native"};
@@ -321,7 +321,7 @@ bool StrategyExtension::apply(const ShadowCall& call, const void* send, void* re
       std::unique_ptr<comm::Strategy> built;
       try {
         std::string parse_error;
-        const auto name = comm::parseStrategyName(strategy, &parse_error);
+        const auto name = parseStrategyName(strategy, &parse_error);
         if (!name) fail("{}", parse_error);
         // Nothing reads an applied run's statistics; counting them would stall the job's thread on NCCL.
         comm::StrategyOptions options;
@@ -400,23 +400,22 @@ comm::Communicator& StrategyExtension::duplicateOf(CommState& state, const Shado
 }
 
 namespace {
-bool isEngine(const comm::StrategyName& name) {
-  return name.transport == comm::Transport::Engine;
+bool isEngine(const StrategyName& name) {
+  return name.transport == Transport::Engine;
 }
 }  // namespace
 
-std::pair<std::vector<comm::StrategyName>, std::vector<comm::StrategyName>> StrategyExtension::namesFor(
+std::pair<std::vector<StrategyName>, std::vector<StrategyName>> StrategyExtension::namesFor(
     const comm::Communicator& comm, DType dtype) const {
-  std::vector<comm::StrategyName> names;
+  std::vector<StrategyName> names;
   if (settings_.strategies.empty()) {
     names = comm::applicableStrategies(comm, dtype);
   } else {
     for (const std::string& text : settings_.strategies)
-      names.push_back(*comm::parseStrategyName(text));  // start() kept only names that parse
+      names.push_back(*parseStrategyName(text));  // start() kept only names that parse
   }
-  std::pair<std::vector<comm::StrategyName>, std::vector<comm::StrategyName>> split;
-  for (comm::StrategyName& name : names)
-    (isEngine(name) ? split.second : split.first).push_back(std::move(name));
+  std::pair<std::vector<StrategyName>, std::vector<StrategyName>> split;
+  for (StrategyName& name : names) (isEngine(name) ? split.second : split.first).push_back(std::move(name));
   return split;
 }
 
@@ -434,8 +433,8 @@ std::vector<StrategyExtension::Prepared*> StrategyExtension::strategiesFor(CommS
                                                                            comm::Communicator& comm,
                                                                            DType dtype, bool with_engines) {
   // Built with agreement: one that cannot be built on some rank is left out on every rank (said once).
-  const auto build = [&](const std::vector<comm::StrategyName>& names, std::vector<Prepared>& into) {
-    for (const comm::StrategyName& name : names) {
+  const auto build = [&](const std::vector<StrategyName>& names, std::vector<Prepared>& into) {
+    for (const StrategyName& name : names) {
       std::string local_error;
       std::unique_ptr<comm::Strategy> strategy;
       try {
@@ -513,7 +512,7 @@ std::size_t StrategyExtension::run(CommState& state, comm::Communicator& comm, c
   std::vector<double> adacons_reference, adasum_reference;
   const std::vector<Prepared*> strategies = strategiesFor(state, comm, dtype, with_engines);
   const bool any_adaptive = std::any_of(strategies.begin(), strategies.end(), [](const Prepared* p) {
-    return p->name.aggregator != comm::Aggregator::Sum;
+    return p->name.aggregator != Aggregator::Sum;
   });
   if (adaptive_references && any_adaptive && dtype == DType::Fp32) {
     std::vector<std::size_t> counts(static_cast<std::size_t>(ranks), count);
@@ -541,8 +540,7 @@ std::size_t StrategyExtension::run(CommState& state, comm::Communicator& comm, c
     timing.reps = reps;
     // AdaCons' momentum belongs to the job's buffers, not to explored ones: a fresh instance each time.
     std::unique_ptr<comm::Strategy> fresh;
-    if (entry.name.aggregator == comm::Aggregator::AdaCons)
-      fresh = comm::makeStrategy(entry.name, comm, dtype);
+    if (entry.name.aggregator == Aggregator::AdaCons) fresh = comm::makeStrategy(entry.name, comm, dtype);
     comm::Strategy& strategy = fresh ? *fresh : *entry.strategy;
     std::optional<comm::RunStats> stats;
     try {
@@ -555,10 +553,9 @@ std::size_t StrategyExtension::run(CommState& state, comm::Communicator& comm, c
     toHost(comm, host.result, mem.result, bytes);
     // Sums against the fp64 sum; the adaptive aggregators against methods:: on every rank's input
     // (a fresh AdaCons state), when the arena had room to gather them.
-    const std::vector<double>* adaptive =
-        entry.name.aggregator == comm::Aggregator::AdaCons  ? &adacons_reference
-        : entry.name.aggregator == comm::Aggregator::AdaSum ? &adasum_reference
-                                                            : nullptr;
+    const std::vector<double>* adaptive = entry.name.aggregator == Aggregator::AdaCons  ? &adacons_reference
+                                          : entry.name.aggregator == Aggregator::AdaSum ? &adasum_reference
+                                                                                        : nullptr;
     if (adaptive == nullptr || !adaptive->empty() || count == 0) {
       const double* reference = adaptive != nullptr ? adaptive->data() : host.reference;
       const auto metrics = methods::compareToReference(dtype, host.result, reference, count);

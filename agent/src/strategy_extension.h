@@ -125,7 +125,7 @@ class StrategyExtension : public Extension {
 
  private:
   struct Prepared {
-    comm::StrategyName name;
+    StrategyName name;
     std::string text;
     std::unique_ptr<comm::Strategy> strategy;
   };
@@ -157,8 +157,8 @@ class StrategyExtension : public Extension {
   CommState& stateOf(std::uint32_t index);
   comm::Communicator& duplicateOf(CommState& state, const ShadowCall& call, bool at_creation = false);
   // The strategy names explored for a dtype: (plain ones, engine ones).
-  std::pair<std::vector<comm::StrategyName>, std::vector<comm::StrategyName>> namesFor(
-      const comm::Communicator& comm, DType dtype) const;
+  std::pair<std::vector<StrategyName>, std::vector<StrategyName>> namesFor(const comm::Communicator& comm,
+                                                                           DType dtype) const;
   // How many strategies an exploration of `dtype` runs: (plain, engine), of the built set or, before it is
   // built, of the names (the same on every rank: it depends on the configuration only).
   std::pair<std::size_t, std::size_t> expectedStrategies(CommState& state, const comm::Communicator& comm,

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/common/error.h"
+#include "gradscope/common/strategy_name.h"
 #include "gradscope/common/units.h"
 
 namespace gradscope {
@@ -657,8 +658,8 @@ std::optional<ErrorClass> parseErrorClass(std::string_view text) {
 }
 
 std::optional<ErrorClass> strategyErrorClass(std::string_view strategy) {
-  // Split into 2 or 3 non-empty parts of [A-Za-z0-9_.-]. The agent's strategy parser ignores case, so the
-  // class must too: "AdaSum/native" is as semantic as "adasum/native".
+  // Split into 2 or 3 non-empty parts of [A-Za-z0-9_.-]. parseStrategyName ignores case, so the class
+  // must too: "AdaSum/native" is as semantic as "adasum/native".
   std::string_view parts[3];
   std::size_t count = 0;
   std::size_t start = 0;
@@ -673,11 +674,11 @@ std::optional<ErrorClass> strategyErrorClass(std::string_view strategy) {
     start = at + 1;
   }
   if (count < 2) return std::nullopt;
-  if (equalsIgnoreCase(parts[0], "adacons") || equalsIgnoreCase(parts[0], "adasum"))
+  if (const auto aggregator = parseAggregator(parts[0]); aggregator && *aggregator != Aggregator::Sum)
     return ErrorClass::Semantic;
   if (count == 3)
-    for (std::string_view wire : {"fp16", "bf16", "fp8e4m3", "fp8e5m2"})
-      if (equalsIgnoreCase(parts[2], wire)) return ErrorClass::Lossy;
+    for (WireFormat wire : kWireFormats)
+      if (equalsIgnoreCase(parts[2], name(wire))) return ErrorClass::Lossy;
   return ErrorClass::Lossless;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <string>
 
 namespace gradscope {
 namespace {
@@ -37,6 +38,41 @@ template <typename T, std::size_t N>
 std::optional<T> parseByName(const std::array<T, N>& values, std::string_view text) {
   for (T value : values)
     if (equalsIgnoreCase(name(value), text)) return value;
+  return std::nullopt;
+}
+
+// NCCL's algorithms and protocols by code, as NCCL prints them and as NVIDIA's example tuner spells them.
+struct NcclName {
+  std::string_view nccl, tuner;
+};
+constexpr NcclName kNcclAlgos[kNcclAlgoCount] = {{"Tree", "tree"},
+                                                 {"Ring", "ring"},
+                                                 {"CollnetDirect", "collnet_direct"},
+                                                 {"CollnetChain", "collnet_chain"},
+                                                 {"NVLS", "nvls"},
+                                                 {"NVLSTree", "nvls_tree"},
+                                                 {"PAT", "pat"}};
+constexpr NcclName kNcclProtos[kNcclProtoCount] = {{"LL", "ll"}, {"LL128", "ll128"}, {"Simple", "simple"}};
+
+template <std::size_t N>
+NcclName nameAt(const NcclName (&names)[N], int code) {
+  return code >= 0 && static_cast<std::size_t>(code) < N ? names[code] : NcclName{};
+}
+
+// Lower case without '_': NCCL's names ("CollnetDirect") and NVIDIA's tuner's ("collnet_direct") meet.
+std::string foldedNcclName(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text)
+    if (c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+template <std::size_t N>
+std::optional<int> parseCode(std::string_view text, const NcclName (&names)[N]) {
+  const std::string key = foldedNcclName(text);
+  for (std::size_t code = 0; code < N; ++code)
+    if (foldedNcclName(names[code].nccl) == key) return static_cast<int>(code);
   return std::nullopt;
 }
 
@@ -188,14 +224,39 @@ std::span<const Backend> allBackends() {
 }
 
 std::string_view ncclAlgoName(int algo) {
-  static constexpr std::string_view kNames[kNcclAlgoCount] = {
-      "Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"};
-  return algo >= 0 && algo < kNcclAlgoCount ? kNames[algo] : std::string_view();
+  return nameAt(kNcclAlgos, algo).nccl;
 }
 
 std::string_view ncclProtoName(int proto) {
-  static constexpr std::string_view kNames[kNcclProtoCount] = {"LL", "LL128", "Simple"};
-  return proto >= 0 && proto < kNcclProtoCount ? kNames[proto] : std::string_view();
+  return nameAt(kNcclProtos, proto).nccl;
+}
+
+std::string_view ncclTunerAlgoName(int algo) {
+  return nameAt(kNcclAlgos, algo).tuner;
+}
+
+std::string_view ncclTunerProtoName(int proto) {
+  return nameAt(kNcclProtos, proto).tuner;
+}
+
+std::optional<int> parseNcclAlgo(std::string_view text) {
+  return parseCode(text, kNcclAlgos);
+}
+
+std::optional<int> parseNcclProto(std::string_view text) {
+  return parseCode(text, kNcclProtos);
+}
+
+std::string_view name(WireFormat format) {
+  static constexpr std::string_view kNames[] = {"fp16", "bf16", "fp8e4m3", "fp8e5m2"};  // by value
+  const auto index = static_cast<std::size_t>(format);
+  return index < std::size(kNames) ? kNames[index] : "unknown";
+}
+
+std::optional<WireFormat> parseWireFormat(std::string_view text) {
+  for (WireFormat format : kWireFormats)
+    if (text == name(format)) return format;
+  return std::nullopt;
 }
 
 double busBandwidthFactor(Collective collective, int ranks) {

@@ -730,23 +730,6 @@ constexpr std::size_t kHalfAlign = kRun;
 
 }  // namespace
 
-std::string_view name(WireFormat format) {
-  switch (format) {
-    case WireFormat::Fp16: return "fp16";
-    case WireFormat::Bf16: return "bf16";
-    case WireFormat::Fp8E4M3: return "fp8e4m3";
-    case WireFormat::Fp8E5M2: return "fp8e5m2";
-  }
-  return "unknown";
-}
-
-std::optional<WireFormat> parseWireFormat(std::string_view text) {
-  for (WireFormat format : kWireFormats) {
-    if (text == name(format)) return format;
-  }
-  return std::nullopt;
-}
-
 DType wireDType(WireFormat format) {
   switch (format) {
     case WireFormat::Fp16: return DType::Fp16;

@@ -1,6 +1,6 @@
 #pragma once
 
-// NCCL's names in a collective's descriptor (profiler_abi.h) to gradscope's codes, on the thread that
+// NCCL's names in a collective's descriptor (nccl_abi/profiler.h) to gradscope's codes, on the thread that
 // launches the collective: a few character comparisons each, no string compare, no table walk. Both
 // spellings NCCL has used are accepted (NCCL 2.28 prints "RING"/"SIMPLE"; older logs and the tuner use
 // "Ring"/"Simple"). A name not listed maps to "unknown" (Api::Unknown, DType::Other, -1).

@@ -33,9 +33,12 @@
 
 #include "gradscope/common/nccl_profile_link.h"
 #include "gradscope/common/types.h"
-#include "profiler_abi.h"
+#include "nccl_abi/profiler.h"
 
 namespace gradscope::nccl_profiler {
+
+// The plugin speaks NCCL's names (nccl_abi/profiler.h).
+using namespace nccl_abi;
 
 // One collective as the plugin writes it (times: Unix-epoch ns from CLOCK_REALTIME).
 struct CollRecord {

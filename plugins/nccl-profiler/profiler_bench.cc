@@ -22,7 +22,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "profiler_abi.h"
+#include "nccl_abi/profiler.h"
 
 #ifdef GRADSCOPE_BENCH_AGENT
 #include "gradscope/common/nccl_profile_link.h"
@@ -37,7 +37,7 @@ extern "C" __attribute__((visibility("default"))) int gradscope_agent_nccl_profi
 
 namespace {
 
-using namespace gradscope::nccl_profiler;
+using namespace gradscope::nccl_abi;
 
 ncclProfiler_v5_t* g_plugin = nullptr;
 

@@ -15,6 +15,7 @@
 
 #include "gradscope/common/error.h"
 #include "gradscope/common/recommendation.h"
+#include "gradscope/common/strategy_name.h"
 #include "gradscope/common/types.h"
 
 namespace gradscope::nccl_tuner {
@@ -22,9 +23,6 @@ namespace {
 
 constexpr std::array<std::string_view, kCollectiveCount> kCollectives = {"broadcast", "reduce", "allgather",
                                                                          "reducescatter", "allreduce"};
-constexpr std::array<std::string_view, kNcclAlgoCount> kAlgorithms = {
-    "tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
-constexpr std::array<std::string_view, kNcclProtoCount> kProtocols = {"ll", "ll128", "simple"};
 constexpr std::string_view kCsvFields =
     "collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks[,numPipeOps[,regBuff]]";
 
@@ -47,10 +45,9 @@ std::optional<int> lookUp(const std::array<std::string_view, N>& names, std::str
   return std::nullopt;
 }
 
-template <std::size_t N>
-std::string choices(const std::array<std::string_view, N>& names) {
+std::string choices(int count, std::string_view (*name)(int)) {
   std::string out;
-  for (std::size_t i = 0; i < N; ++i) out += fmt::format("{}{}", i == 0 ? "" : ", ", names[i]);
+  for (int i = 0; i < count; ++i) out += fmt::format("{}{}", i == 0 ? "" : ", ", name(i));
   return out;
 }
 
@@ -204,20 +201,23 @@ Rule parseCsvRule(std::string_view text, const CsvLine& line, std::size_t line_n
   rule.origin = static_cast<int>(line_number);
   const auto collective = lookUp(kCollectives, fields[0]);
   if (!collective)
-    line.fail(fmt::format("unknown collective {}", quoted(fields[0])), "use " + choices(kCollectives));
+    line.fail(fmt::format("unknown collective {}", quoted(fields[0])),
+              "use " + choices(kCollectiveCount, collectiveName));
   rule.collective = *collective;
   rule.min_bytes = line.bytes(fields[1], "min_bytes").value_or(0);
   rule.max_bytes = line.bytes(fields[2], "max_bytes").value_or(UINT64_MAX);
   if (rule.min_bytes > rule.max_bytes)
     line.fail(fmt::format("min_bytes {} is larger than max_bytes {}", rule.min_bytes, rule.max_bytes),
               "the range is inclusive at both ends; swap them");
-  const auto algorithm = lookUp(kAlgorithms, fields[3]);
+  const auto algorithm = parseNcclAlgo(fields[3]);
   if (!algorithm)
-    line.fail(fmt::format("unknown algorithm {}", quoted(fields[3])), "use " + choices(kAlgorithms));
+    line.fail(fmt::format("unknown algorithm {}", quoted(fields[3])),
+              "use " + choices(kNcclAlgoCount, ncclTunerAlgoName));
   rule.algorithm = *algorithm;
-  const auto protocol = lookUp(kProtocols, fields[4]);
+  const auto protocol = parseNcclProto(fields[4]);
   if (!protocol)
-    line.fail(fmt::format("unknown protocol {}", quoted(fields[4])), "use " + choices(kProtocols));
+    line.fail(fmt::format("unknown protocol {}", quoted(fields[4])),
+              "use " + choices(kNcclProtoCount, ncclTunerProtoName));
   rule.protocol = *protocol;
   rule.channels = line.count(fields[5], "channels", 1, "NCCL's own channel count");
   rule.nodes = line.count(fields[6], "nNodes", 1, "any node count");
@@ -247,14 +247,6 @@ void checkIndexable(const Config& config) {
 std::string_view collectiveName(int collective) {
   return collective >= 0 && collective < kCollectiveCount ? kCollectives[static_cast<std::size_t>(collective)]
                                                           : std::string_view();
-}
-std::string_view algorithmName(int algorithm) {
-  return algorithm >= 0 && algorithm < kNcclAlgoCount ? kAlgorithms[static_cast<std::size_t>(algorithm)]
-                                                      : std::string_view();
-}
-std::string_view protocolName(int protocol) {
-  return protocol >= 0 && protocol < kNcclProtoCount ? kProtocols[static_cast<std::size_t>(protocol)]
-                                                     : std::string_view();
 }
 
 Config parseCsvConfig(std::string_view text, std::string_view source) {
@@ -315,36 +307,29 @@ Config parseRecommendationConfig(std::string_view text, std::string_view source)
     for (std::size_t i = 0; i < recommendation.rules.size(); ++i) {
       const RecommendationRule& in = recommendation.rules[i];
       const std::size_t number = i + 1;
-      // aggregator/transport[/wire]; the reader has checked the shape.
-      const std::string_view strategy = in.strategy;
-      const std::size_t first = strategy.find('/');
-      const std::string_view aggregator = strategy.substr(0, first);
-      std::string_view rest =
-          first == std::string_view::npos ? std::string_view() : strategy.substr(first + 1);
-      const std::size_t second = rest.find('/');
-      const std::string_view transport = rest.substr(0, second);
-      const std::string_view wire =
-          second == std::string_view::npos ? std::string_view() : rest.substr(second + 1);
-      if (!transport.starts_with("nccl.") || aggregator != "sum" || (!wire.empty() && wire != "native") ||
-          collectiveOf(in.api) != Collective::AllReduce || backendOf(in.api) != Backend::Nccl) {
+      // sum/nccl.*[/native] as written (the reader has checked the shape); other strategies are the agent's.
+      const std::optional<StrategyParts> parts = splitStrategyName(in.strategy);
+      const bool nccl_sum = parts && parts->aggregator == "sum" && parts->transport.starts_with("nccl.") &&
+                            (!parts->wire || *parts->wire == "native");
+      if (!nccl_sum || collectiveOf(in.api) != Collective::AllReduce || backendOf(in.api) != Backend::Nccl) {
         ++config.skipped_rules;
         continue;
       }
-      const std::string_view engine = transport.substr(5);
-      const std::size_t dot = engine.find('.');
-      const auto algorithm = lookUp(kAlgorithms, engine.substr(0, dot));
-      const auto protocol =
-          dot == std::string_view::npos ? std::optional<int>() : lookUp(kProtocols, engine.substr(dot + 1));
-      if (!algorithm || !protocol)
-        failWhole(source,
-                  fmt::format("rule {}: strategy {} names no NCCL algorithm and protocol", number, strategy),
-                  fmt::format("use sum/nccl.<{}>.<{}>", choices(kAlgorithms), choices(kProtocols)));
+      // Read as the agent reads it. An algorithm or protocol it does not know refuses the file rather
+      // than skipping the rule: the file meant NCCL to change.
+      const std::optional<StrategyName> strategy = parseStrategyName(in.strategy);
+      if (!strategy)
+        failWhole(
+            source,
+            fmt::format("rule {}: strategy {} names no NCCL algorithm and protocol", number, in.strategy),
+            fmt::format("use sum/nccl.<{}>.<{}>", choices(kNcclAlgoCount, ncclTunerAlgoName),
+                        choices(kNcclProtoCount, ncclTunerProtoName)));
       Rule rule;
       rule.collective = 4;  // ncclFuncAllReduce
       rule.min_bytes = static_cast<std::uint64_t>(in.min_bytes);
       rule.max_bytes = static_cast<std::uint64_t>(in.max_bytes);
-      rule.algorithm = *algorithm;
-      rule.protocol = *protocol;
+      rule.algorithm = strategy->algorithm;
+      rule.protocol = strategy->protocol;
       rule.ranks = in.world_size ? *in.world_size : kAny;
       rule.origin = static_cast<int>(number);
       candidates.push_back({rule, number, rule.ranks, in.dtype});

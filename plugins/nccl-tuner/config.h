@@ -91,11 +91,10 @@ struct ConfigSource {
 };
 std::optional<ConfigSource> configSourceFromEnvironment();
 
-// Names as accepted in files: collectives "broadcast", "reduce", "allgather", "reducescatter",
-// "allreduce"; algorithms and protocols in NVIDIA's example spelling ("collnet_direct", "ll128").
+// Collectives as named in files: "broadcast", "reduce", "allgather", "reducescatter", "allreduce".
+// Algorithms and protocols are read with parseNcclAlgo/parseNcclProto and written in NVIDIA's example
+// spelling, ncclTunerAlgoName/ncclTunerProtoName (common/types.h).
 std::string_view collectiveName(int collective);
-std::string_view algorithmName(int algorithm);
-std::string_view protocolName(int protocol);
 
 // The communicator a RuleIndex is built for.
 struct Topology {

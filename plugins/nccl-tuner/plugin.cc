@@ -1,4 +1,4 @@
-// libnccl-tuner-gradscope.so: NCCL's tuner interface (tuner_abi.h) over the rules of config.h, plus
+// libnccl-tuner-gradscope.so: NCCL's tuner interface (nccl_abi/tuner.h) over the rules of config.h, plus
 // explore mode and the extension functions of gradscope_tuner.h. docs/nccl-tuner-plugin.md explains
 // the behaviour; this file the mechanics.
 //
@@ -33,10 +33,14 @@
 
 #include "config.h"
 #include "gradscope/common/error.h"
+#include "gradscope/common/types.h"
 #include "gradscope_tuner.h"
-#include "tuner_abi.h"
+#include "nccl_abi/tuner.h"
 
 namespace gradscope::nccl_tuner {
+
+using namespace nccl_abi;
+
 namespace {
 
 constexpr int kSizeBuckets = 65;  // std::bit_width of a 64-bit byte count: 0..64
@@ -160,7 +164,7 @@ void warnOnce(const Context& context, std::uint32_t rule_index, Refusal refusal,
     logLine(
         context.log, NCCL_LOG_WARN,
         fmt::format("gradscope tuner: {} asks for {}/{} for {}, {}; NCCL keeps its own choice for such calls",
-                    state.origin(rule), algorithmName(rule.algorithm), protocolName(rule.protocol),
+                    state.origin(rule), ncclTunerAlgoName(rule.algorithm), ncclTunerProtoName(rule.protocol),
                     collectiveName(rule.collective), why));
   } catch (...) {
     // Formatting failed (out of memory): the message is lost, the call is not.

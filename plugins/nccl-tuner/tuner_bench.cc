@@ -14,11 +14,11 @@
 
 #include <benchmark/benchmark.h>
 
-#include "tuner_abi.h"
+#include "nccl_abi/tuner.h"
 
 namespace {
 
-using namespace gradscope::nccl_tuner;
+using namespace gradscope::nccl_abi;
 
 constexpr int kAlgos = NCCL_NUM_ALGORITHMS_V5;
 constexpr int kProtos = NCCL_NUM_PROTOCOLS_V5;

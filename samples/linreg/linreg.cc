@@ -342,8 +342,8 @@ int train(const Options& options, int rank, int world) {
   if (options.aggregator != Aggregator::Mean) {
     const std::string name = std::string(aggregatorName(options.aggregator)) + "/native";
     comm = gradscope::comm::mpiWorld();
-    strategy = gradscope::comm::makeStrategy(*gradscope::comm::parseStrategyName(name), *comm,
-                                             gradscope::DType::Fp32);
+    strategy =
+        gradscope::comm::makeStrategy(*gradscope::parseStrategyName(name), *comm, gradscope::DType::Fp32);
     strategy_text = strategy->name().text();
   }
 

@@ -142,8 +142,8 @@ int main(int argc, char** argv) {
     const bool adacons = rule.strategy.starts_with("adacons/");
     auto& strategy = strategies[{rule.strategy, adacons ? count : 0}];
     if (!strategy)
-      strategy = gradscope::comm::makeStrategy(*gradscope::comm::parseStrategyName(rule.strategy), *world,
-                                               DType::Fp32);
+      strategy =
+          gradscope::comm::makeStrategy(*gradscope::parseStrategyName(rule.strategy), *world, DType::Fp32);
     std::vector<float> out(input.size());
     if (in_place) {
       out = input;

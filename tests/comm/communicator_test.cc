@@ -33,8 +33,6 @@
 namespace gradscope::comm {
 namespace {
 
-using methods::WireFormat;
-
 Communicator* world_communicator = nullptr;
 
 Communicator& world() {
@@ -288,7 +286,7 @@ TEST(NarrowTypes, PlainCodeSumsAreExact) {
         std::vector<std::uint8_t> recv(send.size(), 0xAA);
         comm.allReduce(send.data(), in_place ? send.data() : recv.data(), count, element, ReduceOp::Sum);
         EXPECT_TRUE(sameBits(in_place ? send : recv, plainCodes(narrow.format, sum)))
-            << methods::name(narrow.format) << " count " << count << (in_place ? " in place" : "");
+            << name(narrow.format) << " count " << count << (in_place ? " in place" : "");
       }
 }
 
@@ -301,7 +299,7 @@ TEST(NarrowTypes, PlainFp8SumsSaturate) {
     const std::vector<std::uint8_t> expected = codes;
     comm.allReduce(codes.data(), codes.data(), codes.size(), Element{methods::wireDType(format)},
                    ReduceOp::Sum);
-    EXPECT_TRUE(sameBits(codes, expected)) << methods::name(format);
+    EXPECT_TRUE(sameBits(codes, expected)) << name(format);
   }
 }
 
@@ -453,7 +451,7 @@ TEST(ScaledBlocks, SumEqualsSomeOrderOfHostHops) {
             });
             mismatched += any ? 0 : 1;
           }
-          EXPECT_EQ(mismatched, 0u) << methods::name(format) << " block " << block << " count " << count
+          EXPECT_EQ(mismatched, 0u) << name(format) << " block " << block << " count " << count
                                     << (in_place ? " in place" : "");
         }
 }
@@ -662,13 +660,12 @@ TEST(HostLocalOps, ScaledBlocksMatchWireEncoding) {
             wrong += record[sizeof(float) + j] != (i < count ? codes[i] : 0);
           }
         }
-        EXPECT_EQ(wrong, 0u) << methods::name(format) << " block " << block << " count " << count;
+        EXPECT_EQ(wrong, 0u) << name(format) << " block " << block << " count " << count;
 
         std::vector<float> expected(count), decoded(count);
         methods::decode(format, codes.data(), scales.data(), count, expected.data(), 2.0f, block);
         ops->decodeScaledBlocks(format, out.data(), count, block, 2.0f, decoded.data());
-        EXPECT_TRUE(sameBits(decoded, expected))
-            << methods::name(format) << " block " << block << " count " << count;
+        EXPECT_TRUE(sameBits(decoded, expected)) << name(format) << " block " << block << " count " << count;
       }
   float value = 0;
   EXPECT_THROW(ops->encodeScaledBlocks(WireFormat::Fp16, &value, 1, 128, 1.0f, &value), Error);

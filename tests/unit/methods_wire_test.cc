@@ -983,6 +983,8 @@ TEST(WireParallel, EveryExecutorGivesTheSameBitsAndCounts) {
 
 namespace {
 
+using gradscope::WireFormat;
+
 TEST(WireFp16Encoders, HardwareAndSoftwareEncodersAgreeBitForBit) {
   using namespace gradscope::methods;
   // Every 4099th fp32 bit pattern (all exponents, NaNs, Infs, subnormals) plus a stretch that overflows.
@@ -1030,8 +1032,8 @@ struct Fp8Encoding {
   gradscope::methods::EncodeStats stats;
 };
 
-Fp8Encoding encodeWith(const char* kernels, gradscope::methods::WireFormat format,
-                       const std::vector<float>& in, float prescale, std::size_t block) {
+Fp8Encoding encodeWith(const char* kernels, gradscope::WireFormat format, const std::vector<float>& in,
+                       float prescale, std::size_t block) {
   using namespace gradscope::methods;
   Fp8Encoding result;
   result.codes.assign(in.size(), 0xAB);
@@ -1106,7 +1108,7 @@ std::vector<Code> randomCodes(std::size_t count, std::uint64_t seed) {
   return codes;
 }
 
-std::uint32_t referenceAdd(gradscope::methods::WireFormat format, std::uint32_t a, std::uint32_t b) {
+std::uint32_t referenceAdd(gradscope::WireFormat format, std::uint32_t a, std::uint32_t b) {
   using namespace gradscope::methods;
   switch (format) {
     case WireFormat::Fp16:
@@ -1126,7 +1128,7 @@ std::uint32_t referenceAdd(gradscope::methods::WireFormat format, std::uint32_t 
 }
 
 template <typename Code>
-std::size_t addCodesMismatches(gradscope::methods::WireFormat format, std::size_t count) {
+std::size_t addCodesMismatches(gradscope::WireFormat format, std::size_t count) {
   const std::vector<Code> in = randomCodes<Code>(count, 11);
   std::vector<Code> inout = randomCodes<Code>(count, 12);
   const std::vector<Code> before = inout;
@@ -1135,13 +1137,13 @@ std::size_t addCodesMismatches(gradscope::methods::WireFormat format, std::size_
   // (the compiler may commute the addition); the result must then be a NaN.
   const auto isNan = [format](std::uint32_t code) {
     switch (format) {
-      case gradscope::methods::WireFormat::Fp16:
+      case gradscope::WireFormat::Fp16:
         return std::isnan(gradscope::methods::fp16ToFp32(static_cast<std::uint16_t>(code)));
-      case gradscope::methods::WireFormat::Bf16:
+      case gradscope::WireFormat::Bf16:
         return std::isnan(gradscope::methods::bf16ToFp32(static_cast<std::uint16_t>(code)));
-      case gradscope::methods::WireFormat::Fp8E4M3:
+      case gradscope::WireFormat::Fp8E4M3:
         return std::isnan(gradscope::methods::fp8E4M3ToFp32(static_cast<std::uint8_t>(code)));
-      case gradscope::methods::WireFormat::Fp8E5M2:
+      case gradscope::WireFormat::Fp8E5M2:
         return std::isnan(gradscope::methods::fp8E5M2ToFp32(static_cast<std::uint8_t>(code)));
     }
     return false;

@@ -3,71 +3,41 @@
 #include "gradscope/tuner/exporters.h"
 
 #include <algorithm>
-#include <array>
 #include <bit>
-#include <cctype>
 #include <map>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "gradscope/common/strategy_name.h"
 #include "gradscope/common/units.h"
 
 namespace gradscope::tuner {
 namespace {
 
-// NCCL's example tuner (ext-tuner/example) names algorithms and protocols in lower case with
-// underscores, in the order of NCCL's enums (types.h ncclAlgoName); -1 in a column means "NCCL decides".
-constexpr std::array<std::string_view, kNcclAlgoCount> kTunerAlgorithms = {
-    "tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
-constexpr std::array<std::string_view, kNcclProtoCount> kTunerProtocols = {"ll", "ll128", "simple"};
-// Open MPI coll/tuned all-reduce algorithm ids (OMPI_MCA_coll_tuned_allreduce_algorithm).
-constexpr std::array<std::string_view, 6> kMpiAlgorithms = {
-    "basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner"};
-
-bool equalsIgnoringCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
+// The rule's strategy as the agent reads it; nullopt for a name the agent would refuse (a hand-made or
+// newer file), which no format can express either.
+std::optional<StrategyName> strategyOf(const RecommendationRule& rule) {
+  return parseStrategyName(rule.strategy);
 }
 
-struct Parts {
-  std::string aggregator, transport, wire;  // wire empty: the job's dtype
-};
-
-Parts split(std::string_view strategy) {
-  Parts parts;
-  const std::size_t first = strategy.find('/');
-  parts.aggregator = std::string(strategy.substr(0, first));
-  if (first == std::string_view::npos) return parts;
-  const std::string_view rest = strategy.substr(first + 1);
-  const std::size_t second = rest.find('/');
-  parts.transport = std::string(rest.substr(0, second));
-  if (second != std::string_view::npos && rest.substr(second + 1) != "native")
-    parts.wire = std::string(rest.substr(second + 1));
-  return parts;
+// nccl.<algo>.<proto> -> NCCL's algorithm and protocol codes; nullopt for other transports.
+std::optional<std::pair<int, int>> ncclEngine(const std::optional<StrategyName>& strategy) {
+  if (!strategy || strategy->transport != Transport::Engine || strategy->engine != Backend::Nccl)
+    return std::nullopt;
+  return std::pair{strategy->algorithm, strategy->protocol};
 }
 
-// nccl.<algo>.<proto> -> NCCL enum indexes; nullopt for other transports.
-std::optional<std::pair<int, int>> ncclEngine(const Parts& parts) {
-  if (!parts.transport.starts_with("nccl.")) return std::nullopt;
-  const std::string_view rest = std::string_view(parts.transport).substr(5);
-  const std::size_t dot = rest.find('.');
-  if (dot == std::string_view::npos) return std::nullopt;
-  std::optional<int> algorithm, protocol;
-  for (int i = 0; i < kNcclAlgoCount; ++i)
-    if (equalsIgnoringCase(rest.substr(0, dot), ncclAlgoName(i))) algorithm = i;
-  for (int i = 0; i < kNcclProtoCount; ++i)
-    if (equalsIgnoringCase(rest.substr(dot + 1), ncclProtoName(i))) protocol = i;
-  if (!algorithm || !protocol) return std::nullopt;
-  return std::pair{*algorithm, *protocol};
+// mpi.<algorithm> -> its coll_tuned_allreduce_algorithm value; nullopt for other transports.
+std::optional<int> mpiAlgorithm(const std::optional<StrategyName>& strategy) {
+  if (!strategy || strategy->transport != Transport::Engine || strategy->engine != Backend::Mpi)
+    return std::nullopt;
+  return strategy->algorithm;
 }
 
-std::optional<int> mpiAlgorithm(const Parts& parts) {
-  if (!parts.transport.starts_with("mpi.")) return std::nullopt;
-  const auto found = std::find(kMpiAlgorithms.begin(), kMpiAlgorithms.end(), parts.transport.substr(4));
-  if (found == kMpiAlgorithms.end()) return std::nullopt;
-  return static_cast<int>(found - kMpiAlgorithms.begin()) + 1;
+// A plain sum in the job's dtype: what an engine's environment variables can express.
+bool isPlainSum(const std::optional<StrategyName>& strategy) {
+  return strategy && strategy->aggregator == Aggregator::Sum && !strategy->wire;
 }
 
 std::string bytes(std::int64_t value) {
@@ -261,7 +231,7 @@ std::string formatNcclTuner(const Recommendation& recommendation, const Report& 
   };
   std::vector<Line> written;
   for (const auto& rule : recommendation.rules) {
-    const auto engine = ncclEngine(split(rule.strategy));
+    const auto engine = ncclEngine(strategyOf(rule));
     if (!engine || recommendation.backend != Backend::Nccl) continue;
     const auto conflict = std::find_if(written.begin(), written.end(), [&](const Line& line) {
       return line.min_bytes <= rule.max_bytes && rule.min_bytes <= line.max_bytes && line.engine != *engine;
@@ -275,8 +245,7 @@ std::string formatNcclTuner(const Recommendation& recommendation, const Report& 
     }
     written.push_back({rule.min_bytes, rule.max_bytes, *engine});
     out += fmt::format("allreduce,{},{},{},{},-1,-1,{}\n", rule.min_bytes, rule.max_bytes,
-                       kTunerAlgorithms[static_cast<std::size_t>(engine->first)],
-                       kTunerProtocols[static_cast<std::size_t>(engine->second)],
+                       ncclTunerAlgoName(engine->first), ncclTunerProtoName(engine->second),
                        rule.world_size ? std::to_string(*rule.world_size) : std::string("-1"));
     ++lines;
   }
@@ -299,11 +268,9 @@ std::string formatEnv(const Recommendation& recommendation, const Report& report
   std::vector<int> mpi;
   std::string comments;
   for (const auto& rule : recommendation.rules) {
-    const Parts parts = split(rule.strategy);
-    if (const auto engine = ncclEngine(parts); engine && parts.aggregator == "sum" && parts.wire.empty())
-      nccl.push_back(*engine);
-    else if (const auto algorithm = mpiAlgorithm(parts);
-             algorithm && parts.aggregator == "sum" && parts.wire.empty())
+    const auto strategy = strategyOf(rule);
+    if (const auto engine = ncclEngine(strategy); engine && isPlainSum(strategy)) nccl.push_back(*engine);
+    else if (const auto algorithm = mpiAlgorithm(strategy); algorithm && isPlainSum(strategy))
       mpi.push_back(*algorithm);
     else
       comments += fmt::format(
@@ -328,7 +295,7 @@ std::string formatEnv(const Recommendation& recommendation, const Report& report
     out += fmt::format(
         "OMPI_MCA_coll_tuned_use_dynamic_rules=1\nOMPI_MCA_coll_tuned_allreduce_algorithm={}\n", *algorithm);
     out += fmt::format("# {} for every all-reduce size, not only the rules' ranges\n",
-                       kMpiAlgorithms[static_cast<std::size_t>(*algorithm - 1)]);
+                       mpiAlgorithmName(*algorithm));
   } else if (!mpi.empty()) {
     out +=
         "# the rules choose different Open MPI algorithms by size: write a coll_tuned dynamic rules file "
@@ -347,16 +314,15 @@ std::string formatEnv(const Recommendation& recommendation, const Report& report
 std::string dominantWire(const Recommendation& recommendation, std::string& comments,
                          std::string_view comment) {
   std::map<std::string, std::int64_t> wires;
-  for (const auto& rule : recommendation.rules) {
-    const Parts parts = split(rule.strategy);
-    if (!parts.wire.empty()) wires[parts.wire] += 1;
-  }
+  for (const auto& rule : recommendation.rules)
+    if (const auto strategy = strategyOf(rule); strategy && strategy->wire)
+      wires[std::string(name(*strategy->wire))] += 1;
   std::string best;
   for (const auto& [wire, count] : wires)
     if (best.empty() || count > wires[best]) best = wire;
   for (const auto& rule : recommendation.rules) {
-    const Parts parts = split(rule.strategy);
-    if (parts.wire.empty() || parts.wire == best) continue;
+    const auto strategy = strategyOf(rule);
+    if (!strategy || !strategy->wire || name(*strategy->wire) == best) continue;
     comments += fmt::format("{} {}: {} not expressible here (one compression for all buckets)\n", comment,
                             range(rule), rule.strategy);
   }
@@ -380,9 +346,9 @@ std::string formatDdp(const Recommendation& recommendation, const Report& report
         "# {} on the wire has no DDP hook: use gradscope run --mode apply --recommendation FILE\n", wire);
   }
   for (const auto& rule : recommendation.rules) {
-    const Parts parts = split(rule.strategy);
-    if (!parts.wire.empty()) continue;
-    if (ncclEngine(parts)) {
+    const auto strategy = strategyOf(rule);
+    if (strategy && strategy->wire) continue;
+    if (ncclEngine(strategy)) {
       out += fmt::format(
           "# {}: {} is an NCCL algorithm and protocol, not a DDP setting: gradscope recommend --format "
           "nccl-tuner (NCCL's example tuner "
@@ -402,14 +368,15 @@ std::string formatDdp(const Recommendation& recommendation, const Report& report
 
 std::string formatTf(const Recommendation& recommendation, const Report& report) {
   std::string out = header("#", recommendation, report);
-  std::set<std::string> transports;
-  for (const auto& rule : recommendation.rules) transports.insert(split(rule.strategy).transport);
+  std::set<Transport> transports;
+  for (const auto& rule : recommendation.rules)
+    if (const auto strategy = strategyOf(rule)) transports.insert(strategy->transport);
   out += "import tensorflow as tf\n";
   // Only the transports TensorFlow has: reduce to one device (reduce_bcast) and hierarchical copy (hier).
-  if (transports.contains("reduce_bcast"))
+  if (transports.contains(Transport::ReduceBcast))
     out +=
         "strategy = tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.ReductionToOneDevice())\n";
-  else if (transports.contains("hier"))
+  else if (transports.contains(Transport::Hier))
     out +=
         "strategy = "
         "tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())\n";
@@ -423,8 +390,9 @@ std::string formatTf(const Recommendation& recommendation, const Report& report)
         "strategy.reduce / MultiWorkerMirroredStrategy(communication_options=options)\n",
         report.fusion->bucket_bytes);
   for (const auto& rule : recommendation.rules) {
-    const Parts parts = split(rule.strategy);
-    if (parts.transport != "reduce_bcast" && parts.transport != "hier")
+    const auto strategy = strategyOf(rule);
+    if (!strategy ||
+        (strategy->transport != Transport::ReduceBcast && strategy->transport != Transport::Hier))
       out += fmt::format(
           "# {}: {} has no tf.distribute setting; use gradscope run --mode apply --recommendation FILE\n",
           range(rule), rule.strategy);
@@ -435,28 +403,33 @@ std::string formatTf(const Recommendation& recommendation, const Report& report)
 
 std::string formatHorovod(const Recommendation& recommendation, const Report& report) {
   std::string out = header("#", recommendation, report);
-  std::set<std::string> aggregators, transports, wires;
+  std::set<Aggregator> aggregators;
+  std::set<Transport> transports;
+  std::set<WireFormat> wires;
   for (const auto& rule : recommendation.rules) {
-    const Parts parts = split(rule.strategy);
-    aggregators.insert(parts.aggregator);
-    transports.insert(parts.transport);
-    if (!parts.wire.empty()) wires.insert(parts.wire);
+    const auto strategy = strategyOf(rule);
+    if (!strategy) continue;
+    aggregators.insert(strategy->aggregator);
+    transports.insert(strategy->transport);
+    if (strategy->wire) wires.insert(*strategy->wire);
   }
   if (report.fusion) out += fmt::format("export HOROVOD_FUSION_THRESHOLD={}\n", report.fusion->bucket_bytes);
-  if (transports.contains("hier")) out += "export HOROVOD_HIERARCHICAL_ALLREDUCE=1\n";
+  if (transports.contains(Transport::Hier)) out += "export HOROVOD_HIERARCHICAL_ALLREDUCE=1\n";
   // Horovod compresses with fp16 only; bf16 and fp8 wire winners have no Horovod equivalent.
-  const bool fp16 = wires.contains("fp16") || wires.contains("bf16");
-  const bool adasum = aggregators.contains("adasum");
+  const bool fp16 = wires.contains(WireFormat::Fp16) || wires.contains(WireFormat::Bf16);
+  const bool adasum = aggregators.contains(Aggregator::AdaSum);
   out += "import horovod.torch as hvd\n";
   out += fmt::format(
       "optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(){}{})\n",
       fp16 ? ", compression=hvd.Compression.fp16" : "", adasum ? ", op=hvd.Adasum" : "");
-  if (wires.contains("bf16"))
+  if (wires.contains(WireFormat::Bf16))
     out += "# bf16 on the wire was recommended; Horovod offers fp16 compression only\n";
   for (const auto& rule : recommendation.rules) {
-    const Parts parts = split(rule.strategy);
-    const bool expressed = parts.transport == "hier" || parts.aggregator == "adasum" ||
-                           (parts.transport == "native" && (parts.wire == "fp16" || parts.wire == "bf16"));
+    const auto strategy = strategyOf(rule);
+    const bool expressed =
+        strategy && (strategy->transport == Transport::Hier || strategy->aggregator == Aggregator::AdaSum ||
+                     (strategy->transport == Transport::Native &&
+                      (strategy->wire == WireFormat::Fp16 || strategy->wire == WireFormat::Bf16)));
     if (!expressed)
       out += fmt::format(
           "# {}: {} has no Horovod setting; use gradscope run --mode apply --recommendation FILE\n",

@@ -3,8 +3,6 @@
 #include "gradscope/tuner/recommend.h"
 
 #include <algorithm>
-#include <array>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -15,36 +13,12 @@
 #include <fmt/format.h>
 
 #include "gradscope/common/error.h"
+#include "gradscope/common/strategy_name.h"
 #include "gradscope/common/units.h"
 #include "gradscope/common/version.h"
 
 namespace gradscope::tuner {
 namespace {
-
-constexpr std::array<std::string_view, 6> kMpiAlgorithms = {
-    "basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner"};
-
-bool equalsIgnoringCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-bool isKnownTransport(std::string_view text) {
-  if (text == "native" || text == "rs_ag" || text == "reduce_bcast" || text == "hier") return true;
-  if (text.starts_with("mpi."))
-    return std::find(kMpiAlgorithms.begin(), kMpiAlgorithms.end(), text.substr(4)) != kMpiAlgorithms.end();
-  if (!text.starts_with("nccl.")) return false;
-  const std::string_view rest = text.substr(5);
-  const std::size_t dot = rest.find('.');
-  if (dot == std::string_view::npos) return false;
-  bool algorithm = false, protocol = false;
-  for (int i = 0; i < kNcclAlgoCount; ++i)
-    algorithm |= equalsIgnoringCase(rest.substr(0, dot), ncclAlgoName(i));
-  for (int i = 0; i < kNcclProtoCount; ++i)
-    protocol |= equalsIgnoringCase(rest.substr(dot + 1), ncclProtoName(i));
-  return algorithm && protocol;
-}
 
 bool isReduction(Api api) {
   return api == Api::MpiAllreduce || api == Api::MpiIallreduce || api == Api::NcclAllReduce;
@@ -130,17 +104,7 @@ std::string joined(const std::set<std::string>& names) {
 }  // namespace
 
 bool isKnownStrategy(std::string_view strategy) {
-  const std::size_t first = strategy.find('/');
-  if (first == std::string_view::npos) return false;
-  const std::string_view aggregator = strategy.substr(0, first);
-  const std::string_view rest = strategy.substr(first + 1);
-  const std::size_t second = rest.find('/');
-  const std::string_view transport = rest.substr(0, second);
-  if (aggregator != "sum" && aggregator != "adacons" && aggregator != "adasum") return false;
-  if (!isKnownTransport(transport)) return false;
-  if (second == std::string_view::npos) return true;
-  const std::string_view wire = rest.substr(second + 1);
-  return wire == "native" || wire == "fp16" || wire == "bf16" || wire == "fp8e4m3" || wire == "fp8e5m2";
+  return parseStrategyName(strategy).has_value();
 }
 
 Inputs readInputs(const std::vector<std::string>& paths) {

@@ -187,7 +187,7 @@ void checkStrategyNames(const std::vector<std::string>& names, Backend backend) 
           text);
     if (!local_name) {
       std::string why;
-      if (!comm::parseStrategyName(text, &why)) throw Error(why);
+      if (!parseStrategyName(text, &why)) throw Error(why);
     }
     if (backend == Backend::Local && !local_name)
       fail("{} is a distributed strategy; run it with --backend mpi or nccl", text);

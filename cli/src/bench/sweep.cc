@@ -153,7 +153,7 @@ double gigabytesPerSecond(double bytes, double microseconds) {
 
 struct PreparedStrategy {
   std::string text;
-  comm::StrategyName name;
+  StrategyName name;
   std::unique_ptr<comm::Strategy> strategy;
 };
 
@@ -167,7 +167,7 @@ void agreeOnFailure(comm::Communicator& comm, const std::string& error) {
   throw BenchError(here ? error : "another rank failed", here);
 }
 
-std::unique_ptr<comm::Strategy> makeAgreedStrategy(comm::Communicator& comm, const comm::StrategyName& name,
+std::unique_ptr<comm::Strategy> makeAgreedStrategy(comm::Communicator& comm, const StrategyName& name,
                                                    DType dtype) {
   std::unique_ptr<comm::Strategy> strategy;
   std::string error;
@@ -257,11 +257,11 @@ SizeData prepareSize(comm::Communicator& comm, DType dtype, std::size_t count, b
   return data;
 }
 
-const std::vector<double>& referenceFor(const References& refs, comm::Aggregator aggregator) {
+const std::vector<double>& referenceFor(const References& refs, Aggregator aggregator) {
   switch (aggregator) {
-    case comm::Aggregator::AdaCons: return refs.adacons;
-    case comm::Aggregator::AdaSum: return refs.adasum;
-    case comm::Aggregator::Sum: break;
+    case Aggregator::AdaCons: return refs.adacons;
+    case Aggregator::AdaSum: return refs.adasum;
+    case Aggregator::Sum: break;
   }
   return refs.sum;
 }
@@ -345,9 +345,9 @@ CommSweep::CommSweep(comm::Communicator& comm, const BenchOptions& options,
     : impl_(std::make_unique<Impl>(Impl{comm, options, {}})) {
   for (const auto& text : strategies) {
     // Names were validated by selectStrategies on every rank alike.
-    auto name = *comm::parseStrategyName(text);
-    impl_->any_adacons = impl_->any_adacons || name.aggregator == comm::Aggregator::AdaCons;
-    impl_->any_adasum = impl_->any_adasum || name.aggregator == comm::Aggregator::AdaSum;
+    auto name = *parseStrategyName(text);
+    impl_->any_adacons = impl_->any_adacons || name.aggregator == Aggregator::AdaCons;
+    impl_->any_adasum = impl_->any_adasum || name.aggregator == Aggregator::AdaSum;
     auto strategy = makeAgreedStrategy(comm, name, options.dtype);
     impl_->prepared.push_back({text, std::move(name), std::move(strategy)});
   }
@@ -403,8 +403,7 @@ void CommSweep::run(const PointCallback& on_point) {
         // AdaCons keeps momentum across calls; a fresh instance's first call is what the reference
         // (fresh state) computes.
         std::unique_ptr<comm::Strategy> fresh;
-        if (entry.name.aggregator == comm::Aggregator::AdaCons)
-          fresh = makeAgreedStrategy(comm, entry.name, dtype);
+        if (entry.name.aggregator == Aggregator::AdaCons) fresh = makeAgreedStrategy(comm, entry.name, dtype);
         comm::Strategy& checked = fresh ? *fresh : *entry.strategy;
         local.upload(send.get(), random.data(), bytes);
         local.fillZero(recv.get(), bytes);

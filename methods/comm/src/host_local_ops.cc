@@ -21,7 +21,6 @@ namespace {
 
 using methods::CpuExecutor;
 using methods::EncodeStats;
-using methods::WireFormat;
 
 // Host buffers are aligned for the widest vector loads of the kernels (and a cache line).
 constexpr std::size_t kAlignment = 64;
@@ -37,8 +36,7 @@ void addStats(EncodeStats& into, const EncodeStats& from) {
 }
 
 void checkFp8(WireFormat format, std::size_t block, const char* what) {
-  if (!methods::isFp8(format))
-    fail("{}: scaled blocks need an fp8 format, not {}", what, methods::name(format));
+  if (!methods::isFp8(format)) fail("{}: scaled blocks need an fp8 format, not {}", what, name(format));
   if (block == 0) fail("{}: block must be at least 1", what);
 }
 

@@ -47,8 +47,6 @@
 namespace gradscope::comm {
 namespace {
 
-using methods::WireFormat;
-
 [[noreturn]] void mpiFail(std::string_view what, int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;

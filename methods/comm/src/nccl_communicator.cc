@@ -49,7 +49,6 @@ namespace {
 namespace cuda = methods::cuda;
 using detail::checkCuda;
 using detail::checkNccl;
-using methods::WireFormat;
 
 void freeDevice(void* data) {
   cudaFree(data);

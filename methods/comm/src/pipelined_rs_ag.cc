@@ -22,7 +22,7 @@ T* sized(std::vector<T>& buffer, std::size_t count) {
 }  // namespace
 
 struct PipelinedRsAg::Wire {
-  methods::WireFormat format;
+  WireFormat format;
   std::size_t block = 0;  // fp8: elements per scaled-block record; 0 for 2-byte codes
   Element element;        // what the exchange moves: codes or records
 };
@@ -58,8 +58,8 @@ void PipelinedRsAg::sum(const float* send, float* recv, std::size_t count) {
   run(send, recv, count, nullptr);
 }
 
-methods::EncodeStats PipelinedRsAg::sumOnWire(methods::WireFormat format, std::size_t fp8_block,
-                                              const float* send, float* recv, std::size_t count) {
+methods::EncodeStats PipelinedRsAg::sumOnWire(WireFormat format, std::size_t fp8_block, const float* send,
+                                              float* recv, std::size_t count) {
   Wire wire{.format = format, .block = methods::isFp8(format) ? fp8_block : 0, .element = {}};
   if (methods::isFp8(format) && fp8_block == 0)
     fail("rs_ag: the fp8 scaling block must be at least 1 element");

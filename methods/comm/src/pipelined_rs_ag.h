@@ -38,8 +38,8 @@ class PipelinedRsAg {
 
   // The same with `format` on the wire (fp8: scaled blocks of `fp8_block` elements). Returns this
   // rank's encode of its input (RunStats::wire).
-  methods::EncodeStats sumOnWire(methods::WireFormat format, std::size_t fp8_block, const float* send,
-                                 float* recv, std::size_t count);
+  methods::EncodeStats sumOnWire(WireFormat format, std::size_t fp8_block, const float* send, float* recv,
+                                 std::size_t count);
 
   // Bytes of fp32 input per chunk.
   static constexpr std::size_t kChunkBytes = 512 * 1024;

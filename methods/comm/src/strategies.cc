@@ -54,7 +54,7 @@ bool isSumDType(DType dtype) {
 
 // How a wire precision travels on `comm`: fp16/bf16 as 2-byte codes; fp8 as scaled-block records where
 // the backend can reduce them (MPI), else as plain codes under one scale per buffer (NCCL's fp8 types).
-Element wireElement(const Communicator& comm, methods::WireFormat format, std::size_t fp8_block) {
+Element wireElement(const Communicator& comm, WireFormat format, std::size_t fp8_block) {
   const bool scaled_blocks = methods::isFp8(format) && comm.supportsScaledBlocks();
   return Element{methods::wireDType(format), scaled_blocks ? fp8_block : 0};
 }
@@ -183,8 +183,7 @@ class SumStrategy final : public Strategy {
   // transport sums the codes (rounding to the wire type at every hop), and the result is decoded with
   // postscale N. The transport runs in place on one wire buffer. rs_ag on the host does the same chunk
   // by chunk, the conversions fused into its pipeline (pipelined_rs_ag.h).
-  [[gnu::noinline]] RunStats runOnWire(methods::WireFormat format, const float* send, float* recv,
-                                       std::size_t count) {
+  [[gnu::noinline]] RunStats runOnWire(WireFormat format, const float* send, float* recv, std::size_t count) {
     LocalOps& local = comm_.local();
     const auto ranks = static_cast<float>(comm_.size());
     const float prescale = 1.0f / ranks;
@@ -221,7 +220,7 @@ class SumStrategy final : public Strategy {
   // the block's largest |x · prescale|, so the input is encoded as one block with A · N appended: that
   // element's v is A (to an ulp), above every other |x| / N, on every rank, hence the same scale
   // everywhere; its own code is not sent. `codes` has room for count + 1; the scale goes to scale_.
-  methods::EncodeStats encodeWithAgreedScale(methods::WireFormat format, const float* send, std::size_t count,
+  methods::EncodeStats encodeWithAgreedScale(WireFormat format, const float* send, std::size_t count,
                                              float prescale, void* codes) {
     LocalOps& local = comm_.local();
     const auto amax = static_cast<float>(comm_.allReduceMax(local.finiteAmax(send, count)));
@@ -462,7 +461,7 @@ std::vector<StrategyName> applicableStrategies(const Communicator& comm, DType d
   std::vector<StrategyName> names;
   if (!isSumDType(dtype) || !comm.supports(Element{dtype}, ReduceOp::Sum)) return names;
   const auto add = [&names](Aggregator aggregator, Transport transport,
-                            std::optional<methods::WireFormat> wire = std::nullopt) -> StrategyName& {
+                            std::optional<WireFormat> wire = std::nullopt) -> StrategyName& {
     StrategyName& name = names.emplace_back();
     name.aggregator = aggregator;
     name.transport = transport;
@@ -475,7 +474,7 @@ std::vector<StrategyName> applicableStrategies(const Communicator& comm, DType d
   if (dtype == DType::Fp32) {
     const std::size_t block = StrategyOptions{}.fp8_block;
     for (Transport transport : kTransports)
-      for (methods::WireFormat format : methods::kWireFormats)
+      for (WireFormat format : kWireFormats)
         if (comm.supports(wireElement(comm, format, block), ReduceOp::Sum))
           add(Aggregator::Sum, transport, format);
   }

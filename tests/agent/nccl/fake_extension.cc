@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "extension.h"
-#include "nccl_abi.h"
+#include "nccl_types.h"
 
 using namespace gradscope;
 using namespace gradscope::agent;

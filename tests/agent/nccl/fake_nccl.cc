@@ -1,7 +1,7 @@
 // libgradscope-fake-nccl.so: a one-rank NCCL on host memory, for testing the agent's NCCL interposer on
 // machines without a GPU. Like libnccl.so.2 it exports every API function of agent/src/nccl_functions.def
 // twice, as a strong pncclX (the implementation) and a weak ncclX alias, with NCCL 2.28's signatures
-// (nccl_abi.h, checked against nccl.h by agent/src/abi_check.cc).
+// (nccl_abi/nccl.h, checked against nccl.h by nccl_abi/abi_check.cc).
 //
 // Semantics: communicators have one rank (ncclCommInitAll and ncclCommSplit included), so every
 // collective copies its send buffer to its receive buffer. Inside ncclGroupStart/End the calls are
@@ -14,7 +14,7 @@
 // GRADSCOPE_FAKE_KERNEL_NS nanoseconds (default 1 ms) on its stream.
 //
 // Profiler plugin: loaded and driven the way NCCL 2.28 does (src/plugin/profiler.cc; declarations in
-// plugins/nccl-profiler/profiler_abi.h). NCCL_PROFILER_PLUGIN names it ("none" disables it; unset:
+// nccl_abi/include/nccl_abi/profiler.h). NCCL_PROFILER_PLUGIN names it ("none" disables it; unset:
 // libnccl-profiler.so): dlopen of the name as given, then of libnccl-profiler-<name>.so; ncclProfiler_v5,
 // else ncclProfiler_v4 (GRADSCOPE_FAKE_PROFILER_V4=1 skips v5). Loaded at every communicator's creation
 // (reference counted; dlclosed at the last finalize), init per communicator with commHash = FNV-1a of
@@ -27,7 +27,7 @@
 // proxy work, then finalizes the context.
 //
 // Tuner plugin: loaded and driven the way NCCL 2.28 does (src/plugin/tuner.cc, src/plugin/plugin_open.cc,
-// ncclGetAlgoInfo in src/enqueue.cc and topoGetAlgoInfo; declarations in plugins/nccl-tuner/tuner_abi.h).
+// ncclGetAlgoInfo in src/enqueue.cc and topoGetAlgoInfo; declarations in nccl_abi/include/nccl_abi/tuner.h).
 // At every communicator's creation, NCCL_TUNER_PLUGIN is read ("none" disables; unset:
 // libnccl-tuner.so): dlopen of the value as given, then — when it has no '/' and is not already a
 // lib*.so name — of libnccl-tuner-<name>.so; ncclTunerPlugin_v5, else _v4, else _v3
@@ -43,7 +43,7 @@
 // nBytes as NCCL sizes the operation and *nChannels = 0. The choice is the smallest entry >= 0, the first
 // in algorithm-major order on ties; channels are *nChannels when the tuner set it > 0 (at most 32,
 // NCCL's MAXCHANNELS), else fakeChoice's. A getCollInfo error leaves the call to the default table (the
-// contract of tuner_abi.h); a table with no usable entry fails the launch with ncclInternalError, like
+// contract of nccl_abi/tuner.h); a table with no usable entry fails the launch with ncclInternalError, like
 // NCCL's "no algorithm/protocol available". finalize (destroy before v5) at ncclCommDestroy/Abort.
 // Without a tuner, or with one that leaves the table alone, every choice is fakeChoice's (check_nccl.py's
 // fake_choice mirrors it). The logger given to both plugins prints NCCL-style lines
@@ -73,13 +73,11 @@
 #include <thread>
 #include <vector>
 
-#include "nccl_abi.h"
-#include "profiler_abi.h"
-#include "tuner_abi.h"
+#include "nccl_abi/profiler.h"
+#include "nccl_abi/tuner.h"
+#include "nccl_types.h"
 
 using namespace gradscope::agent::nccl;
-namespace prof = gradscope::nccl_profiler;
-namespace tun = gradscope::nccl_tuner;
 
 struct gradscope::agent::nccl::ncclComm {
   int nranks = 1;
@@ -87,7 +85,7 @@ struct gradscope::agent::nccl::ncclComm {
   int device = 0;
   std::uint64_t hash = 0;     // NCCL's commHash
   void* profiler = nullptr;   // the plugin's context (nullptr: none, or its init failed)
-  std::uint64_t seq[5] = {};  // NCCL's comm->seqNumber, per function (profiler_abi.h)
+  std::uint64_t seq[5] = {};  // NCCL's comm->seqNumber, per function (nccl_abi/profiler.h)
   int tuner_version = 0;      // 5, 4 or 3: the loaded tuner's table this communicator uses; 0: none
   void* tuner = nullptr;      // the tuner's context (comm->tunerContext)
 };
@@ -219,9 +217,12 @@ void ncclDebugLog(int level, unsigned long flags, const char* file, int line, co
   std::fflush(stderr);
 }
 
-// The same function as the tuner interface types it (an enum instead of an int: the same ABI).
-void tunerLogger(tun::ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
-                 const char* fmt, ...) {
+#define FAKE_INFO(flags, ...) ncclDebugLog(3, (flags), __FILE__, __LINE__, __VA_ARGS__)
+#define FAKE_WARN(...) ncclDebugLog(2, 0, __FILE__, __LINE__, __VA_ARGS__)
+
+// The logger NCCL hands both plugins (nccl_abi/nccl.h's ncclDebugLogger_t).
+void pluginLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* fmt,
+                  ...) {
   char message[1024];
   va_list args;
   va_start(args, fmt);
@@ -230,26 +231,14 @@ void tunerLogger(tun::ncclDebugLogLevel level, unsigned long flags, const char* 
   ncclDebugLog(static_cast<int>(level), flags, file, line, "%s", message);
 }
 
-#define FAKE_INFO(flags, ...) ncclDebugLog(3, (flags), __FILE__, __LINE__, __VA_ARGS__)
-#define FAKE_WARN(...) ncclDebugLog(2, 0, __FILE__, __LINE__, __VA_ARGS__)
-
-void pluginLogger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
-  char message[1024];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(message, sizeof message, fmt, args);
-  va_end(args);
-  ncclDebugLog(level, flags, file, line, "%s", message);
-}
-
 // The loaded plugin, as one v5 table (a v4 plugin's functions are called through adapters below).
 struct Plugin {
   std::mutex mutex;
   void* library = nullptr;
   int references = 0;
   bool failed = false;  // tried and not found: NCCL does not retry
-  prof::ncclProfiler_v5_t* v5 = nullptr;
-  prof::ncclProfiler_v4_t* v4 = nullptr;
+  ncclProfiler_v5_t* v5 = nullptr;
+  ncclProfiler_v4_t* v4 = nullptr;
   int mask = 0;  // NCCL's process-wide ncclProfilerEventMask
 } g_plugin;
 
@@ -271,9 +260,9 @@ void profilerInit(ncclComm_t comm) {
     if (g_plugin.library != nullptr) {
       const char* v4_only = std::getenv("GRADSCOPE_FAKE_PROFILER_V4");
       if (v4_only == nullptr || std::strcmp(v4_only, "1") != 0)
-        g_plugin.v5 = static_cast<prof::ncclProfiler_v5_t*>(dlsym(g_plugin.library, "ncclProfiler_v5"));
+        g_plugin.v5 = static_cast<ncclProfiler_v5_t*>(dlsym(g_plugin.library, "ncclProfiler_v5"));
       if (g_plugin.v5 == nullptr)
-        g_plugin.v4 = static_cast<prof::ncclProfiler_v4_t*>(dlsym(g_plugin.library, "ncclProfiler_v4"));
+        g_plugin.v4 = static_cast<ncclProfiler_v4_t*>(dlsym(g_plugin.library, "ncclProfiler_v4"));
     }
     if (g_plugin.v5 == nullptr && g_plugin.v4 == nullptr) {
       if (g_plugin.library != nullptr) dlclose(g_plugin.library);
@@ -296,17 +285,17 @@ int profilerMask() {
 }
 
 // The fake's events, converted for a v4 plugin when that is what was loaded.
-void startEvent(void* context, void** handle, prof::ncclProfilerEventDescr_v5_t& d) {
+void startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_t& d) {
   *handle = nullptr;
   if (g_plugin.v5 != nullptr) {
     g_plugin.v5->startEvent(context, handle, &d);
     return;
   }
-  prof::ncclProfilerEventDescr_v4_t v4{};
+  ncclProfilerEventDescr_v4_t v4{};
   v4.type = static_cast<std::uint8_t>(d.type);
-  v4.parentObj = d.type == prof::ncclProfileColl ? d.coll.parentGroup : d.parentObj;
+  v4.parentObj = d.type == ncclProfileColl ? d.coll.parentGroup : d.parentObj;
   v4.rank = d.rank;
-  if (d.type == prof::ncclProfileColl) {
+  if (d.type == ncclProfileColl) {
     v4.coll.seqNumber = d.coll.seqNumber;
     v4.coll.func = d.coll.func;
     v4.coll.sendBuff = d.coll.sendBuff;
@@ -318,10 +307,10 @@ void startEvent(void* context, void** handle, prof::ncclProfilerEventDescr_v5_t&
     v4.coll.nWarps = d.coll.nWarps;
     v4.coll.algo = d.coll.algo;
     v4.coll.proto = d.coll.proto;
-  } else if (d.type == prof::ncclProfileProxyOp) {
+  } else if (d.type == ncclProfileProxyOp) {
     v4.proxyOp.pid = d.proxyOp.pid;
     v4.proxyOp.channelId = d.proxyOp.channelId;
-  } else if (d.type == prof::ncclProfileKernelCh) {
+  } else if (d.type == ncclProfileKernelCh) {
     v4.kernelCh.channelId = d.kernelCh.channelId;
     v4.kernelCh.pTimer = d.kernelCh.pTimer;
   }
@@ -334,14 +323,14 @@ void stopEvent(void* handle) {
 }
 void kernelStop(void* handle, std::uint64_t timer) {
   if (handle == nullptr) return;
-  prof::ncclProfilerEventStateArgs_v5_t args{};
+  ncclProfilerEventStateArgs_v5_t args{};
   args.kernelCh.pTimer = timer;
   if (g_plugin.v5 != nullptr) {
-    g_plugin.v5->recordEventState(handle, prof::ncclProfilerKernelChStop, &args);
+    g_plugin.v5->recordEventState(handle, ncclProfilerKernelChStop, &args);
   } else {
-    prof::ncclProfilerEventStateArgs_v4_t v4{};
+    ncclProfilerEventStateArgs_v4_t v4{};
     v4.kernelCh.pTimer = timer;
-    g_plugin.v4->recordEventState(handle, prof::ncclProfilerKernelChStop, &v4);
+    g_plugin.v4->recordEventState(handle, ncclProfilerKernelChStop, &v4);
   }
 }
 
@@ -396,9 +385,9 @@ class Proxy {
   static void children(const Work& work) {
     for (int channel = 0; channel < work.channels; ++channel) {
       void* op = nullptr;
-      if ((work.mask & prof::ncclProfileProxyOp) != 0) {
-        prof::ncclProfilerEventDescr_v5_t d{};
-        d.type = prof::ncclProfileProxyOp;
+      if ((work.mask & ncclProfileProxyOp) != 0) {
+        ncclProfilerEventDescr_v5_t d{};
+        d.type = ncclProfileProxyOp;
         d.parentObj = work.coll;
         d.rank = work.rank;
         d.proxyOp.pid = getpid();
@@ -406,9 +395,9 @@ class Proxy {
         d.proxyOp.nSteps = 8;
         startEvent(work.context, &op, d);
       }
-      if ((work.mask & prof::ncclProfileKernelCh) != 0) {
-        prof::ncclProfilerEventDescr_v5_t d{};
-        d.type = prof::ncclProfileKernelCh;
+      if ((work.mask & ncclProfileKernelCh) != 0) {
+        ncclProfilerEventDescr_v5_t d{};
+        d.type = ncclProfileKernelCh;
         d.parentObj = work.coll;
         d.rank = work.rank;
         d.kernelCh.channelId = static_cast<std::uint8_t>(channel);
@@ -452,24 +441,24 @@ void profilerFinalize(ncclComm_t comm) {
 // ---- the tuner plugin and the choice of algorithm, protocol and channels ---------------------------------
 
 // What the fake "chooses" for a collective of `bytes` (NCCL's nBytes) when no tuner steers it
-// (check_nccl.py's fake_choice mirrors it). Indexes of tuner_abi.h.
+// (check_nccl.py's fake_choice mirrors it). Indexes of nccl_abi/tuner.h.
 struct Choice {
   int algo;
   int proto;
   int channels;
 };
 Choice fakeChoice(std::size_t bytes) {
-  if (bytes <= 1024) return {tun::NCCL_ALGO_TREE, tun::NCCL_PROTO_LL, 1};
-  if (bytes <= 8192) return {tun::NCCL_ALGO_RING, tun::NCCL_PROTO_LL128, 2};
-  return {tun::NCCL_ALGO_RING, tun::NCCL_PROTO_SIMPLE, 4};
+  if (bytes <= 1024) return {NCCL_ALGO_TREE, NCCL_PROTO_LL, 1};
+  if (bytes <= 8192) return {NCCL_ALGO_RING, NCCL_PROTO_LL128, 2};
+  return {NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, 4};
 }
 
 // The names NCCL 2.28 gives the profiler (ncclAlgoToString, ncclProtoToString).
-constexpr const char* kAlgoNames[tun::NCCL_NUM_ALGORITHMS_V5] = {
+constexpr const char* kAlgoNames[NCCL_NUM_ALGORITHMS_V5] = {
     "TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"};
-constexpr const char* kProtoNames[tun::NCCL_NUM_PROTOCOLS_V5] = {"LL", "LL128", "SIMPLE"};
-constexpr int kNumAlgo = tun::NCCL_NUM_ALGORITHMS_V5;
-constexpr int kNumProto = tun::NCCL_NUM_PROTOCOLS_V5;
+constexpr const char* kProtoNames[NCCL_NUM_PROTOCOLS_V5] = {"LL", "LL128", "SIMPLE"};
+constexpr int kNumAlgo = NCCL_NUM_ALGORITHMS_V5;
+constexpr int kNumProto = NCCL_NUM_PROTOCOLS_V5;
 constexpr int kMaxChannels = 32;  // NCCL's MAXCHANNELS
 
 using CostTable = float[kNumAlgo][kNumProto];
@@ -514,11 +503,11 @@ void costTable(std::size_t bytes, CostTable& table) {
   static const unsigned algos = allowedMask("NCCL_ALGO", kAlgoNames, kNumAlgo, kAlgoAliases);
   static const unsigned protos = allowedMask("NCCL_PROTO", kProtoNames, kNumProto, kProtoAliases);
   for (auto& row : table)
-    for (float& entry : row) entry = tun::NCCL_ALGO_PROTO_IGNORE;
+    for (float& entry : row) entry = NCCL_ALGO_PROTO_IGNORE;
   const Choice choice = fakeChoice(bytes);
   const int chosen = choice.algo * kNumProto + choice.proto;
   const float base = 1.0f + static_cast<float>(bytes) / 1e6f;
-  for (const int algo : {tun::NCCL_ALGO_TREE, tun::NCCL_ALGO_RING})
+  for (const int algo : {NCCL_ALGO_TREE, NCCL_ALGO_RING})
     for (int proto = 0; proto < kNumProto; ++proto)
       if ((algos & (1u << algo)) != 0 && (protos & (1u << proto)) != 0)
         table[algo][proto] = base + static_cast<float>(std::abs(algo * kNumProto + proto - chosen));
@@ -545,9 +534,9 @@ struct Tuner {
   int references = 0;
   bool failed = false;  // a load failed: NCCL never tries again in this process
   int version = 0;
-  const tun::ncclTuner_v5_t* v5 = nullptr;
-  const tun::ncclTuner_v4_t* v4 = nullptr;
-  const tun::ncclTuner_v3_t* v3 = nullptr;
+  const ncclTuner_v5_t* v5 = nullptr;
+  const ncclTuner_v4_t* v4 = nullptr;
+  const ncclTuner_v3_t* v3 = nullptr;
 } g_tuner;
 
 // plugin_open.cc openPluginLib: the name as given (unset or empty: libnccl-tuner.so), then, for a bare
@@ -585,11 +574,11 @@ bool loadTuner() {
   }
   const char* only = std::getenv("GRADSCOPE_FAKE_TUNER_VERSION");
   const int newest = only != nullptr && *only != '\0' ? std::atoi(only) : 5;
-  if (newest >= 5) g_tuner.v5 = static_cast<const tun::ncclTuner_v5_t*>(dlsym(library, "ncclTunerPlugin_v5"));
+  if (newest >= 5) g_tuner.v5 = static_cast<const ncclTuner_v5_t*>(dlsym(library, "ncclTunerPlugin_v5"));
   if (g_tuner.v5 == nullptr && newest >= 4)
-    g_tuner.v4 = static_cast<const tun::ncclTuner_v4_t*>(dlsym(library, "ncclTunerPlugin_v4"));
+    g_tuner.v4 = static_cast<const ncclTuner_v4_t*>(dlsym(library, "ncclTunerPlugin_v4"));
   if (g_tuner.v5 == nullptr && g_tuner.v4 == nullptr && newest >= 3)
-    g_tuner.v3 = static_cast<const tun::ncclTuner_v3_t*>(dlsym(library, "ncclTunerPlugin_v3"));
+    g_tuner.v3 = static_cast<const ncclTuner_v3_t*>(dlsym(library, "ncclTunerPlugin_v3"));
   g_tuner.version = g_tuner.v5 != nullptr ? 5 : g_tuner.v4 != nullptr ? 4 : g_tuner.v3 != nullptr ? 3 : 0;
   if (g_tuner.version == 0) {
     if (name != nullptr) FAKE_WARN("External tuner plugin %s is unsupported", name);
@@ -626,18 +615,18 @@ ncclResult_t tunerInit(ncclComm_t comm) {
   if (!loadTuner()) return ncclSuccess;
   ++g_tuner.references;
   comm->tuner_version = g_tuner.version;
-  tun::ncclResult_t rc = tun::ncclSuccess;
+  ncclResult_t rc = ncclSuccess;
   const auto ranks = static_cast<std::size_t>(comm->nranks);
   if (g_tuner.v5 != nullptr) {
-    tun::ncclNvlDomainInfo_v5_t nvl{1, comm->nranks, comm->nranks};
-    tun::ncclTunerConstants_v5_t constants{};  // NCCL's cost-model constants; the fake has no model to feed
-    rc = g_tuner.v5->init(&comm->tuner, comm->hash, ranks, 1, tunerLogger, &nvl, &constants);
+    ncclNvlDomainInfo_v5_t nvl{1, comm->nranks, comm->nranks};
+    ncclTunerConstants_v5_t constants{};  // NCCL's cost-model constants; the fake has no model to feed
+    rc = g_tuner.v5->init(&comm->tuner, comm->hash, ranks, 1, pluginLogger, &nvl, &constants);
   } else if (g_tuner.v4 != nullptr) {
-    rc = g_tuner.v4->init(ranks, 1, tunerLogger, &comm->tuner);
+    rc = g_tuner.v4->init(ranks, 1, pluginLogger, &comm->tuner);
   } else {
-    rc = g_tuner.v3->init(ranks, 1, tunerLogger, &comm->tuner);
+    rc = g_tuner.v3->init(ranks, 1, pluginLogger, &comm->tuner);
   }
-  if (rc == tun::ncclSuccess) return ncclSuccess;
+  if (rc == ncclSuccess) return ncclSuccess;
   FAKE_WARN("tuner plugin init failed: %d", static_cast<int>(rc));
   comm->tuner_version = 0;
   comm->tuner = nullptr;
@@ -672,14 +661,14 @@ bool chooseFor(ncclComm_t comm, int function, std::size_t bytes, Choice& choice)
   if (comm->tuner_version != 0) {
     // The communicator's library stays loaded while it lives: no lock (NCCL takes none either).
     auto* flat = reinterpret_cast<float**>(&table[0][0]);
-    const auto func = static_cast<tun::ncclFunc_t>(function);
-    tun::ncclResult_t rc = tun::ncclSuccess;
+    const auto func = static_cast<ncclFunc_t>(function);
+    ncclResult_t rc = ncclSuccess;
     if (comm->tuner_version == 5)
       rc = g_tuner.v5->getCollInfo(comm->tuner, func, bytes, 1, flat, kNumAlgo, kNumProto, 0, &channels);
     else if (comm->tuner_version == 4)
       rc = g_tuner.v4->getCollInfo(comm->tuner, func, bytes, 1, flat, kNumAlgo, kNumProto, 0, &channels);
     else rc = g_tuner.v3->getCollInfo(comm->tuner, func, bytes, 1, flat, kNumAlgo, kNumProto, &channels);
-    if (rc != tun::ncclSuccess) {
+    if (rc != ncclSuccess) {
       FAKE_WARN("tuner plugin getCollInfo failed: %d; default tuning for this call", static_cast<int>(rc));
       costTable(bytes, table);
       channels = 0;
@@ -742,8 +731,8 @@ ncclResult_t launch(std::vector<Task>& tasks) {
     if (!chooseFor(tasks[t].comm, tasks[t].function, tasks[t].nccl_bytes, choices[t]))
       return ncclInternalError;
   const int mask = profilerMask();
-  const bool profiled = (mask & (prof::ncclProfileGroup | prof::ncclProfileColl | prof::ncclProfileProxyOp |
-                                 prof::ncclProfileKernelCh)) != 0;
+  const bool profiled =
+      (mask & (ncclProfileGroup | ncclProfileColl | ncclProfileProxyOp | ncclProfileKernelCh)) != 0;
   std::vector<ncclComm_t> comms;
   for (const Task& task : tasks)
     if (std::find(comms.begin(), comms.end(), task.comm) == comms.end()) comms.push_back(task.comm);
@@ -753,15 +742,15 @@ ncclResult_t launch(std::vector<Task>& tasks) {
   for (std::size_t c = 0; c < comms.size(); ++c) {
     ncclComm_t comm = comms[c];
     if (comm->profiler == nullptr || !profiled) continue;
-    prof::ncclProfilerEventDescr_v5_t group{};
-    group.type = prof::ncclProfileGroup;
+    ncclProfilerEventDescr_v5_t group{};
+    group.type = ncclProfileGroup;
     startEvent(comm->profiler, &groups[c], group);
     for (std::size_t t = 0; t < tasks.size(); ++t) {
       const Task& task = tasks[t];
       if (task.comm != comm) continue;
       const Choice& choice = choices[t];
-      prof::ncclProfilerEventDescr_v5_t d{};
-      d.type = prof::ncclProfileColl;
+      ncclProfilerEventDescr_v5_t d{};
+      d.type = ncclProfileColl;
       d.rank = comm->rank;
       d.coll.seqNumber = comm->seq[task.function]++;
       d.coll.func = kFunctionNames[task.function];
@@ -785,7 +774,7 @@ ncclResult_t launch(std::vector<Task>& tasks) {
   for (void* coll : colls) stopEvent(coll);
   for (void* group : groups) stopEvent(group);
   for (std::size_t t = 0; t < tasks.size(); ++t)
-    if (colls[t] != nullptr && (mask & (prof::ncclProfileProxyOp | prof::ncclProfileKernelCh)) != 0)
+    if (colls[t] != nullptr && (mask & (ncclProfileProxyOp | ncclProfileKernelCh)) != 0)
       g_proxy.post({tasks[t].comm->profiler, colls[t], channels[t], tasks[t].comm->rank, mask});
   return ncclSuccess;
 }

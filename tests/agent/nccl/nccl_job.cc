@@ -23,7 +23,7 @@
 #else
 #include <dlfcn.h>
 
-#include "nccl_abi.h"
+#include "nccl_types.h"
 using namespace gradscope::agent::nccl;
 #define NCCL_SPLIT_NOCOLOR kSplitNoColor
 extern "C" {

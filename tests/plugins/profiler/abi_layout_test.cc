@@ -1,4 +1,4 @@
-// The layouts profiler_abi.h declares, pinned to the offsets of NVIDIA/nccl's headers (NCCL 2.28,
+// The layouts nccl_abi/profiler.h declares, pinned to the offsets of NVIDIA/nccl's headers (NCCL 2.28,
 // src/include/plugin/profiler/profiler_v5.h and profiler_v4.h) on LP64 Linux, derived by hand from the
 // field order and C's alignment rules. A change to a declaration that moves any field fails the build.
 
@@ -6,11 +6,11 @@
 
 #include <gtest/gtest.h>
 
-#include "profiler_abi.h"
+#include "nccl_abi/profiler.h"
 
 namespace {
 
-using namespace gradscope::nccl_profiler;
+using namespace gradscope::nccl_abi;
 using D5 = ncclProfilerEventDescr_v5_t;
 using D4 = ncclProfilerEventDescr_v4_t;
 

@@ -17,7 +17,7 @@
 
 #include "gradscope/common/nccl_profile_link.h"
 #include "gradscope/common/types.h"
-#include "profiler_abi.h"
+#include "nccl_abi/profiler.h"
 
 namespace {
 
@@ -37,7 +37,7 @@ extern "C" __attribute__((visibility("default"))) int gradscope_agent_nccl_profi
 
 namespace {
 
-using namespace gradscope::nccl_profiler;
+using namespace gradscope::nccl_abi;
 
 ncclProfiler_v5_t* table() {
   static void* library = dlopen(GRADSCOPE_NCCL_PROFILER_PATH, RTLD_NOW | RTLD_LOCAL);

@@ -16,11 +16,11 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
-#include "profiler_abi.h"
+#include "nccl_abi/profiler.h"
 
 namespace {
 
-using namespace gradscope::nccl_profiler;
+using namespace gradscope::nccl_abi;
 
 struct Plugin {
   void* library = nullptr;
@@ -120,8 +120,10 @@ void collective(void* context, std::uint64_t seq, std::size_t count, std::uint8_
 TEST_F(ProfilerTest, ExportsOnlyTheTables) {
   EXPECT_EQ(std::string(plugin().v5->name), "gradscope");
   EXPECT_EQ(std::string(plugin().v4->name), "gradscope");
-  EXPECT_EQ(dlsym(plugin().library, "_ZN9gradscope13nccl_profiler4initEPPvmPiPKciiiPFviimS4_iS4_zE"),
-            nullptr);
+  EXPECT_EQ(
+      dlsym(plugin().library,
+            "_ZN9gradscope13nccl_profiler4initEPPvmPiPKciiiPFvNS_8nccl_abi17ncclDebugLogLevelEmS5_iS5_zE"),
+      nullptr);
   EXPECT_EQ(dlsym(plugin().library, "_ZN9gradscope7storage11TraceWriter6commitEv"),
             nullptr);  // storage: private
 }

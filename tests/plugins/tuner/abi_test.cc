@@ -1,4 +1,4 @@
-// tuner_abi.h against NCCL's plugin headers (NVIDIA/nccl src/include/plugin/tuner/tuner_v{3,4,5}.h,
+// nccl_abi/tuner.h against NCCL's plugin headers (NVIDIA/nccl src/include/plugin/tuner/tuner_v{3,4,5}.h,
 // nccl_tuner.h, nccl_common.h at v2.28): sizes and offsets derived by hand from those declarations on
 // x86-64/aarch64 Linux (LP64: pointers and size_t 8 bytes, int 4, double 8). NCCL installs no plugin
 // header, so these numbers are the check; a mismatch fails the build, not a test.
@@ -7,10 +7,12 @@
 
 #include <gtest/gtest.h>
 
-#include "tuner_abi.h"
+#include "nccl_abi/tuner.h"
 
 namespace gradscope::nccl_tuner {
 namespace {
+
+using namespace nccl_abi;
 
 // ncclNvlDomainInfo_v5_t: three ints.
 static_assert(sizeof(ncclNvlDomainInfo_v5_t) == 12);

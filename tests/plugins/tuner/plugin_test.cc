@@ -25,10 +25,12 @@
 #include <gtest/gtest.h>
 
 #include "gradscope_tuner.h"
-#include "tuner_abi.h"
+#include "nccl_abi/tuner.h"
 
 namespace gradscope::nccl_tuner {
 namespace {
+
+using namespace nccl_abi;
 
 constexpr int kAlgos = NCCL_NUM_ALGORITHMS_V5;
 constexpr int kProtos = NCCL_NUM_PROTOCOLS_V5;

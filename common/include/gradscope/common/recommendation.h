@@ -37,8 +37,9 @@ std::optional<ErrorClass> parseErrorClass(std::string_view text);
 
 // The class of a strategy name judged by its parts (DESIGN.md "Strategy names": aggregator/transport[/wire]):
 // adacons/* and adasum/* are Semantic; a wire part fp16, bf16, fp8e4m3 or fp8e5m2 is Lossy; everything else
-// is Lossless. It does not check that the aggregator or transport exists (the agent's strategy parser
-// does); nullopt for text that is not two or three non-empty parts of [A-Za-z0-9_.-] joined by '/'.
+// is Lossless. It does not check that the aggregator or transport exists (parseStrategyName,
+// strategy_name.h, does); nullopt for text that is not two or three non-empty parts of [A-Za-z0-9_.-] joined
+// by '/'.
 std::optional<ErrorClass> strategyErrorClass(std::string_view strategy);
 
 // A 95% interval of a time, in nanoseconds: 0 <= low_ns <= median_ns <= high_ns in a valid file.

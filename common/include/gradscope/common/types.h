@@ -99,6 +99,25 @@ inline constexpr int kNcclAlgoCount = 7;
 inline constexpr int kNcclProtoCount = 3;
 std::string_view ncclAlgoName(int algo);
 std::string_view ncclProtoName(int proto);
+// The same codes as NVIDIA's example tuner spells them in its CSV files (ext-tuner/example), which the
+// tuner plugin reads and `gradscope recommend --format nccl-tuner` writes: "tree", "ring",
+// "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"; "ll", "ll128", "simple".
+std::string_view ncclTunerAlgoName(int algo);
+std::string_view ncclTunerProtoName(int proto);
+// Either spelling in any letter case, '_' ignored ("CollnetDirect", "collnet_direct", "COLLNET_DIRECT"
+// all give 2); nullopt for anything else.
+std::optional<int> parseNcclAlgo(std::string_view text);
+std::optional<int> parseNcclProto(std::string_view text);
+
+// A narrower type a strategy sends a gradient in (the wire part of a strategy name, strategy_name.h);
+// methods/wire.h converts to and from it. Not stored as a code: only its name is.
+enum class WireFormat : std::uint8_t { Fp16, Bf16, Fp8E4M3, Fp8E5M2 };
+inline constexpr WireFormat kWireFormats[] = {WireFormat::Fp16, WireFormat::Bf16, WireFormat::Fp8E4M3,
+                                              WireFormat::Fp8E5M2};
+// "fp16", "bf16", "fp8e4m3", "fp8e5m2": the names of the DTypes they are. The look-up is exact (lower
+// case); strategy names are lower-cased before it.
+std::string_view name(WireFormat format);
+std::optional<WireFormat> parseWireFormat(std::string_view text);
 
 // nccl-tests' bus-bandwidth factor for a collective over `ranks` ranks: 2(n-1)/n for all-reduce,
 // (n-1)/n for reduce-scatter and all-gather, 1 for broadcast and reduce.

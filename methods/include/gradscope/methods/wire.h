@@ -18,14 +18,7 @@
 
 namespace gradscope::methods {
 
-enum class WireFormat { Fp16, Bf16, Fp8E4M3, Fp8E5M2 };
-
-inline constexpr WireFormat kWireFormats[] = {WireFormat::Fp16, WireFormat::Bf16, WireFormat::Fp8E4M3,
-                                              WireFormat::Fp8E5M2};
-
-// "fp16", "bf16", "fp8e4m3", "fp8e5m2" (the wire part of a strategy name).
-std::string_view name(WireFormat format);
-std::optional<WireFormat> parseWireFormat(std::string_view text);
+// WireFormat, its names and kWireFormats are common/types.h's: the wire part of a strategy name.
 DType wireDType(WireFormat format);
 bool isFp8(WireFormat format);
 std::size_t wireElementBytes(WireFormat format);  // 2 or 1

@@ -114,9 +114,9 @@ inline constexpr std::int64_t kSmallCallBytes = 64 << 10;
 // are at several world sizes and options.world is unset, or when options.world cannot be predicted.
 Result recommend(const Inputs& inputs, const RecommendOptions& options);
 
-// Whether `strategy` is a name from DESIGN.md "Strategy names" that applies to an all-reduce (sum, adacons
-// or adasum over native, rs_ag, reduce_bcast, hier, nccl.<algo>.<proto> or mpi.<algorithm>, with an
-// optional wire precision).
+// Whether `strategy` is a name from DESIGN.md "Strategy names" that applies to an all-reduce: one that
+// parseStrategyName (common/strategy_name.h) accepts, so that the tuner never recommends a strategy the
+// agent's apply mode would refuse.
 bool isKnownStrategy(std::string_view strategy);
 
 }  // namespace gradscope::tuner

@@ -87,17 +87,16 @@ class LocalOps {
   virtual void download(void* host, const void* src, std::size_t bytes) = 0;
 
   // wire.h: separate codes and scales.
-  virtual methods::EncodeStats encode(methods::WireFormat format, const float* in, std::size_t count,
-                                      void* out, float* scales, const methods::EncodeOptions& options) = 0;
-  virtual void decode(methods::WireFormat format, const void* in, const float* scales, std::size_t count,
-                      float* out, float postscale, std::size_t block) = 0;
+  virtual methods::EncodeStats encode(WireFormat format, const float* in, std::size_t count, void* out,
+                                      float* scales, const methods::EncodeOptions& options) = 0;
+  virtual void decode(WireFormat format, const void* in, const float* scales, std::size_t count, float* out,
+                      float postscale, std::size_t block) = 0;
   // fp8 scaled-block records (Element{fp8, block}): ceil(count / block) records; the last block's
   // unused codes are written as zeros and ignored by decode. Only where the communicator
   // supportsScaledBlocks() (MPI); elsewhere these throw gradscope::Error.
-  virtual methods::EncodeStats encodeScaledBlocks(methods::WireFormat format, const float* in,
-                                                  std::size_t count, std::size_t block, float prescale,
-                                                  void* records) = 0;
-  virtual void decodeScaledBlocks(methods::WireFormat format, const void* records, std::size_t count,
+  virtual methods::EncodeStats encodeScaledBlocks(WireFormat format, const float* in, std::size_t count,
+                                                  std::size_t block, float prescale, void* records) = 0;
+  virtual void decodeScaledBlocks(WireFormat format, const void* records, std::size_t count,
                                   std::size_t block, float postscale, float* out) = 0;
 
   // out = in · factor in fp32 (out may be in).

@@ -1,8 +1,8 @@
 #pragma once
 
-// The distributed aggregation strategies of shared/DESIGN.md ("Strategy names"), written once against
-// communicator.h. A strategy aggregates one buffer of `count` elements from every rank into every
-// rank's output:
+// The distributed aggregation strategies of shared/DESIGN.md ("Strategy names"; their names are
+// common/strategy_name.h), written once against communicator.h. A strategy aggregates one buffer of `count`
+// elements from every rank into every rank's output:
 //   sum/*     recv = Σ_r send_r: bit for bit like sum/native on verifiable inputs (small integers, for
 //             which every order of addition is exact) for the lossless strategies, and within the bound
 //             of docs/methods.md ("Distributed strategies") for the wire precisions;
@@ -26,39 +26,12 @@
 #include <vector>
 
 #include "gradscope/comm/communicator.h"
+#include "gradscope/common/strategy_name.h"
 #include "gradscope/common/types.h"
 #include "gradscope/methods/adaptive.h"
 #include "gradscope/methods/wire.h"
 
 namespace gradscope::comm {
-
-enum class Aggregator { Sum, AdaCons, AdaSum };
-
-// native: the backend's own all-reduce; rs_ag: reduce-scatter + all-gather; reduce_bcast: reduce to
-// rank 0 + broadcast; hier: node-local reduce, leaders' all-reduce, node-local broadcast; engine:
-// the backend's all-reduce with one algorithm forced (nccl.<algo>.<proto>, mpi.<algorithm>).
-enum class Transport { Native, RsAg, ReduceBcast, Hier, Engine };
-
-struct StrategyName {
-  Aggregator aggregator = Aggregator::Sum;
-  Transport transport = Transport::Native;
-  Backend engine = Backend::Unknown;        // Transport::Engine: Mpi or Nccl
-  int algorithm = -1;                       // Engine: Open MPI tuned id, or NCCL algorithm index
-  int protocol = -1;                        // Engine with NCCL: protocol index
-  std::optional<methods::WireFormat> wire;  // unset: the job's own dtype
-
-  // "sum/native", "sum/rs_ag/bf16", "sum/nccl.tree.ll128", "sum/mpi.ring", "adacons/native".
-  std::string text() const;
-  bool operator==(const StrategyName&) const = default;
-};
-
-// Parses a strategy name; on failure returns nullopt and sets `error` to one line that lists the
-// valid forms.
-std::optional<StrategyName> parseStrategyName(std::string_view text, std::string* error = nullptr);
-
-// Names of the Open MPI tuned all-reduce algorithms (id -> "ring", ...) and back.
-std::string_view mpiAlgorithmName(int id);
-std::optional<int> parseMpiAlgorithm(std::string_view name);
 
 struct StrategyOptions {
   std::size_t fp8_block = 128;  // scaling block of fp8 wire formats on backends with scaled blocks

@@ -1,10 +1,11 @@
 #pragma once
 
 // NCCL's profiler plugin interface, versions 5 and 4, declared by gradscope (no NCCL or CUDA header is
-// needed to build the plugin). Checked field by field against NVIDIA/nccl
-// src/include/plugin/nccl_profiler.h, src/include/plugin/profiler/profiler_v5.h and profiler_v4.h (NCCL
-// 2.28) and the example plugin (ext-profiler/example); tests/plugins/profiler/abi_layout_test.cc pins
-// every offset derived here for LP64 Linux.
+// needed to build the plugin; what it shares with nccl.h and the tuner is in nccl_abi/nccl.h). Checked
+// field by field against NVIDIA/nccl src/include/plugin/nccl_profiler.h,
+// src/include/plugin/profiler/profiler_v5.h and profiler_v4.h (NCCL 2.28) and the example plugin
+// (ext-profiler/example); tests/plugins/profiler/abi_layout_test.cc pins every offset derived here for
+// LP64 Linux.
 //
 // How NCCL 2.28 drives a plugin (src/plugin/profiler.cc):
 // - Loading. With NCCL_PROFILER_PLUGIN=<name> NCCL dlopens <name>, then libnccl-profiler-<name>.so
@@ -53,26 +54,11 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace gradscope::nccl_profiler {
+#include "nccl_abi/nccl.h"
 
-// ---- shared vocabulary (nccl.h, nccl_profiler.h) ------------------------------------------------------
+namespace gradscope::nccl_abi {
 
-typedef enum {
-  ncclSuccess = 0,
-  ncclUnhandledCudaError = 1,
-  ncclSystemError = 2,
-  ncclInternalError = 3,
-  ncclInvalidArgument = 4,
-  ncclInvalidUsage = 5,
-  ncclRemoteError = 6,
-  ncclInProgress = 7,
-} ncclResult_t;
-
-// NCCL's logger (debug.h): level, subsystem flags, file, line, printf format.
-typedef void (*ncclDebugLogger_t)(int level, unsigned long flags, const char* file, int line, const char* fmt,
-                                  ...);
-inline constexpr int kNcclLogInfo = 3;           // NCCL_LOG_INFO
-inline constexpr unsigned long kNcclInit = 0x1;  // NCCL_INIT subsystem
+// ---- shared vocabulary (nccl_profiler.h; results and the logger are nccl_abi/nccl.h's) ---
 
 typedef pid_t ncclPid_t;
 
@@ -302,4 +288,4 @@ struct ncclProfiler_v4_t {
   ncclResult_t (*finalize)(void* context);
 };
 
-}  // namespace gradscope::nccl_profiler
+}  // namespace gradscope::nccl_abi

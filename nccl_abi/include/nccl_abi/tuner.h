@@ -2,10 +2,10 @@
 
 // NCCL's tuner plugin interface, declared by gradscope so that libnccl-tuner-gradscope.so builds without
 // NCCL or CUDA headers (NCCL installs only nccl.h, never the plugin headers). Written from NVIDIA/nccl
-// src/include/plugin/nccl_tuner.h, src/include/plugin/tuner/tuner_v{3,4,5}.h, src/include/nccl_common.h
-// and the loaders src/plugin/tuner.cc and src/plugin/tuner/tuner_v{3,4,5}.cc (NCCL 2.28). The layouts are
-// proved in tests/plugins/tuner/abi_test.cc (sizes and offsets derived from those headers) and, where
-// the toolkit's nccl.h is installed, ncclResult_t against it (abi_check.cc).
+// src/include/plugin/nccl_tuner.h, src/include/plugin/tuner/tuner_v{3,4,5}.h and the loaders
+// src/plugin/tuner.cc and src/plugin/tuner/tuner_v{3,4,5}.cc (NCCL 2.28); what it shares with nccl.h and
+// the profiler is in nccl_abi/nccl.h. The layouts are proved in
+// tests/plugins/tuner/abi_test.cc (sizes and offsets derived from those headers).
 //
 // How NCCL 2.28 drives a tuner (src/plugin/tuner.cc):
 //   - The library is dlopen'ed when the first communicator is created (NCCL_TUNER_PLUGIN=<name> loads
@@ -20,46 +20,14 @@
 //   - finalize (destroy before v5) is called once per communicator when it is destroyed; no getCollInfo
 //     for that context runs at the same time or afterwards.
 //
-// Everything is in gradscope::nccl_tuner so that a translation unit may also include nccl.h; names are
-// NCCL's own so that this file reads like NCCL's headers.
+// Names are NCCL's own so that this file reads like NCCL's headers.
 
 #include <cstddef>
 #include <cstdint>
 
-namespace gradscope::nccl_tuner {
+#include "nccl_abi/nccl.h"
 
-// nccl.h: ncclSuccess = 0 ... ncclNumResults = 8. No enumerator is negative, so the compiler chooses the
-// same underlying type as for NCCL's own enum.
-enum ncclResult_t {
-  ncclSuccess = 0,
-  ncclUnhandledCudaError = 1,
-  ncclSystemError = 2,
-  ncclInternalError = 3,
-  ncclInvalidArgument = 4,
-  ncclInvalidUsage = 5,
-  ncclRemoteError = 6,
-  ncclInProgress = 7,
-  ncclNumResults = 8
-};
-
-// nccl_common.h. The tuner uses WARN (once per problem) and INFO (once per configuration load).
-enum ncclDebugLogLevel {
-  NCCL_LOG_NONE = 0,
-  NCCL_LOG_VERSION = 1,
-  NCCL_LOG_WARN = 2,
-  NCCL_LOG_INFO = 3,
-  NCCL_LOG_ABORT = 4,
-  NCCL_LOG_TRACE = 5
-};
-
-// nccl_common.h ncclDebugLogSubSys (a bit mask passed as `unsigned long flags`); only what we use.
-inline constexpr unsigned long NCCL_INIT = 0x1;
-inline constexpr unsigned long NCCL_TUNING = 0x40;
-
-// NCCL's logger: printf-like, thread-safe, prints only when NCCL_DEBUG allows `level` and
-// NCCL_DEBUG_SUBSYS allows `flags`. It may be null when a host (a test, an older NCCL) passes none.
-using ncclDebugLogger_t = void (*)(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
-                                   const char* fmt, ...);
+namespace gradscope::nccl_abi {
 
 // nccl_common.h. A tuner sees only the first NCCL_NUM_FUNCTIONS (5) values: Send/Recv and the newer
 // functions (up to ncclNumFuncs = 15 in recent NCCL) never reach getCollInfo, but the enum is wider, so
@@ -175,4 +143,4 @@ struct ncclTuner_v3_t {
 // v2 (the oldest that 2.28 loads) returns one algorithm and protocol without seeing the cost table, so the
 // plugin could neither check that NCCL can run them nor explore; gradscope does not export it.
 
-}  // namespace gradscope::nccl_tuner
+}  // namespace gradscope::nccl_abi

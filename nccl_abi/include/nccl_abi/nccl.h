@@ -1,19 +1,18 @@
 #pragma once
 
-// The NCCL and CUDA runtime types the NCCL interposer needs, declared here so that the agent builds
-// without the CUDA toolkit and links neither NCCL nor CUDA. Only what crosses the wrapped functions'
-// signatures is declared, with the layout and values of NCCL 2.28 (nccl.h of NVIDIA/nccl v2.28.9-1,
-// the header in /usr/local/cuda/include/nccl.h; codes also listed in /work/shared/REFERENCE.md).
-// abi_check.cc proves every declaration against the real headers whenever the toolkit is present.
+// What nccl.h declares that crosses gradscope's boundaries with NCCL: results, data types, reduction
+// operators, communicator and unique-id handles; and the logger that NCCL's plugins receive. The layout and
+// values of NCCL 2.28 (nccl.h of NVIDIA/nccl v2.28.9-1, the header in /usr/local/cuda/include/nccl.h; codes
+// also listed in /work/shared/REFERENCE.md), declared here once so that the agent and the plugins build
+// without NCCL or CUDA; nccl_abi/abi_check.cc proves every declaration against the real header wherever it is
+// found.
 //
-// Everything lives in gradscope::agent::nccl, so that a translation unit may also include nccl.h;
-// the names are NCCL's own so that nccl_functions.def reads like nccl.h.
+// Everything lives in gradscope::nccl_abi, so that a translation unit may also include nccl.h; the names
+// are NCCL's own (constants that nccl.h defines as macros get k-names, which a macro cannot clobber).
 
 #include <cstddef>
 
-#include "cuda_driver.h"
-
-namespace gradscope::agent::nccl {
+namespace gradscope::nccl_abi {
 
 // nccl.h: `typedef enum { ncclSuccess = 0, ... ncclNumResults = 8 } ncclResult_t;`. No enumerator is
 // negative, so the compiler picks the same underlying type for this enum as for NCCL's.
@@ -84,9 +83,26 @@ inline constexpr int kSplitNoColor = -1;
 struct ncclConfig_t;
 struct ncclSimInfo_t;
 
-// driver_types.h: `typedef struct CUstream_st* cudaStream_t;` — the driver API's CUstream. 0 is the
-// legacy default stream; 0x1 (cudaStreamLegacy) and 0x2 (cudaStreamPerThread) are special handles that
-// the driver accepts as well.
-using cudaStream_t = cuda::CUstream;
+// ---- the logger NCCL hands its plugins at init ---------------------------------------------------------
+// Not in nccl.h but in NVIDIA/nccl src/include/nccl_common.h (NCCL 2.28), which NCCL does not install:
+// abi_check.cc cannot see it; tests/plugins/tuner/abi_test.cc pins the values. The tuner logs WARN (once
+// per problem) and INFO (once per configuration load).
+enum ncclDebugLogLevel {
+  NCCL_LOG_NONE = 0,
+  NCCL_LOG_VERSION = 1,
+  NCCL_LOG_WARN = 2,
+  NCCL_LOG_INFO = 3,
+  NCCL_LOG_ABORT = 4,
+  NCCL_LOG_TRACE = 5
+};
 
-}  // namespace gradscope::agent::nccl
+// ncclDebugLogSubSys (a bit mask passed as `unsigned long flags`); only what we use.
+inline constexpr unsigned long NCCL_INIT = 0x1;
+inline constexpr unsigned long NCCL_TUNING = 0x40;
+
+// NCCL's logger: printf-like, thread-safe, prints only when NCCL_DEBUG allows `level` and
+// NCCL_DEBUG_SUBSYS allows `flags`. It may be null when a host (a test, an older NCCL) passes none.
+using ncclDebugLogger_t = void (*)(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
+                                   const char* fmt, ...);
+
+}  // namespace gradscope::nccl_abi
