@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <deque>
-#include <fstream>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -25,6 +24,7 @@
 
 #include "correlator.h"
 #include "gradscope/common/error.h"
+#include "gradscope/common/launcher.h"
 #include "gradscope/common/version.h"
 #include "nccl_profile.h"
 #include "shadow.h"
@@ -86,14 +86,6 @@ struct BufferOwner {
   }
 };
 thread_local BufferOwner t_owner;
-
-std::string commandLine() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!raw.empty() && raw.back() == '\0') raw.pop_back();
-  std::replace(raw.begin(), raw.end(), '\0', ' ');
-  return raw;
-}
 
 void writeAll(int fd, const void* data, std::size_t size) {
   const char* p = static_cast<const char*>(data);
@@ -791,7 +783,7 @@ bool activate(const Activation& activation) {
       if (!g_config.run_id.empty()) config["spawned_by"] = g_config.run_id;
       run.uuid = own.empty() ? randomUuid() : own;
     }
-    run.command = g_config.command.empty() ? commandLine() : g_config.command;
+    run.command = g_config.command.empty() ? processCommandLine() : g_config.command;
     run.mode = std::string(modeName(g_config.mode));
     run.backend = activation.backend;
     run.world_size = activation.world_size;

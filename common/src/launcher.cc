@@ -7,7 +7,9 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <random>
 #include <string_view>
 
@@ -167,6 +169,14 @@ std::string hostName() {
   char buffer[256] = {};
   if (gethostname(buffer, sizeof buffer - 1) != 0) return "host";
   return fileNameComponent(buffer);
+}
+
+std::string processCommandLine() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!raw.empty() && raw.back() == '\0') raw.pop_back();
+  std::replace(raw.begin(), raw.end(), '\0', ' ');
+  return raw;
 }
 
 }  // namespace gradscope

@@ -14,6 +14,8 @@
 
 #include "dispatch.h"
 
+#include "gradscope/common/job_environment.h"
+
 namespace gradscope::methods {
 
 // A fixed pool: workers sleep on a condition variable between jobs; the caller runs chunk 0 itself and
@@ -63,10 +65,10 @@ int positiveFromEnvironment(const char* name) {
 }  // namespace
 
 int CpuExecutor::defaultThreads() {
-  if (const int forced = positiveFromEnvironment("GRADSCOPE_THREADS")) return forced;
-  if (std::getenv("GRADSCOPE_THREADS") != nullptr) {
+  if (const int forced = positiveFromEnvironment(env::kThreads)) return forced;
+  if (std::getenv(env::kThreads) != nullptr) {
     std::fprintf(stderr, "gradscope: GRADSCOPE_THREADS=%s is not a positive integer; ignoring it\n",
-                 std::getenv("GRADSCOPE_THREADS"));
+                 std::getenv(env::kThreads));
   }
   cpu_set_t allowed;
   int cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 0;

@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -111,14 +110,6 @@ class RecordQueue {
 
 // ---- the sink: the plugin's own trace (standalone mode) -------------------------------------------------
 
-std::string commandLine() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!raw.empty() && raw.back() == '\0') raw.pop_back();
-  std::replace(raw.begin(), raw.end(), '\0', ' ');
-  return raw;
-}
-
 // The first free name: the template's, else with "-2", "-3", ... before the extension (a trace finished
 // at a last ncclCommDestroy is followed by another if the job creates communicators again).
 std::string freePath(const std::string& path) {
@@ -157,7 +148,7 @@ class Sink {
     const std::string run_id = runIdFromLauncher(env);
     run_info.uuid = run_id.empty() ? randomUuid() : run_id;
     const char* command = env(env::kCommand);
-    run_info.command = command != nullptr ? command : commandLine();
+    run_info.command = command != nullptr ? command : processCommandLine();
     run_info.mode = "observe";
     run_info.backend = Backend::Nccl;
     run_info.world_size = launch ? launch->world_size : nranks;

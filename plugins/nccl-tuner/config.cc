@@ -17,6 +17,7 @@
 #include "gradscope/common/recommendation.h"
 #include "gradscope/common/strategy_name.h"
 #include "gradscope/common/types.h"
+#include "gradscope/common/job_environment.h"
 
 namespace gradscope::nccl_tuner {
 namespace {
@@ -430,7 +431,7 @@ Config loadConfig(const std::string& path) {
 }
 
 std::optional<ConfigSource> configSourceFromEnvironment() {
-  for (const char* variable : {"GRADSCOPE_TUNER_CONFIG", "NCCL_TUNER_CONFIG_FILE"}) {
+  for (const char* variable : {gradscope::env::kTunerConfig, "NCCL_TUNER_CONFIG_FILE"}) {
     // secure_getenv: a setuid/setgid process does not read a file the invoking user's environment names.
     const char* value = ::secure_getenv(variable);
     if (value && *value) return ConfigSource{value, variable};

@@ -34,6 +34,7 @@
 #include "config.h"
 #include "gradscope/common/error.h"
 #include "gradscope/common/types.h"
+#include "gradscope/common/job_environment.h"
 #include "gradscope_tuner.h"
 #include "nccl_abi/tuner.h"
 
@@ -83,15 +84,15 @@ std::shared_ptr<const Shared> shared;  // the current load; null when no context
 // Explore settings from the environment: GRADSCOPE_TUNER_EXPLORE=1 (0 or unset: off) and
 // GRADSCOPE_TUNER_EXPLORE_REPEATS=N (default 1). Anything else is logged and leaves explore off.
 int exploreFromEnvironment(ncclDebugLogger_t log) {
-  const char* explore = std::getenv("GRADSCOPE_TUNER_EXPLORE");
+  const char* explore = std::getenv(gradscope::env::kTunerExplore);
   if (explore == nullptr || *explore == '\0' || std::string_view(explore) == "0") return 0;
   if (std::string_view(explore) != "1") {
     logLine(log, NCCL_LOG_WARN,
-            fmt::format("gradscope tuner: GRADSCOPE_TUNER_EXPLORE={} is not 0 or 1; explore mode stays off",
-                        explore));
+            fmt::format("gradscope tuner: {}={} is not 0 or 1; explore mode stays off",
+                        gradscope::env::kTunerExplore, explore));
     return 0;
   }
-  const char* repeats_text = std::getenv("GRADSCOPE_TUNER_EXPLORE_REPEATS");
+  const char* repeats_text = std::getenv(gradscope::env::kTunerExploreRepeats);
   int repeats = 1;
   if (repeats_text != nullptr && *repeats_text != '\0') {
     char* end = nullptr;

@@ -1,7 +1,6 @@
 // Keeps docs/schema.md true: every table of the schema is described there, and nothing else is.
 
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -9,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "gradscope/storage/schema.h"
+#include "test_util.h"
 
 namespace {
 
@@ -18,13 +18,7 @@ TEST(Docs, SchemaPageListsEveryTable) {
   std::stringstream text;
   text << file.rdbuf();
   // Table rows of the overview: | `name` | one row per ... |
-  const std::regex row(R"(^\| `([a-z_]+)` \|)");
-  std::set<std::string> documented;
-  std::string line;
-  while (std::getline(text, line)) {
-    std::smatch match;
-    if (std::regex_search(line, match, row)) documented.insert(match[1]);
-  }
+  const std::set<std::string> documented = gradscope::test::documentedNames(text.str());
   std::set<std::string> tables;
   for (std::string_view table : gradscope::storage::tableNames()) tables.emplace(table);
   EXPECT_EQ(documented, tables);

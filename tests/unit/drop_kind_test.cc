@@ -4,7 +4,6 @@
 #include "gradscope/common/drop_kind.h"
 
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -13,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "gradscope/storage/drops.h"
+#include "test_util.h"
 
 namespace gradscope {
 namespace {
@@ -44,13 +44,7 @@ TEST(DropKinds, AgentPageListsEveryKind) {
   std::stringstream text;
   text << file.rdbuf();
   // Rows of the drop kinds' table: | `name` | ... | (other tables of the page name variables in capitals)
-  const std::regex row(R"(^\| `([a-z_]+)` \|)");
-  std::set<std::string> documented;
-  std::string line;
-  while (std::getline(text, line)) {
-    std::smatch match;
-    if (std::regex_search(line, match, row)) documented.insert(match[1]);
-  }
+  const std::set<std::string> documented = test::documentedNames(text.str());
   std::set<std::string> kinds;
   for (std::size_t i = 0; i < kDropKinds; ++i) kinds.emplace(name(static_cast<DropKind>(i)));
   EXPECT_EQ(documented, kinds);

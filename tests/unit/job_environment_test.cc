@@ -1,6 +1,6 @@
 // The job's environment, declared once (gradscope/common/job_environment.def): docs/agent.md lists every
-// variable, no source of the agent, the CLI or common spells a GRADSCOPE_ name as a string of its own,
-// the agent reads exactly its rows and `gradscope run` sets only rows.
+// variable, no source of the agent, the CLI, common, methods or the plugins spells a GRADSCOPE_ name as a
+// string of its own, the agent reads exactly its rows and `gradscope run` sets only rows.
 
 #include "gradscope/common/job_environment.h"
 
@@ -57,10 +57,12 @@ TEST(JobEnvironment, AgentPageListsEveryVariableAndMarksTheInternalOnes) {
 TEST(JobEnvironment, NoSourceSpellsAGradscopeVariableOutsideTheTable) {
   const std::regex literal("\"GRADSCOPE_[A-Z]");
   std::vector<std::string> found;
-  for (const char* part : {"agent", "cli", "common"}) {
+  for (const char* part : {"agent", "cli", "common", "methods", "plugins"}) {
     for (const auto& entry : fs::recursive_directory_iterator(fs::path(GRADSCOPE_SOURCE_DIR) / part)) {
       const std::string extension = entry.path().extension().string();
       if (!entry.is_regular_file() || entry.path().filename() == "job_environment.def") continue;
+      // A benchmark program's own variables (where to put its files) are not the job's.
+      if (entry.path().stem().string().ends_with("_bench")) continue;
       if (extension != ".cc" && extension != ".h" && extension != ".cu" && extension != ".def" &&
           extension != ".in")
         continue;

@@ -19,6 +19,8 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -43,6 +45,20 @@ inline std::string readFile(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// The names a Markdown page's tables list first, in rows written | `name` | with name in [a-z_]+ (the
+// docs tests compare them with what the code declares; variables in capitals do not match).
+inline std::set<std::string> documentedNames(const std::string& page) {
+  const std::regex row(R"(^\| `([a-z_]+)` \|)");
+  std::set<std::string> names;
+  std::istringstream lines(page);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::smatch match;
+    if (std::regex_search(line, match, row)) names.insert(match[1]);
+  }
+  return names;
 }
 
 inline void writeFile(const std::string& path, std::string_view text) {

@@ -80,4 +80,8 @@ std::string fileNameComponent(std::string_view text);
 // The host name, sanitised for file names (fileNameComponent).
 std::string hostName();
 
+// This process's command line (/proc/self/cmdline), arguments joined by spaces: the command a trace
+// records when `gradscope run` did not name it.
+std::string processCommandLine();
+
 }  // namespace gradscope
