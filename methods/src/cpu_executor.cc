@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "dispatch.h"
-
 #include "gradscope/common/job_environment.h"
 
 namespace gradscope::methods {

@@ -14,10 +14,10 @@
 #include <fmt/format.h>
 
 #include "gradscope/common/error.h"
+#include "gradscope/common/job_environment.h"
 #include "gradscope/common/recommendation.h"
 #include "gradscope/common/strategy_name.h"
 #include "gradscope/common/types.h"
-#include "gradscope/common/job_environment.h"
 
 namespace gradscope::nccl_tuner {
 namespace {

@@ -33,8 +33,8 @@
 
 #include "config.h"
 #include "gradscope/common/error.h"
-#include "gradscope/common/types.h"
 #include "gradscope/common/job_environment.h"
+#include "gradscope/common/types.h"
 #include "gradscope_tuner.h"
 #include "nccl_abi/tuner.h"
 

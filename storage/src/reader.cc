@@ -265,9 +265,8 @@ std::vector<CallRecord> TraceReader::callsInWindow(std::int64_t rank_id, std::in
   std::vector<CallRecord> calls;
   const CallWindow window = callWindow(t0_ns, t1_ns, rank_id);
   if (window.empty()) return calls;
-  sql::Statement query(impl_->db,
-                       fmt::format("SELECT {} FROM {} WHERE {} ORDER BY c.start_ns, c.id LIMIT ?",
-                                   callColumns(), kCallsFrom, window.sqlCondition("c")));
+  sql::Statement query(impl_->db, fmt::format("SELECT {} FROM {} WHERE {} ORDER BY c.start_ns, c.id LIMIT ?",
+                                              callColumns(), kCallsFrom, window.sqlCondition("c")));
   query.bind(1, limit == 0 ? std::int64_t{-1} : static_cast<std::int64_t>(limit));
   while (query.step()) calls.push_back(readCall(query.handle()));
   return calls;

@@ -718,7 +718,8 @@ TEST(StorageCallColumns, AQueryOfItsOwnReadsTheCallsTheReaderReads) {
 
   RawDb db(path, SQLITE_OPEN_READONLY);
   sqlite3_stmt* query = nullptr;
-  const std::string sql = fmt::format("SELECT 'before', {}, 'after' FROM {} ORDER BY c.id", callColumns(), kCallsFrom);
+  const std::string sql =
+      fmt::format("SELECT 'before', {}, 'after' FROM {} ORDER BY c.id", callColumns(), kCallsFrom);
   ASSERT_EQ(sqlite3_prepare_v2(db.handle(), sql.c_str(), -1, &query, nullptr), SQLITE_OK) << sql;
   std::vector<CallRecord> calls;
   while (sqlite3_step(query) == SQLITE_ROW) {
