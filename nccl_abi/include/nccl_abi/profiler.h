@@ -110,77 +110,91 @@ typedef ncclProfilerEventState_t ncclProfilerEventState_v4_t;
 typedef ncclProfilerEventState_t ncclProfilerEventState_v5_t;
 
 // ---- version 5 (NCCL 2.26 and later) ------------------------------------------------------------------
+// NCCL declares each descriptor's members as anonymous structs inside an anonymous union, which C
+// allows and C++ does not (an anonymous union holds data members only; clang -Wpedantic rejects it).
+// Here each member's type is a named type of the descriptor, declared before the union: the same
+// layout, pinned by tests/plugins/profiler/abi_layout_test.cc.
 
 struct ncclProfilerEventDescr_v5_t {
   std::uint64_t type;  // one ncclProfile* bit
   void* parentObj;     // Coll: its CollApi event's handle (nullptr unless CollApi is active); children:
                        // their Coll/P2p's handle
   int rank;            // the communicator rank that originated the event
+  struct GroupApi {
+    bool graphCaptured;
+    int groupDepth;
+  };
+  struct CollApi {
+    const char* func;
+    size_t count;
+    const char* datatype;
+    int root;
+    void* stream;
+    bool graphCaptured;
+  };
+  struct P2pApi {
+    const char* func;
+    size_t count;
+    const char* datatype;
+    void* stream;
+    bool graphCaptured;
+  };
+  struct KernelLaunch {
+    void* stream;
+  };
+  struct Coll {
+    std::uint64_t seqNumber;  // per communicator and function (see above)
+    const char* func;
+    const void* sendBuff;
+    void* recvBuff;
+    size_t count;
+    int root;
+    const char* datatype;
+    std::uint8_t nChannels;
+    std::uint8_t nWarps;
+    const char* algo;
+    const char* proto;
+    void* parentGroup;  // the Group event's handle (v4's parentObj)
+  };
+  struct P2p {
+    const char* func;
+    void* buff;
+    const char* datatype;
+    size_t count;
+    int peer;
+    std::uint8_t nChannels;
+    void* parentGroup;
+  };
+  struct ProxyOp {
+    ncclPid_t pid;  // process that posted the operation (a parent in another process is not ours)
+    std::uint8_t channelId;
+    int peer;
+    int nSteps;
+    int chunkSize;
+    int isSend;
+  };
+  struct ProxyStep {
+    int step;
+  };
+  struct KernelCh {
+    std::uint8_t channelId;
+    std::uint64_t pTimer;  // GPU global timer at the channel's start (raw GPU clock)
+  };
+  struct NetPlugin {
+    std::int64_t id;
+    void* data;
+  };
   union {
-    struct {
-      bool graphCaptured;
-      int groupDepth;
-    } groupApi;
-    struct {
-      const char* func;
-      size_t count;
-      const char* datatype;
-      int root;
-      void* stream;
-      bool graphCaptured;
-    } collApi;
-    struct {
-      const char* func;
-      size_t count;
-      const char* datatype;
-      void* stream;
-      bool graphCaptured;
-    } p2pApi;
-    struct {
-      void* stream;
-    } kernelLaunch;
-    struct {
-      std::uint64_t seqNumber;  // per communicator and function (see above)
-      const char* func;
-      const void* sendBuff;
-      void* recvBuff;
-      size_t count;
-      int root;
-      const char* datatype;
-      std::uint8_t nChannels;
-      std::uint8_t nWarps;
-      const char* algo;
-      const char* proto;
-      void* parentGroup;  // the Group event's handle (v4's parentObj)
-    } coll;
-    struct {
-      const char* func;
-      void* buff;
-      const char* datatype;
-      size_t count;
-      int peer;
-      std::uint8_t nChannels;
-      void* parentGroup;
-    } p2p;
-    struct {
-      ncclPid_t pid;  // process that posted the operation (a parent in another process is not ours)
-      std::uint8_t channelId;
-      int peer;
-      int nSteps;
-      int chunkSize;
-      int isSend;
-    } proxyOp;
-    struct {
-      int step;
-    } proxyStep;
-    struct {
-      std::uint8_t channelId;
-      std::uint64_t pTimer;  // GPU global timer at the channel's start (raw GPU clock)
-    } kernelCh;
-    struct {
-      std::int64_t id;
-      void* data;
-    } netPlugin;
+    GroupApi groupApi;
+    CollApi collApi;
+    P2pApi p2pApi;
+    KernelLaunch kernelLaunch;
+    Coll coll;
+    P2p p2p;
+    ProxyOp proxyOp;
+    ProxyStep proxyStep;
+    KernelCh kernelCh;
+    NetPlugin netPlugin;
   };
 };
 
@@ -218,47 +232,53 @@ struct ncclProfilerEventDescr_v4_t {
   std::uint8_t type;
   void* parentObj;
   int rank;
+  struct Coll {
+    std::uint64_t seqNumber;
+    const char* func;
+    const void* sendBuff;
+    void* recvBuff;
+    size_t count;
+    int root;
+    const char* datatype;
+    std::uint8_t nChannels;
+    std::uint8_t nWarps;
+    const char* algo;
+    const char* proto;
+  };
+  struct P2p {
+    const char* func;
+    void* buff;
+    const char* datatype;
+    size_t count;
+    int peer;
+    std::uint8_t nChannels;
+  };
+  struct ProxyOp {
+    ncclPid_t pid;
+    std::uint8_t channelId;
+    int peer;
+    int nSteps;
+    int chunkSize;
+    int isSend;
+  };
+  struct ProxyStep {
+    int step;
+  };
+  struct KernelCh {
+    std::uint8_t channelId;
+    std::uint64_t pTimer;
+  };
+  struct NetPlugin {
+    std::int64_t id;
+    void* data;
+  };
   union {
-    struct {
-      std::uint64_t seqNumber;
-      const char* func;
-      const void* sendBuff;
-      void* recvBuff;
-      size_t count;
-      int root;
-      const char* datatype;
-      std::uint8_t nChannels;
-      std::uint8_t nWarps;
-      const char* algo;
-      const char* proto;
-    } coll;
-    struct {
-      const char* func;
-      void* buff;
-      const char* datatype;
-      size_t count;
-      int peer;
-      std::uint8_t nChannels;
-    } p2p;
-    struct {
-      ncclPid_t pid;
-      std::uint8_t channelId;
-      int peer;
-      int nSteps;
-      int chunkSize;
-      int isSend;
-    } proxyOp;
-    struct {
-      int step;
-    } proxyStep;
-    struct {
-      std::uint8_t channelId;
-      std::uint64_t pTimer;
-    } kernelCh;
-    struct {
-      std::int64_t id;
-      void* data;
-    } netPlugin;
+    Coll coll;
+    P2p p2p;
+    ProxyOp proxyOp;
+    ProxyStep proxyStep;
+    KernelCh kernelCh;
+    NetPlugin netPlugin;
   };
 };
 
