@@ -25,9 +25,9 @@
 #include "nccl_abi/profiler.h"
 
 #ifdef GRADSCOPE_BENCH_AGENT
+#include "core/nccl_profile.h"
+#include "core/recorder.h"
 #include "gradscope/common/nccl_profile_link.h"
-#include "nccl_profile.h"
-#include "recorder.h"
 
 extern "C" __attribute__((visibility("default"))) int gradscope_agent_nccl_profile_v1(
     const gradscope::NcclProfileRecordV1* record) {

@@ -8,7 +8,7 @@
 // MPI_Iallreduce + MPI_Wait, then an fp64 buffer that no rule covers. The rules repeat the
 // recommendation file's (the test writes both).
 // --expect writes, per rank (FILE.<rank>), the bits every call must return: the recommended strategy's
-//   result where a rule covers the call (methods/comm run by this job itself, AdaCons with momentum per
+//   result where a rule covers the call (comm/ run by this job itself, AdaCons with momentum per
 //   buffer size as apply mode keeps it), the library's own sum elsewhere. Without the agent, so that
 //   the strategies' own MPI calls are not replaced in turn.
 // --check makes the calls the job's way and compares every result bit for bit; an uncovered call is

@@ -788,7 +788,7 @@ def check_call_rate(args):
 def collectives_expected(np):
     """tests/agent/collectives.c's calls of one step, by communicator: {key suffix: [(api, dtype, count, op,
     bytes)]}. The key suffix is what follows the world's key: /<kind><ordinal>@<world rank of the leader>
-    (agent/src/mpi_interpose.cc, registerChild); the split's leader depends on the rank ('{parity}').
+    (agent/interpose/mpi_interpose.cc, registerChild); the split's leader depends on the rank ('{parity}').
     calls.count is the count argument (MPI_Reduce_scatter: the total of recvcounts); calls.bytes is the send
     buffer (MPI_Reduce_scatter_block: recvcount x n elements; MPI_Allgather in place: recvcount)."""
     def call(api, dtype, count, op, elements=None):

@@ -35,7 +35,7 @@ import check_agent as ca
 from check_agent import check, tail
 from sanitizers import sanitizer_runtime
 
-# Strategy names explore mode measures on MPI (methods/comm applicableStrategies).
+# Strategy names explore mode measures on MPI (comm/ applicableStrategies).
 TRANSPORTS = ["native", "rs_ag", "reduce_bcast", "hier"]
 WIRES = ["fp16", "bf16", "fp8e4m3", "fp8e5m2"]
 MPI_ALGORITHMS = ["basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner"]

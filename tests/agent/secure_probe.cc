@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "recorder.h"
+#include "core/recorder.h"
 
 // LeakSanitizer checks leaks by ptrace-attaching to the process, which a setuid process forbids (and it
 // cannot read its environment for options either): in the ASan build it would fail the probe at exit.

@@ -17,12 +17,12 @@
 
 #include <gtest/gtest.h>
 
-#include "clock.h"
-#include "comm_registry.h"
-#include "config.h"
-#include "recorder.h"
-#include "shadow.h"
-#include "thread_buffer.h"
+#include "core/clock.h"
+#include "core/comm_registry.h"
+#include "core/config.h"
+#include "core/recorder.h"
+#include "core/shadow.h"
+#include "core/thread_buffer.h"
 
 namespace gradscope::agent {
 namespace {

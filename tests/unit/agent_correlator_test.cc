@@ -1,4 +1,4 @@
-// The background thread's bounded join (agent/src/correlator.h), on its own.
+// The background thread's bounded join (agent/core/correlator.h), on its own.
 
 #include <algorithm>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "correlator.h"
+#include "core/correlator.h"
 
 namespace gradscope::agent {
 namespace {

@@ -1,7 +1,7 @@
-// The NCCL interposer's pure parts (agent/src/nccl_state.h) and the CUDA-event GPU timer
-// (agent/src/gpu_timer.h) on a fake driver: a GPU clock the test advances by hand, streams whose work
+// The NCCL interposer's pure parts (agent/core/nccl_state.h) and the CUDA-event GPU timer
+// (agent/core/gpu_timer.h) on a fake driver: a GPU clock the test advances by hand, streams whose work
 // ends at a cursor, events that complete when the clock passes them; and the join of CUPTI's activity
-// records into spans (agent/src/cupti_tracer.h). No CUDA, no GPU.
+// records into spans (agent/core/cupti_tracer.h). No CUDA, no GPU.
 
 #include <algorithm>
 #include <cstdint>
@@ -15,10 +15,10 @@
 
 #include <gtest/gtest.h>
 
-#include "clock.h"
-#include "comm_registry.h"
-#include "gpu_timer.h"
-#include "nccl_state.h"
+#include "core/clock.h"
+#include "core/comm_registry.h"
+#include "core/gpu_timer.h"
+#include "core/nccl_state.h"
 
 namespace gradscope::agent {
 

@@ -1,4 +1,4 @@
-// StrategyExtension (agent/src/strategy_extension.h), the half of explore and apply shared by MPI and
+// StrategyExtension (agent/extensions/strategy_extension.h), the half of explore and apply shared by MPI and
 // NCCL, on a one-rank communicator whose buffers count as device memory: the extension then keeps a
 // host mirror of every slice and agrees through a device buffer, as over NCCL, so these paths run here
 // without a GPU. The MPI half runs in tests/agent/check_shadow.py on real mpirun jobs.
@@ -11,10 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include "extensions/strategy_extension.h"
 #include "gradscope/comm/communicator.h"
 #include "gradscope/common/error.h"
 #include "host_local_ops.h"
-#include "strategy_extension.h"
 
 namespace gradscope::agent {
 namespace {

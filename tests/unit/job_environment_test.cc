@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "gradscope/cli/run.h"
 #include "gradscope/common/launcher.h"
 #include "test_util.h"
@@ -57,7 +57,7 @@ TEST(JobEnvironment, AgentPageListsEveryVariableAndMarksTheInternalOnes) {
 TEST(JobEnvironment, NoSourceSpellsAGradscopeVariableOutsideTheTable) {
   const std::regex literal("\"GRADSCOPE_[A-Z]");
   std::vector<std::string> found;
-  for (const char* part : {"agent", "cli", "common", "methods", "plugins"}) {
+  for (const char* part : {"agent", "cli", "comm", "common", "methods", "plugins"}) {
     for (const auto& entry : fs::recursive_directory_iterator(fs::path(GRADSCOPE_SOURCE_DIR) / part)) {
       const std::string extension = entry.path().extension().string();
       if (!entry.is_regular_file() || entry.path().filename() == "job_environment.def") continue;

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "gradscope/common/launcher.h"
 
 namespace gradscope {

@@ -35,7 +35,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_driver.h"
+#include "core/cuda_driver.h"
 
 using namespace gradscope::agent::cuda;
 

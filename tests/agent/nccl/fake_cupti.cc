@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-#include "cupti_abi.h"
+#include "core/cupti_abi.h"
 
 using namespace gradscope::agent;
 using namespace gradscope::agent::cupti;

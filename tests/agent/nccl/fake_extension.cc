@@ -1,8 +1,8 @@
 // libgradscope-agent-nccl.so for the agent's NCCL tests on machines without a GPU: an Extension
-// (agent/src/extension.h) over the fake NCCL's one-rank communicators on host memory. It tests the
+// (agent/core/extension.h) over the fake NCCL's one-rank communicators on host memory. It tests the
 // agent's side of explore and apply for NCCL (when it joins, samples, defers group members, records
 // measurements and applied calls, passes the extension's own calls through unrecorded), which the real
-// extension (agent/src/nccl_extension.cc) shares; the real one needs a GPU (scripts/gpu_check.sh).
+// extension (agent/extensions/nccl_extension.cc) shares; the real one needs a GPU (scripts/gpu_check.sh).
 //
 // check_nccl.py puts it beside a link to the agent, where the agent looks for its extension. Its work
 // is real NCCL calls on a duplicate made with ncclCommSplit, so the fake NCCL runs them, through the
@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "extension.h"
-#include "nccl_types.h"
+#include "core/extension.h"
+#include "core/nccl_types.h"
 
 using namespace gradscope;
 using namespace gradscope::agent;
@@ -38,7 +38,7 @@ using namespace gradscope::agent::nccl;
 
 extern "C" {
 #define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS) RESULT NAME PARAMS;
-#include "nccl_functions.def"
+#include "interpose/nccl_functions.def"
 #undef GS_NCCL_FUNCTION
 }
 

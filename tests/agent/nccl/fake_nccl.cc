@@ -1,7 +1,7 @@
 // libgradscope-fake-nccl.so: a one-rank NCCL on host memory, for testing the agent's NCCL interposer on
-// machines without a GPU. Like libnccl.so.2 it exports every API function of agent/src/nccl_functions.def
-// twice, as a strong pncclX (the implementation) and a weak ncclX alias, with NCCL 2.28's signatures
-// (nccl_abi/nccl.h, checked against nccl.h by nccl_abi/abi_check.cc).
+// machines without a GPU. Like libnccl.so.2 it exports every API function of
+// agent/interpose/nccl_functions.def twice, as a strong pncclX (the implementation) and a weak ncclX alias,
+// with NCCL 2.28's signatures (nccl_abi/nccl.h, checked against nccl.h by nccl_abi/abi_check.cc).
 //
 // Semantics: communicators have one rank (ncclCommInitAll and ncclCommSplit included), so every
 // collective copies its send buffer to its receive buffer. Inside ncclGroupStart/End the calls are
@@ -73,9 +73,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/nccl_types.h"
 #include "nccl_abi/profiler.h"
 #include "nccl_abi/tuner.h"
-#include "nccl_types.h"
 
 using namespace gradscope::agent::nccl;
 
@@ -964,5 +964,5 @@ FAKE_EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t*) {
 // The weak ncclX of every row, aliases of the pncclX above (what `nm -D libnccl.so.2` shows: W and T).
 #define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS) \
   FAKE_EXPORT RESULT NAME PARAMS __attribute__((weak, alias("p" #NAME)));
-#include "nccl_functions.def"
+#include "interpose/nccl_functions.def"
 #undef GS_NCCL_FUNCTION

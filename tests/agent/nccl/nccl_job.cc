@@ -23,12 +23,12 @@
 #else
 #include <dlfcn.h>
 
-#include "nccl_types.h"
+#include "core/nccl_types.h"
 using namespace gradscope::agent::nccl;
 #define NCCL_SPLIT_NOCOLOR kSplitNoColor
 extern "C" {
 #define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS) RESULT NAME PARAMS;
-#include "nccl_functions.def"
+#include "interpose/nccl_functions.def"
 #undef GS_NCCL_FUNCTION
 }
 #endif

@@ -1,4 +1,4 @@
-// libFuzzer target for the agent's configuration (agent/src/config.h): the input is an environment, one
+// libFuzzer target for the agent's configuration (agent/core/config.h): the input is an environment, one
 // NAME=VALUE per line (the first definition of a name wins, as in getenv), fed to parseConfig. Whatever
 // the values, parseConfig neither crashes nor throws: it reports each bad value as one line in `errors`,
 // and a configuration without errors holds only values in the documented ranges (docs/agent.md).
@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config.h"
+#include "core/config.h"
 
 namespace {
 

@@ -1,0 +1,191 @@
+#pragma once
+
+// Exact GPU spans of NCCL calls from CUPTI's activity records, preferred by the CUDA event timer
+// (gpu_timer.h) wherever CUPTI is available.
+//
+// Design. Around each real NCCL call (and each real ncclGroupEnd that launches a group) the timer pushes
+// an external correlation id of kind CUSTOM0 that names the call's event pair; CUPTI then writes, for
+// every kernel launched meanwhile, an EXTERNAL_CORRELATION record (its correlationId → our id) and,
+// once the kernel has run, a CONCURRENT_KERNEL record (correlationId, start, end). KernelSpans joins the
+// two into one span per id: min start .. max end over the id's kernels, so a group's members share it.
+//
+// Bounds. kBuffers buffers of kBufferBytes, allocated once, are all CUPTI ever gets: when none is free
+// the request callback hands out none and CUPTI drops records (counted as "cupti_record" drops). The
+// join tables are fixed: a kernel whose correlation has not been seen waits in a small ring, and spans
+// live in a table indexed by id (an entry is replaced by a newer id).
+//
+// Threads. push/pop: any job thread, no lock (CUPTI keeps the id stack per thread). The buffer request
+// callback: any thread CUPTI calls it on, lock-free. The completion callback: CUPTI's thread or the one
+// calling flush(); it takes `mutex_`, as do span() and forget() (background thread only). A job's thread
+// takes it only in the graph-node callbacks, while it captures or instantiates a graph (never around an
+// ordinary call), and `captures_mutex_` in endCapture.
+//
+// Graph replays. A kernel of a CUDA graph carries the correlation of the graph's launch, not of the NCCL
+// call that was captured into the graph, and runs at every launch. So while a job thread captures an
+// NCCL call (or a group) the timer marks the thread with a capture id (beginCapture/endCapture, which
+// also note the calls captured); CUPTI's resource callbacks then map, on that thread, every graph node
+// the call creates to the id (GRAPHNODE_CREATED), and every copy cuGraphInstantiate makes of such a
+// node into an executable graph to the same id (GRAPHNODE_CLONED). A kernel record with a graphNodeId
+// of a mapped node is one kernel of one replay: joined per (capture id, the launch's correlation id) like
+// a call's kernels, min start .. max end. A replay is complete once a whole flush has passed without a
+// kernel of it; takeReplays() hands the complete ones over, in launch order, one per captured call.
+//
+// Not loaded into a process that does not use CUDA: the timer starts it at the first NCCL communicator
+// of a process that has loaded the driver, and libcupti is dlopen'ed (never linked).
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/call_event.h"
+#include "core/cupti_abi.h"
+
+namespace gradscope::agent {
+
+// The join of external correlation records and kernel records (pure: unit-tested without CUPTI).
+class KernelSpans {
+ public:
+  static constexpr std::uint32_t kCorrelations = 1u << 14;  // correlationId → id, by correlationId
+  static constexpr std::uint32_t kWaiting = 256;            // kernels whose correlation is not known yet
+  static constexpr std::uint32_t kSpans = 1u << 15;         // spans, by id (the timer's pair index)
+
+  KernelSpans();
+  void addExternal(std::uint32_t correlation, std::uint64_t id);
+  void addKernel(std::uint32_t correlation, std::uint64_t start, std::uint64_t end);
+  // The span of `id` in CUPTI's clock, when a kernel of it has been seen.
+  bool span(std::uint64_t id, std::uint64_t& start, std::uint64_t& end) const;
+  void forget(std::uint64_t id);
+
+  // Graph replays (the design above). Node ids are CUPTI's (cuptiGetGraphNodeId), captures nonzero.
+  static constexpr std::uint32_t kGraphNodes = 1u << 14;  // node → capture, by node id
+  static constexpr std::uint32_t kReplays = 1024;         // replays whose kernels are still arriving
+  void addGraphNode(std::uint64_t node, std::uint32_t capture);
+  void cloneGraphNode(std::uint64_t original, std::uint64_t clone);
+  // A kernel launched by graph node `node`, delivered during flush `flush`: false when the node is not
+  // a captured call's (the kernel is someone else's).
+  bool addGraphKernel(std::uint64_t node, std::uint32_t launch, std::uint64_t start, std::uint64_t end,
+                      std::uint64_t flush);
+  struct Replay {
+    std::uint32_t capture = 0;
+    std::uint32_t launch = 0;  // correlation id of the graph launch
+    std::uint64_t start = 0, end = 0;
+    std::uint64_t flush = 0;  // the last flush that extended it
+  };
+  // Appends to `out`, in launch order, the replays no kernel of which arrived after flush `last_flush`,
+  // and forgets them.
+  void takeReplays(std::uint64_t last_flush, std::vector<Replay>& out);
+  // Replays lost because kReplays were in progress at once.
+  std::uint64_t replayDrops() const { return replay_drops_; }
+
+ private:
+  struct Correlation {
+    std::uint32_t correlation = 0;
+    std::uint64_t id = 0;  // 0: none
+  };
+  struct Kernel {
+    std::uint32_t correlation = 0;  // 0: none
+    std::uint64_t start = 0, end = 0;
+  };
+  struct Span {
+    std::uint64_t id = 0;  // 0: none
+    std::uint64_t start = 0, end = 0;
+  };
+  void extend(std::uint64_t id, std::uint64_t start, std::uint64_t end);
+
+  std::unique_ptr<Correlation[]> correlations_;
+  Kernel waiting_[kWaiting];
+  std::uint32_t waiting_next_ = 0, waiting_count_ = 0;
+  std::unique_ptr<Span[]> spans_;
+  struct GraphNode {
+    std::uint64_t node = 0;  // 0: none
+    std::uint32_t capture = 0;
+  };
+  std::unique_ptr<GraphNode[]> graph_nodes_;
+  std::vector<Replay> replays_;  // in progress, in arrival order (capacity kReplays, reserved once)
+  std::uint64_t replay_drops_ = 0;
+};
+
+// Reads the records of one completed CUPTI buffer into `spans`: kernels whose name starts with "nccl"
+// and CUSTOM0 external correlations. Returns the number of records read.
+// Kernels launched by a graph go to the replays (delivered during flush `flush`).
+int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std::size_t valid_bytes,
+                        KernelSpans& spans, std::uint64_t flush = 0);
+
+class CuptiTracer {
+ public:
+  static constexpr int kBuffers = 8;
+  // Big enough that a flush every few ms never fills the pool (~4800 kernel records a buffer), small
+  // enough that the pool costs little (kineto uses buffers of the same order).
+  static constexpr std::size_t kBufferBytes = 1u << 20;
+
+  // Loads libcupti (libcupti.so.13, then libcupti.so), registers the buffer callbacks and enables the
+  // kernel and external-correlation records. nullptr on any failure (the caller then times with events
+  // only), with the reason in `why`, empty when there is no libcupti to load. At most one per process:
+  // CUPTI's callbacks are process-wide.
+  static CuptiTracer* start(std::string& why);
+
+  // Hot path, around the real NCCL call.
+  void push(std::uint64_t id) const {
+    library_.activityPushExternalCorrelationId(cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+  }
+  void pop() const {
+    std::uint64_t last = 0;
+    library_.activityPopExternalCorrelationId(cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+  }
+  // Graph capture of NCCL calls, on the capturing job thread around the real call (not a hot path):
+  // beginCapture() returns the id that the nodes created meanwhile are mapped to (0 when graph replays
+  // are not traced); endCapture() notes the calls captured, by communicator index and sequence number.
+  struct CapturedCall {
+    std::uint32_t comm = 0;
+    std::int64_t seq = 0;
+  };
+  static constexpr std::size_t kMaxCaptures = 4096;  // beyond: "graph_capture" drops
+  std::uint32_t beginCapture();
+  void endCapture(std::uint32_t capture, std::span<const CapturedCall> calls);
+  // Background thread, after flush(): the replays complete so far (all of them when `final`), one entry
+  // per captured call and replay, in launch order.
+  void takeReplays(std::vector<ReplaySpan>& out, bool final);
+
+  // Records dropped so far (by CUPTI, for want of a buffer). Any thread.
+  std::uint64_t drops() const { return drops_.load(std::memory_order_acquire); }
+
+  // Background thread: delivers the completed buffers (cuptiActivityFlushAll(0)) and counts drops.
+  void flush();
+  std::uint64_t flushes() const { return flushes_.load(std::memory_order_acquire); }
+  // Background thread: the span of `id` as Unix-epoch ns, once a kernel record of it has arrived.
+  bool span(std::uint64_t id, std::int64_t& start_epoch_ns, std::int64_t& end_epoch_ns);
+  void forget(std::uint64_t id);
+
+ private:
+  explicit CuptiTracer(const cupti::Library& library);
+  static void requestBuffer(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records);
+  static void completeBuffer(cuda::CUcontext context, std::uint32_t stream, std::uint8_t* buffer,
+                             std::size_t size, std::size_t valid);
+  static void onCallback(void* userdata, cupti::CUpti_CallbackDomain domain, cupti::CUpti_CallbackId cbid,
+                         const void* data);
+  bool subscribeToGraphNodes(std::string& why);
+  bool measureOffset();
+  void countDropped(cuda::CUcontext context, std::uint32_t stream);
+
+  const cupti::Library library_;
+  std::unique_ptr<std::uint8_t[]> pool_;
+  std::atomic<std::uint32_t> free_{(1u << kBuffers) - 1};  // bit i: buffer i is free
+  std::atomic<std::uint64_t> drops_{0};
+  std::int64_t offset_ns_ = 0;  // Unix-epoch ns − CUPTI timestamp
+  std::atomic<std::uint64_t> flushes_{0};
+  std::mutex mutex_;  // spans_
+  KernelSpans spans_;
+  bool graphs_ = false;  // the graph-node callbacks are on
+  std::atomic<std::uint32_t> next_capture_{0};
+  std::mutex captures_mutex_;  // captures_
+  std::unordered_map<std::uint32_t, std::vector<CapturedCall>> captures_;
+  std::vector<KernelSpans::Replay> taken_;  // background thread
+  std::uint64_t replay_drops_counted_ = 0;  // mutex_
+};
+
+}  // namespace gradscope::agent
