@@ -903,8 +903,9 @@ constexpr std::size_t kVectorLengths[] = {1, 7, 1000, 4096, 4097, (std::size_t{1
 // Gradients that agree in sign element by element (a shared component over many binades, scaled by
 // 0.75..1.25 per gradient), so every ⟨g_sum, g_i⟩ is positive and the AdaCons weights normalise;
 // gradient `zero`, if there is one, is all zeros (norm 0).
-std::vector<std::vector<float>> randomGradients(std::size_t n, std::size_t count, std::uint64_t seed,
-                                                std::size_t zero = std::numeric_limits<std::size_t>::max()) {
+std::vector<std::vector<float>> agreeingGradients(
+    std::size_t n, std::size_t count, std::uint64_t seed,
+    std::size_t zero = std::numeric_limits<std::size_t>::max()) {
   Random random{seed};
   std::vector<float> common(count);
   for (auto& value : common) value = static_cast<float>(random.logUniform(-8.0, 2.0));
@@ -959,7 +960,7 @@ TEST_F(CudaAdaptive, MeanMatchesTheCpuBitForBit) {
   for (std::size_t n : kGradientCounts) {
     for (std::size_t count : kVectorLengths) {
       SCOPED_TRACE("N=" + std::to_string(n) + " count=" + std::to_string(count));
-      const auto gradients = randomGradients(n, count + 1, 10 * n + count);
+      const auto gradients = agreeingGradients(n, count + 1, 10 * n + count);
       const DeviceGradients device = upload(gradients);
       std::vector<float> expected(count);
       mean(device.host, count, expected.data());
@@ -991,7 +992,7 @@ TEST_F(CudaAdaptive, AdaConsMatchesTheCpuBitForBit) {
         SCOPED_TRACE("N=" + std::to_string(n) + " count=" + std::to_string(count) +
                      " scale=" + std::to_string(static_cast<int>(scale)));
         // One zero gradient when there are several: it gets no share of the aggregate.
-        const auto gradients = randomGradients(n, count, 20 * n + count, n > 2 ? 1 : n);
+        const auto gradients = agreeingGradients(n, count, 20 * n + count, n > 2 ? 1 : n);
         const DeviceGradients device = upload(gradients);
         const AdaConsOptions options{.beta = 0.9, .epsilon = 1e-8, .scale = scale};
         AdaConsState cpu_state;
@@ -1022,7 +1023,7 @@ TEST_F(CudaAdaptive, AdaConsMatchesTheCpuBitForBit) {
 }
 
 TEST_F(CudaAdaptive, AdaConsRefusesWhatTheCpuRefuses) {
-  const auto gradients = randomGradients(3, 100, 1);
+  const auto gradients = agreeingGradients(3, 100, 1);
   const DeviceGradients device = upload(gradients);
   cuda::DeviceBuffer out(400);
   AdaConsState state;
@@ -1040,7 +1041,7 @@ TEST_F(CudaAdaptive, AdaConsRefusesWhatTheCpuRefuses) {
 TEST_F(CudaAdaptive, AdaSumPairMatchesTheCpuInAndOutOfPlace) {
   for (std::size_t count : kVectorLengths) {
     SCOPED_TRACE("count=" + std::to_string(count));
-    const auto gradients = randomGradients(2, count + 1, 40 + count);
+    const auto gradients = agreeingGradients(2, count + 1, 40 + count);
     const DeviceGradients device = upload(gradients);
     std::vector<float> expected(count);
     adasumPair(device.host[0], device.host[1], count, expected.data());
@@ -1097,7 +1098,7 @@ TEST_F(CudaAdaptive, AdaSumTreeMatchesTheCpuBitForBit) {
   for (std::size_t n : kGradientCounts) {
     for (std::size_t count : kVectorLengths) {
       SCOPED_TRACE("N=" + std::to_string(n) + " count=" + std::to_string(count));
-      const auto gradients = randomGradients(n, count, 50 * n + count);
+      const auto gradients = agreeingGradients(n, count, 50 * n + count);
       const DeviceGradients device = upload(gradients);
       std::vector<float> expected(count);
       adasum(device.host, count, expected.data());
@@ -1116,7 +1117,7 @@ TEST_F(CudaAdaptive, ConsensusStatsMatchTheCpuBitForBit) {
     for (std::size_t count :
          {std::size_t{0}, std::size_t{7}, std::size_t{4097}, (std::size_t{1} << 20) + 3}) {
       SCOPED_TRACE("N=" + std::to_string(n) + " count=" + std::to_string(count));
-      const auto gradients = randomGradients(n, count, 60 * n + count, n > 1 ? 0 : n);
+      const auto gradients = agreeingGradients(n, count, 60 * n + count, n > 1 ? 0 : n);
       const DeviceGradients device = upload(gradients);
       const ConsensusStats cpu = consensusStats(device.host, count);
       const ConsensusStats gpu = cuda::consensusStats(device.device, count, stream());
