@@ -65,10 +65,8 @@ int positiveFromEnvironment(const char* name) {
 
 int CpuExecutor::defaultThreads() {
   if (const int forced = positiveFromEnvironment(env::kThreads)) return forced;
-  if (std::getenv(env::kThreads) != nullptr) {
-    std::fprintf(stderr, "gradscope: GRADSCOPE_THREADS=%s is not a positive integer; ignoring it\n",
-                 std::getenv(env::kThreads));
-  }
+  if (const char* text = std::getenv(env::kThreads))
+    std::fprintf(stderr, "gradscope: %s=%s is not a positive integer; ignoring it\n", env::kThreads, text);
   cpu_set_t allowed;
   int cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
   if (cpus <= 0) cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
