@@ -15,12 +15,42 @@ constexpr std::array kApis = {Api::MpiAllreduce,
                               Api::MpiReduceScatterBlock,
                               Api::MpiAllgather,
                               Api::MpiBcast,
+                              Api::MpiSend,
+                              Api::MpiSsend,
+                              Api::MpiIsend,
+                              Api::MpiRecv,
+                              Api::MpiIrecv,
+                              Api::MpiSendrecv,
+                              Api::MpiSendrecvReplace,
+                              Api::MpiBarrier,
                               Api::NcclAllReduce,
                               Api::NcclReduceScatter,
                               Api::NcclAllGather,
                               Api::NcclReduce,
                               Api::NcclBroadcast,
-                              Api::NcclGroup};
+                              Api::NcclGroup,
+                              Api::NcclSend,
+                              Api::NcclRecv,
+                              Api::NcclAlltoAll,
+                              Api::NcclGather,
+                              Api::NcclScatter,
+                              Api::MpiAlltoall,
+                              Api::MpiAlltoallv,
+                              Api::MpiGather,
+                              Api::MpiScatter,
+                              Api::MpiAllgatherv,
+                              Api::MpiIbcast,
+                              Api::MpiIreduce,
+                              Api::MpiIallgather,
+                              Api::MpiIreduceScatter,
+                              Api::MpiIreduceScatterBlock,
+                              Api::MpiIalltoall,
+                              Api::MpiIbarrier,
+                              Api::MpiBsend,
+                              Api::MpiRsend,
+                              Api::MpiIssend,
+                              Api::MpiMrecv,
+                              Api::MpiImrecv};
 constexpr std::array kDTypes = {DType::Int8,    DType::Uint8,   DType::Int32, DType::Uint32, DType::Int64,
                                 DType::Uint64,  DType::Fp16,    DType::Fp32,  DType::Fp64,   DType::Bf16,
                                 DType::Fp8E4M3, DType::Fp8E5M2, DType::Other};
@@ -103,6 +133,36 @@ std::string_view name(Api api) {
     case Api::NcclReduce: return "ncclReduce";
     case Api::NcclBroadcast: return "ncclBroadcast";
     case Api::NcclGroup: return "ncclGroup";
+    case Api::MpiSend: return "MPI_Send";
+    case Api::MpiSsend: return "MPI_Ssend";
+    case Api::MpiIsend: return "MPI_Isend";
+    case Api::MpiRecv: return "MPI_Recv";
+    case Api::MpiIrecv: return "MPI_Irecv";
+    case Api::MpiSendrecv: return "MPI_Sendrecv";
+    case Api::MpiSendrecvReplace: return "MPI_Sendrecv_replace";
+    case Api::MpiBarrier: return "MPI_Barrier";
+    case Api::NcclSend: return "ncclSend";
+    case Api::NcclRecv: return "ncclRecv";
+    case Api::NcclAlltoAll: return "ncclAlltoAll";
+    case Api::NcclGather: return "ncclGather";
+    case Api::NcclScatter: return "ncclScatter";
+    case Api::MpiAlltoall: return "MPI_Alltoall";
+    case Api::MpiAlltoallv: return "MPI_Alltoallv";
+    case Api::MpiGather: return "MPI_Gather";
+    case Api::MpiScatter: return "MPI_Scatter";
+    case Api::MpiAllgatherv: return "MPI_Allgatherv";
+    case Api::MpiIbcast: return "MPI_Ibcast";
+    case Api::MpiIreduce: return "MPI_Ireduce";
+    case Api::MpiIallgather: return "MPI_Iallgather";
+    case Api::MpiIreduceScatter: return "MPI_Ireduce_scatter";
+    case Api::MpiIreduceScatterBlock: return "MPI_Ireduce_scatter_block";
+    case Api::MpiIalltoall: return "MPI_Ialltoall";
+    case Api::MpiIbarrier: return "MPI_Ibarrier";
+    case Api::MpiBsend: return "MPI_Bsend";
+    case Api::MpiRsend: return "MPI_Rsend";
+    case Api::MpiIssend: return "MPI_Issend";
+    case Api::MpiMrecv: return "MPI_Mrecv";
+    case Api::MpiImrecv: return "MPI_Imrecv";
     case Api::Unknown: break;
   }
   return "unknown";
@@ -116,7 +176,24 @@ std::string_view name(Collective collective) {
     case Collective::Reduce: return "reduce";
     case Collective::Broadcast: return "broadcast";
     case Collective::Group: return "group";
+    case Collective::AllToAll: return "all_to_all";
+    case Collective::Gather: return "gather";
+    case Collective::Scatter: return "scatter";
+    case Collective::Barrier: return "barrier";
+    case Collective::Send: return "send";
+    case Collective::Recv: return "recv";
+    case Collective::SendRecv: return "send_recv";
     case Collective::Unknown: break;
+  }
+  return "unknown";
+}
+
+std::string_view name(ApiFamily family) {
+  switch (family) {
+    case ApiFamily::Collective: return "collective";
+    case ApiFamily::PointToPoint: return "point_to_point";
+    case ApiFamily::Synchronization: return "synchronization";
+    case ApiFamily::Group: return "group";
   }
   return "unknown";
 }
@@ -156,8 +233,8 @@ std::string_view name(ReduceOp op) {
 
 Backend backendOf(Api api) {
   const auto code = static_cast<unsigned>(api);
-  if (code >= 1 && code < 16) return Backend::Mpi;
-  if (code >= 16 && code < 32) return Backend::Nccl;
+  if ((code >= 1 && code < 16) || (code >= 32 && code < 64)) return Backend::Mpi;
+  if ((code >= 16 && code < 32) || (code >= 64 && code < 80)) return Backend::Nccl;
   return Backend::Unknown;
 }
 
@@ -168,17 +245,84 @@ Collective collectiveOf(Api api) {
     case Api::NcclAllReduce: return Collective::AllReduce;
     case Api::MpiReduceScatter:
     case Api::MpiReduceScatterBlock:
+    case Api::MpiIreduceScatter:
+    case Api::MpiIreduceScatterBlock:
     case Api::NcclReduceScatter: return Collective::ReduceScatter;
     case Api::MpiAllgather:
+    case Api::MpiAllgatherv:
+    case Api::MpiIallgather:
     case Api::NcclAllGather: return Collective::AllGather;
     case Api::MpiReduce:
+    case Api::MpiIreduce:
     case Api::NcclReduce: return Collective::Reduce;
     case Api::MpiBcast:
+    case Api::MpiIbcast:
     case Api::NcclBroadcast: return Collective::Broadcast;
     case Api::NcclGroup: return Collective::Group;
+    case Api::MpiAlltoall:
+    case Api::MpiAlltoallv:
+    case Api::MpiIalltoall:
+    case Api::NcclAlltoAll: return Collective::AllToAll;
+    case Api::MpiGather:
+    case Api::NcclGather: return Collective::Gather;
+    case Api::MpiScatter:
+    case Api::NcclScatter: return Collective::Scatter;
+    case Api::MpiBarrier:
+    case Api::MpiIbarrier: return Collective::Barrier;
+    case Api::MpiSend:
+    case Api::MpiSsend:
+    case Api::MpiBsend:
+    case Api::MpiRsend:
+    case Api::MpiIsend:
+    case Api::MpiIssend:
+    case Api::NcclSend: return Collective::Send;
+    case Api::MpiRecv:
+    case Api::MpiIrecv:
+    case Api::MpiMrecv:
+    case Api::MpiImrecv:
+    case Api::NcclRecv: return Collective::Recv;
+    case Api::MpiSendrecv:
+    case Api::MpiSendrecvReplace: return Collective::SendRecv;
     case Api::Unknown: break;
   }
   return Collective::Unknown;
+}
+
+ApiFamily familyOf(Api api) {
+  switch (collectiveOf(api)) {
+    case Collective::Send:
+    case Collective::Recv:
+    case Collective::SendRecv: return ApiFamily::PointToPoint;
+    case Collective::Barrier: return ApiFamily::Synchronization;
+    case Collective::Group: return ApiFamily::Group;
+    default: return ApiFamily::Collective;
+  }
+}
+
+bool isPointToPoint(Api api) {
+  return familyOf(api) == ApiFamily::PointToPoint;
+}
+
+bool numberedApart(Api api) {
+  return isPointToPoint(api) || familyOf(api) == ApiFamily::Group;
+}
+
+bool isNonblocking(Api api) {
+  switch (api) {
+    case Api::MpiIallreduce:
+    case Api::MpiIsend:
+    case Api::MpiIssend:
+    case Api::MpiIrecv:
+    case Api::MpiImrecv:
+    case Api::MpiIbcast:
+    case Api::MpiIreduce:
+    case Api::MpiIallgather:
+    case Api::MpiIreduceScatter:
+    case Api::MpiIreduceScatterBlock:
+    case Api::MpiIalltoall:
+    case Api::MpiIbarrier: return true;
+    default: return false;
+  }
 }
 
 std::size_t sizeOf(DType dtype) {
@@ -265,9 +409,16 @@ double busBandwidthFactor(Collective collective, int ranks) {
   switch (collective) {
     case Collective::AllReduce: return 2.0 * (n - 1.0) / n;
     case Collective::ReduceScatter:
-    case Collective::AllGather: return (n - 1.0) / n;
+    case Collective::AllGather:
+    case Collective::AllToAll:
+    case Collective::Gather:
+    case Collective::Scatter: return (n - 1.0) / n;
     case Collective::Reduce:
-    case Collective::Broadcast: return 1.0;
+    case Collective::Broadcast:
+    case Collective::Send:
+    case Collective::Recv:
+    case Collective::SendRecv: return 1.0;
+    case Collective::Barrier:
     case Collective::Group:
     case Collective::Unknown: break;
   }

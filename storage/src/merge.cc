@@ -88,6 +88,7 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
     return next_replay == id;
   };
   constexpr std::int64_t kReplay = INT64_MIN;  // their "communicator" in comm_seq: never reordered
+  constexpr std::int64_t kPeerSequence = std::int64_t{1} << 62;
   sql::Statement query(db, fmt::format("SELECT {} FROM calls ORDER BY id", detail::kCalls.selectList()));
   CallRecord call;
   while (query.step()) {
@@ -109,7 +110,12 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
       current->push_back(callSignature(key == comm_keys.end() ? no_comm : key->second, call.api, call.dtype,
                                        call.op, call.count));
       enqueued[current_rank].push_back(call.enqueue_ns);
-      comm_seq[current_rank].emplace_back(isReplay(call.id) ? kReplay : call.comm_id, call.seq);
+      // Point-to-point calls and NCCL group launches are numbered apart from the collectives of their
+      // communicator (numberedApart): a sequence of their own.
+      const std::int64_t sequence = isReplay(call.id)         ? kReplay
+                                    : numberedApart(call.api) ? call.comm_id | kPeerSequence
+                                                              : call.comm_id;
+      comm_seq[current_rank].emplace_back(sequence, call.seq);
     }
   }
   // The pattern is the order in which the rank issued its calls (enqueue time), which is not always the

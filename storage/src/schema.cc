@@ -17,18 +17,20 @@ namespace {
 constexpr auto kTableNames =
     std::apply([](const auto*... table) { return std::array{table->name()...}; }, detail::kAllTables);
 
-// The view over calls, as of schema v4 (v3 added applied_calls.strategy, v4 gpu_calls.replay); a
-// migration recreates it. Written as SQL rather than generated: it is a query for people (names for
-// codes, a duration), not a copy of the tables' columns.
+// The view over calls, as of schema v5 (v3 added applied_calls.strategy, v4 gpu_calls.replay, v5 the
+// peer_calls columns); migrate() recreates it once every table is in place. Written as SQL rather than
+// generated: it is a query for people (names for codes, a duration), not a copy of the tables' columns.
 constexpr std::string_view kCallView = R"sql(
 -- Calls with names instead of codes, for people querying with the sqlite3 shell; `strategy` is what
 -- apply mode ran instead of the call, NULL when the call ran as the job issued it; `replay` numbers the
--- GPU executions of a graph-captured call.
+-- GPU executions of a graph-captured call; dest and source are the peers of point-to-point calls (ranks in
+-- the communicator), peer_max_bytes and peer_min_bytes an all-to-all's spread over its peers.
 CREATE VIEW call_view AS
 SELECT c.id, r.run_id, r.rank, r.host, m.key AS comm, c.seq, c.step,
        na.name AS api, nd.name AS dtype, no.name AS op, c.count, c.bytes,
        c.enqueue_ns, c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns,
-       g.stream, ng.name AS algo, np.name AS proto, g.channels, a.strategy, g.replay
+       g.stream, ng.name AS algo, np.name AS proto, g.channels, a.strategy, g.replay,
+       p.dest, p.send_tag, p.source, p.recv_tag, p.recv_bytes, p.peer_max_bytes, p.peer_min_bytes
 FROM calls c
 JOIN ranks r ON r.id = c.rank_id
 LEFT JOIN comms m ON m.id = c.comm_id
@@ -38,7 +40,8 @@ LEFT JOIN names no ON no.domain = 'op' AND no.code = c.op
 LEFT JOIN gpu_calls g ON g.call_id = c.id
 LEFT JOIN names ng ON ng.domain = 'nccl_algo' AND ng.code = g.algo
 LEFT JOIN names np ON np.domain = 'nccl_proto' AND np.code = g.proto
-LEFT JOIN applied_calls a ON a.call_id = c.id;
+LEFT JOIN applied_calls a ON a.call_id = c.id
+LEFT JOIN peer_calls p ON p.call_id = c.id;
 )sql";
 
 void fillNames(sql::Database& db) {
@@ -93,7 +96,6 @@ void migrateV2ToV3(sql::Database& db) {
       SELECT id, rank_id, step, alpha, cosine_to_mean, grad_norm, diversity FROM consensus_v2 ORDER BY id;
     DROP TABLE consensus_v2;
   )sql");
-  db.exec(kCallView);
 }
 
 void migrateV3ToV4(sql::Database& db) {
@@ -110,7 +112,12 @@ void migrateV3ToV4(sql::Database& db) {
       SELECT call_id, stream, algo, proto, channels FROM gpu_calls_v3 ORDER BY call_id;
     DROP TABLE gpu_calls_v3;
   )sql");
-  db.exec(kCallView);
+}
+
+void migrateV4ToV5(sql::Database& db) {
+  // peer_calls is new: nothing to copy (older agents recorded no point-to-point calls).
+  if (db.queryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'peer_calls'") > 0) return;
+  db.exec(detail::kPeerCalls.ddl());
 }
 
 }  // namespace
@@ -145,6 +152,9 @@ void migrate(sql::Database& db, int from) {
   if (from <= 1) migrateV1ToV2(db);
   if (from <= 2) migrateV2ToV3(db);
   if (from <= 3) migrateV3ToV4(db);
+  if (from <= 4) migrateV4ToV5(db);
+  db.exec("DROP VIEW IF EXISTS call_view");
+  db.exec(kCallView);
   db.exec("PRAGMA legacy_alter_table = OFF");
   fillNames(db);
   stampVersion(db, kSchemaVersion);

@@ -204,6 +204,27 @@ inline constexpr auto kGpuCalls = table(
         "call with this seq on this communicator, timed on the GPU; NULL for\n"
         "every other call"));
 
+// The point-to-point and all-to-all facts of a CallRecord; its key is the call's id. A call without any
+// (CallRecord::hasPeerInfo) has no row, and a LEFT JOIN reads the members' unknown values.
+inline constexpr auto kPeerCalls = table(
+    {.name = "peer_calls",
+     .about = "Whom a point-to-point call sent to or received from, and how an all-to-all spread its bytes\n"
+              "over the peers; absent for other calls. Ranks are ranks in the call's communicator.",
+     .comment_at = 19},
+    key<&CallRecord::id>("call_id", "INTEGER PRIMARY KEY REFERENCES calls(id)"),
+    column<&CallRecord::dest, NullWhen<-1>>("dest", "INTEGER", "rank sent to; NULL when nothing was sent"),
+    column<&CallRecord::send_tag, NullWhen<-1>>("send_tag", "INTEGER", "the send's tag; NULL for NCCL"),
+    column<&CallRecord::source, NullWhen<-1>>("source", "INTEGER",
+                                              "rank received from (MPI_ANY_SOURCE: the matched one)"),
+    column<&CallRecord::recv_tag, NullWhen<-1>>("recv_tag", "INTEGER",
+                                                "the received message's tag (MPI_ANY_TAG: the matched one)"),
+    column<&CallRecord::recv_bytes, NullWhen<-1>>("recv_bytes", "INTEGER",
+                                                  "bytes received; NULL when nothing was received"),
+    column<&CallRecord::peer_max_bytes, NullWhen<-1>>("peer_max_bytes", "INTEGER",
+                                                      "all-to-all: most bytes sent to one peer"),
+    column<&CallRecord::peer_min_bytes, NullWhen<-1>>("peer_min_bytes", "INTEGER",
+                                                      "all-to-all: fewest bytes sent to one peer"));
+
 inline constexpr auto kConsensus = table(
     {.name = "consensus",
      .about = "Consensus diagnostics: one row per rank and explored reduction (call_id), grouped by step.",
@@ -232,8 +253,8 @@ inline constexpr auto kAppliedCalls = table(
                                    "strategy that ran instead, e.g. 'sum/rs_ag/bf16' (DESIGN.md)"));
 
 // Every table, in the order a new file creates them.
-inline constexpr std::tuple kAllTables{&kNames,           &kRuns,        &kRanks, &kComms,     &kMeasurements,
-                                       &kRecommendations, &kDrops,       &kCalls, &kCallTiles, &kGpuCalls,
-                                       &kConsensus,       &kAppliedCalls};
+inline constexpr std::tuple kAllTables{
+    &kNames, &kRuns,      &kRanks,    &kComms,     &kMeasurements, &kRecommendations, &kDrops,
+    &kCalls, &kCallTiles, &kGpuCalls, &kPeerCalls, &kConsensus,    &kAppliedCalls};
 
 }  // namespace gradscope::storage::detail

@@ -68,6 +68,7 @@ struct TraceWriter::Impl {
   sql::Statement insert_calls_bulk;
   sql::Statement insert_call;
   sql::Statement insert_gpu;
+  sql::Statement insert_peer;
   sql::Statement upsert_drop;
   std::unique_ptr<detail::TileUpserter> tile_upserter;
   detail::FileIdentity file;  // of the file create() made, to notice when it is removed
@@ -133,6 +134,7 @@ struct TraceWriter::Impl {
     insert_calls_bulk = sql::Statement(db, detail::kCalls.insertSql(kCallsPerStatement), true);
     insert_call = sql::Statement(db, detail::kCalls.insertSql(1), true);
     insert_gpu = sql::Statement(db, detail::kGpuCalls.insertSql(1, "INSERT OR REPLACE"), true);
+    insert_peer = sql::Statement(db, detail::kPeerCalls.insertSql(1, "INSERT OR REPLACE"), true);
     upsert_drop = sql::Statement(db, kDropUpsert, true);
     tile_upserter = std::make_unique<detail::TileUpserter>(db);
   }
@@ -141,6 +143,7 @@ struct TraceWriter::Impl {
     insert_calls_bulk = {};
     insert_call = {};
     insert_gpu = {};
+    insert_peer = {};
     upsert_drop = {};
     tile_upserter.reset();
   }
@@ -159,6 +162,12 @@ struct TraceWriter::Impl {
     insert_gpu.bind(1, id);
     detail::kGpuCalls.bind<Part::Values>(insert_gpu, 2, call);
     insert_gpu.run();
+  }
+
+  void writePeerInfo(const CallRecord& call, std::int64_t id) {
+    insert_peer.bind(1, id);
+    detail::kPeerCalls.bind<Part::Values>(insert_peer, 2, call);
+    insert_peer.run();
   }
 
   void addDrops(std::int64_t rank_id, const std::string& kind, std::int64_t count) {
@@ -298,12 +307,13 @@ std::int64_t TraceWriter::appendCalls(std::span<const CallRecord> calls) {
       w.insert_call.step();
       sqlite3_reset(w.insert_call.handle());
     }
-    // GPU facts go to their own table (rare next to host calls; ids are known now).
-    std::int64_t gpu_id = w.next_call_id;
+    // GPU facts and peers go to tables of their own (ids are known now).
+    std::int64_t side_id = w.next_call_id;
     for (const CallRecord& call : calls) {
-      if (call.id != 0) gpu_id = call.id;
-      if (call.hasGpuInfo()) w.writeGpuInfo(call, gpu_id);
-      ++gpu_id;
+      if (call.id != 0) side_id = call.id;
+      if (call.hasGpuInfo()) w.writeGpuInfo(call, side_id);
+      if (call.hasPeerInfo()) w.writePeerInfo(call, side_id);
+      ++side_id;
     }
     w.next_call_id = next;
     const auto count = static_cast<std::int64_t>(calls.size());

@@ -782,7 +782,7 @@ TEST(StorageSchema, TheFileCarriesTheCommentedSchema) {
   EXPECT_EQ(db.text("SELECT type FROM sqlite_master WHERE name = 'call_view'"), "view");
   EXPECT_EQ(db.integer("SELECT count(*) FROM pragma_table_info('call_view') WHERE name = 'strategy'"), 1);
   EXPECT_EQ(db.integer("PRAGMA application_id"), 0x47534350);
-  EXPECT_EQ(db.integer("SELECT count(*) FROM names"), 47);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM names"), 77);
   EXPECT_EQ(db.text("SELECT name FROM names WHERE domain = 'nccl_proto' AND code = 2"), "Simple");
 }
 
@@ -1176,6 +1176,88 @@ TEST(StorageMigration, OpeningAV3TraceAddsTheReplayColumn) {
   EXPECT_EQ(calls[0].nccl_algo, 1);
   EXPECT_EQ(calls[0].graph_replay, 0);
   EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
+}
+
+// A v4 file, made from the frozen v4 DDL, opens as v5: its calls read with no peers, and it stores the
+// definitions a new file does (peer_calls, the view with its columns).
+TEST(StorageMigration, OpeningAV4TraceAddsPeerCalls) {
+  TempDir dir;
+  const std::string path = dir.file("v4.db");
+  {
+    RawDb db(path);
+    db.exec(test::readFile(test::goldenPath("schema_v4.sql")));
+    db.exec(R"sql(
+      INSERT INTO runs VALUES (1, 'v4-run', 'old job', 'observe', 1, 2, 'h0', '{}', '0.0.4', 1795000000000000000, 0,
+                               900000000);
+      INSERT INTO ranks VALUES (0, 1, 0, 'h0', 10, 'cpu', 0);
+      INSERT INTO comms VALUES (1, 0, 'world', 1, 2, 0);
+      INSERT INTO calls VALUES (1, 0, 1, 0, 3, 1, 7, 0, 256, 1024, 100, 110, 900);
+      PRAGMA application_id = 1196639056;
+      PRAGMA user_version = 4;
+    )sql");
+  }
+  const TraceReader reader = TraceReader::open(path);
+  EXPECT_EQ(reader.schemaVersion(), kSchemaVersion);
+  std::vector<CallRecord> calls;
+  reader.forEachCall([&](const CallRecord& call) {
+    calls.push_back(call);
+    return true;
+  });
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].api, Api::MpiAllreduce);
+  EXPECT_EQ(calls[0].bytes, 1024);
+  EXPECT_FALSE(calls[0].hasPeerInfo());
+  EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
+}
+
+// Point-to-point facts go to peer_calls and come back with their calls; calls without any have no row.
+TEST(StorageRoundTrip, PeersOfPointToPointCallsAndTheSpreadOfAllToAlls) {
+  TempDir dir;
+  const std::string path = dir.file("peers.db");
+  std::vector<CallRecord> written;
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    CallRecord send = makeCall(0, 0, 0, Api::MpiSend, DType::Fp32, ReduceOp::None, 8, 10, 20);
+    send.dest = 1;
+    send.send_tag = 7;
+    CallRecord recv = makeCall(0, 0, 1, Api::MpiRecv, DType::Fp32, ReduceOp::None, 8, 30, 40);
+    recv.source = 1;
+    recv.recv_tag = 9;
+    recv.recv_bytes = 32;
+    CallRecord both = makeCall(0, 0, 2, Api::MpiSendrecv, DType::Int32, ReduceOp::None, 4, 50, 60);
+    both.dest = 1;
+    both.send_tag = 0;
+    both.source = 1;
+    both.recv_tag = 0;
+    both.recv_bytes = 12;
+    CallRecord spread = makeCall(0, 0, 0, Api::MpiAlltoallv, DType::Int32, ReduceOp::None, 10, 70, 80);
+    spread.peer_max_bytes = 28;
+    spread.peer_min_bytes = 12;
+    const CallRecord plain = makeCall(0, 0, 1, Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 8, 90, 95);
+    written = {send, recv, both, spread, plain};
+    writer.appendCalls(written);
+    writer.finish();
+  }
+  RawDb db(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM peer_calls"), 4);
+  EXPECT_EQ(db.rows("SELECT p.dest, p.send_tag, p.source, p.recv_tag, p.recv_bytes, p.peer_max_bytes FROM "
+                    "peer_calls p JOIN calls c ON c.id = p.call_id WHERE c.api = 13"),
+            (std::vector<std::vector<std::string>>{{"1", "0", "1", "0", "12", "NULL"}}));
+  std::vector<CallRecord> read;
+  TraceReader::open(path).forEachCall([&](const CallRecord& call) {
+    read.push_back(call);
+    return true;
+  });
+  ASSERT_EQ(read.size(), written.size());
+  for (std::size_t i = 0; i < read.size(); ++i) {
+    EXPECT_EQ(read[i].dest, written[i].dest) << i;
+    EXPECT_EQ(read[i].send_tag, written[i].send_tag) << i;
+    EXPECT_EQ(read[i].source, written[i].source) << i;
+    EXPECT_EQ(read[i].recv_tag, written[i].recv_tag) << i;
+    EXPECT_EQ(read[i].recv_bytes, written[i].recv_bytes) << i;
+    EXPECT_EQ(read[i].peer_max_bytes, written[i].peer_max_bytes) << i;
+    EXPECT_EQ(read[i].peer_min_bytes, written[i].peer_min_bytes) << i;
+  }
 }
 
 TEST(StorageMigration, AFailedUpgradeLeavesTheV2FileAsItWas) {

@@ -185,6 +185,13 @@ TEST(Types, FileFormatCodesNeverChange) {
   EXPECT_EQ(static_cast<int>(Api::MpiBcast), 7);
   EXPECT_EQ(static_cast<int>(Api::NcclAllReduce), 16);
   EXPECT_EQ(static_cast<int>(Api::NcclGroup), 21);
+  EXPECT_EQ(static_cast<int>(Api::MpiSend), 8);
+  EXPECT_EQ(static_cast<int>(Api::MpiBarrier), 15);
+  EXPECT_EQ(static_cast<int>(Api::NcclSend), 22);
+  EXPECT_EQ(static_cast<int>(Api::NcclScatter), 26);
+  EXPECT_EQ(static_cast<int>(Api::MpiAlltoall), 32);
+  EXPECT_EQ(static_cast<int>(Api::MpiIbarrier), 43);
+  EXPECT_EQ(static_cast<int>(Api::MpiImrecv), 48);
   EXPECT_EQ(static_cast<int>(DType::Int8), 0);
   EXPECT_EQ(static_cast<int>(DType::Fp32), 7);
   EXPECT_EQ(static_cast<int>(DType::Bf16), 9);
@@ -204,7 +211,7 @@ void expectStrictlyIncreasingCodes(std::span<const T> values) {
 }
 
 TEST(Types, ListsAreInCodeOrder) {
-  EXPECT_EQ(allApis().size(), 13u);
+  EXPECT_EQ(allApis().size(), 43u);
   EXPECT_EQ(allDTypes().size(), 13u);
   EXPECT_EQ(allReduceOps().size(), 7u);
   EXPECT_EQ(allBackends().size(), 3u);
@@ -298,6 +305,35 @@ TEST(Types, BackendAndCollectiveOfEveryApi) {
   EXPECT_EQ(collectiveOf(Api::NcclGroup), Collective::Group);
   EXPECT_EQ(name(Collective::AllReduce), "all_reduce");
   EXPECT_EQ(name(Collective::Group), "group");
+}
+
+// Every API belongs to its library and to one family; the report's totals per family rest on it.
+TEST(Types, EveryApiHasItsBackendAndFamily) {
+  for (Api api : allApis()) {
+    SCOPED_TRACE(name(api));
+    EXPECT_EQ(backendOf(api), name(api).starts_with("MPI_") ? Backend::Mpi : Backend::Nccl);
+    EXPECT_NE(collectiveOf(api), Collective::Unknown);
+    EXPECT_EQ(isNonblocking(api), name(api).starts_with("MPI_I"));
+  }
+  for (Api api : {Api::MpiSend, Api::MpiSsend, Api::MpiBsend, Api::MpiRsend, Api::MpiIsend, Api::MpiIssend,
+                  Api::MpiRecv, Api::MpiIrecv, Api::MpiMrecv, Api::MpiImrecv, Api::MpiSendrecv,
+                  Api::MpiSendrecvReplace, Api::NcclSend, Api::NcclRecv}) {
+    EXPECT_EQ(familyOf(api), ApiFamily::PointToPoint) << name(api);
+    EXPECT_TRUE(isPointToPoint(api)) << name(api);
+  }
+  EXPECT_EQ(familyOf(Api::MpiBarrier), ApiFamily::Synchronization);
+  EXPECT_EQ(familyOf(Api::MpiIbarrier), ApiFamily::Synchronization);
+  EXPECT_EQ(familyOf(Api::NcclGroup), ApiFamily::Group);
+  EXPECT_EQ(familyOf(Api::MpiAlltoallv), ApiFamily::Collective);
+  EXPECT_EQ(familyOf(Api::NcclAlltoAll), ApiFamily::Collective);
+  EXPECT_FALSE(isPointToPoint(Api::MpiAlltoall));
+  EXPECT_EQ(collectiveOf(Api::MpiSendrecvReplace), Collective::SendRecv);
+  EXPECT_EQ(collectiveOf(Api::MpiIalltoall), Collective::AllToAll);
+  EXPECT_EQ(collectiveOf(Api::NcclGather), Collective::Gather);
+  EXPECT_EQ(name(ApiFamily::PointToPoint), "point_to_point");
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::AllToAll, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::Send, 4), 1.0);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::Barrier, 4), 0.0);
 }
 
 TEST(Types, SizeOfEveryDType) {

@@ -13,7 +13,7 @@ namespace gradscope {
 
 enum class Backend : std::uint8_t { Unknown = 0, Mpi = 1, Nccl = 2, Local = 3 };
 
-// An intercepted API entry point.
+// An intercepted API entry point. Codes 1-15 and 32-63 are MPI's, 16-31 and 64-79 NCCL's (backendOf).
 enum class Api : std::uint8_t {
   Unknown = 0,
   MpiAllreduce = 1,
@@ -23,12 +23,42 @@ enum class Api : std::uint8_t {
   MpiReduceScatterBlock = 5,
   MpiAllgather = 6,
   MpiBcast = 7,
+  MpiSend = 8,
+  MpiSsend = 9,
+  MpiIsend = 10,
+  MpiRecv = 11,
+  MpiIrecv = 12,
+  MpiSendrecv = 13,
+  MpiSendrecvReplace = 14,
+  MpiBarrier = 15,
   NcclAllReduce = 16,
   NcclReduceScatter = 17,
   NcclAllGather = 18,
   NcclReduce = 19,
   NcclBroadcast = 20,
-  NcclGroup = 21,  // a ncclGroupStart/End block timed as one unit
+  NcclGroup = 21,  // the launch of a ncclGroupStart/End block, timed as one unit (its members have rows too)
+  NcclSend = 22,
+  NcclRecv = 23,
+  NcclAlltoAll = 24,
+  NcclGather = 25,
+  NcclScatter = 26,
+  MpiAlltoall = 32,
+  MpiAlltoallv = 33,
+  MpiGather = 34,
+  MpiScatter = 35,
+  MpiAllgatherv = 36,
+  MpiIbcast = 37,
+  MpiIreduce = 38,
+  MpiIallgather = 39,
+  MpiIreduceScatter = 40,
+  MpiIreduceScatterBlock = 41,
+  MpiIalltoall = 42,
+  MpiIbarrier = 43,
+  MpiBsend = 44,
+  MpiRsend = 45,
+  MpiIssend = 46,
+  MpiMrecv = 47,  // the receive of a message MPI_Mprobe/MPI_Improbe matched (mpi4py's recv)
+  MpiImrecv = 48,
 };
 
 // What an API does, independent of the library: decides the bus-bandwidth factor.
@@ -39,8 +69,20 @@ enum class Collective : std::uint8_t {
   AllGather,
   Reduce,
   Broadcast,
-  Group
+  Group,
+  AllToAll,
+  Gather,
+  Scatter,
+  Barrier,
+  Send,      // point-to-point: sends to one peer
+  Recv,      // receives from one peer
+  SendRecv,  // both at once (MPI_Sendrecv, MPI_Sendrecv_replace)
 };
+
+// The report's families of calls: what moves data among a group (collective), between two ranks
+// (point_to_point), or only orders ranks (synchronisation: barriers). An NCCL group launch is a family of
+// its own: its members are counted in theirs, so totals over families leave groups out.
+enum class ApiFamily : std::uint8_t { Collective, PointToPoint, Synchronization, Group };
 
 // Codes 0..11 are NCCL's ncclDataType_t values (nccl.h); MPI types map onto them where they match.
 enum class DType : std::uint8_t {
@@ -74,11 +116,22 @@ enum class ReduceOp : std::uint8_t {
 std::string_view name(Backend backend);
 std::string_view name(Api api);
 std::string_view name(Collective collective);
+std::string_view name(ApiFamily family);
 std::string_view name(DType dtype);
 std::string_view name(ReduceOp op);
 
 Backend backendOf(Api api);
 Collective collectiveOf(Api api);
+ApiFamily familyOf(Api api);
+// Point-to-point calls (Send, Recv, SendRecv): numbered per communicator in a sequence of their own,
+// since ranks make different numbers of them (calls.seq of collectives is equal on every rank).
+bool isPointToPoint(Api api);
+// Calls numbered per communicator apart from its collectives (calls.seq): point-to-point calls, and NCCL
+// group launches (numbered on their first member's communicator), of which ranks make different numbers.
+// Only the collectives' numbers are equal on every rank.
+bool numberedApart(Api api);
+// Nonblocking MPI calls: posted by the call, completed by MPI_Wait/MPI_Test and their kin.
+bool isNonblocking(Api api);
 // Size of one element in bytes; 0 for DType::Other.
 std::size_t sizeOf(DType dtype);
 
@@ -120,7 +173,8 @@ std::string_view name(WireFormat format);
 std::optional<WireFormat> parseWireFormat(std::string_view text);
 
 // nccl-tests' bus-bandwidth factor for a collective over `ranks` ranks: 2(n-1)/n for all-reduce,
-// (n-1)/n for reduce-scatter and all-gather, 1 for broadcast and reduce.
+// (n-1)/n for reduce-scatter, all-gather, all-to-all, gather and scatter, 1 for broadcast, reduce and
+// point-to-point, 0 for barriers and groups.
 double busBandwidthFactor(Collective collective, int ranks);
 
 }  // namespace gradscope

@@ -17,15 +17,17 @@ struct sqlite3_stmt;
 
 namespace gradscope::storage {
 
-// `calls` as `c` with its GPU facts as `g` (a call without any reads their unknown values).
-inline constexpr std::string_view kCallsFrom = "calls c LEFT JOIN gpu_calls g ON g.call_id = c.id";
+// `calls` as `c` with its GPU facts as `g` and its peers as `p` (a call without any reads their unknown
+// values).
+inline constexpr std::string_view kCallsFrom =
+    "calls c LEFT JOIN gpu_calls g ON g.call_id = c.id LEFT JOIN peer_calls p ON p.call_id = c.id";
 
 // The select list, e.g. "c.id, c.rank_id, ..., coalesce(c.step, -1), ...". A column whose member has an
 // "unknown" value (CallRecord::step -1, op ReduceOp::None, the NCCL facts) is selected as
 // coalesce(column, that value): the expressions sort and compare as the members do.
 const std::string& callColumns();
 int callColumnCount();
-// The expression callColumns() selects `name` (a column of calls or gpu_calls) as; throws
+// The expression callColumns() selects `name` (a column of calls, gpu_calls or peer_calls) as; throws
 // gradscope::Error for a name that is neither.
 std::string callColumn(std::string_view name);
 

@@ -69,9 +69,22 @@ struct CallRecord {
   // k >= 1: the k-th GPU execution (CUDA graph launch) of the graph-captured call with this comm and seq;
   // its start and end are the GPU's, its enqueue_ns its start. 0: any other call.
   std::int64_t graph_replay = 0;
+  // Point-to-point and all-to-all facts, stored in peer_calls only when any is known. Ranks are the
+  // peers' ranks in the communicator; -1 unknown or none.
+  int dest = -1;                     // a send's destination
+  int send_tag = -1;                 // its tag (MPI; NCCL has none)
+  int source = -1;                   // a receive's source: the matched one (MPI_ANY_SOURCE resolved)
+  int recv_tag = -1;                 // its matched tag
+  std::int64_t recv_bytes = -1;      // bytes received (a receive's calls.bytes; MPI_Sendrecv's other half)
+  std::int64_t peer_max_bytes = -1;  // all-to-all(v): the most bytes sent to one peer
+  std::int64_t peer_min_bytes = -1;  // ... and the least
 
   bool hasGpuInfo() const {
     return stream != 0 || nccl_algo >= 0 || nccl_proto >= 0 || nccl_channels > 0 || graph_replay > 0;
+  }
+  bool hasPeerInfo() const {
+    return dest >= 0 || source >= 0 || send_tag >= 0 || recv_tag >= 0 || recv_bytes >= 0 ||
+           peer_max_bytes >= 0 || peer_min_bytes >= 0;
   }
 };
 

@@ -17,8 +17,9 @@ inline constexpr std::int32_t kApplicationId = 0x47534350;
 // History: v1 = DESIGN.md's starting layout (GPU columns inline in calls, a (rank, start) index);
 // v2 = GPU facts moved to gpu_calls and the index replaced by call_tiles; v3 = consensus.call_id and
 // applied_calls, for the agent's explore and apply modes; v4 = gpu_calls.replay, the GPU executions of
-// graph-captured calls (see docs/schema.md).
-inline constexpr int kSchemaVersion = 4;
+// graph-captured calls; v5 = peer_calls, the peers of point-to-point calls and the spread of all-to-alls
+// (see docs/schema.md).
+inline constexpr int kSchemaVersion = 5;
 inline constexpr int kOldestMigratableVersion = 1;
 
 // Tile levels of call_tiles: a level-L tile spans 2^L ns (4.2 ms up to 4.6 minutes, a factor 16 apart).
@@ -30,7 +31,7 @@ inline constexpr int kTileLevels[] = {22, 26, 30, 34, 38};
 std::span<const std::string_view> tableNames();
 
 // The DDL a new file is created with: every table with its comments and indexes, then the call_view
-// view. Files store it as it is, so it changes only with kSchemaVersion (tests/data/schema_v4.sql).
+// view. Files store it as it is, so it changes only with kSchemaVersion (tests/data/schema_v5.sql).
 std::string schemaSql();
 
 }  // namespace gradscope::storage
