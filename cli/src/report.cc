@@ -20,6 +20,7 @@
 #include "gradscope/common/units.h"
 #include "gradscope/common/untouched.h"
 #include "gradscope/storage/drops.h"
+#include "gradscope/storage/peers.h"
 #include "gradscope/tuner/model.h"
 
 namespace gradscope::cli {
@@ -431,6 +432,158 @@ void writeAgentOverhead(const std::vector<AgentStats>& stats, std::int64_t colle
       formatDuration(background_ns), formatBytes(static_cast<std::uint64_t>(buffer_bytes)));
 }
 
+// The families of calls (common/types.h familyOf): what moved data among a group, between two ranks, or
+// only ordered the ranks. Shown when the trace has more than collectives; NCCL group launches apart, since
+// their members have rows of their own.
+void writeFamilies(const std::vector<storage::SizeBucket>& sizes, std::ostream& out) {
+  struct Family {
+    std::int64_t calls = 0, bytes = 0, ns = 0;
+  };
+  std::map<ApiFamily, Family> families;
+  for (const storage::SizeBucket& size : sizes) {
+    Family& family = families[familyOf(size.api)];
+    family.calls += size.calls;
+    family.bytes += size.bytes;
+    family.ns += size.total_ns;
+  }
+  if (families.empty() || (families.size() == 1 && families.begin()->first == ApiFamily::Collective)) return;
+  std::int64_t total_ns = 0;
+  for (const auto& [family, totals] : families)
+    if (family != ApiFamily::Group) total_ns += totals.ns;
+  const auto label = [](ApiFamily family) -> std::string_view {
+    switch (family) {
+      case ApiFamily::Collective: return "collective";
+      case ApiFamily::PointToPoint: return "point-to-point";
+      case ApiFamily::Synchronization: return "synchronization";
+      case ApiFamily::Group: return "group launches";
+    }
+    return "unknown";
+  };
+  out << "\nTime by API family (summed over ranks)\n";
+  out << fmt::format("  {:<18} {:>11} {:>10} {:>10} {:>7}\n", "family", "calls", "bytes", "total", "share");
+  for (const auto& [family, totals] : families)
+    out << fmt::format("  {:<18} {:>11} {:>10} {:>10} {:>7}\n", label(family),
+                       formatCount(static_cast<std::uint64_t>(totals.calls)),
+                       formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(totals.bytes, 0))),
+                       formatDuration(static_cast<double>(totals.ns)),
+                       family == ApiFamily::Group
+                           ? std::string("-")
+                           : percent(static_cast<double>(totals.ns), static_cast<double>(total_ns)));
+  if (families.contains(ApiFamily::Group))
+    out << "  group launches: ncclGroupStart/End blocks timed as one; their members are counted in their own "
+           "families, so the share leaves them out\n";
+}
+
+// Rank pairs listed in "Point-to-point", the most bytes first.
+constexpr std::size_t kPairsListed = 10;
+
+// Who sent how much to whom: the rank pairs that moved the most bytes, with the time each end spent on
+// them, and how many sends and receives found their partner.
+void writePointToPoint(const storage::PeerMessages& matched, const storage::PeerMatrix& matrix,
+                       std::ostream& out) {
+  struct Pair {
+    int from, to;
+    std::int64_t sends, bytes, send_ns, receives, recv_ns;
+  };
+  std::vector<Pair> pairs;
+  const auto n = static_cast<std::size_t>(matrix.ranks);
+  for (std::size_t from = 0; from < n; ++from)
+    for (std::size_t to = 0; to < n; ++to) {
+      const std::size_t sent = from * n + to, received = to * n + from;
+      if (matrix.send_calls[sent] == 0 && matrix.recv_calls[received] == 0) continue;
+      pairs.push_back({static_cast<int>(from), static_cast<int>(to), matrix.send_calls[sent],
+                       matrix.sent_bytes[sent], matrix.send_ns[sent], matrix.recv_calls[received],
+                       matrix.recv_ns[received]});
+    }
+  std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
+    return std::tie(a.bytes, a.recv_ns) > std::tie(b.bytes, b.recv_ns);
+  });
+  const auto messages = static_cast<std::uint64_t>(matched.messages.size());
+  out << fmt::format("\nPoint-to-point: {} message{} matched between {} rank pair{}{}\n",
+                     formatCount(messages), messages == 1 ? "" : "s", pairs.size(),
+                     pairs.size() == 1 ? "" : "s",
+                     matched.unmatched == 0 ? " (every send and receive found its partner)" : "");
+  if (matched.unmatched > 0)
+    out << fmt::format("  {} {} without a partner in the trace{}\n",
+                       formatCount(static_cast<std::uint64_t>(matched.unmatched)),
+                       matched.unmatched == 1 ? "send or receive" : "sends and receives",
+                       matched.unresolved > 0
+                           ? fmt::format(" ({} with a peer whose rank is not in it: a missing rank file?)",
+                                         formatCount(static_cast<std::uint64_t>(matched.unresolved)))
+                           : std::string(" (dropped by the agent?)"));
+  if (pairs.empty()) return;
+  out << fmt::format("  {:>5} {:>5} {:>9} {:>10} {:>10} {:>9} {:>10}\n", "from", "to", "sends", "bytes",
+                     "send time", "receives", "recv time");
+  for (std::size_t i = 0; i < pairs.size() && i < kPairsListed; ++i) {
+    const Pair& pair = pairs[i];
+    out << fmt::format("  {:>5} {:>5} {:>9} {:>10} {:>10} {:>9} {:>10}\n", pair.from, pair.to,
+                       formatCount(static_cast<std::uint64_t>(pair.sends)),
+                       formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(pair.bytes, 0))),
+                       formatDuration(static_cast<double>(pair.send_ns)),
+                       formatCount(static_cast<std::uint64_t>(pair.receives)),
+                       formatDuration(static_cast<double>(pair.recv_ns)));
+  }
+  if (pairs.size() > kPairsListed) out << fmt::format("  ... {} more pairs\n", pairs.size() - kPairsListed);
+  out << "  send time: the sender's time in its sends to the peer; recv time: the receiver's in receiving "
+         "from it (mostly waiting for the sender)\n";
+}
+
+// A pipeline's bubble as each rank saw it: its time blocked in receives from the stage before it.
+// Shown when the point-to-point traffic forms more than one stage.
+void writePipeline(const std::vector<storage::PipelineRank>& ranks, std::ostream& out) {
+  if (ranks.empty() || ranks.back().stage == 0) return;
+  const int stages = ranks.back().stage + 1;
+  out << fmt::format("\nPipeline: {} stages; blocked = time in receives from upstream ranks (the bubble)\n",
+                     stages);
+  out << fmt::format("  {:>5} {:>5} {:>10} {:>9} {:>8} {:>16} {:>9}\n", "stage", "rank", "blocked",
+                     "receives", "of span", "from downstream", "receives");
+  const auto duration = [](std::int64_t ns, std::int64_t calls) {
+    return calls > 0 ? formatDuration(static_cast<double>(ns)) : std::string("-");
+  };
+  const auto count = [](std::int64_t calls) {
+    return calls > 0 ? formatCount(static_cast<std::uint64_t>(calls)) : std::string("-");
+  };
+  for (const storage::PipelineRank& rank : ranks)
+    out << fmt::format("  {:>5} {:>5} {:>10} {:>9} {:>8} {:>16} {:>9}\n", rank.stage, rank.rank,
+                       duration(rank.blocked_ns, rank.recv_calls), count(rank.recv_calls),
+                       rank.recv_calls > 0
+                           ? percent(static_cast<double>(rank.blocked_ns), static_cast<double>(rank.busy_ns))
+                           : std::string("-"),
+                       duration(rank.downstream_ns, rank.downstream_calls), count(rank.downstream_calls));
+  for (int stage = 1; stage < stages; ++stage) {
+    std::int64_t blocked = 0, span = 0, members = 0;
+    for (const storage::PipelineRank& rank : ranks)
+      if (rank.stage == stage) blocked += rank.blocked_ns, span += rank.busy_ns, ++members;
+    out << fmt::format("  stage {}: {} blocked per rank on average, {} of the ranks' span\n", stage,
+                       formatDuration(static_cast<double>(blocked) / static_cast<double>(members)),
+                       percent(static_cast<double>(blocked), static_cast<double>(span)));
+  }
+  out << "  upstream: of two ranks that exchange messages, the one that sent first; of span: of the rank's "
+         "time from its first call to its last\n";
+}
+
+// How evenly each rank's all-to-alls spread their bytes over the peers.
+void writeAllToAll(const std::vector<storage::AllToAllBalance>& rows, std::ostream& out) {
+  if (rows.empty()) return;
+  out << "\nAll-to-all balance (imbalance: the most bytes sent to one peer over an even share; 1.00 = "
+         "even)\n";
+  out << fmt::format("  {:>5} {:<16} {:>9} {:>10} {:>10} {:>10} {:>6} {:>6} {:>10}\n", "rank", "api", "calls",
+                     "bytes", "max peer", "min peer", "mean", "worst", "time");
+  const storage::AllToAllBalance* worst = &rows.front();
+  for (const storage::AllToAllBalance& row : rows) {
+    out << fmt::format("  {:>5} {:<16} {:>9} {:>10} {:>10} {:>10} {:>6.2f} {:>6.2f} {:>10}\n", row.rank,
+                       name(row.api), formatCount(static_cast<std::uint64_t>(row.calls)),
+                       formatBytes(static_cast<std::uint64_t>(row.bytes)),
+                       formatBytes(static_cast<std::uint64_t>(row.max_peer_bytes)),
+                       formatBytes(static_cast<std::uint64_t>(row.min_peer_bytes)), row.mean_imbalance,
+                       row.worst_imbalance, formatDuration(static_cast<double>(row.time_ns)));
+    if (row.worst_imbalance > worst->worst_imbalance) worst = &row;
+  }
+  if (worst->worst_imbalance > 1.0)
+    out << fmt::format("  most uneven: rank {} {}, one peer got {:.2f}x an even share\n", worst->rank,
+                       name(worst->api), worst->worst_imbalance);
+}
+
 }  // namespace
 
 void writeReport(const storage::TraceReader& reader, std::ostream& out, const ReportOptions& options) {
@@ -473,16 +626,23 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
                                   ? fmt::format("; {} of it in nonblocking calls overlapping others",
                                                 formatDuration(static_cast<double>(total_ns - busy_ns)))
                                   : std::string();
-  out << fmt::format(
-      "Calls     {} collective calls on {} rank{}, {} in collectives ({} of the ranks' active time{})\n",
-      formatCount(static_cast<std::uint64_t>(total_calls)), stats.ranks.size(),
-      stats.ranks.size() == 1 ? "" : "s", formatDuration(static_cast<double>(total_ns)),
-      percent(static_cast<double>(busy_ns), static_cast<double>(rank_time_ns)), overlap);
+  // A trace of collectives only says so, as it always did; one with point-to-point calls or barriers as
+  // well speaks of calls, and "Time by API family" splits them.
+  const bool collectives_only = std::all_of(
+      stats.sizes.begin(), stats.sizes.end(),
+      [](const storage::SizeBucket& size) { return familyOf(size.api) == ApiFamily::Collective; });
+  out << fmt::format("Calls     {} {} on {} rank{}, {} in {} ({} of the ranks' active time{})\n",
+                     formatCount(static_cast<std::uint64_t>(total_calls)),
+                     collectives_only ? "collective calls" : "calls", stats.ranks.size(),
+                     stats.ranks.size() == 1 ? "" : "s", formatDuration(static_cast<double>(total_ns)),
+                     collectives_only ? "collectives" : "them",
+                     percent(static_cast<double>(busy_ns), static_cast<double>(rank_time_ns)), overlap);
   if (total_calls == 0) {
     out << "\nNo collective calls were recorded.\n";
     if (!reader.measurements().empty()) out << "(A benchmark trace: its measurements follow.)\n";
   } else {
-    out << "\nTime in collectives by API and size (summed over ranks)\n";
+    out << fmt::format("\nTime in {} by API and size (summed over ranks)\n",
+                       collectives_only ? "collectives" : "calls");
     out << fmt::format("  {:<26} {:>19} {:>11} {:>10} {:>10} {:>10} {:>10} {:>7}\n", "api", "size", "calls",
                        "total", "mean", "min", "max", "share");
     for (const auto& size : stats.sizes) {
@@ -495,6 +655,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
                          percent(static_cast<double>(size.total_ns), static_cast<double>(total_ns)));
     }
 
+    writeFamilies(stats.sizes, out);
     writeGraphReplays(reader.replaySummary(), out);
 
     out << fmt::format("\nSlowest calls\n");
@@ -517,7 +678,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     for (const auto& row : reader.lateness()) late[row.rank_id] = row;
     out << "\nPer rank (lateness: how long after the first rank this rank started the same collective)\n";
     out << fmt::format("  {:>5} {:<16} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}\n", "rank", "host", "pid",
-                       "calls", "in coll.", "share", "mean late", "max late");
+                       "calls", collectives_only ? "in coll." : "in calls", "share", "mean late", "max late");
     std::int64_t slowest = -1, fastest = -1;
     for (const auto& rank : stats.ranks) {
       const auto info = rank_by_id.find(rank.rank_id);
@@ -542,8 +703,9 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     if (stats.ranks.size() > 1 && slowest >= 0) {
       const auto& most = stats.ranks[static_cast<std::size_t>(slowest)];
       const auto& least = stats.ranks[static_cast<std::size_t>(fastest)];
-      out << fmt::format("  spread: rank {} spent {} in collectives, rank {} {} ({} more)\n",
-                         rankLabel(most.rank_id), formatDuration(static_cast<double>(most.total_ns)),
+      out << fmt::format("  spread: rank {} spent {} in {}, rank {} {} ({} more)\n", rankLabel(most.rank_id),
+                         formatDuration(static_cast<double>(most.total_ns)),
+                         collectives_only ? "collectives" : "communication calls",
                          rankLabel(least.rank_id), formatDuration(static_cast<double>(least.total_ns)),
                          formatDuration(static_cast<double>(most.total_ns - least.total_ns)));
       // The rank everyone waits for spends the least time inside collectives and arrives last.
@@ -555,6 +717,18 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
                            rankLabel(latest->first), formatDuration(latest->second.mean_ns));
     }
   }
+
+  // Who talked to whom, read only when the trace has such calls (the scans of peer_calls are cheap then).
+  const auto has = [&stats](auto&& wanted) {
+    return std::any_of(stats.sizes.begin(), stats.sizes.end(),
+                       [&](const storage::SizeBucket& size) { return wanted(size.api); });
+  };
+  if (has([](Api api) { return isPointToPoint(api); })) {
+    writePointToPoint(storage::matchPeerMessages(reader), storage::peerMatrix(reader), out);
+    writePipeline(storage::pipelineBubbles(reader), out);
+  }
+  if (has([](Api api) { return collectiveOf(api) == Collective::AllToAll; }))
+    writeAllToAll(storage::allToAllBalance(reader), out);
 
   // Benchmark points; then, in a section of their own, what explore mode timed on the job's calls.
   const auto measurements = reader.measurements();

@@ -1,5 +1,6 @@
 #include "gradscope/storage/export.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -10,6 +11,7 @@
 #include "file_util.h"
 #include "gradscope/common/error.h"
 #include "gradscope/common/version.h"
+#include "gradscope/storage/peers.h"
 
 namespace gradscope::storage {
 namespace {
@@ -75,6 +77,18 @@ void writeChromeTrace(const TraceReader& reader, std::ostream& out) {
     event(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{}}}}})",
                       comm.rank_id, id, jsonString(fmt::format("comm {} (size {})", comm.key, comm.size))));
 
+  // Messages as flow arrows from the send's slice to the receive's. Both lists are in call id order, as
+  // the calls come, so one cursor each finds a call's flows.
+  const PeerMessages matched = matchPeerMessages(reader);
+  std::vector<std::pair<std::int64_t, std::int64_t>> received;  // (recv_call_id, send_call_id)
+  received.reserve(matched.messages.size());
+  for (const PeerMessage& message : matched.messages)
+    received.emplace_back(message.recv_call_id, message.send_call_id);
+  std::sort(received.begin(), received.end());
+  auto next_sent = matched.messages.begin();
+  auto next_received = received.begin();
+  const CommunicatorRanks peer_ranks(reader);
+
   reader.forEachCall([&](const CallRecord& call) {
     const auto rank = rank_by_id.find(call.rank_id);
     const std::int64_t offset = rank == rank_by_id.end() ? 0 : rank->second->clock_offset_ns;
@@ -94,10 +108,37 @@ void writeChromeTrace(const TraceReader& reader, std::ostream& out) {
       args += fmt::format(R"(,"proto":"{}")", ncclProtoName(call.nccl_proto));
     if (call.nccl_channels > 0) args += fmt::format(R"(,"channels":{})", call.nccl_channels);
     if (call.graph_replay > 0) args += fmt::format(R"(,"graph_replay":{})", call.graph_replay);
+    // Peers as recorded (ranks in the communicator) and as world ranks when the trace can tell.
+    const auto peer = [&](std::string_view key, std::string_view world_key, int comm_rank) {
+      if (comm_rank < 0) return;
+      args += fmt::format(R"(,"{}":{})", key, comm_rank);
+      if (const int world = peer_ranks.worldRank(call.comm_id, comm_rank); world >= 0)
+        args += fmt::format(R"(,"{}":{})", world_key, world);
+    };
+    peer("dest", "dest_rank", call.dest);
+    if (call.send_tag >= 0) args += fmt::format(R"(,"send_tag":{})", call.send_tag);
+    peer("source", "source_rank", call.source);
+    if (call.recv_tag >= 0) args += fmt::format(R"(,"recv_tag":{})", call.recv_tag);
+    if (call.recv_bytes >= 0) args += fmt::format(R"(,"recv_bytes":{})", call.recv_bytes);
+    if (call.peer_max_bytes >= 0) args += fmt::format(R"(,"peer_max_bytes":{})", call.peer_max_bytes);
+    if (call.peer_min_bytes >= 0) args += fmt::format(R"(,"peer_min_bytes":{})", call.peer_min_bytes);
     event(
         fmt::format(R"({{"ph":"X","name":"{}","cat":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
                     name(call.api), name(backendOf(call.api)), call.rank_id, call.comm_id,
                     micros(call.start_ns + offset), micros(call.end_ns - call.start_ns), args));
+    // A flow event binds to the slice that encloses its time on its track: the middle of the call is
+    // inside it even when the call is short ("bp":"e" asks the same of the flow's end, which otherwise
+    // binds to the next slice to begin).
+    const std::string middle = micros(call.start_ns + offset + (call.end_ns - call.start_ns) / 2);
+    while (next_sent != matched.messages.end() && next_sent->send_call_id < call.id) ++next_sent;
+    if (next_sent != matched.messages.end() && next_sent->send_call_id == call.id)
+      event(fmt::format(R"({{"ph":"s","id":{},"name":"message","cat":"p2p","pid":{},"tid":{},"ts":{}}})",
+                        call.id, call.rank_id, call.comm_id, middle));
+    while (next_received != received.end() && next_received->first < call.id) ++next_received;
+    for (; next_received != received.end() && next_received->first == call.id; ++next_received)
+      event(fmt::format(
+          R"({{"ph":"f","bp":"e","id":{},"name":"message","cat":"p2p","pid":{},"tid":{},"ts":{}}})",
+          next_received->second, call.rank_id, call.comm_id, middle));
     return true;
   });
   out << "\n]}\n";
@@ -110,12 +151,15 @@ void writeCsv(const TraceReader& reader, std::string_view table, std::ostream& o
     for (const RankInfo& rank : ranks) rank_by_id[rank.id] = &rank;
     std::map<std::int64_t, std::string> comm_key;
     for (const CommInfo& comm : reader.comms()) comm_key[comm.id] = comm.key;
+    // The peer columns come last, after those of earlier versions, so that readers by position keep theirs.
     out << "id,run_id,rank,comm,seq,step,api,dtype,op,count,bytes,enqueue_ns,start_ns,end_ns,dur_ns,stream,"
-           "nccl_algo,nccl_proto,nccl_channels,graph_replay\n";
+           "nccl_algo,nccl_proto,nccl_channels,graph_replay,dest,send_tag,source,recv_tag,recv_bytes,"
+           "peer_max_bytes,peer_min_bytes\n";
+    const auto known = [](std::int64_t value) { return value >= 0 ? std::to_string(value) : std::string(); };
     reader.forEachCall([&](const CallRecord& c) {
       const auto rank = rank_by_id.find(c.rank_id);
       out << fmt::format(
-          "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", c.id,
+          "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", c.id,
           rank == rank_by_id.end() ? 0 : rank->second->run_id,
           rank == rank_by_id.end() ? c.rank_id : rank->second->rank, csvField(comm_key[c.comm_id]), c.seq,
           c.step >= 0 ? std::to_string(c.step) : std::string(), name(c.api), name(c.dtype),
@@ -123,7 +167,9 @@ void writeCsv(const TraceReader& reader, std::string_view table, std::ostream& o
           c.start_ns, c.end_ns, c.end_ns - c.start_ns, c.stream != 0 ? std::to_string(c.stream) : "",
           ncclAlgoName(c.nccl_algo), ncclProtoName(c.nccl_proto),
           c.nccl_channels > 0 ? std::to_string(c.nccl_channels) : "",
-          c.graph_replay > 0 ? std::to_string(c.graph_replay) : "");
+          c.graph_replay > 0 ? std::to_string(c.graph_replay) : "", known(c.dest), known(c.send_tag),
+          known(c.source), known(c.recv_tag), known(c.recv_bytes), known(c.peer_max_bytes),
+          known(c.peer_min_bytes));
       return true;
     });
   } else if (table == "measurements") {

@@ -288,7 +288,7 @@ TimelineSummary TraceReader::timeline(std::int64_t t0_ns, std::int64_t t1_ns, in
   for (int level : kTileLevels)
     if (std::ldexp(1.0, level) <= width) wanted = level;
 
-  constexpr int kApiSlots = 32;
+  constexpr int kApiSlots = 80;  // Api codes are below 80 (common/types.h)
   std::vector<std::array<std::int64_t, kApiSlots>> api_busy(static_cast<std::size_t>(columns));
 
   // Adds `busy` starting at time `at`, spread forward over the columns it covers and clipped to the
@@ -557,6 +557,8 @@ std::vector<TraceReader::Lateness> TraceReader::lateness() const {
   };
   std::unordered_map<Key, Earliest, KeyHash> earliest;
   const auto keyOf = [&](const CallRecord& call) -> std::optional<Key> {
+    // Calls numbered apart (point-to-point, NCCL group launches) are not equal across ranks: no match.
+    if (numberedApart(call.api)) return std::nullopt;
     const auto it = comm_key.find(call.comm_id);
     if (it == comm_key.end()) return std::nullopt;
     return Key{(static_cast<std::uint64_t>(it->second) << 40) ^ static_cast<std::uint64_t>(call.seq),
@@ -662,6 +664,45 @@ void TraceReader::forEachCall(const std::function<bool(const CallRecord&)>& visi
   sql::Statement query(impl_->db, fmt::format("SELECT {} FROM {} ORDER BY c.id", callColumns(), kCallsFrom));
   while (query.step())
     if (!visit(readCall(query.handle()))) break;
+}
+
+void TraceReader::forEachPeerCall(const std::function<bool(const CallRecord&)>& visit) const {
+  // The same columns as forEachCall, from peer_calls outwards: a row per call that has peers.
+  sql::Statement query(impl_->db, fmt::format("SELECT {} FROM peer_calls p JOIN calls c ON c.id = p.call_id "
+                                              "LEFT JOIN gpu_calls g ON g.call_id = c.id ORDER BY p.call_id",
+                                              callColumns()));
+  while (query.step())
+    if (!visit(readCall(query.handle()))) break;
+}
+
+std::vector<TraceReader::ApiTotal> TraceReader::apiTotals() const {
+  // Aggregated here rather than with GROUP BY, which would sort every call in a temporary b-tree.
+  std::map<std::pair<std::int64_t, int>, ApiTotal> totals;
+  sql::Statement query(impl_->db, "SELECT rank_id, api, bytes, start_ns, end_ns FROM calls");
+  ApiTotal* last = nullptr;
+  while (query.step()) {
+    const std::int64_t rank_id = query.int64(0);
+    const auto api = static_cast<Api>(query.int32(1));
+    if (last == nullptr || last->rank_id != rank_id || last->api != api) {
+      auto [it, inserted] = totals.try_emplace({rank_id, static_cast<int>(api)});
+      last = &it->second;
+      if (inserted) {
+        last->rank_id = rank_id;
+        last->api = api;
+        last->first_ns = query.int64(3);
+        last->last_ns = query.int64(4);
+      }
+    }
+    ++last->calls;
+    last->bytes += query.int64(2);
+    last->total_ns += query.int64(4) - query.int64(3);
+    last->first_ns = std::min(last->first_ns, query.int64(3));
+    last->last_ns = std::max(last->last_ns, query.int64(4));
+  }
+  std::vector<ApiTotal> out;
+  out.reserve(totals.size());
+  for (const auto& [key, total] : totals) out.push_back(total);
+  return out;
 }
 
 namespace {

@@ -16,10 +16,14 @@ struct ReportOptions {
 // Writes the report of `reader` to `out`: the run, time in collectives per API and size bucket, the
 // slowest calls, the per-rank spread (time in collectives, lateness against the other ranks), the
 // strategies benchmarked, and the events the agent dropped. Sections appear when the trace has what
-// they show: the strategies explore mode timed on the job's calls (per API, dtype and size, against
-// sum/native), the consensus diagnostics of those calls, the calls apply mode replaced (per strategy,
-// and the reductions it left alone), and the agent's overhead per rank and in total (docs/agent.md).
-// Deterministic for a given file (golden-tested).
+// they show: time per API family (when there is more than collectives: point-to-point calls, barriers,
+// NCCL group launches apart), the point-to-point messages and the rank pairs that moved the most bytes,
+// the pipeline's stages and each rank's bubble (when the messages form more than one stage), the
+// all-to-alls' imbalance between peers (storage/peers.h), the strategies explore mode timed on the job's
+// calls (per API, dtype and size, against sum/native), the consensus diagnostics of those calls, the
+// calls apply mode replaced (per strategy, and the reductions it left alone), and the agent's overhead
+// per rank and in total (docs/agent.md). Deterministic for a given file (golden-tested: a data-parallel
+// job in report_synthetic.txt, a pipeline in report_pipeline.txt).
 void writeReport(const storage::TraceReader& reader, std::ostream& out, const ReportOptions& options = {});
 
 }  // namespace gradscope::cli

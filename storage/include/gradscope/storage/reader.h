@@ -105,7 +105,8 @@ class TraceReader {
   };
   CallStatistics callStatistics(std::size_t top) const;
   // Start-time spread of each collective across ranks, matched by (communicator key, seq): for each
-  // rank, the mean and max of (its start − the earliest start of the same collective). Two scans.
+  // rank, the mean and max of (its start − the earliest start of the same collective). Point-to-point
+  // calls, numbered apart and never equal across ranks, are left out. Two scans.
   struct Lateness {
     std::int64_t rank_id = 0;
     std::int64_t matched = 0;  // calls matched with at least one other rank
@@ -175,6 +176,22 @@ class TraceReader {
 
   // Streams every call in id order, GPU facts included. Return false from `visit` to stop.
   void forEachCall(const std::function<bool(const CallRecord&)>& visit) const;
+  // Streams the calls that have peer facts (CallRecord::hasPeerInfo: point-to-point calls and
+  // all-to-alls, schema v5's peer_calls) in id order, as forEachCall reads them. The scan is driven by
+  // peer_calls, so a trace of millions of collectives and few point-to-point calls reads only those.
+  void forEachPeerCall(const std::function<bool(const CallRecord&)>& visit) const;
+
+  // Per rank id and API: calls, bytes, summed duration and the first start and last end. One narrow scan
+  // of `calls` (no join), aggregated in memory: what the report's families and the pipeline shares need.
+  struct ApiTotal {
+    std::int64_t rank_id = 0;
+    Api api = Api::Unknown;
+    std::int64_t calls = 0;
+    std::int64_t bytes = 0;
+    std::int64_t total_ns = 0;
+    std::int64_t first_ns = 0, last_ns = 0;
+  };
+  std::vector<ApiTotal> apiTotals() const;  // ordered by rank id, api
 
  private:
   struct Impl;
