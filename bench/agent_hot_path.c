@@ -3,7 +3,7 @@
  * (PMPI_Allreduce, which the agent does not intercept), in alternating blocks.
  *
  *   mpirun -np 1 -x LD_PRELOAD=build/default/agent/libgradscope-agent.so gradscope_agent_hot_path [BLOCKS]
- *   mpirun -np 2 -x LD_PRELOAD=... gradscope_agent_hot_path [BLOCKS] [BYTES]
+ *   mpirun -np 2 -x LD_PRELOAD=... gradscope_agent_hot_path [BLOCKS] [BYTES] [allreduce|pingpong|isend]
  *
  * One rank: the cost isolated from the network. MPI_Allreduce of one float (Open MPI copies it locally,
  * ~13 ns), blocks of 1,000,000 back-to-back calls; prints the median over blocks of the time per call
@@ -17,10 +17,16 @@
  * for tens of seconds at a time, which makes separate runs with and without the agent differ by ±20%;
  * here both kinds share the mode.
  *
+ * pingpong and isend time point-to-point calls the same way, with two ranks: OSU's osu_latency loop (rank 0
+ * sends BYTES to rank 1 and receives them back; a call's latency is half the round trip), by
+ * MPI_Send/MPI_Recv, or by MPI_Isend/MPI_Irecv each completed by MPI_Wait; direct blocks call the PMPI_
+ * functions throughout. The barriers between calls are PMPI_Barrier in both kinds of block.
+ *
  * Without the agent preloaded both kinds go straight to Open MPI: the difference is the cost of nothing. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <mpi.h>
@@ -73,21 +79,69 @@ static float* g_in;
 static float* g_out;
 static int g_count;
 
+enum Operation { kAllreduce, kPingPong, kIsend };
+static const char* const kOperationNames[] = {"MPI_Allreduce", "MPI_Send/MPI_Recv", "MPI_Isend/MPI_Irecv+MPI_Wait"};
+
+/* One message of the ping-pong, through the wrappers or around them. */
+static void send(int wrapped, int nonblocking, int peer) {
+  MPI_Request request;
+  if (!nonblocking) {
+    if (wrapped) MPI_Send(g_in, g_count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD);
+    else PMPI_Send(g_in, g_count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD);
+  } else if (wrapped) {
+    MPI_Isend(g_in, g_count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD, &request);
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+  } else {
+    PMPI_Isend(g_in, g_count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD, &request);
+    PMPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+}
+static void receive(int wrapped, int nonblocking, int peer) {
+  MPI_Request request;
+  if (!nonblocking) {
+    if (wrapped) MPI_Recv(g_out, g_count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    else PMPI_Recv(g_out, g_count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  } else if (wrapped) {
+    MPI_Irecv(g_out, g_count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD, &request);
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+  } else {
+    PMPI_Irecv(g_out, g_count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD, &request);
+    PMPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+}
+
 /* One block of the OSU loop: this rank's average latency in microseconds. */
-static double osuBlock(int wrapped, int calls) {
+static double osuBlock(enum Operation operation, int wrapped, int calls, int rank) {
   double total = 0.0;
-  MPI_Barrier(MPI_COMM_WORLD);
+  PMPI_Barrier(MPI_COMM_WORLD);
+  if (operation != kAllreduce) {
+    /* osu_latency: rank 0 and 1 bounce one message; the others (none with 2 ranks) wait. */
+    const int nonblocking = operation == kIsend;
+    const double start = MPI_Wtime();
+    for (int i = 0; i < calls; ++i) {
+      if (rank == 0) {
+        send(wrapped, nonblocking, 1);
+        receive(wrapped, nonblocking, 1);
+      } else if (rank == 1) {
+        receive(wrapped, nonblocking, 0);
+        send(wrapped, nonblocking, 0);
+      }
+    }
+    total = (MPI_Wtime() - start) / 2;
+    PMPI_Barrier(MPI_COMM_WORLD);
+    return total * 1e6 / calls;
+  }
   for (int i = 0; i < calls; ++i) {
     const double start = MPI_Wtime();
     if (wrapped) MPI_Allreduce(g_in, g_out, g_count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     else PMPI_Allreduce(g_in, g_out, g_count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     total += MPI_Wtime() - start;
-    MPI_Barrier(MPI_COMM_WORLD);
+    PMPI_Barrier(MPI_COMM_WORLD);
   }
   return total * 1e6 / calls;
 }
 
-static void timeOsuLoop(int blocks, size_t bytes, int rank, int ranks) {
+static void timeOsuLoop(enum Operation operation, int blocks, size_t bytes, int rank, int ranks) {
   double mine[2][kMaxOsuBlocks], all[2][kMaxOsuBlocks], ratio[kMaxOsuBlocks];
   const int small = bytes <= kOsuSmallBytes;
   const int calls = small ? kOsuCallsPerBlock : kOsuLargeCallsPerBlock;
@@ -102,25 +156,32 @@ static void timeOsuLoop(int blocks, size_t bytes, int rank, int ranks) {
     g_in[i] = (float)(i % 7);
     g_out[i] = 0.0f;
   }
-  for (int i = 0; i < (small ? 1000 : 4); ++i) osuBlock(i % 2, 1); /* warm-up of both paths */
+  for (int i = 0; i < (small ? 1000 : 4); ++i) osuBlock(operation, i % 2, 1, rank); /* warm-up of both paths */
   for (int b = 0; b < blocks; ++b) {
     const int first = b % 2;
-    mine[first][b] = osuBlock(first, calls);
-    mine[!first][b] = osuBlock(!first, calls);
+    mine[first][b] = osuBlock(operation, first, calls, rank);
+    mine[!first][b] = osuBlock(operation, !first, calls, rank);
   }
   free(g_in);
   free(g_out);
-  MPI_Reduce(mine, all, 2 * kMaxOsuBlocks, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  PMPI_Reduce(mine, all, 2 * kMaxOsuBlocks, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
+  /* The ping-pong's latency is rank 0's (its round trips); the all-reduce's the average over ranks. */
   for (int b = 0; b < blocks; ++b) {
-    all[0][b] /= ranks;
-    all[1][b] /= ranks;
+    if (operation == kAllreduce) {
+      all[0][b] /= ranks;
+      all[1][b] /= ranks;
+    } else {
+      all[0][b] = mine[0][b];
+      all[1][b] = mine[1][b];
+    }
     ratio[b] = all[1][b] / all[0][b];
   }
   printf(
-      "%d ranks, %d blocks of %d calls (%zu B, OSU loop): PMPI_Allreduce %.4f us, MPI_Allreduce %.4f us, "
+      "%d ranks, %d blocks of %d calls (%zu B, OSU loop, %s): direct %.4f us, wrapped %.4f us, "
       "median ratio %.4f\n",
-      ranks, blocks, calls, bytes, median(all[0], blocks), median(all[1], blocks), median(ratio, blocks));
+      ranks, blocks, calls, bytes, kOperationNames[operation], median(all[0], blocks), median(all[1], blocks),
+      median(ratio, blocks));
 }
 
 int main(int argc, char** argv) {
@@ -140,8 +201,18 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
+  enum Operation operation = kAllreduce;
+  if (argc > 3) {
+    if (strcmp(argv[3], "pingpong") == 0) operation = kPingPong;
+    else if (strcmp(argv[3], "isend") == 0) operation = kIsend;
+    else if (strcmp(argv[3], "allreduce") != 0) {
+      if (rank == 0) fprintf(stderr, "gradscope_agent_hot_path: %s: not allreduce, pingpong or isend\n", argv[3]);
+      MPI_Finalize();
+      return 2;
+    }
+  }
   if (ranks == 1) timeBackToBack(blocks);
-  else timeOsuLoop(blocks, bytes, rank, ranks);
+  else timeOsuLoop(operation, blocks, bytes, rank, ranks);
   MPI_Finalize();
   return 0;
 }

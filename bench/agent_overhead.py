@@ -5,14 +5,15 @@ First the cost per call in isolation (gradscope_agent_hot_path: one rank, MPI_Al
 agent's wrapper against PMPI_Allreduce, alternating blocks; every call recorded, and with the default
 recording rate limit), then the same comparisons inside one 2-rank job with the agent preloaded (the OSU
 loop in alternating blocks through the wrapper and around it, so both sides share the machine's state;
-without the agent the ratio is the method's own error), at 8 bytes and at 64 MiB. Then runs
+without the agent the ratio is the method's own error), at 8 bytes for MPI_Allreduce, an MPI_Send/MPI_Recv
+ping-pong and an MPI_Isend/MPI_Irecv + MPI_Wait ping-pong, and at 64 MiB. Then runs
 gradscope_osu_allreduce (the OSU osu_allreduce loop: MPI_Wtime around each call, then a barrier) with 2
 ranks, in pairs: bare, then with LD_PRELOAD=libgradscope-agent.so (the order alternates from
 pair to pair), and reports per message size the median over pairs of (latency with the agent /
 latency without). Then the agent's resident memory: each rank's peak RSS with and without the agent,
 for a short and a 10x longer run, to show it does not grow with the run's length.
 
-  bench/agent_overhead.py BUILD_DIR [--pairs 15] [--ranks 2] [--in-job-runs 7]
+  bench/agent_overhead.py BUILD_DIR [--pairs 15] [--ranks 2] [--in-job-runs 7] [--small-only]
 """
 import argparse
 import os
@@ -60,6 +61,7 @@ def main():
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--in-job-runs", type=int, default=9)
+    parser.add_argument("--small-only", action="store_true", help="leave out the 64 MiB comparisons")
     options = parser.parse_args()
     # 8 B twice, with the agent's defaults: both loops call far faster than GRADSCOPE_MAX_CALL_RATE, so a
     # rank records 5,000 calls per 20 ms and counts the rest; 200,000 calls last long enough for the
@@ -67,8 +69,10 @@ def main():
     cases = [("8 B, 50,000 calls", ["-n", "8", "-m", "8", "-i", "50000", "-x", "1000", "-p", "4"]),
              ("8 B, 200,000 calls", ["-n", "8", "-m", "8", "-i", "200000", "-x", "1000", "-p", "4"]),
              ("64 MiB", ["-n", str(64 << 20), "-m", str(64 << 20), "-i", "40", "-x", "3", "-p", "2"])]
+    if options.small_only:
+        cases = cases[:2]
     with tempfile.TemporaryDirectory() as out_dir:
-        def hot_path(ranks, blocks, agent, size=None, **variables):
+        def hot_path(ranks, blocks, agent, size=None, operation=None, **variables):
             command = ["mpiexec", "-np", str(ranks), "--oversubscribe"]
             if agent:
                 command += ["-x", "LD_PRELOAD=" + os.path.join(options.build, "agent", "libgradscope-agent.so"),
@@ -76,8 +80,10 @@ def main():
                 for name, value in variables.items():
                     command += ["-x", f"{name}={value}"]
             program = [os.path.join(options.build, "bench", "gradscope_agent_hot_path"), str(blocks)]
-            if size is not None:
-                program.append(str(size))
+            if size is not None or operation is not None:
+                program.append(str(size if size is not None else 8))
+            if operation is not None:
+                program.append(operation)
             result = subprocess.run(command + program, env={**os.environ, **MPI_ENV}, capture_output=True,
                                     text=True, timeout=600)
             if result.returncode != 0:
@@ -94,17 +100,23 @@ def main():
         for label, agent, variables, _ in kinds:
             print(f"hot path, 1 rank, {label}: {hot_path(1, 21, agent, **variables)}", flush=True)
         # Both kinds of call in one job, so that they share the VM's latency mode (gradscope_agent_hot_path):
-        # 100 pairs of blocks of 2,000 calls.
+        # 100 pairs of blocks of 2,000 calls; the 8-byte all-reduce, the MPI_Send/MPI_Recv ping-pong and the
+        # MPI_Isend/MPI_Irecv + MPI_Wait ping-pong, the runs of the three interleaved.
+        operations = ("allreduce", "pingpong", "isend")
         for label, agent, variables, runs in kinds:
-            ratios = []
+            ratios = {operation: [] for operation in operations}
             for _ in range(runs):
-                line = hot_path(options.ranks, 100, agent, **variables)
-                ratios.append(float(line.rsplit(" ", 1)[1]))
-                print(f"in one job, {label}: {line}", flush=True)
-            print(f"in one job, {label}: median of {runs} runs' ratios {statistics.median(ratios):.4f}", flush=True)
+                for operation in operations:
+                    line = hot_path(options.ranks, 100, agent, operation=operation, **variables)
+                    ratios[operation].append(float(line.rsplit(" ", 1)[1]))
+                    print(f"in one job, {label}: {line}", flush=True)
+            for operation in operations:
+                values = ratios[operation]
+                print(f"in one job, {label}, {operation}: median of {runs} runs' ratios "
+                      f"{statistics.median(values):.4f} (min {min(values):.4f}, max {max(values):.4f})", flush=True)
         # 64 MiB the same way (blocks of 4 calls; a call takes tens of milliseconds): separate runs differ by
         # several percent with the memory system's state, which both kinds share here.
-        for label, agent in (("without the agent", False), ("with the agent", True)):
+        for label, agent in () if options.small_only else (("without the agent", False), ("with the agent", True)):
             ratios = []
             for _ in range(5):
                 line = hot_path(options.ranks, 21, agent, size=64 << 20)

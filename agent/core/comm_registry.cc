@@ -43,6 +43,7 @@ CommSlot* CommRegistry::add(const void* handle, const CommDescription& descripti
   slot.inter = description.inter;
   slot.prepared.store(false, std::memory_order_relaxed);
   slot.seq.store(0, std::memory_order_relaxed);
+  slot.peer_seq.store(0, std::memory_order_relaxed);
   descriptions_.push_back(description);
   descriptions_.back().key = distinctKey(keys_, description.key, description.rank);
   slot.handle.store(handle, std::memory_order_release);

@@ -29,6 +29,10 @@ struct CommSlot {
     seq.store(value + 1, std::memory_order_relaxed);
     return value;
   }
+  // Point-to-point calls are numbered apart (ranks make different numbers of them, which would make the
+  // collectives' numbers differ between ranks) and may come from several threads at once: an atomic add.
+  std::atomic<std::int64_t> peer_seq{0};
+  std::int64_t nextPeerSeq() { return peer_seq.fetch_add(1, std::memory_order_relaxed); }
   // Communicators created from this one so far (same rule as seq): names the children identically on
   // every rank.
   std::atomic<std::int64_t> created{0};

@@ -51,10 +51,10 @@ StreamTable::Entry* StreamTable::findSlow(const void* stream) {
   return &entry;
 }
 
-bool GroupState::add(const CallEvent& event, nccl::cudaStream_t stream, int domain) {
+bool GroupState::add(const CallEvent& event, nccl::cudaStream_t stream, int domain, CommSlot* slot) {
   if (size_ == kMaxMembers) return false;
   if (!members_) members_.reset(new Member[kMaxMembers]);
-  members_[size_++] = {event, stream, domain, false};
+  members_[size_++] = {event, stream, domain, false, slot};
   return true;
 }
 
@@ -70,6 +70,23 @@ int GroupState::distinctStreams(nccl::cudaStream_t* streams, int* domains) const
     ++n;
   }
   return n;
+}
+
+CallEvent groupLaunchEvent(std::span<const GroupState::Member> members, std::int64_t seq,
+                           std::uint64_t started) {
+  const CallEvent& first = members.front().event;
+  CallEvent launch;
+  launch.header.seq = seq;
+  launch.header.comm = first.header.comm;
+  launch.header.api = Api::NcclGroup;
+  launch.header.dtype = DType::Other;
+  launch.header.op = ReduceOp::None;
+  launch.call.count = static_cast<std::int64_t>(members.size());
+  for (const GroupState::Member& member : members) launch.call.bytes += member.event.call.bytes;
+  launch.call.step = first.call.step;
+  launch.call.stream = first.call.stream;
+  launch.call.enqueue = started != 0 && started <= first.call.enqueue ? started : first.call.enqueue;
+  return launch;
 }
 
 }  // namespace gradscope::agent

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/call_event.h"
+#include "core/comm_registry.h"
 #include "core/nccl_types.h"
 #include "gradscope/common/types.h"
 
@@ -101,21 +102,27 @@ class GroupState {
     CallEvent event;
     nccl::cudaStream_t stream = nullptr;
     int domain = StreamTable::kDomainUnknown;
-    bool profiled = false;  // the profiler plugin reported NCCL's choices for it (nccl_profile.h)
+    bool profiled = false;     // the profiler plugin reported NCCL's choices for it (nccl_profile.h)
+    CommSlot* slot = nullptr;  // its communicator (the first member's numbers the group's launch)
   };
 
   int depth() const { return depth_; }
-  void start() { ++depth_; }
+  // `now`: the tick of the call (0 when not recording); the outermost start's is the group's issue time.
+  void start(std::uint64_t now = 0) {
+    if (depth_++ == 0) started_ = now;
+  }
   // Returns true when this end closes the outermost group (NCCL launches the group's work then).
   // An end without a start (the job's error, which NCCL reports) leaves the depth at 0.
   bool end() {
     if (depth_ == 0) return false;
     return --depth_ == 0;
   }
+  // The tick of the outermost ncclGroupStart of the group being built (0: not known).
+  std::uint64_t started() const { return started_; }
 
-  // A collective called inside a group; false when the group already holds kMaxMembers (the caller
-  // then records the call on its own). The member table is allocated at a thread's first member.
-  bool add(const CallEvent& event, nccl::cudaStream_t stream, int domain);
+  // A call made inside a group; false when the group already holds kMaxMembers (the caller then records
+  // the call on its own). The member table is allocated at a thread's first member.
+  bool add(const CallEvent& event, nccl::cudaStream_t stream, int domain, CommSlot* slot = nullptr);
   std::span<Member> members() { return {members_.get(), size_}; }
   void clear() { size_ = 0; }
 
@@ -125,8 +132,18 @@ class GroupState {
 
  private:
   int depth_ = 0;
+  std::uint64_t started_ = 0;
   std::size_t size_ = 0;
   std::unique_ptr<Member[]> members_;
 };
+
+// The record of a group's launch (Api::NcclGroup), beside its members' own: on the first member's
+// communicator with sequence number `seq` (the caller takes it from that communicator's point-to-point
+// numbering, call_event.h numberedApart), count = the members, bytes = the sum of theirs, dtype Other, no
+// reduction; the first member's step and stream; issued at `started` (the outermost ncclGroupStart; 0:
+// the first member's issue). The caller sets its span and GPU slot, as it does the members'. `members`
+// must not be empty.
+CallEvent groupLaunchEvent(std::span<const GroupState::Member> members, std::int64_t seq,
+                           std::uint64_t started);
 
 }  // namespace gradscope::agent

@@ -286,10 +286,13 @@ class Flusher {
       for (const CallEvent& event : events_) {
         if (event.header.kind == EventKind::NcclInfo) {
           ncclInfoArrived(event);
+        } else if (event.header.kind == EventKind::PeerExtra) {
+          peer_extra_ = event;  // its call's record comes next from the same ring
         } else if (event.call.gpu_slot != 0 && timer != nullptr) {
           pending_gpu_.push_back(event);
         } else {
           addCall(event, nullptr);
+          addPeerExtra(event, calls_.back());
           if (event.call.graph_captured) captureArrived();
         }
       }
@@ -348,14 +351,36 @@ class Flusher {
   void addCall(const CallEvent& event, const std::int64_t* gpu_span) {
     calls_.push_back(toRecord(event, gpu_span));
     storage::CallRecord& call = calls_.back();
-    nccl_info_.takeReports({call.comm_id, call.seq}, [&](NcclInfoPayload&& info) {
-      call.nccl_algo = info.algo;
-      call.nccl_proto = info.proto;
-      call.nccl_channels = info.channels;
-    });
+    // NCCL's reports name collectives by their sequence numbers; point-to-point calls and group launches
+    // are numbered apart (call_event.h numberedApart).
+    if (!numberedApart(call.api))
+      nccl_info_.takeReports({call.comm_id, call.seq}, [&](NcclInfoPayload&& info) {
+        call.nccl_algo = info.algo;
+        call.nccl_proto = info.proto;
+        call.nccl_channels = info.channels;
+      });
     extras_.push_back({event.header.comm, event.call.sampled, event.call.strategy});
     // Explore and apply modes mark calls; observe mode never does, and keeps the plain sort below.
     if (event.call.sampled || event.call.strategy != 0) any_extra_ = true;
+  }
+
+  // ---- the second side of a call (call_event.h PeerExtraPayload) ----
+  //
+  // Written by the calling thread just before the call's record, so it is the record before it in the
+  // same ring: kept until the next host-timed call, and attached when that call is its own (one of the
+  // two may have been dropped with a full ring). Only MPI calls have one, and they are never GPU-timed.
+  void addPeerExtra(const CallEvent& event, storage::CallRecord& call) {
+    if (!peer_extra_) return;
+    const EventHeader& extra = peer_extra_->header;
+    if (extra.comm == event.header.comm && extra.seq == event.header.seq && extra.api == event.header.api) {
+      const PeerExtraPayload& payload = peer_extra_->peer_extra;
+      call.source = payload.source;
+      call.recv_tag = payload.recv_tag;
+      call.recv_bytes = payload.recv_bytes;
+      call.peer_max_bytes = payload.peer_max_bytes;
+      call.peer_min_bytes = payload.peer_min_bytes;
+    }
+    peer_extra_.reset();
   }
 
   // ---- NCCL's choices from the profiler plugin (nccl_profile.h) ----
@@ -378,7 +403,7 @@ class Flusher {
     if (!g_nccl_profile_active.load(std::memory_order_relaxed)) return;
     for (std::size_t i = 0; i < calls.size(); ++i) {
       // Has its report already, or is a graph replay (NCCL reports the captured call).
-      if (calls[i].nccl_algo >= 0 || calls[i].graph_replay > 0) continue;
+      if (calls[i].nccl_algo >= 0 || calls[i].graph_replay > 0 || numberedApart(calls[i].api)) continue;
       nccl_info_.addCall(
           {calls[i].comm_id, calls[i].seq}, first + static_cast<std::int64_t>(i),
           [this](std::int64_t call_id, NcclInfoPayload&& info) { output_.setNcclInfo(call_id, info); });
@@ -401,7 +426,7 @@ class Flusher {
   // The call just added (calls_.back()) was captured into a graph.
   void captureArrived() {
     const storage::CallRecord call = calls_.back();
-    replays_.addCall({call.comm_id, call.seq}, Captured{call, 0},
+    replays_.addCall({call.comm_id, joinSeq(call.api, call.seq)}, Captured{call, 0},
                      [this](Captured& captured, ReplaySpan&& span) { addReplay(captured, span); });
   }
 
@@ -501,6 +526,25 @@ class Flusher {
     }
     if (call.end_ns < call.start_ns) call.end_ns = call.start_ns;
     call.stream = event.call.stream;
+    switch (collectiveOf(call.api)) {
+      case Collective::Send:
+      case Collective::SendRecv:
+        call.dest = event.call.peer;
+        call.send_tag = event.call.tag;
+        break;
+      case Collective::Recv:
+        call.source = event.call.peer;
+        call.recv_tag = event.call.tag;
+        call.recv_bytes = call.bytes;
+        break;
+      case Collective::AllToAll:
+        // NCCL's is even: count elements to every peer (MPI's come with their spread, addPeerExtra).
+        if (backendOf(call.api) == Backend::Nccl)
+          call.peer_max_bytes = call.peer_min_bytes =
+              call.count * static_cast<std::int64_t>(sizeOf(call.dtype));
+        break;
+      default: break;
+    }
     return call;
   }
 
@@ -592,6 +636,7 @@ class Flusher {
   std::thread thread_;
   std::vector<CallEvent> events_;
   std::vector<storage::CallRecord> calls_;
+  std::optional<CallEvent> peer_extra_;  // the last PeerExtra record, until the call it belongs to
   std::vector<Extra> extras_;
   std::vector<std::size_t> order_;
   std::vector<storage::CallRecord> sorted_;
@@ -704,9 +749,12 @@ ThreadBuffer* claimThreadBuffer() {
   return buffer;
 }
 
-std::int64_t stepForCallSlow() {
-  if (g_config.step_calls > 0)
+std::int64_t stepForCallSlow(Api api) {
+  if (g_config.step_calls > 0) {
+    if (familyOf(api) != ApiFamily::Collective)
+      return g_step_call_counter.load(std::memory_order_relaxed) / g_config.step_calls;
     return g_step_call_counter.fetch_add(1, std::memory_order_relaxed) / g_config.step_calls;
+  }
   if (!g_config.step_nvtx.empty()) return g_nvtx_steps.load(std::memory_order_relaxed) - 1;
   return -1;
 }

@@ -82,13 +82,15 @@ inline void recordInPlace(Fill&& fill) {
 }
 
 // The step of the call being recorded, from the explicit markers (GRADSCOPE_STEP_CALLS: counts this
-// call; GRADSCOPE_STEP_NVTX: the steps started so far − 1), or -1 when none is configured (steps are
-// then detected from the pattern of calls when the files are merged).
+// call if it is a collective; GRADSCOPE_STEP_NVTX: the steps started so far − 1), or -1 when none is
+// configured (steps are then detected from the pattern of calls when the files are merged).
+// Point-to-point calls and barriers are not counted, only given the step of the collectives so far:
+// ranks of a pipeline make different numbers of them per step.
 enum class StepMarker : std::uint8_t { None, CallCount, Nvtx };
 extern StepMarker g_step_marker;  // fixed at load
-std::int64_t stepForCallSlow();
-inline std::int64_t stepForCall() {
-  return g_step_marker == StepMarker::None ? -1 : stepForCallSlow();
+std::int64_t stepForCallSlow(Api api);
+inline std::int64_t stepForCall(Api api) {
+  return g_step_marker == StepMarker::None ? -1 : stepForCallSlow(api);
 }
 // An NVTX range push: starts a new step when `name` is the configured marker.
 void nvtxRangePushed(const char* name);

@@ -3,7 +3,7 @@
 // Per-thread record buffers: a single-producer, single-consumer ring per thread that calls an
 // intercepted API, drained by the background thread.
 //
-// Hot path (push): one load of the producer's cached view of the tail, a 72-byte copy, one release
+// Hot path (push): one load of the producer's cached view of the tail, an 80-byte copy, one release
 // store of the head. When the ring is full the record is dropped and counted, never waited for.
 // Buffers are claimed from a fixed table on a thread's first call (the only allocation, once per
 // thread; the thread that activates the agent claims its buffer then) and returned to it, drained,

@@ -199,7 +199,11 @@ GS_SAME_OFFSET(cupti::CUpti_ActivityExternalCorrelation, ::CUpti_ActivityExterna
 
 // Functions: every row of the tables, with the agent's types mapped to the real ones, has exactly the
 // type of the real declaration. (Expanded inside the agent's namespaces so that the rows' unqualified
-// type names are the agent's.)
+// type names are the agent's.) The rows of functions newer than the installed nccl.h are left out; the
+// agent exports them all the same (nccl_functions.def says what a call to one does on an older NCCL).
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 28, 0)
+#define GS_NCCL_OLDER_THAN_2_28
+#endif
 namespace gradscope::agent::nccl {
 #define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS)                                      \
   static_assert(std::is_same_v<abi_check::RealT<RESULT(*) PARAMS>, decltype(&::NAME)>,    \

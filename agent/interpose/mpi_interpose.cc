@@ -4,6 +4,7 @@
 // Built against the MPI headers only; the real functions (PMPI_*) and Open MPI's predefined handles
 // are looked up at run time (symbols.h), so the agent loads into processes without MPI.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -336,79 +337,92 @@ bool activateLate() {
   return recording();
 }
 
-// ---- nonblocking all-reduce --------------------------------------------------------------------------
+// ---- arguments ---------------------------------------------------------------------------------------
 
-// Iallreduce calls in flight, by request handle. Completion is noticed in the Wait/Test functions: a
-// request handle they reset (to MPI_REQUEST_NULL) has completed. The table is bounded; beyond it,
-// calls are dropped and counted ("iallreduce_table").
-class PendingRequests {
- public:
-  bool empty() const { return count_.load(std::memory_order_relaxed) == 0; }
+// Open MPI spells MPI_IN_PLACE and MPI_STATUS(ES)_IGNORE with C casts.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+inline bool isInPlace(const void* buffer) {
+  return buffer == MPI_IN_PLACE;
+}
+inline bool ignoresStatus(const MPI_Status* status) {
+  return status == MPI_STATUS_IGNORE;
+}
+inline bool ignoresStatuses(const MPI_Status* statuses) {
+  return statuses == MPI_STATUSES_IGNORE;
+}
+#pragma GCC diagnostic pop
 
-  void add(MPI_Request request, const CallEvent& event) {
-    const std::lock_guard lock(mutex_);
-    for (Entry& entry : entries_)
-      if (!entry.used) {
-        entry = {true, request, event};
-        count_.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
-    countDrop(DropKind::IallreduceTable);
-  }
+// A marker for the calls without a datatype (barriers).
+struct NoType {};
+constexpr NoType kNoType{};
 
-  void complete(MPI_Request request, std::uint64_t end) {
-    CallEvent event;
-    {
-      const std::lock_guard lock(mutex_);
-      Entry* found = nullptr;
-      for (Entry& entry : entries_)
-        if (entry.used && entry.request == request) found = &entry;
-      if (found == nullptr) return;
-      event = found->event;
-      found->used = false;
-      count_.fetch_sub(1, std::memory_order_relaxed);
-    }
-    event.call.end = end;
-    record(event);
-  }
-
- private:
-  struct Entry {
-    bool used = false;
-    MPI_Request request{};
-    CallEvent event;
-  };
-  std::mutex mutex_;
-  std::atomic<int> count_{0};
-  std::array<Entry, 256> entries_{};
+// An all-to-all's bytes per peer, in elements of its datatype (the wrapper multiplies by its size).
+struct Spread {
+  bool known = false;
+  std::int64_t max_count = 0, min_count = 0;
 };
-PendingRequests g_pending;
+constexpr Spread kNoSpread{};
+// The same count to every peer (MPI_Alltoall): the record's count.
+struct EvenSpread {};
+constexpr EvenSpread evenSpread{};
+// One count per peer (MPI_Alltoallv).
+struct CountsSpread {
+  const int* counts;
+};
+CountsSpread countsSpread(const int counts[]) {
+  return {counts};
+}
 
-// Wraps one Wait/Test call: snapshots the request handles, calls, and completes the ones that changed.
-template <typename Call>
-int withCompletion(MPI_Request* requests, int n, Call&& call) {
-  if (g_pending.empty() || requests == nullptr || n <= 0) return call();
-  constexpr int kOnStack = 64;
-  MPI_Request stack[kOnStack];
-  std::vector<MPI_Request> heap;
-  MPI_Request* before = stack;
-  if (n > kOnStack) {
-    heap.assign(requests, requests + n);
-    before = heap.data();
-  } else {
-    std::memcpy(stack, requests, sizeof(MPI_Request) * static_cast<std::size_t>(n));
+constexpr Spread spreadOf(Spread spread, std::int64_t, int) {
+  return spread;
+}
+constexpr Spread spreadOf(EvenSpread, std::int64_t count, int) {
+  return {true, count, count};
+}
+Spread spreadOf(CountsSpread spread, std::int64_t, int peers) {
+  if (spread.counts == nullptr || peers <= 0) return {};
+  Spread out{true, spread.counts[0], spread.counts[0]};
+  for (int i = 1; i < peers; ++i) {
+    out.max_count = std::max<std::int64_t>(out.max_count, spread.counts[i]);
+    out.min_count = std::min<std::int64_t>(out.min_count, spread.counts[i]);
   }
-  const int rc = call();
-  const std::uint64_t end = ticks();
-  for (int i = 0; i < n; ++i)
-    if (requests[i] != before[i]) g_pending.complete(before[i], end);
-  return rc;
+  return out;
+}
+
+// A peer as the record stores it: MPI_PROC_NULL, MPI_ANY_SOURCE and the like are none.
+inline std::int32_t peerOf(int rank) {
+  return rank < 0 ? -1 : rank;
+}
+inline std::int32_t tagOf(int tag) {
+  return tag < 0 ? -1 : tag;
+}
+
+// The bytes a completed receive took, from its status; `posted` where the MPI keeps them private.
+inline std::int64_t receivedBytes(const MPI_Status& status, std::int64_t posted) {
+#ifdef OPEN_MPI
+  (void)posted;
+  return static_cast<std::int64_t>(status._ucount);
+#else
+  return posted;
+#endif
+}
+
+inline bool wasCancelled(const MPI_Status& status) {
+#ifdef OPEN_MPI
+  return status._cancelled != 0;
+#else
+  GS_REAL(MPI_Test_cancelled);
+  int flag = 0;
+  return real_MPI_Test_cancelled != nullptr && real_MPI_Test_cancelled(&status, &flag) == MPI_SUCCESS && flag;
+#endif
 }
 
 // Every field of a host-timed call's record (the ring's slot holds an older record).
 inline void fillHostCall(CallEvent& event, Api api, std::uint32_t comm, DType dtype, ReduceOp op,
                          std::int64_t count, std::int64_t bytes, std::int64_t seq, std::int64_t step,
-                         std::uint64_t start, std::uint64_t end) {
+                         std::uint64_t start, std::uint64_t end, std::int32_t peer = -1,
+                         std::int32_t tag = -1) {
   event.header.seq = seq;
   event.header.comm = comm;
   event.header.kind = EventKind::Call;
@@ -426,17 +440,220 @@ inline void fillHostCall(CallEvent& event, Api api, std::uint32_t comm, DType dt
   event.call.stream = 0;
   event.call.graph_captured = false;
   event.call.sampled = false;
+  event.call.peer = peer;
+  event.call.tag = tag;
 }
 
-// ---- explore and apply ---------------------------------------------------------------------------------
-
-// Open MPI spells MPI_IN_PLACE with a C cast.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wold-style-cast"
-inline bool isInPlace(const void* buffer) {
-  return buffer == MPI_IN_PLACE;
+inline EventHeader callHeader(Api api, std::uint32_t comm, std::int64_t seq, DType dtype, ReduceOp op) {
+  EventHeader header;
+  header.seq = seq;
+  header.comm = comm;
+  header.api = api;
+  header.dtype = dtype;
+  header.op = op;
+  return header;
 }
-#pragma GCC diagnostic pop
+
+// An all-to-all's spread, as the record ahead of its call's.
+inline void recordSpread(const EventHeader& call, const Spread& spread, std::int64_t type_size) {
+  PeerExtraPayload extra{-1, -1, -1, spread.max_count * type_size, spread.min_count * type_size};
+  record(peerExtraEvent(call, extra));
+}
+
+// ---- nonblocking calls in flight ---------------------------------------------------------------------
+
+// Nonblocking calls in flight, by request handle: the record made when the call was posted, finished when
+// a completion function (MPI_Wait, MPI_Test and their kin) returns the request completed, which it does by
+// setting the handle to MPI_REQUEST_NULL. Persistent requests are not the job's calls the agent records
+// (MPI_Send_init ... are not wrapped) and stay out of it.
+//
+// Any thread may post or complete (MPI_THREAD_MULTIPLE), so the table takes no lock: open addressing
+// over kSlots slots, each claimed and released with a compare-and-swap on its state, and a request's slot
+// is one of the kWindow after its hash. A slot is looked for in the whole window (freed slots leave
+// holes), which is two cache lines of states and keys. A handle the library reuses for a new request
+// while the old one's completion is still being noted here can stand in the window twice: the older
+// posting is the one completed. A full window drops the call ("iallreduce_table").
+class RequestTable {
+ public:
+  static constexpr std::size_t kSlots = 16384;
+  static constexpr std::size_t kWindow = 8;
+
+  bool empty() const { return count_.load(std::memory_order_relaxed) == 0; }
+
+  void add(MPI_Request request, const CallEvent& event, std::int64_t spread_bytes = -1) {
+    const std::size_t first = home(request);
+    for (std::size_t i = first; i < first + kWindow; ++i) {
+      std::uint8_t expected = kEmpty;
+      if (!state_[i].compare_exchange_strong(expected, kBusy, std::memory_order_acquire)) continue;
+      key_[i].store(keyOf(request), std::memory_order_relaxed);
+      posted_[i].store(event.call.enqueue, std::memory_order_relaxed);
+      entry_[i].event = event;
+      entry_[i].spread_bytes = spread_bytes;
+      entry_[i].wait_start.store(0, std::memory_order_relaxed);
+      count_.fetch_add(1, std::memory_order_relaxed);
+      state_[i].store(kFull, std::memory_order_release);
+      return;
+    }
+    countDrop(DropKind::RequestTable);
+  }
+
+  struct Taken {
+    CallEvent event;
+    std::uint64_t wait_start = 0;
+    std::int64_t spread_bytes = -1;
+  };
+  // Removes the request's entry (the oldest posting, should there be two); false when it has none.
+  bool take(MPI_Request request, Taken& out) {
+    const std::size_t first = home(request);
+    const std::uintptr_t key = keyOf(request);
+    for (;;) {
+      std::size_t found = kSlots + kWindow;
+      for (std::size_t i = first; i < first + kWindow; ++i)
+        if (state_[i].load(std::memory_order_acquire) == kFull &&
+            key_[i].load(std::memory_order_relaxed) == key &&
+            (found == kSlots + kWindow ||
+             posted_[i].load(std::memory_order_relaxed) < posted_[found].load(std::memory_order_relaxed)))
+          found = i;
+      if (found == kSlots + kWindow) return false;
+      std::uint8_t expected = kFull;
+      if (!state_[found].compare_exchange_strong(expected, kBusy, std::memory_order_acquire))
+        continue;  // another thread took it first: look again
+      out.event = entry_[found].event;
+      out.wait_start = entry_[found].wait_start.load(std::memory_order_relaxed);
+      out.spread_bytes = entry_[found].spread_bytes;
+      count_.fetch_sub(1, std::memory_order_relaxed);
+      state_[found].store(kEmpty, std::memory_order_release);
+      return true;
+    }
+  }
+
+  // The rank began waiting for the request at `when` (a completion function returned it unfinished);
+  // the first time counts.
+  void waiting(MPI_Request request, std::uint64_t when) {
+    const std::size_t first = home(request);
+    const std::uintptr_t key = keyOf(request);
+    for (std::size_t i = first; i < first + kWindow; ++i)
+      if (state_[i].load(std::memory_order_acquire) == kFull &&
+          key_[i].load(std::memory_order_relaxed) == key) {
+        std::uint64_t none = 0;
+        entry_[i].wait_start.compare_exchange_strong(none, when, std::memory_order_relaxed);
+      }
+  }
+
+ private:
+  static constexpr std::uint8_t kEmpty = 0, kBusy = 1, kFull = 2;
+  struct Entry {
+    CallEvent event;
+    std::atomic<std::uint64_t> wait_start{0};
+    std::int64_t spread_bytes = -1;  // an MPI_Ialltoall's bytes per peer
+  };
+
+  static std::uintptr_t keyOf(MPI_Request request) {
+    std::uintptr_t key = 0;
+    std::memcpy(&key, &request, std::min(sizeof key, sizeof request));
+    return key;
+  }
+  static std::size_t home(MPI_Request request) {
+    return static_cast<std::size_t>((keyOf(request) * 0x9E3779B97F4A7C15ull) >> 50);  // 14 bits: kSlots
+  }
+  static_assert(kSlots == std::size_t{1} << 14);
+
+  std::atomic<int> count_{0};
+  std::atomic<std::uint8_t> state_[kSlots + kWindow]{};
+  std::atomic<std::uintptr_t> key_[kSlots + kWindow]{};
+  // When each slot's call was posted: which of two postings of one handle is older, read without owning
+  // the slots.
+  std::atomic<std::uint64_t> posted_[kSlots + kWindow]{};
+  Entry entry_[kSlots + kWindow];
+};
+
+// Made at the first nonblocking call (1.8 MiB) and never destroyed: calls may complete while the process
+// exits.
+RequestTable* g_requests_table = nullptr;
+std::once_flag g_requests_once;
+RequestTable& requestsInFlight() {
+  if (__builtin_expect(g_requests_table == nullptr, 0))
+    std::call_once(g_requests_once, [] { g_requests_table = new RequestTable; });
+  return *g_requests_table;
+}
+inline bool anyRequestInFlight() {
+  return g_requests_table != nullptr && !g_requests_table->empty();
+}
+
+// Records a nonblocking call the completion function returned completed: posted at its record's enqueue
+// time, waited for from `wait_start` (this call's entry, or the first completion function that returned
+// it unfinished), finished at `end`. A receive takes the matched source, tag and size from its status.
+void completed(RequestTable::Taken& taken, std::uint64_t wait_start, std::uint64_t end,
+               const MPI_Status* status) {
+  CallEvent& event = taken.event;
+  if (status != nullptr && wasCancelled(*status)) return;  // it moved nothing
+  if (taken.wait_start != 0) wait_start = std::min(wait_start, taken.wait_start);
+  event.call.start = std::max(wait_start, event.call.enqueue);
+  event.call.end = std::max(end, event.call.start);
+  if (status != nullptr && collectiveOf(event.header.api) == Collective::Recv) {
+    event.call.peer = peerOf(status->MPI_SOURCE);
+    event.call.tag = event.call.peer < 0 ? -1 : tagOf(status->MPI_TAG);
+    event.call.bytes = event.call.peer < 0 ? 0 : receivedBytes(*status, event.call.bytes);
+  }
+  if (taken.spread_bytes >= 0)
+    record(peerExtraEvent(event.header, {-1, -1, -1, taken.spread_bytes, taken.spread_bytes}));
+  record(event);
+}
+
+// Wraps one completion function over `requests[0, n)`: snapshots the handles, calls, and finishes the
+// calls whose handles the function reset. `status_of(i)` gives request i's status after the call (or
+// null), from the statuses the function filled: the job's, or the agent's own where the job passed
+// MPI_STATUS(ES)_IGNORE (the wrappers substitute them only while a call is in flight).
+template <typename Call, typename StatusOf>
+int withCompletion(MPI_Request* requests, int n, Call&& call, StatusOf&& status_of) {
+  if (!anyRequestInFlight() || requests == nullptr || n <= 0) return call();
+  constexpr int kOnStack = 64;
+  MPI_Request stack[kOnStack];
+  std::vector<MPI_Request> heap;
+  MPI_Request* before = stack;
+  if (n > kOnStack) {
+    heap.assign(requests, requests + n);
+    before = heap.data();
+  } else {
+    std::memcpy(stack, requests, sizeof(MPI_Request) * static_cast<std::size_t>(n));
+  }
+  const std::uint64_t start = ticks();
+  const int rc = call();
+  const std::uint64_t end = ticks();
+  RequestTable& table = *g_requests_table;
+  RequestTable::Taken taken;
+  for (int i = 0; i < n; ++i) {
+    if (requests[i] == before[i]) {
+      table.waiting(before[i], start);
+    } else if (table.take(before[i], taken)) {
+      completed(taken, start, end, status_of(i));
+    }
+  }
+  return rc;
+}
+
+// Statuses for completion functions of many requests: the job's array, or the agent's own.
+class StatusArray {
+ public:
+  StatusArray(MPI_Status* statuses, int n) {
+    if (!ignoresStatuses(statuses) || !anyRequestInFlight() || n <= 0) {
+      data_ = statuses;
+    } else if (n <= kOnStack) {
+      data_ = stack_;
+    } else {
+      heap_.resize(static_cast<std::size_t>(n));
+      data_ = heap_.data();
+    }
+  }
+  MPI_Status* data() const { return data_; }
+  const MPI_Status* at(int i) const { return ignoresStatuses(data_) ? nullptr : data_ + i; }
+
+ private:
+  static constexpr int kOnStack = 16;
+  MPI_Status* data_ = nullptr;
+  MPI_Status stack_[kOnStack];
+  std::vector<MPI_Status> heap_;
+};
 
 // A generalized request that is already complete: what MPI_Iallreduce hands back when apply mode ran
 // the reduction to completion (MPI_Wait and MPI_Test on it return at once, MPI_Request_free works).
@@ -498,12 +715,12 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
   call.seq = slot->nextSeq();
   call.comm_size = slot->size;
   call.comm_rank = slot->rank;
-  const std::int64_t step = stepForCall();
+  const std::int64_t step = stepForCall(api);
   CallEvent event;
   fillHostCall(event, api, slot->index, type.dtype, op_code, count, bytes, call.seq, step, 0, 0);
   const auto finish_record = [&](int rc) {
     if (request != nullptr && rc == MPI_SUCCESS && event.call.strategy == 0) {
-      g_pending.add(*request, event);  // recorded at completion, like any MPI_Iallreduce
+      requestsInFlight().add(*request, event);  // recorded at completion, like any MPI_Iallreduce
     } else {
       event.call.end = ticks();
       if (recording()) record(event);
@@ -616,9 +833,46 @@ struct ShadowHook<Api::MpiAllreduce> {
 using namespace gradscope;
 using namespace gradscope::agent;
 
-// ---- the collectives (generated) ---------------------------------------------------------------------
+// ---- the recorded calls (generated) ------------------------------------------------------------------
 
-#define GS_MPI_BLOCKING(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM)                       \
+namespace gradscope::agent {
+namespace {
+
+inline TypeInfo typeOf(MPI_Datatype type) {
+  return g_types.lookup(type);
+}
+inline TypeInfo typeOf(NoType) {
+  return {};
+}
+
+// Request i's status after MPI_Waitsome or MPI_Testsome, which list the completed ones in `indices`.
+const MPI_Status* statusOfSome(int i, const int* outcount, const int* indices, const StatusArray& used) {
+  if (outcount == nullptr || indices == nullptr || *outcount == MPI_UNDEFINED) return nullptr;
+  for (int k = 0; k < *outcount; ++k)
+    if (indices[k] == i) return used.at(k);
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace gradscope::agent
+
+// Every wrapper starts alike: the real function, the extension's own calls (which pass unrecorded),
+// recording or not, and the communicator's slot.
+#define GS_MPI_PROLOGUE(NAME, ARGS, COMM)                                             \
+  GS_REAL(NAME);                                                                      \
+  if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("P" #NAME); \
+  if (__builtin_expect(shadowHooks(), 0) && t_internal) return real_##NAME ARGS;      \
+  if (__builtin_expect(!recording(), 0) && !activateLate()) {                         \
+    countCallNotRecorded();                                                           \
+    return real_##NAME ARGS;                                                          \
+  }                                                                                   \
+  CommSlot* const slot = commSlot(COMM);                                              \
+  if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS
+
+// What a record needs besides its times is read after them: a call that is not recorded never pays for
+// it, and a recorded one not inside its span. The arguments are as the caller passed them, and are only
+// read when the call succeeded (a failed call's may be anything: it is recorded with no elements).
+#define GS_MPI_BLOCKING(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM, SPREAD)               \
   GS_EXPORT int NAME PARAMS {                                                                               \
     GS_REAL(NAME);                                                                                          \
     if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("P" #NAME);                     \
@@ -634,25 +888,130 @@ using namespace gradscope::agent;
     CommSlot* const slot = commSlot(COMM);                                                                  \
     if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                                      \
     const std::int64_t seq = slot->nextSeq();                                                               \
-    const std::int64_t step = stepForCall();                                                                \
+    const std::int64_t step = stepForCall(Api::API);                                                        \
     std::uint64_t start;                                                                                    \
     if (!startRecording(start)) return real_##NAME ARGS;                                                    \
     const int rc = real_##NAME ARGS;                                                                        \
     const std::uint64_t end = ticks();                                                                      \
-    /* What the record needs besides the times, after them: a call that is not recorded never pays for */   \
-    /* it, and a recorded one not inside its span. The arguments are as the caller passed them. */          \
-    const TypeInfo type = g_types.lookup(DATATYPE);                                                         \
+    const TypeInfo type = typeOf(DATATYPE);                                                                 \
     const ReduceOp op_code = reduceOpOf(OP);                                                                \
-    const std::int64_t count_value = COUNT;                                                                 \
-    const std::int64_t bytes = static_cast<std::int64_t>(ELEMENTS) * type.size;                             \
+    const bool ok = rc == MPI_SUCCESS;                                                                      \
+    const std::int64_t count_value = ok ? static_cast<std::int64_t>(COUNT) : 0;                             \
+    const std::int64_t bytes = ok ? static_cast<std::int64_t>(ELEMENTS) * type.size : 0;                    \
+    if (const Spread spread = ok ? spreadOf(SPREAD, count_value, slot->size) : kNoSpread; spread.known)     \
+      recordSpread(callHeader(Api::API, slot->index, seq, type.dtype, op_code), spread, type.size);         \
     recordInPlace([&](CallEvent& event) {                                                                   \
       fillHostCall(event, Api::API, slot->index, type.dtype, op_code, count_value, bytes, seq, step, start, \
                    end);                                                                                    \
     });                                                                                                     \
     return rc;                                                                                              \
   }
+
+#define GS_MPI_SEND(NAME, API, PARAMS, ARGS, COUNT, DATATYPE, PEER, TAG, COMM)                           \
+  GS_EXPORT int NAME PARAMS {                                                                            \
+    GS_MPI_PROLOGUE(NAME, ARGS, COMM);                                                                   \
+    const std::int64_t step = stepForCall(Api::API);                                                     \
+    std::uint64_t start;                                                                                 \
+    if (!startRecording(start)) return real_##NAME ARGS;                                                 \
+    const int rc = real_##NAME ARGS;                                                                     \
+    const std::uint64_t end = ticks();                                                                   \
+    const TypeInfo type = typeOf(DATATYPE);                                                              \
+    const bool ok = rc == MPI_SUCCESS && PEER >= 0;                                                      \
+    const std::int64_t count_value = ok ? COUNT : 0;                                                     \
+    const std::int64_t bytes = count_value * type.size;                                                  \
+    recordInPlace([&](CallEvent& event) {                                                                \
+      fillHostCall(event, Api::API, slot->index, type.dtype, ReduceOp::None, count_value, bytes,         \
+                   slot->nextPeerSeq(), step, start, end, ok ? peerOf(PEER) : -1, ok ? tagOf(TAG) : -1); \
+    });                                                                                                  \
+    return rc;                                                                                           \
+  }
+
+// The matched source and tag, and the size received, come from the status: the job's, or the agent's own
+// where the job ignores it.
+#define GS_MPI_RECV(NAME, API, PARAMS, ARGS, COUNT, DATATYPE, PEER, TAG, COMM, STATUS)           \
+  GS_EXPORT int NAME PARAMS {                                                                    \
+    GS_MPI_PROLOGUE(NAME, ARGS, COMM);                                                           \
+    const std::int64_t step = stepForCall(Api::API);                                             \
+    std::uint64_t start;                                                                         \
+    if (!startRecording(start)) return real_##NAME ARGS;                                         \
+    MPI_Status own_status;                                                                       \
+    if (ignoresStatus(STATUS)) STATUS = &own_status;                                             \
+    const int rc = real_##NAME ARGS;                                                             \
+    const std::uint64_t end = ticks();                                                           \
+    const TypeInfo type = typeOf(DATATYPE);                                                      \
+    const bool ok = rc == MPI_SUCCESS && STATUS->MPI_SOURCE >= 0;                                \
+    const std::int64_t count_value = ok ? COUNT : 0;                                             \
+    const std::int64_t bytes = ok ? receivedBytes(*STATUS, count_value * type.size) : 0;         \
+    recordInPlace([&](CallEvent& event) {                                                        \
+      fillHostCall(event, Api::API, slot->index, type.dtype, ReduceOp::None, count_value, bytes, \
+                   slot->nextPeerSeq(), step, start, end, ok ? peerOf(STATUS->MPI_SOURCE) : -1,  \
+                   ok ? tagOf(STATUS->MPI_TAG) : -1);                                            \
+    });                                                                                          \
+    return rc;                                                                                   \
+  }
+
+// The send half is the call's record; the receive half the record ahead of it.
+#define GS_MPI_SENDRECV(NAME, API, PARAMS, ARGS, SENDCOUNT, SENDTYPE, DEST, SENDTAG, RECVCOUNT, RECVTYPE,  \
+                        SOURCE, RECVTAG, COMM, STATUS)                                                     \
+  GS_EXPORT int NAME PARAMS {                                                                              \
+    GS_MPI_PROLOGUE(NAME, ARGS, COMM);                                                                     \
+    const std::int64_t step = stepForCall(Api::API);                                                       \
+    std::uint64_t start;                                                                                   \
+    if (!startRecording(start)) return real_##NAME ARGS;                                                   \
+    MPI_Status own_status;                                                                                 \
+    if (ignoresStatus(STATUS)) STATUS = &own_status;                                                       \
+    const int rc = real_##NAME ARGS;                                                                       \
+    const std::uint64_t end = ticks();                                                                     \
+    const TypeInfo send_type = typeOf(SENDTYPE);                                                           \
+    const bool ok = rc == MPI_SUCCESS;                                                                     \
+    const bool sent = ok && DEST >= 0;                                                                     \
+    const bool received = ok && STATUS->MPI_SOURCE >= 0;                                                   \
+    const std::int64_t send_count = sent ? SENDCOUNT : 0;                                                  \
+    const std::int64_t send_bytes = send_count * send_type.size;                                           \
+    const EventHeader header =                                                                             \
+        callHeader(Api::API, slot->index, slot->nextPeerSeq(), send_type.dtype, ReduceOp::None);           \
+    if (received)                                                                                          \
+      record(peerExtraEvent(header, {peerOf(STATUS->MPI_SOURCE), tagOf(STATUS->MPI_TAG),                   \
+                                     receivedBytes(*STATUS, RECVCOUNT * typeOf(RECVTYPE).size), -1, -1})); \
+    recordInPlace([&](CallEvent& event) {                                                                  \
+      fillHostCall(event, Api::API, slot->index, send_type.dtype, ReduceOp::None, send_count, send_bytes,  \
+                   header.seq, step, start, end, sent ? peerOf(DEST) : -1, sent ? tagOf(SENDTAG) : -1);    \
+    });                                                                                                    \
+    return rc;                                                                                             \
+  }
+
+// Recorded when a completion function finishes it (withCompletion); a call that fails at once is
+// recorded now.
+#define GS_MPI_NONBLOCKING(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM, SPREAD, PEER, TAG, \
+                           REQUEST)                                                                         \
+  GS_EXPORT int NAME PARAMS {                                                                               \
+    GS_MPI_PROLOGUE(NAME, ARGS, COMM);                                                                      \
+    const std::int64_t seq = isPointToPoint(Api::API) ? slot->nextPeerSeq() : slot->nextSeq();              \
+    const std::int64_t step = stepForCall(Api::API);                                                        \
+    std::uint64_t start;                                                                                    \
+    if (!startRecording(start)) return real_##NAME ARGS;                                                    \
+    const int rc = real_##NAME ARGS;                                                                        \
+    const TypeInfo type = typeOf(DATATYPE);                                                                 \
+    const ReduceOp op_code = reduceOpOf(OP);                                                                \
+    const bool ok = rc == MPI_SUCCESS && REQUEST != nullptr;                                                \
+    const std::int64_t count_value = ok ? static_cast<std::int64_t>(COUNT) : 0;                             \
+    CallEvent event;                                                                                        \
+    fillHostCall(event, Api::API, slot->index, type.dtype, op_code, count_value,                            \
+                 ok ? static_cast<std::int64_t>(ELEMENTS) * type.size : 0, seq, step, start, start,         \
+                 peerOf(PEER), tagOf(TAG));                                                                 \
+    if (!ok) {                                                                                              \
+      event.call.end = ticks();                                                                             \
+      record(event);                                                                                        \
+      return rc;                                                                                            \
+    }                                                                                                       \
+    const Spread spread = spreadOf(SPREAD, count_value, slot->size);                                        \
+    const std::int64_t spread_bytes = spread.known ? spread.max_count * type.size : -1;                     \
+    requestsInFlight().add(*REQUEST, event, spread_bytes);                                                  \
+    return rc;                                                                                              \
+  }
+
 #include "interpose/mpi_functions.def"
-#undef GS_MPI_BLOCKING
+#undef GS_MPI_PROLOGUE
 
 GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                              MPI_Comm comm, MPI_Request* request) {
@@ -663,6 +1022,8 @@ GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_
             Api::MpiIallreduce, sendbuf, recvbuf, count, datatype, op, comm, request,
             [&] { return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request); }))
       return *rc;
+  if (shadowHooks() && t_internal)
+    return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   if (!recording() && !activateLate()) {
     countCallNotRecorded();
     return real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
@@ -672,10 +1033,11 @@ GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_
   const TypeInfo type = g_types.lookup(datatype);
   CallEvent event;
   fillHostCall(event, Api::MpiIallreduce, slot->index, type.dtype, reduceOpOf(op), count,
-               std::int64_t{count} * type.size, slot->nextSeq(), stepForCall(), ticks(), 0);
+               std::int64_t{count} * type.size, slot->nextSeq(), stepForCall(Api::MpiIallreduce), ticks(), 0);
   const int rc = real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   if (rc == MPI_SUCCESS && request != nullptr) {
-    g_pending.add(*request, event);
+    event.call.start = event.call.enqueue;
+    requestsInFlight().add(*request, event);
   } else {
     event.call.end = ticks();
     record(event);
@@ -683,36 +1045,207 @@ GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_
   return rc;
 }
 
-// ---- completion of nonblocking calls (generated) -----------------------------------------------------
+// ---- matched receives -----------------------------------------------------------------------------------
+//
+// MPI_Mrecv and MPI_Imrecv name no communicator: the message MPI_Mprobe or MPI_Improbe matched does, and the
+// thread that probed is the one that receives it (mpi4py's recv does exactly that). The probing thread
+// remembers its last matched message's communicator; a receive of any other message is not recorded.
 
-// GS_MPI_COMPLETION(NAME, PARAMS, ARGS, REQUESTS, N)
-#define GS_MPI_COMPLETION_FUNCTIONS(X)                                                                     \
-  X(MPI_Wait, (MPI_Request * request, MPI_Status * status), (request, status), request, 1)                 \
-  X(MPI_Test, (MPI_Request * request, int* flag, MPI_Status* status), (request, flag, status), request, 1) \
-  X(MPI_Waitall, (int count, MPI_Request requests[], MPI_Status statuses[]), (count, requests, statuses),  \
-    requests, count)                                                                                       \
-  X(MPI_Testall, (int count, MPI_Request requests[], int* flag, MPI_Status statuses[]),                    \
-    (count, requests, flag, statuses), requests, count)                                                    \
-  X(MPI_Waitany, (int count, MPI_Request requests[], int* index, MPI_Status* status),                      \
-    (count, requests, index, status), requests, count)                                                     \
-  X(MPI_Testany, (int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status),           \
-    (count, requests, index, flag, status), requests, count)                                               \
-  X(MPI_Waitsome,                                                                                          \
-    (int incount, MPI_Request requests[], int* outcount, int indices[], MPI_Status statuses[]),            \
-    (incount, requests, outcount, indices, statuses), requests, incount)                                   \
-  X(MPI_Testsome,                                                                                          \
-    (int incount, MPI_Request requests[], int* outcount, int indices[], MPI_Status statuses[]),            \
-    (incount, requests, outcount, indices, statuses), requests, incount)
+namespace gradscope::agent {
+namespace {
 
-#define GS_MPI_COMPLETION(NAME, PARAMS, ARGS, REQUESTS, N)                              \
-  GS_EXPORT int NAME PARAMS {                                                           \
-    GS_REAL(NAME);                                                                      \
-    if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("P" #NAME); \
-    return withCompletion(REQUESTS, N, [&] { return real_##NAME ARGS; });               \
+struct MatchedMessage {
+  MPI_Message message{};
+  MPI_Comm comm{};
+  bool known = false;
+};
+constinit thread_local MatchedMessage t_matched;
+
+// The communicator of `message`, which the calling thread matched, or nothing.
+inline std::optional<MPI_Comm> matchedComm(MPI_Message message) {
+  if (!t_matched.known || t_matched.message != message) return std::nullopt;
+  t_matched.known = false;
+  return t_matched.comm;
+}
+
+}  // namespace
+}  // namespace gradscope::agent
+
+GS_EXPORT int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message* message, MPI_Status* status) {
+  GS_REAL(MPI_Mprobe);
+  if (__builtin_expect(real_MPI_Mprobe == nullptr, 0)) return missingFunction("PMPI_Mprobe");
+  const int rc = real_MPI_Mprobe(source, tag, comm, message, status);
+  if (rc == MPI_SUCCESS && message != nullptr) t_matched = {*message, comm, true};
+  return rc;
+}
+
+GS_EXPORT int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* message,
+                          MPI_Status* status) {
+  GS_REAL(MPI_Improbe);
+  if (__builtin_expect(real_MPI_Improbe == nullptr, 0)) return missingFunction("PMPI_Improbe");
+  const int rc = real_MPI_Improbe(source, tag, comm, flag, message, status);
+  if (rc == MPI_SUCCESS && flag != nullptr && *flag && message != nullptr) t_matched = {*message, comm, true};
+  return rc;
+}
+
+GS_EXPORT int MPI_Mrecv(void* buf, int count, MPI_Datatype datatype, MPI_Message* message,
+                        MPI_Status* status) {
+  GS_REAL(MPI_Mrecv);
+  if (__builtin_expect(real_MPI_Mrecv == nullptr, 0)) return missingFunction("PMPI_Mrecv");
+  const std::optional<MPI_Comm> comm = message != nullptr ? matchedComm(*message) : std::nullopt;
+  if (!comm || (shadowHooks() && t_internal)) return real_MPI_Mrecv(buf, count, datatype, message, status);
+  if (!recording() && !activateLate()) {
+    countCallNotRecorded();
+    return real_MPI_Mrecv(buf, count, datatype, message, status);
   }
-GS_MPI_COMPLETION_FUNCTIONS(GS_MPI_COMPLETION)
-#undef GS_MPI_COMPLETION
+  CommSlot* const slot = commSlot(*comm);
+  std::uint64_t start;
+  if (slot == nullptr || !startRecording(start)) return real_MPI_Mrecv(buf, count, datatype, message, status);
+  const std::int64_t step = stepForCall(Api::MpiMrecv);
+  MPI_Status own_status;
+  if (ignoresStatus(status)) status = &own_status;
+  const int rc = real_MPI_Mrecv(buf, count, datatype, message, status);
+  const std::uint64_t end = ticks();
+  const TypeInfo type = typeOf(datatype);
+  const bool ok = rc == MPI_SUCCESS && status->MPI_SOURCE >= 0;
+  const std::int64_t count_value = ok ? count : 0;
+  const std::int64_t bytes = ok ? receivedBytes(*status, count_value * type.size) : 0;
+  recordInPlace([&](CallEvent& event) {
+    fillHostCall(event, Api::MpiMrecv, slot->index, type.dtype, ReduceOp::None, count_value, bytes,
+                 slot->nextPeerSeq(), step, start, end, ok ? peerOf(status->MPI_SOURCE) : -1,
+                 ok ? tagOf(status->MPI_TAG) : -1);
+  });
+  return rc;
+}
 
+GS_EXPORT int MPI_Imrecv(void* buf, int count, MPI_Datatype datatype, MPI_Message* message,
+                         MPI_Request* request) {
+  GS_REAL(MPI_Imrecv);
+  if (__builtin_expect(real_MPI_Imrecv == nullptr, 0)) return missingFunction("PMPI_Imrecv");
+  const std::optional<MPI_Comm> comm = message != nullptr ? matchedComm(*message) : std::nullopt;
+  if (!comm || (shadowHooks() && t_internal)) return real_MPI_Imrecv(buf, count, datatype, message, request);
+  if (!recording() && !activateLate()) {
+    countCallNotRecorded();
+    return real_MPI_Imrecv(buf, count, datatype, message, request);
+  }
+  CommSlot* const slot = commSlot(*comm);
+  std::uint64_t start;
+  if (slot == nullptr || !startRecording(start))
+    return real_MPI_Imrecv(buf, count, datatype, message, request);
+  const std::int64_t seq = slot->nextPeerSeq();
+  const std::int64_t step = stepForCall(Api::MpiImrecv);
+  const int rc = real_MPI_Imrecv(buf, count, datatype, message, request);
+  const TypeInfo type = typeOf(datatype);
+  CallEvent event;
+  const bool ok = rc == MPI_SUCCESS && request != nullptr;
+  fillHostCall(event, Api::MpiImrecv, slot->index, type.dtype, ReduceOp::None, ok ? count : 0,
+               ok ? std::int64_t{count} * type.size : 0, seq, step, start, start);
+  if (!ok) {
+    event.call.end = ticks();
+    record(event);
+    return rc;
+  }
+  requestsInFlight().add(*request, event);
+  return rc;
+}
+
+// ---- completion of nonblocking calls -----------------------------------------------------------------
+//
+// Each passes the agent's own statuses while a call is in flight and the job ignores them, so that a
+// completed receive's matched source, tag and size are known.
+
+GS_EXPORT int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+  GS_REAL(MPI_Wait);
+  if (__builtin_expect(real_MPI_Wait == nullptr, 0)) return missingFunction("PMPI_Wait");
+  MPI_Status own_status;
+  if (ignoresStatus(status) && anyRequestInFlight()) status = &own_status;
+  return withCompletion(
+      request, 1, [&] { return real_MPI_Wait(request, status); },
+      [&](int) { return ignoresStatus(status) ? nullptr : status; });
+}
+
+GS_EXPORT int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  GS_REAL(MPI_Test);
+  if (__builtin_expect(real_MPI_Test == nullptr, 0)) return missingFunction("PMPI_Test");
+  MPI_Status own_status;
+  if (ignoresStatus(status) && anyRequestInFlight()) status = &own_status;
+  return withCompletion(
+      request, 1, [&] { return real_MPI_Test(request, flag, status); },
+      [&](int) { return ignoresStatus(status) ? nullptr : status; });
+}
+
+GS_EXPORT int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+  GS_REAL(MPI_Waitall);
+  if (__builtin_expect(real_MPI_Waitall == nullptr, 0)) return missingFunction("PMPI_Waitall");
+  const StatusArray used(statuses, count);
+  return withCompletion(
+      requests, count, [&] { return real_MPI_Waitall(count, requests, used.data()); },
+      [&](int i) { return used.at(i); });
+}
+
+GS_EXPORT int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
+  GS_REAL(MPI_Testall);
+  if (__builtin_expect(real_MPI_Testall == nullptr, 0)) return missingFunction("PMPI_Testall");
+  const StatusArray used(statuses, count);
+  return withCompletion(
+      requests, count, [&] { return real_MPI_Testall(count, requests, flag, used.data()); },
+      [&](int i) { return used.at(i); });
+}
+
+GS_EXPORT int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
+  GS_REAL(MPI_Waitany);
+  if (__builtin_expect(real_MPI_Waitany == nullptr, 0)) return missingFunction("PMPI_Waitany");
+  MPI_Status own_status;
+  if (ignoresStatus(status) && anyRequestInFlight()) status = &own_status;
+  return withCompletion(
+      requests, count, [&] { return real_MPI_Waitany(count, requests, index, status); },
+      [&](int i) { return ignoresStatus(status) || index == nullptr || *index != i ? nullptr : status; });
+}
+
+GS_EXPORT int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
+  GS_REAL(MPI_Testany);
+  if (__builtin_expect(real_MPI_Testany == nullptr, 0)) return missingFunction("PMPI_Testany");
+  MPI_Status own_status;
+  if (ignoresStatus(status) && anyRequestInFlight()) status = &own_status;
+  return withCompletion(
+      requests, count, [&] { return real_MPI_Testany(count, requests, index, flag, status); },
+      [&](int i) { return ignoresStatus(status) || index == nullptr || *index != i ? nullptr : status; });
+}
+
+// The statuses of Waitsome and Testsome are in the order of `indices`.
+GS_EXPORT int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices[],
+                           MPI_Status statuses[]) {
+  GS_REAL(MPI_Waitsome);
+  if (__builtin_expect(real_MPI_Waitsome == nullptr, 0)) return missingFunction("PMPI_Waitsome");
+  const StatusArray used(statuses, incount);
+  return withCompletion(
+      requests, incount, [&] { return real_MPI_Waitsome(incount, requests, outcount, indices, used.data()); },
+      [&](int i) { return statusOfSome(i, outcount, indices, used); });
+}
+
+GS_EXPORT int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices[],
+                           MPI_Status statuses[]) {
+  GS_REAL(MPI_Testsome);
+  if (__builtin_expect(real_MPI_Testsome == nullptr, 0)) return missingFunction("PMPI_Testsome");
+  const StatusArray used(statuses, incount);
+  return withCompletion(
+      requests, incount, [&] { return real_MPI_Testsome(incount, requests, outcount, indices, used.data()); },
+      [&](int i) { return statusOfSome(i, outcount, indices, used); });
+}
+
+// A request the job frees before it completes leaves the agent's table too: its call is recorded as
+// finished when it was freed (when it really completes, nothing says).
+GS_EXPORT int MPI_Request_free(MPI_Request* request) {
+  GS_REAL(MPI_Request_free);
+  if (__builtin_expect(real_MPI_Request_free == nullptr, 0)) return missingFunction("PMPI_Request_free");
+  if (!anyRequestInFlight() || request == nullptr) return real_MPI_Request_free(request);
+  const MPI_Request before = *request;
+  const std::uint64_t start = ticks();
+  const int rc = real_MPI_Request_free(request);
+  RequestTable::Taken taken;
+  if (rc == MPI_SUCCESS && g_requests_table->take(before, taken)) completed(taken, start, ticks(), nullptr);
+  return rc;
+}
 // ---- initialisation and finalisation -----------------------------------------------------------------
 
 GS_EXPORT int MPI_Init(int* argc, char*** argv) {

@@ -1,5 +1,5 @@
-// NCCL interposition: the wrappers of nccl_functions.def (collectives, communicator creation and
-// destruction) and the one-of-a-kind ones (ncclCommInitAll, ncclCommSplit, the group calls).
+// NCCL interposition: the wrappers of nccl_functions.def (collectives, sends and receives, communicator
+// creation and destruction) and the one-of-a-kind ones (ncclCommInitAll, ncclCommSplit, the group calls).
 //
 // Built against nccl_types.h (nccl_abi/nccl.h) only: the real functions (pncclX, the strong aliases of NCCL's
 // weak ncclX) are looked up at run time (symbols.h), and CUDA is used only through the libcuda.so.1 the job
@@ -9,7 +9,9 @@
 // event records (when the stream's context is timed) with a CUPTI correlation push/pop around the call
 // (when CUPTI is in use), two clock reads and one record(); no lock, no allocation, no string. Inside a
 // group a member only reads the clock and waits in its thread's group state; the outermost ncclGroupEnd
-// times the group (gpu_timer.h) and records every member.
+// times the group (gpu_timer.h) and records every member, then the launch itself (Api::NcclGroup). Sends
+// and receives take the same path; they are numbered apart from the collectives (CommSlot::nextPeerSeq),
+// and so is a group's launch.
 //
 // Recording starts (activate) at the first communicator the process creates. Communicators are named
 // identically on all their ranks (nccl_state.h): by the hash of the unique id, by the ordinal of the
@@ -60,10 +62,18 @@ Function resolve(const char* name) {
 // search order, pncclX is the library's.
 #define GS_NCCL_REAL(NAME) static const auto real_##NAME = resolve<NAME##_function>("p" #NAME)
 
-ncclResult_t missingFunction(const char* name) {
-  log("{} not found in any loaded NCCL library; the call fails with ncclInternalError", name);
+// The job called a function its NCCL lacks (an older library than the agent's table: a 2.28 function on
+// NCCL 2.27, say), or before any NCCL was loaded. Said once per function (`said`, the wrapper's own).
+ncclResult_t missingFunction(const char* name, std::atomic<bool>& said) {
+  if (!said.exchange(true, std::memory_order_relaxed))
+    log("{} not found in any loaded NCCL library; calls to it fail with ncclInternalError (said once)", name);
   return ncclInternalError;
 }
+#define GS_NCCL_MISSING(NAME)                \
+  [] {                                       \
+    static std::atomic<bool> said{false};    \
+    return missingFunction("p" #NAME, said); \
+  }()
 
 // A marker for the collectives without a reduction.
 struct NoOp {};
@@ -141,12 +151,13 @@ int streamOf(cudaStream_t stream, CallEvent& event) {
 thread_local GroupState t_group __attribute__((tls_model("initial-exec")));
 
 // Times and records a call outside a group; inside one, parks it until the outermost ncclGroupEnd.
+// `slot`: the call's communicator.
 template <typename Call>
-ncclResult_t timed(CallEvent& event, cudaStream_t stream, Call&& call) {
+ncclResult_t timed(CallEvent& event, CommSlot* slot, cudaStream_t stream, Call&& call) {
   const int domain = streamOf(stream, event);
   event.call.enqueue = event.call.start = ticks();
   if (t_group.depth() > 0) {
-    if (__builtin_expect(t_group.add(event, stream, domain), 1)) return call();
+    if (__builtin_expect(t_group.add(event, stream, domain, slot), 1)) return call();
     countDrop(DropKind::GroupTable);  // the group is full: this member is timed on its own, on the host
     const ncclResult_t rc = call();
     event.call.end = ticks();
@@ -165,7 +176,7 @@ ncclResult_t timed(CallEvent& event, cudaStream_t stream, Call&& call) {
   t_nccl_in_flight.clear();
   if (timer != nullptr) timer->leaveCall(gpu_slot);
   if (captured) {
-    const CuptiTracer::CapturedCall call_id{event.header.comm, event.header.seq};
+    const CuptiTracer::CapturedCall call_id{event.header.comm, joinSeq(event.header.api, event.header.seq)};
     timer->endCapture(capture,
                       rc == ncclSuccess ? std::span(&call_id, 1) : std::span<CuptiTracer::CapturedCall>());
   }
@@ -432,7 +443,7 @@ void runDeferred() {
                                     stream);
         };
         if (recording()) {
-          timed(item.event, stream, apply_or_run);
+          timed(item.event, nullptr, stream, apply_or_run);  // outside the group: no slot needed
         } else {
           countCallNotRecorded();
           apply_or_run();
@@ -448,7 +459,7 @@ template <typename Real>
 ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, const void* sendbuff,
                              void* recvbuff, std::size_t count, ncclComm_t comm, cudaStream_t stream) {
   const auto plain = [&] {
-    if (recording()) return timed(event, stream, real);
+    if (recording()) return timed(event, slot, stream, real);
     countCallNotRecorded();
     return real();
   };
@@ -492,7 +503,7 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
     const auto apply_or_run = [&] {
       return applyNow(call, sendbuff, recvbuff, *rule, event) ? ncclSuccess : real();
     };
-    if (recording()) return timed(event, stream, apply_or_run);
+    if (recording()) return timed(event, slot, stream, apply_or_run);
     countCallNotRecorded();
     return apply_or_run();
   }
@@ -553,7 +564,7 @@ using namespace gradscope::agent::nccl;
 #define GS_NCCL_COLLECTIVE(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM, STREAM)     \
   GS_EXPORT ncclResult_t NAME PARAMS {                                                               \
     GS_NCCL_REAL(NAME);                                                                              \
-    if (__builtin_expect(real_##NAME == nullptr, 0)) return missingFunction("p" #NAME);              \
+    if (__builtin_expect(real_##NAME == nullptr, 0)) return GS_NCCL_MISSING(NAME);                   \
     const bool shadow = __builtin_expect(shadowHooks(), 0);                                          \
     if (shadow && t_internal) return real_##NAME ARGS;                                               \
     const bool hooked = shadow && ShadowHook<Api::API>::kActive;                                     \
@@ -572,16 +583,42 @@ using namespace gradscope::agent::nccl;
     event.call.bytes =                                                                               \
         static_cast<std::int64_t>(ELEMENTS) * static_cast<std::int64_t>(sizeOf(event.header.dtype)); \
     event.header.seq = slot->nextSeq();                                                              \
-    event.call.step = stepForCall();                                                                 \
+    event.call.step = stepForCall(Api::API);                                                         \
     const auto real = [&] { return real_##NAME ARGS; };                                              \
     if (hooked) return ShadowHook<Api::API>::call(slot, event, real, GS_UNPAREN ARGS);               \
-    return timed(event, STREAM, real);                                                               \
+    return timed(event, slot, STREAM, real);                                                         \
+  }
+
+// Sends and receives: the collectives' path without explore and apply (the extension's own sends and
+// receives pass straight through), numbered apart from the collectives.
+#define GS_NCCL_POINT_TO_POINT(NAME, API, PARAMS, ARGS, COUNT, DATATYPE, PEER, COMM, STREAM)      \
+  GS_EXPORT ncclResult_t NAME PARAMS {                                                            \
+    GS_NCCL_REAL(NAME);                                                                           \
+    if (__builtin_expect(real_##NAME == nullptr, 0)) return GS_NCCL_MISSING(NAME);                \
+    if (__builtin_expect(shadowHooks(), 0) && t_internal) return real_##NAME ARGS;                \
+    if (__builtin_expect(!recording(), 0)) {                                                      \
+      countCallNotRecorded();                                                                     \
+      return real_##NAME ARGS;                                                                    \
+    }                                                                                             \
+    CommSlot* const slot = commSlot(COMM);                                                        \
+    if (__builtin_expect(slot == nullptr, 0)) return real_##NAME ARGS;                            \
+    CallEvent event;                                                                              \
+    event.header.api = Api::API;                                                                  \
+    event.header.comm = slot->index;                                                              \
+    event.header.dtype = dtypeOf(DATATYPE);                                                       \
+    event.call.count = static_cast<std::int64_t>(COUNT);                                          \
+    event.call.bytes =                                                                            \
+        static_cast<std::int64_t>(COUNT) * static_cast<std::int64_t>(sizeOf(event.header.dtype)); \
+    event.call.peer = PEER;                                                                       \
+    event.header.seq = slot->nextPeerSeq();                                                       \
+    event.call.step = stepForCall(Api::API);                                                      \
+    return timed(event, slot, STREAM, [&] { return real_##NAME ARGS; });                          \
   }
 
 #define GS_NCCL_COMM_INIT(NAME, PARAMS, ARGS, NEWCOMM, NRANKS, RANK, IDS, NIDS) \
   GS_EXPORT ncclResult_t NAME PARAMS {                                          \
     GS_NCCL_REAL(NAME);                                                         \
-    if (real_##NAME == nullptr) return missingFunction("p" #NAME);              \
+    if (real_##NAME == nullptr) return GS_NCCL_MISSING(NAME);                   \
     const ncclResult_t rc = real_##NAME ARGS;                                   \
     onCreated(rc, NEWCOMM, NRANKS, RANK, IDS, NIDS);                            \
     return rc;                                                                  \
@@ -594,7 +631,7 @@ using namespace gradscope::agent::nccl;
 #define GS_NCCL_COMM_END(NAME, PARAMS, ARGS, COMM)                                                          \
   GS_EXPORT ncclResult_t NAME PARAMS {                                                                      \
     GS_NCCL_REAL(NAME);                                                                                     \
-    if (real_##NAME == nullptr) return missingFunction("p" #NAME);                                          \
+    if (real_##NAME == nullptr) return GS_NCCL_MISSING(NAME);                                               \
     if (shadowHooks() && t_internal) return real_##NAME ARGS;                                               \
     if (COMM != nullptr && shadowHooks() && std::string_view(#NAME) == "ncclCommDestroy") forgetComm(COMM); \
     if (COMM != nullptr) comms().retire(COMM);                                                              \
@@ -609,7 +646,7 @@ using namespace gradscope::agent::nccl;
 
 GS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   GS_NCCL_REAL(ncclCommInitAll);
-  if (real_ncclCommInitAll == nullptr) return missingFunction("pncclCommInitAll");
+  if (real_ncclCommInitAll == nullptr) return GS_NCCL_MISSING(ncclCommInitAll);
   const ncclResult_t rc = real_ncclCommInitAll(comm, ndev, devlist);
   // One process holds every rank, so the ordinal of the call names the communicators.
   static std::atomic<std::int64_t> calls{0};
@@ -626,7 +663,7 @@ GS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* de
 GS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                      ncclConfig_t* config) {
   GS_NCCL_REAL(ncclCommSplit);
-  if (real_ncclCommSplit == nullptr) return missingFunction("pncclCommSplit");
+  if (real_ncclCommSplit == nullptr) return GS_NCCL_MISSING(ncclCommSplit);
   if (shadowHooks() && t_internal) return real_ncclCommSplit(comm, color, key, newcomm, config);
   const ncclResult_t rc = real_ncclCommSplit(comm, color, key, newcomm, config);
   if (!recording() && !shadowHooks()) return rc;
@@ -648,15 +685,15 @@ GS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
 
 GS_EXPORT ncclResult_t ncclGroupStart() {
   GS_NCCL_REAL(ncclGroupStart);
-  if (real_ncclGroupStart == nullptr) return missingFunction("pncclGroupStart");
+  if (real_ncclGroupStart == nullptr) return GS_NCCL_MISSING(ncclGroupStart);
   if (shadowHooks() && t_internal) return real_ncclGroupStart();
-  t_group.start();
+  t_group.start(recording() ? ticks() : 0);  // the group launch's issue time (its enqueue_ns)
   return real_ncclGroupStart();
 }
 
 GS_EXPORT ncclResult_t ncclGroupEnd() {
   GS_NCCL_REAL(ncclGroupEnd);
-  if (real_ncclGroupEnd == nullptr) return missingFunction("pncclGroupEnd");
+  if (real_ncclGroupEnd == nullptr) return GS_NCCL_MISSING(ncclGroupEnd);
   if (shadowHooks() && t_internal) return real_ncclGroupEnd();
   const bool outermost = t_group.end();
   if (!outermost || t_group.members().empty()) {
@@ -664,7 +701,12 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
     if (outermost && !t_deferred.empty()) runDeferred();
     return rc;
   }
-  // The outermost end launches the group's work: time it on each distinct stream.
+  // The outermost end launches the group's work: time it on each distinct stream. The launch is a record
+  // of its own, numbered here (after its members) on its first member's communicator.
+  const auto members = t_group.members();
+  CommSlot* const first_slot = members.front().slot;
+  CallEvent launch =
+      groupLaunchEvent(members, first_slot != nullptr ? first_slot->nextPeerSeq() : -1, t_group.started());
   cudaStream_t streams[GroupState::kMaxStreams];
   int domains[GroupState::kMaxStreams];
   const int n = t_group.distinctStreams(streams, domains);
@@ -674,21 +716,26 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
   const std::uint64_t start = ticks();
   if (timer != nullptr) timer->enterCall(timing.leader);
   const std::uint32_t capture = timing.captured ? timer->beginCapture() : 0;
-  const auto members = t_group.members();
   t_nccl_in_flight.setGroup(members);  // the profiler plugin's reports for them arrive meanwhile
   const ncclResult_t rc = real_ncclGroupEnd();
   t_nccl_in_flight.clear();
   if (timer != nullptr) timer->leaveCall(timing.leader);
   if (timing.captured) {
+    // Every replay of the graph is a replay of each member and of the launch.
     std::vector<CuptiTracer::CapturedCall> captured;
-    if (capture != 0 && rc == ncclSuccess)
+    if (capture != 0 && rc == ncclSuccess) {
       for (const GroupState::Member& member : members)
-        captured.push_back({member.event.header.comm, member.event.header.seq});
+        captured.push_back(
+            {member.event.header.comm, joinSeq(member.event.header.api, member.event.header.seq)});
+      if (first_slot != nullptr)
+        captured.push_back({launch.header.comm, joinSeq(Api::NcclGroup, launch.header.seq)});
+    }
     timer->endCapture(capture, captured);
   }
   // With nonblocking communicators (ncclInProgress) NCCL launches the group later: timed on the host.
-  if (timer != nullptr)
-    timer->stopGroup(timing, rc == ncclInProgress ? 0 : static_cast<std::int32_t>(members.size()));
+  // The members' records and the launch's carry the timing.
+  const auto carriers = static_cast<std::int32_t>(members.size()) + 1;
+  if (timer != nullptr) timer->stopGroup(timing, rc == ncclInProgress ? 0 : carriers);
   const std::uint64_t end = ticks();
   for (GroupState::Member& member : members) {
     member.event.call.start = start;
@@ -697,6 +744,11 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
     member.event.call.graph_captured = timing.captured;
     record(member.event);
   }
+  launch.call.start = start;
+  launch.call.end = end;
+  launch.call.gpu_slot = timing.leader;
+  launch.call.graph_captured = timing.captured;
+  record(launch);
   t_group.clear();
   if (!t_deferred.empty()) runDeferred();  // explore and apply of the group's members
   return rc;
@@ -705,7 +757,7 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
 // Ends the group without launching it: its members never run, so they are not recorded.
 GS_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   GS_NCCL_REAL(ncclGroupSimulateEnd);
-  if (real_ncclGroupSimulateEnd == nullptr) return missingFunction("pncclGroupSimulateEnd");
+  if (real_ncclGroupSimulateEnd == nullptr) return GS_NCCL_MISSING(ncclGroupSimulateEnd);
   if (shadowHooks() && t_internal) return real_ncclGroupSimulateEnd(simInfo);
   if (t_group.end()) {
     t_group.clear();

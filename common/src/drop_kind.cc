@@ -20,7 +20,7 @@ constexpr Entry kEntries[kDropKinds] = {
     {"gpu_timing", false,
      "calls timed on the host instead of the GPU (no CUDA event pair free, or a CUDA error)"},
     {"iallreduce_table", true,
-     "MPI_Iallreduce calls not recorded: the agent's table of requests in flight was full"},
+     "nonblocking MPI calls not recorded: the agent's table of requests in flight (16,384) was full"},
     {"stream_table", false,
      "calls recorded without their stream, timed on the host: the agent's table of streams was full"},
     {"group_table", false,

@@ -1,5 +1,6 @@
 // The GPU side of gradscope-sample-nccl-allreduce (README.md): the "backward pass" that produces each
-// rank's gradient, the check of the all-reduced sum, and the SGD update. Launched on the caller's
+// rank's gradient, the sum of two ranks' gradients (--mode sendrecv), the check of the all-reduced sum,
+// and the SGD update. Launched on the caller's
 // stream; nothing here synchronises.
 //
 // Gradients are small integers stored as floats, so that their sum over the ranks is exact in fp32 in
@@ -54,6 +55,13 @@ __global__ void sgdKernel(float* weights, const float* sum, unsigned long long n
   }
 }
 
+__global__ void addKernel(float* into, const float* from, unsigned long long n) {
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < n;
+       i += 1ull * gridDim.x * blockDim.x) {
+    into[i] += from[i];
+  }
+}
+
 unsigned blocksFor(unsigned long long n) {
   const unsigned long long blocks = (n + 255) / 256;
   return static_cast<unsigned>(blocks < 1024 ? (blocks == 0 ? 1 : blocks) : 1024);
@@ -71,6 +79,11 @@ int launchFill(float* grad, unsigned long long n, int bucket, int step, int rank
 int launchCheck(const float* sum, unsigned long long n, int bucket, int step, int ranks,
                 unsigned long long* wrong, cudaStream_t stream) {
   checkKernel<<<blocksFor(n), 256, 0, stream>>>(sum, n, bucket, step, ranks, wrong);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launchAdd(float* into, const float* from, unsigned long long n, cudaStream_t stream) {
+  addKernel<<<blocksFor(n), 256, 0, stream>>>(into, from, n);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -10,6 +10,8 @@ int launchFill(float* grad, unsigned long long n, int bucket, int step, int rank
 // Adds to *wrong the number of elements of `sum` that differ from the exact sum over `ranks` ranks.
 int launchCheck(const float* sum, unsigned long long n, int bucket, int step, int ranks,
                 unsigned long long* wrong, cudaStream_t stream);
+// into[i] += from[i]: --mode sendrecv's sum of the rank's gradient and the one it received.
+int launchAdd(float* into, const float* from, unsigned long long n, cudaStream_t stream);
 // An SGD step with the mean gradient: weights -= lr * 1e-3 * (sum / ranks - its expected mean).
 int launchSgd(float* weights, const float* sum, unsigned long long n, int ranks, float lr,
               cudaStream_t stream);

@@ -11,6 +11,12 @@
 // result is checked against the exact sum, and an SGD step updates the rank's weights. Rank 0 prints
 // the time per bucket and a final line with the number of wrong elements and a hash of the weights.
 //
+// --mode sendrecv (exactly 2 ranks): the same sums made by point-to-point calls instead, as a pipeline or
+// an expert-parallel job moves its tensors: each bucket is exchanged with the other rank, one ncclSend and
+// one ncclRecv per rank in an ncclGroupStart/End group, and the received gradient is added to the rank's
+// own. Every element is a sum of two small integers, so the weights end bit for bit as in the default
+// mode (--mode allreduce) on 2 ranks.
+//
 // Exit status: 0 success; 1 a wrong all-reduce result or weights that differ between ranks; 2 a bad
 // argument; 3 no usable GPU, or a CUDA, NCCL or MPI failure.
 #include <algorithm>
@@ -33,7 +39,10 @@ namespace {
 
 constexpr const char* kName = "gradscope-sample-nccl-allreduce";
 
+enum class Mode { AllReduce, SendRecv };
+
 struct Options {
+  Mode mode = Mode::AllReduce;
   int steps = 100;
   std::vector<std::uint64_t> bucketBytes = {1024, 256 * 1024, 4 * 1024 * 1024, 25 * 1024 * 1024};
   int printEvery = 20;
@@ -43,7 +52,10 @@ struct Options {
 
 void usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: %s [--steps N] [--buckets SIZES] [--print-every K] [--gpus G] [--lr R]\n"
+               "usage: %s [--mode allreduce|sendrecv] [--steps N] [--buckets SIZES] [--print-every K]\n"
+               "          [--gpus G] [--lr R]\n"
+               "  --mode M          allreduce: ncclAllReduce of every bucket (default); sendrecv (2 ranks):\n"
+               "                    ncclSend and ncclRecv of every bucket to and from the other rank\n"
                "  --steps N         training steps (default 100)\n"
                "  --buckets SIZES   comma-separated gradient bucket sizes in bytes, multiples of 4, with\n"
                "                    optional K/M/G suffixes (powers of 1024); default 1K,256K,4M,25M\n"
@@ -100,7 +112,12 @@ int parseArgs(int argc, char** argv, Options& options, bool quiet) {
     }
     if (i + 1 >= argc) return fail(arg + " needs a value or is unknown");
     const char* value = argv[++i];
-    if (arg == "--steps") {
+    if (arg == "--mode") {
+      const std::string mode = value;
+      if (mode == "allreduce") options.mode = Mode::AllReduce;
+      else if (mode == "sendrecv") options.mode = Mode::SendRecv;
+      else return fail("--mode: expected allreduce or sendrecv");
+    } else if (arg == "--steps") {
       if (!parseInt(value, 1, 100000000, options.steps)) return fail("--steps: expected 1 to 100000000");
     } else if (arg == "--print-every") {
       if (!parseInt(value, 0, 100000000, options.printEvery))
@@ -148,8 +165,9 @@ struct Rank {
   int rank = 0;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  std::vector<float*> grads;    // one buffer per bucket, all-reduced in place
-  std::vector<float*> weights;  // the parameters the buckets belong to
+  std::vector<float*> grads;     // one buffer per bucket, all-reduced in place
+  std::vector<float*> received;  // --mode sendrecv: the other rank's gradient, per bucket
+  std::vector<float*> weights;   // the parameters the buckets belong to
   unsigned long long* wrong = nullptr;
   std::vector<cudaEvent_t> begin, end;  // per bucket
 };
@@ -193,6 +211,27 @@ std::uint64_t fnv1a(const void* data, std::size_t size, std::uint64_t hash) {
     hash *= 0x100000001b3ull;
   }
   return hash;
+}
+
+// --mode sendrecv: bucket k exchanged between the 2 ranks (one ncclSend and one ncclRecv each, in one
+// group, so that neither waits for the other), then the received gradient added to the rank's own: the sum
+// an all-reduce of 2 ranks makes. Timed like an all-reduce, by the events around the group.
+void exchange(std::vector<Rank>& ranks, std::size_t k, unsigned long long elements) {
+  const auto count = static_cast<std::size_t>(elements);
+  ncclCheck(ncclGroupStart(), "ncclGroupStart");
+  for (Rank& r : ranks) {
+    if (ranks.size() > 1) cudaCheck(cudaSetDevice(r.device), "cudaSetDevice");
+    cudaCheck(cudaEventRecord(r.begin[k], r.stream), "cudaEventRecord");
+    const int peer = 1 - r.rank;
+    ncclCheck(ncclSend(r.grads[k], count, ncclFloat, peer, r.comm, r.stream), "ncclSend");
+    ncclCheck(ncclRecv(r.received[k], count, ncclFloat, peer, r.comm, r.stream), "ncclRecv");
+  }
+  ncclCheck(ncclGroupEnd(), "ncclGroupEnd");
+  for (Rank& r : ranks) {
+    cudaCheck(cudaSetDevice(r.device), "cudaSetDevice");
+    cudaCheck(cudaEventRecord(r.end[k], r.stream), "cudaEventRecord");
+    launchCheck(sample::launchAdd(r.grads[k], r.received[k], elements, r.stream), "add kernel");
+  }
 }
 
 }  // namespace
@@ -239,6 +278,17 @@ int main(int argc, char** argv) {
   } else if (problem.empty() && options.gpus > deviceCount) {
     problem =
         "--gpus " + std::to_string(options.gpus) + " but " + std::to_string(deviceCount) + " GPUs visible";
+  }
+  const bool sendRecv = options.mode == Mode::SendRecv;
+  const int plannedRanks = gUseMpi ? worldSize : (options.gpus > 0 ? options.gpus : deviceCount);
+  // A usage error before a missing GPU (one process: the GPU count is the rank count, so only with GPUs).
+  // Under MPI every rank knows it alike, whatever its GPUs, and rank 0 says it.
+  if (sendRecv && plannedRanks != 2 && (gUseMpi || problem.empty())) {
+    if (gWorldRank == 0)
+      std::fprintf(stderr, "%s: --mode sendrecv exchanges between exactly 2 ranks, not %d\n", kName,
+                   plannedRanks);
+    if (gUseMpi) MPI_Finalize();
+    return 2;
   }
   int firstBad = problem.empty() ? worldSize : gWorldRank;
   if (gUseMpi) MPI_Allreduce(MPI_IN_PLACE, &firstBad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -287,6 +337,11 @@ int main(int argc, char** argv) {
     for (std::size_t b = 0; b < buckets; ++b) {
       float* grad = nullptr;
       float* weight = nullptr;
+      if (sendRecv) {
+        float* received = nullptr;
+        cudaCheck(cudaMalloc(&received, options.bucketBytes[b]), "cudaMalloc (received bucket)");
+        r.received.push_back(received);
+      }
       cudaCheck(cudaMalloc(&grad, options.bucketBytes[b]), "cudaMalloc (gradient bucket)");
       cudaCheck(cudaMalloc(&weight, options.bucketBytes[b]), "cudaMalloc (weights)");
       cudaCheck(cudaMemset(weight, 0, options.bucketBytes[b]), "cudaMemset");
@@ -306,10 +361,10 @@ int main(int argc, char** argv) {
   if (speaker) {
     std::string list;
     for (std::uint64_t b : options.bucketBytes) list += (list.empty() ? "" : ", ") + formatBytes(b);
-    std::printf("nccl %d.%d.%d, %d ranks (%s), %zu gradient buckets per step (%s), %d steps\n", NCCL_MAJOR,
-                NCCL_MINOR, NCCL_PATCH, nranks,
+    std::printf("nccl %d.%d.%d, %d ranks (%s), %zu gradient buckets per step (%s), %d steps, %s\n",
+                NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, nranks,
                 gUseMpi ? "one process per GPU, MPI bootstrap" : "one process, ncclCommInitAll", buckets,
-                list.c_str(), options.steps);
+                list.c_str(), options.steps, sendRecv ? "ncclSend/ncclRecv" : "ncclAllReduce");
     std::fflush(stdout);
   }
 
@@ -328,6 +383,10 @@ int main(int argc, char** argv) {
     }
     // All-reduce, last bucket first (the order in which a backward pass finishes them).
     for (std::size_t k = buckets; k-- > 0;) {
+      if (sendRecv) {
+        exchange(ranks, k, options.bucketBytes[k] / 4);
+        continue;
+      }
       if (ranks.size() > 1) ncclCheck(ncclGroupStart(), "ncclGroupStart");
       for (Rank& r : ranks) {
         if (ranks.size() > 1) cudaCheck(cudaSetDevice(r.device), "cudaSetDevice");
@@ -403,11 +462,13 @@ int main(int argc, char** argv) {
     for (std::size_t b = 0; b < buckets; ++b) {
       const double ms = bucketMs[b] / std::max(timedSteps, 1);
       const double algbw = static_cast<double>(options.bucketBytes[b]) / (ms * 1e-3) / 1e9;
-      const double busbw = algbw * 2.0 * (nranks - 1) / nranks;
+      // nccl-tests' factors: 2(n-1)/n for an all-reduce, 1 for a send/receive.
+      const double busbw = sendRecv ? algbw : algbw * 2.0 * (nranks - 1) / nranks;
       std::printf(
-          "bucket %zu: %s, %.3f ms per all-reduce (rank 0, mean of %d steps), algbw %.2f GB/s, busbw %.2f "
+          "bucket %zu: %s, %.3f ms per %s (rank 0, mean of %d steps), algbw %.2f GB/s, busbw %.2f "
           "GB/s\n",
-          b, formatBytes(options.bucketBytes[b]).c_str(), ms, timedSteps, algbw, busbw);
+          b, formatBytes(options.bucketBytes[b]).c_str(), ms, sendRecv ? "exchange" : "all-reduce",
+          timedSteps, algbw, busbw);
     }
     std::printf("final steps %d ranks %d buckets %zu wrong %llu weights fnv1a64 %016" PRIx64 "%s\n",
                 options.steps, nranks, buckets, wrong, hashLow,
@@ -419,6 +480,7 @@ int main(int argc, char** argv) {
     cudaSetDevice(r.device);
     for (std::size_t b = 0; b < buckets; ++b) {
       cudaFree(r.grads[b]);
+      if (sendRecv) cudaFree(r.received[b]);
       cudaFree(r.weights[b]);
       cudaEventDestroy(r.begin[b]);
       cudaEventDestroy(r.end[b]);

@@ -22,9 +22,19 @@
                                                       each call's communicator, api, dtype, op, count, bytes
                                                       and step (GRADSCOPE_STEP_CALLS) exactly as made
   check_agent.py TOOLS --workdir DIR sigint           SIGINT to one rank mid-run: its file finished and recent
+  check_agent.py TOOLS --workdir DIR p2p --np N       every point-to-point, all-to-all, barrier and nonblocking
+                                                      call (tests/agent/p2p.c): same stdout; each call's api,
+                                                      dtype, count, bytes, peers, tags and spread exactly as made;
+                                                      persistent and cancelled requests left out
+  check_agent.py TOOLS --workdir DIR p2p-python --np N  the same for mpi4py (tests/agent/p2p.py): buffer and
+                                                      pickled sends and receives, all-to-all(v)
+  check_agent.py TOOLS --workdir DIR pipeline --np N  samples/pipeline (GPipe and 1F1B) under gradscope run: same
+                                                      stdout; the report shows its 2 stages and their bubble
+  check_agent.py TOOLS --workdir DIR moe --np N       samples/moe the same way: the report's all-to-all balance
 
 TOOLS: --agent SO --gradscope EXE --mpiexec EXE --sample EXE --python /usr/bin/python3 --python-sample PY
---init-order EXE --call-burst EXE --collectives EXE (each mode needs only some of them).
+--init-order EXE --call-burst EXE --collectives EXE --p2p EXE --python-p2p PY --pipeline EXE --moe EXE (each
+mode needs only some of them).
 
 The expected calls come from the samples (samples/mpi_train/train.cc, samples/python_mpi4py/train.py):
 one MPI_Bcast of the 12778 float32 parameters at setup, then per step, in order, MPI_Allreduce 320, 10,
@@ -735,7 +745,8 @@ def check_init_order(args):
 
 
 def check_call_rate(args):
-    """A burst of 20,000 MPI_Allreduce calls per rank, as fast as MPI makes them. With GRADSCOPE_MAX_CALL_RATE=50
+    """A burst of 20,000 MPI_Allreduce calls per rank, as fast as MPI makes them, then of nonblocking
+    point-to-point calls. With GRADSCOPE_MAX_CALL_RATE=50
     (one call per 20 ms window) a rank records its first call and one per window after and counts every
     other one as a 'call_rate' drop: recorded + counted = made, and the run's agent statistics agree.
     With 0 (no limit) every call is recorded and nothing is dropped. Either way the recorded calls' start
@@ -781,6 +792,34 @@ def check_call_rate(args):
                   "per 20 ms window")
             check(stats.get("calls_dropped") == counted,
                   f"{label}: {name}: agent statistics {stats}, expected calls_dropped {counted}")
+        print(f"check_agent: {label}: ok")
+    # Nonblocking point-to-point calls the same way (call-burst isend: MPI_Irecv, MPI_Irecv, MPI_Isend, MPI_Isend,
+    # MPI_Waitall): under the default limit every call is recorded or counted as 'call_rate', and nothing
+    # else is lost (none left in the table of requests in flight); without a limit, every one recorded.
+    for rate, calls in ((None, 400000), ("0", 20000)):
+        label = f"call rate {rate or 'default'}, nonblocking point-to-point"
+        traces = fresh_directory(os.path.join(args.workdir, f"traces-p2p-{rate or 'default'}"))
+        variables = {"GRADSCOPE_MAX_CALL_RATE": rate} if rate else {}
+        options = agent_options(args, os.path.join(traces, "rank%r.db"), **variables)
+        code, out, err = run(mpiexec(args, np, [args.call_burst, str(calls), "isend"], options), base_environment(),
+                             args.workdir)
+        check(code == 0, f"{label}: exit {code}: {tail(err)}")
+        check(out == "call_burst: ok\n", f"{label}: the job's output changed under the agent: {out!r}")
+        for name in trace_files(traces):
+            db = check_file_opens(os.path.join(traces, name), f"{label}: {name}")
+            if db is None:
+                continue
+            recorded = db.execute("SELECT count(*) FROM calls WHERE api IN (?, ?)", (MPI_ISEND, MPI_IRECV)).fetchone()[0]
+            unmatched = db.execute("SELECT count(*) FROM calls c JOIN peer_calls p ON p.call_id = c.id WHERE "
+                                   "c.start_ns < c.enqueue_ns OR c.end_ns < c.start_ns OR "
+                                   "coalesce(p.dest, p.source) IS NULL").fetchone()[0]
+            drops = dict(db.execute("SELECT kind, count FROM drops WHERE count != 0").fetchall())
+            db.close()
+            check(set(drops) <= ({"call_rate"} if rate is None else set()),
+                  f"{label}: {name}: drops {drops}, expected {'only call_rate' if rate is None else 'none'}")
+            check(recorded + drops.get("call_rate", 0) == calls,
+                  f"{label}: {name}: {recorded} recorded + {drops.get('call_rate', 0)} counted, expected {calls}")
+            check(unmatched == 0, f"{label}: {name}: {unmatched} calls without their peer or with times out of order")
         print(f"check_agent: {label}: ok")
 
 
@@ -859,8 +898,10 @@ def check_collectives(args):
             want = shape.get(suffix, (np, rank))
             check((backend, size, comm_rank) == (BACKEND_MPI,) + want,
                   f"{where}: {key}: backend, size, rank {(backend, size, comm_rank)}, expected {(BACKEND_MPI,) + want}")
+            # Its point-to-point exchanges are numbered apart, and checked by p2p.
             rows = db.execute("SELECT seq, step, api, dtype, count, op, bytes, enqueue_ns, start_ns, end_ns "
-                              "FROM calls WHERE comm_id = ? ORDER BY seq", (comm_id,)).fetchall()
+                              f"FROM calls WHERE comm_id = ? AND api NOT IN ({','.join(map(str, POINT_TO_POINT))}) "
+                              "ORDER BY seq", (comm_id,)).fetchall()
             check([row[0] for row in rows] == list(range(len(rows))), f"{where}: {key}: seq not 0, 1, 2, ...")
             actual = [(row[2], row[3], row[4], row[5], row[6]) for row in rows]
             check(actual == calls * steps, f"{where}: {key}: calls (api, dtype, count, op, bytes) "
@@ -872,6 +913,234 @@ def check_collectives(args):
             check(not bad_times, f"{where}: {key}: calls {bad_times[:5]} lack enqueue <= start <= end")
         db.close()
     check(len(world_keys) == 1, f"{label}: the world's key differs between ranks: {world_keys}")
+
+# gradscope::Api codes of the calls tests/agent/p2p.c makes, and the dtype of a derived type and of none.
+(MPI_SEND, MPI_SSEND, MPI_ISEND, MPI_RECV, MPI_IRECV, MPI_SENDRECV, MPI_SENDRECV_REPLACE, MPI_BARRIER) = range(8, 16)
+(MPI_ALLTOALL, MPI_ALLTOALLV, MPI_GATHER, MPI_SCATTER, MPI_ALLGATHERV, MPI_IBCAST, MPI_IREDUCE, MPI_IALLGATHER,
+ MPI_IREDUCE_SCATTER, MPI_IREDUCE_SCATTER_BLOCK, MPI_IALLTOALL, MPI_IBARRIER) = range(32, 44)
+POINT_TO_POINT = {MPI_SEND, MPI_SSEND, MPI_ISEND, MPI_RECV, MPI_IRECV, MPI_SENDRECV, MPI_SENDRECV_REPLACE}
+UINT64, OTHER = 5, 254
+
+
+def p2p_expected(np, rank, step):
+    """tests/agent/p2p.c's recorded calls of one step on one rank, as a Counter of (api, dtype, count, op, bytes,
+    dest, send_tag, source, recv_tag, recv_bytes, peer_max_bytes, peer_min_bytes), None where peer_calls has
+    NULL. Peers are ranks in MPI_COMM_WORLD. A receive's bytes are what it received; an all-to-all's
+    bytes its whole send buffer, its spread the bytes to one peer."""
+    nx, pv = (rank + 1) % np, (rank - 1) % np
+    calls = Counter()
+
+    def add(api, dtype, count, bytes_, op=None, dest=None, send_tag=None, source=None, recv_tag=None,
+            recv_bytes=None, spread=None):
+        spread = spread or (None, None)
+        calls[(api, dtype, count, op, bytes_, dest, send_tag, source, recv_tag, recv_bytes) + spread] += 1
+
+    def send(api, dtype, count, size, dest, tag):
+        add(api, dtype, count, count * size, dest=dest, send_tag=tag)
+
+    def recv(api, dtype, count, size, source, tag):
+        add(api, dtype, count, count * size, source=source, recv_tag=tag, recv_bytes=count * size)
+
+    send(MPI_SEND, FP64, 4, 8, nx, 10 + step)
+    recv(MPI_RECV, FP64, 4, 8, pv, 10 + step)
+    send(MPI_SSEND, INT32, 3, 4, pv, 12)
+    recv(MPI_RECV, INT32, 3, 4, nx, 12)
+    if rank > 0:
+        send(MPI_SEND, INT32, 2, 4, 0, 20 + rank)
+    else:
+        for q in range(1, np):
+            recv(MPI_RECV, INT32, 2, 4, q, 20 + q)  # MPI_ANY_SOURCE, MPI_ANY_TAG: the matched ones
+    add(MPI_BARRIER, OTHER, 0, 0)
+    recv(MPI_IRECV, INT32, 5, 4, pv, 40)
+    send(MPI_ISEND, INT32, 5, 4, nx, 40)
+    add(MPI_SENDRECV, FP32, 5, 20, dest=nx, send_tag=30, source=pv, recv_tag=30, recv_bytes=20)
+    add(MPI_SENDRECV_REPLACE, INT32, 6, 24, dest=pv, send_tag=31, source=nx, recv_tag=31, recv_bytes=24)
+    recv(MPI_IRECV, INT32, 4, 4, pv, 50)
+    add(MPI_SEND, OTHER, 1, 16, dest=nx, send_tag=50)  # a vector of 2 blocks of 2 int
+    add(MPI_BARRIER, OTHER, 0, 0)
+    add(MPI_ALLTOALL, INT32, 2, 8 * np, spread=(8, 8))
+    add(MPI_ALLTOALL, INT32, 1, 4 * np, spread=(4, 4))  # in place
+    sent = sum(rank + j + 1 for j in range(np))
+    add(MPI_ALLTOALLV, INT32, sent, 4 * sent, spread=(4 * (rank + np), 4 * (rank + 1)))
+    add(MPI_GATHER, INT32, 3, 12)
+    add(MPI_SCATTER, INT32, 2, 8)
+    add(MPI_ALLGATHERV, INT32, rank + 1, 4 * (rank + 1))
+    add(MPI_IBCAST, INT32, 4, 16)
+    add(MPI_IREDUCE, INT32, 3, 12, op=SUM)
+    add(MPI_IALLGATHER, INT32, 2, 8)
+    add(MPI_IREDUCE_SCATTER, INT32, np, 4 * np, op=SUM)
+    add(MPI_IREDUCE_SCATTER_BLOCK, INT32, 2, 8 * np, op=SUM)
+    add(MPI_IALLTOALL, INT32, 1, 4 * np, spread=(4, 4))
+    add(MPI_IBARRIER, OTHER, 0, 0)
+    recv(MPI_IRECV, INT32, 2, 4, pv, 60)  # MPI_ANY_SOURCE: prev's first message and next's second
+    recv(MPI_IRECV, INT32, 2, 4, nx, 60)
+    send(MPI_ISEND, INT32, 2, 4, nx, 60)
+    send(MPI_ISEND, INT32, 2, 4, pv, 60)
+    send(MPI_ISEND, INT32, 1, 4, nx, 70)  # freed with MPI_Request_free
+    recv(MPI_RECV, INT32, 1, 4, pv, 70)
+    add(MPI_SEND, INT32, 0, 0)  # MPI_PROC_NULL: no peer, nothing moved
+    add(MPI_RECV, INT32, 0, 0, recv_bytes=0)
+    add(MPI_GATHER, UINT64, 1, 8)
+    return calls
+
+
+def check_p2p(args):
+    """p2p --np N: tests/agent/p2p.c plain and under the agent with GRADSCOPE_STEP_CALLS set to its collectives
+    per step (point-to-point calls and barriers are not counted). The job's stdout (a hash of every rank's
+    results per step) is identical; each rank's file holds exactly the calls of p2p_expected, each with its
+    step; a persistent or cancelled request leaves no row; collectives and point-to-point calls are numbered
+    0, 1, 2, ... apart; every call has enqueue <= start <= end; nothing is dropped."""
+    np, steps, label = args.np, 2, f"p2p np={args.np}"
+    program = [args.p2p, "--steps", str(steps)]
+    plain_out, _ = plain_run(args, np, program, args.workdir, label)
+    check(plain_out.count("p2p: step") == steps, f"{label}: plain run printed {plain_out!r}")
+    # p2p.c's collectives per step: 3 all-to-all(v), gather, scatter, allgatherv, 6 nonblocking ones (the
+    # barriers are not), the hash gather.
+    collectives_per_step = 13
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    code, out, err = run(mpiexec(args, np, program, agent_options(args, os.path.join(traces, "rank%r.db"),
+                                                                  GRADSCOPE_STEP_CALLS=collectives_per_step)),
+                         base_environment(), args.workdir)
+    check(code == 0, f"{label}: exit {code} under the agent: {tail(err)}")
+    check(out == plain_out, f"{label}: stdout under the agent differs from the plain run's:\n--- plain\n{plain_out}"
+          f"--- agent\n{out}")
+    check(gradscope_lines(err) == [], f"{label}: the agent printed {gradscope_lines(err)}")
+    files = trace_files(traces)
+    check(files == [f"rank{r}.db" for r in range(np)], f"{label}: per-rank files {files}")
+    for rank in range(np):
+        where = f"{label}: rank {rank}"
+        db = check_file_opens(os.path.join(traces, f"rank{rank}.db"), where) if f"rank{rank}.db" in files else None
+        if db is None:
+            continue
+        drops = db.execute("SELECT kind, count FROM drops WHERE count != 0").fetchall()
+        check(drops == [], f"{where}: drops {drops}, expected none")
+        rows = db.execute(
+            "SELECT c.api, c.dtype, c.count, c.op, c.bytes, p.dest, p.send_tag, p.source, p.recv_tag, p.recv_bytes, "
+            "p.peer_max_bytes, p.peer_min_bytes, c.step, c.seq, c.enqueue_ns, c.start_ns, c.end_ns "
+            "FROM calls c LEFT JOIN peer_calls p ON p.call_id = c.id JOIN comms m ON m.id = c.comm_id "
+            "WHERE m.key = 'world' ORDER BY c.id").fetchall()
+        for step in range(steps):
+            # The step of a collective counts it; the calls before it in the step share it.
+            actual = Counter(tuple(row[:12]) for row in rows if row[12] == step)
+            expected = p2p_expected(np, rank, step)
+            missing, extra = expected - actual, actual - expected
+            check(not missing and not extra, f"{where}: step {step}: calls missing {sorted(missing.items())[:6]}, "
+                  f"unexpected {sorted(extra.items())[:6]}")
+        stray = [row[:13] for row in rows if not 0 <= (row[12] if row[12] is not None else -1) < steps]
+        check(not stray, f"{where}: calls outside the steps: {stray[:4]}")
+        # Collectives are numbered 0, 1, 2, ... on every rank alike; point-to-point calls apart, one number per
+        # call posted (the cancelled receive of each step keeps its number but has no row).
+        seqs = sorted(r[13] for r in rows if r[0] not in POINT_TO_POINT)
+        check(seqs == list(range(len(seqs))), f"{where}: collective seq {seqs[:8]}..., expected 0, 1, 2, ...")
+        seqs = sorted(r[13] for r in rows if r[0] in POINT_TO_POINT)
+        check(len(set(seqs)) == len(seqs) and bool(seqs) and seqs[-1] + 1 == len(seqs) + steps,
+              f"{where}: point-to-point seq {seqs[:8]}..., expected distinct, with one gap per step")
+        bad_times = [row[:5] for row in rows if None in row[14:17] or not row[14] <= row[15] <= row[16]]
+        check(not bad_times, f"{where}: calls {bad_times[:5]} lack enqueue <= start <= end")
+        db.close()
+
+
+MPI_MRECV, UINT8 = 47, 1
+
+
+def p2p_python_expected(np, rank):
+    """tests/agent/p2p.py's recorded calls of one step on one rank, as a Counter of (api, dtype, count, bytes,
+    dest, send_tag, source, recv_tag, peer_max_bytes, peer_min_bytes); None for the size of a pickled
+    object (mpi4py sends its bytes, MPI_BYTE, and receives them with MPI_Mprobe + MPI_Mrecv)."""
+    nx, pv = (rank + 1) % np, (rank - 1) % np
+    sent = sum(rank + j + 1 for j in range(np))
+    return Counter([
+        (MPI_SENDRECV, FP64, 6, 48, nx, 1, pv, 1, None, None),
+        (MPI_SEND, UINT8, None, None, nx, 2, None, None, None, None),
+        (MPI_MRECV, UINT8, None, None, None, None, pv, 2, None, None),
+        (MPI_IRECV, INT32, 4, 16, None, None, pv, 3, None, None),
+        (MPI_ISEND, INT32, 4, 16, nx, 3, None, None, None, None),
+        (MPI_IRECV, INT32, 1, 4, None, None, pv, 4, None, None),
+        (MPI_SEND, INT32, 1, 4, nx, 4, None, None, None, None),
+        (MPI_ALLTOALL, INT32, 2, 8 * np, None, None, None, None, 8, 8),
+        (MPI_ALLTOALLV, INT32, sent, 4 * sent, None, None, None, None, 4 * (rank + np), 4 * (rank + 1)),
+        (MPI_BARRIER, OTHER, 0, 0, None, None, None, None, None, None),
+        (MPI_GATHER, INT32, 1, 4, None, None, None, None, None, None),  # comm.gather: the objects' sizes
+    ])
+
+
+def check_p2p_python(args):
+    """p2p-python --np N: tests/agent/p2p.py (mpi4py) plain and under the agent: the same stdout (a digest of
+    every rank's results per step), and each rank's file holds exactly p2p_python_expected's calls per step,
+    with the matched source of an MPI.ANY_SOURCE receive, and no drops."""
+    np, steps, label = args.np, 2, f"p2p-python np={args.np}"
+    program = [args.python, args.python_p2p, "--steps", str(steps)]
+    plain_out, _ = plain_run(args, np, program, args.workdir, label)
+    check(plain_out.count("p2p.py: step") == steps, f"{label}: plain run printed {plain_out!r}")
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    code, out, err = run(mpiexec(args, np, program, agent_options(args, os.path.join(traces, "rank%r.db"),
+                                                                  **foreign_process_variables(args))),
+                         base_environment(), args.workdir)
+    check(code == 0, f"{label}: exit {code} under the agent: {tail(err)}")
+    check(out == plain_out, f"{label}: stdout under the agent differs from the plain run's:\n--- plain\n{plain_out}"
+          f"--- agent\n{out}")
+    check(gradscope_lines(err) == [], f"{label}: the agent printed {gradscope_lines(err)}")
+    files = trace_files(traces)
+    check(files == [f"rank{r}.db" for r in range(np)], f"{label}: per-rank files {files}")
+    for rank in range(np):
+        where = f"{label}: rank {rank}"
+        db = check_file_opens(os.path.join(traces, f"rank{rank}.db"), where) if f"rank{rank}.db" in files else None
+        if db is None:
+            continue
+        drops = db.execute("SELECT kind, count FROM drops WHERE count != 0").fetchall()
+        check(drops == [], f"{where}: drops {drops}, expected none")
+        rows = db.execute(
+            "SELECT c.api, c.dtype, c.count, c.bytes, p.dest, p.send_tag, p.source, p.recv_tag, p.peer_max_bytes, "
+            "p.peer_min_bytes FROM calls c LEFT JOIN peer_calls p ON p.call_id = c.id JOIN comms m ON m.id = c.comm_id "
+            "WHERE m.key = 'world'").fetchall()
+        pickled = [row for row in rows if row[1] == UINT8]
+        check(all(row[3] > 0 and row[3] == row[2] for row in pickled), f"{where}: pickled calls {pickled[:4]}")
+        actual = Counter(row[:2] + ((None, None) if row[1] == UINT8 else row[2:4]) + row[4:] for row in rows)
+        expected = Counter({call: count * steps for call, count in p2p_python_expected(np, rank).items()})
+        missing, extra = expected - actual, actual - expected
+        check(not missing and not extra,
+              f"{where}: calls missing {sorted(missing.items(), key=str)[:6]}, unexpected {sorted(extra.items(), key=str)[:6]}")
+        db.close()
+
+
+def check_parallel_sample(args, kind):
+    """pipeline / moe --np N: samples/pipeline (both schedules) or samples/moe, plain and under `gradscope run`:
+    the job's stdout (its final loss and weights, in hexadecimal) is identical, and the report names what
+    the job did: the pipeline's two stages, each rank's receives and the bubble, or the all-to-all's uneven
+    spread over the experts."""
+    np = args.np
+    env = base_environment()
+    if args.agent:
+        env["GRADSCOPE_AGENT_PATH"] = args.agent
+    runs = ([[args.pipeline, "--schedule", schedule, "--steps", "4"] for schedule in ("gpipe", "1f1b")]
+            if kind == "pipeline" else [[args.moe, "--steps", "4"]])
+    for index, program in enumerate(runs):
+        label = f"{kind} np={np} {' '.join(program[1:])}"
+        plain_out, _ = plain_run(args, np, program, args.workdir, label)
+        output = os.path.join(args.workdir, f"out{index}")
+        code, out, err = run([args.gradscope, "run", "-o", output, "--"] + mpiexec(args, np, program), env,
+                             args.workdir)
+        check(code == 0, f"{label}: exit {code} under gradscope run: {tail(err)}")
+        check(out == plain_out, f"{label}: stdout under gradscope run differs:\n--- plain\n{plain_out}"
+              f"--- gradscope run\n{out}")
+        merged = find_merged_trace(output, np)
+        if not check(merged is not None, f"{label}: no merged trace with {np} ranks in {output}"):
+            continue
+        code, report, report_err = run([args.gradscope, "report", merged], env, args.workdir)
+        check(code == 0, f"{label}: gradscope report exit {code}: {tail(report_err)}")
+        wanted = (["Time by API family", "point-to-point", "Pipeline: 2 stages", "messages matched",
+                   "(every send and receive found its partner)"]
+                  if kind == "pipeline" else ["Time by API family", "All-to-all balance", "MPI_Alltoallv"])
+        missing = [text for text in wanted if text not in report]
+        check(not missing, f"{label}: the report lacks {missing}:\n{report}")
+        if kind == "moe":
+            # The experts' loads are uneven by design: the spread of the dispatch is well above even.
+            db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+            worst = db.execute("SELECT max(1.0 * p.peer_max_bytes * m.size / c.bytes) FROM calls c JOIN peer_calls p "
+                                "ON p.call_id = c.id JOIN comms m ON m.id = c.comm_id WHERE c.api = ? AND c.bytes > 0",
+                                (MPI_ALLTOALLV,)).fetchone()[0]
+            db.close()
+            check(worst is not None and worst > 1.2, f"{label}: all-to-all imbalance {worst}, expected uneven loads")
 
 
 MODES = {
@@ -891,6 +1160,10 @@ MODES = {
     "call-rate": (check_call_rate, ["agent", "call_burst"]),
     "collectives": (check_collectives, ["agent", "collectives"]),
     "sigint": (lambda args: check_rank_signal(args, signal.SIGINT), ["agent", "sample"]),
+    "p2p": (check_p2p, ["agent", "p2p"]),
+    "p2p-python": (check_p2p_python, ["agent", "python", "python_p2p"]),
+    "pipeline": (lambda args: check_parallel_sample(args, "pipeline"), ["gradscope", "pipeline"]),
+    "moe": (lambda args: check_parallel_sample(args, "moe"), ["gradscope", "moe"]),
 }
 
 
@@ -942,6 +1215,10 @@ def main():
     parser.add_argument("--init-order")
     parser.add_argument("--call-burst")
     parser.add_argument("--collectives")
+    parser.add_argument("--p2p")
+    parser.add_argument("--python-p2p")
+    parser.add_argument("--pipeline")
+    parser.add_argument("--moe")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("mode", choices=sorted(MODES))
     args, function = prepare(parser, MODES, "mode", "gs-agent-")

@@ -1,7 +1,10 @@
-// The NCCL interposer's pure parts (agent/core/nccl_state.h) and the CUDA-event GPU timer
-// (agent/core/gpu_timer.h) on a fake driver: a GPU clock the test advances by hand, streams whose work
-// ends at a cursor, events that complete when the clock passes them; and the join of CUPTI's activity
-// records into spans (agent/core/cupti_tracer.h). No CUDA, no GPU.
+// The NCCL interposer's pure parts (agent/core/nccl_state.h, the rows of nccl_functions.def, the numbering
+// of sends, receives and group launches) and the CUDA-event GPU timer (agent/core/gpu_timer.h) on a fake
+// driver: a GPU clock the test advances by hand, streams whose work ends at a cursor, events that complete
+// when the clock passes them; and the join of CUPTI's activity records into spans
+// (agent/core/cupti_tracer.h). No CUDA, no GPU. The wrappers themselves run in tests/agent/nccl
+// (check_nccl.py, ctest -L agent: the exact rows of sends, receives and group launches on the fake NCCL,
+// and a job on an NCCL without the 2.28 functions, agent.nccl.old-nccl).
 
 #include <algorithm>
 #include <cstdint>
@@ -185,6 +188,119 @@ TEST(AgentNcclGroups, MembersAndTheirDistinctStreams) {
   EXPECT_TRUE(group.members().empty());
   for (std::uintptr_t i = 1; i <= 20; ++i) group.add(event, reinterpret_cast<nccl::cudaStream_t>(i), 0);
   EXPECT_EQ(group.distinctStreams(streams, domains), GroupState::kMaxStreams);
+}
+
+TEST(AgentNcclGroups, TheOutermostStartIssuesTheGroup) {
+  GroupState group;
+  EXPECT_EQ(group.started(), 0u);
+  group.start(1000);
+  group.start(2000);  // nested: still the outermost's
+  EXPECT_EQ(group.started(), 1000u);
+  EXPECT_FALSE(group.end());
+  EXPECT_TRUE(group.end());
+  group.start(3000);
+  EXPECT_EQ(group.started(), 3000u);
+}
+
+// A member as the wrappers make it: api, peer, count and bytes, on communicator `comm`.
+GroupState::Member member(Api api, std::uint32_t comm, std::int64_t seq, std::int64_t count, DType dtype,
+                          int peer, std::uint64_t issued) {
+  GroupState::Member m;
+  m.event.header.api = api;
+  m.event.header.comm = comm;
+  m.event.header.seq = seq;
+  m.event.header.dtype = dtype;
+  m.event.call.count = count;
+  m.event.call.bytes = count * static_cast<std::int64_t>(sizeOf(dtype));
+  m.event.call.peer = peer;
+  m.event.call.enqueue = issued;
+  m.event.call.step = 7;
+  m.event.call.stream = 2;
+  return m;
+}
+
+TEST(AgentNcclGroups, ALaunchOfTwoSendsAndTwoReceivesIsOneRecordOfFourMembers) {
+  const GroupState::Member members[] = {
+      member(Api::NcclSend, 3, 0, 40, DType::Fp32, 1, 500),
+      member(Api::NcclSend, 4, 0, 24, DType::Bf16, 0, 510),
+      member(Api::NcclRecv, 3, 1, 24, DType::Bf16, 1, 520),
+      member(Api::NcclRecv, 4, 1, 40, DType::Fp32, 0, 530),
+  };
+  const CallEvent launch = groupLaunchEvent(members, 2, 400);
+  EXPECT_EQ(launch.header.kind, EventKind::Call);
+  EXPECT_EQ(launch.header.api, Api::NcclGroup);
+  EXPECT_EQ(launch.header.comm, 3u);  // the first member's communicator
+  EXPECT_EQ(launch.header.seq, 2);
+  EXPECT_EQ(launch.header.dtype, DType::Other);
+  EXPECT_EQ(launch.header.op, ReduceOp::None);
+  EXPECT_EQ(launch.call.count, 4);
+  EXPECT_EQ(launch.call.bytes, 40 * 4 + 24 * 2 + 24 * 2 + 40 * 4);
+  EXPECT_EQ(launch.call.enqueue, 400u);  // the outermost ncclGroupStart
+  EXPECT_EQ(launch.call.step, 7);
+  EXPECT_EQ(launch.call.stream, 2);
+  EXPECT_EQ(launch.call.peer, -1);
+  EXPECT_EQ(launch.call.tag, -1);
+  EXPECT_EQ(launch.call.gpu_slot, 0u);  // the caller times it like its members
+  // A group whose start was not seen (recording started inside it) is issued with its first member.
+  EXPECT_EQ(groupLaunchEvent(members, 2, 0).call.enqueue, 500u);
+  EXPECT_EQ(groupLaunchEvent(members, 2, 900).call.enqueue, 500u);
+}
+
+TEST(AgentNcclNumbering, SendsReceivesAndLaunchesAreNumberedApartFromCollectives) {
+  for (const Api api : {Api::NcclSend, Api::NcclRecv, Api::NcclGroup})
+    EXPECT_TRUE(numberedApart(api)) << name(api);
+  for (const Api api :
+       {Api::NcclAllReduce, Api::NcclBroadcast, Api::NcclAlltoAll, Api::NcclGather, Api::NcclScatter})
+    EXPECT_FALSE(numberedApart(api)) << name(api);
+  // The joins tell a send #5 and a launch #5 from the collective #5 of the same communicator.
+  EXPECT_NE(joinSeq(Api::NcclSend, 5), joinSeq(Api::NcclAllReduce, 5));
+  EXPECT_EQ(joinSeq(Api::NcclRecv, 5), joinSeq(Api::NcclGroup, 5));  // one sequence: never both #5
+  EXPECT_EQ(joinSeq(Api::NcclAllReduce, 5), 5);
+
+  // As the wrappers number them: a rank's sends and receives do not move its collectives' numbers, which
+  // stay equal on every rank however many each makes.
+  CommSlot busy, quiet;
+  EXPECT_EQ(busy.nextSeq(), 0);
+  EXPECT_EQ(quiet.nextSeq(), 0);
+  for (int i = 0; i < 3; ++i) busy.nextPeerSeq();
+  EXPECT_EQ(busy.nextSeq(), 1);
+  EXPECT_EQ(quiet.nextSeq(), 1);
+  EXPECT_EQ(busy.nextPeerSeq(), 3);
+  EXPECT_EQ(quiet.nextPeerSeq(), 0);
+}
+
+// The table's recorded rows: every API code names its function and is NCCL's, sends and receives are the
+// point-to-point rows, and every row a job on NCCL 2.28 can call is there.
+struct TableRow {
+  std::string name;
+  Api api;
+  bool point_to_point;
+};
+std::vector<TableRow> recordedRows() {
+  std::vector<TableRow> rows;
+#define GS_NCCL_COLLECTIVE(NAME, API, PARAMS, ARGS, COUNT, ELEMENTS, DATATYPE, OP, COMM, STREAM) \
+  rows.push_back({#NAME, Api::API, false});
+#define GS_NCCL_POINT_TO_POINT(NAME, API, PARAMS, ARGS, COUNT, DATATYPE, PEER, COMM, STREAM) \
+  rows.push_back({#NAME, Api::API, true});
+#define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS)
+  using namespace nccl;
+#include "interpose/nccl_functions.def"
+#undef GS_NCCL_FUNCTION
+  return rows;
+}
+
+TEST(AgentNcclTable, RecordedRowsNameTheirApis) {
+  const std::vector<TableRow> rows = recordedRows();
+  std::set<std::string> names;
+  for (const TableRow& row : rows) {
+    names.insert(row.name);
+    EXPECT_EQ(name(row.api), row.name);
+    EXPECT_EQ(backendOf(row.api), Backend::Nccl) << row.name;
+    EXPECT_EQ(isPointToPoint(row.api), row.point_to_point) << row.name;
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"ncclReduce", "ncclBroadcast", "ncclAllReduce", "ncclReduceScatter",
+                                          "ncclAllGather", "ncclAlltoAll", "ncclGather", "ncclScatter",
+                                          "ncclSend", "ncclRecv"}));
 }
 
 TEST(AgentNcclGroups, BoundedMembers) {

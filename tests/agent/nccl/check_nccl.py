@@ -2,7 +2,10 @@
 """Integration tests of the agent's NCCL interposer on nccl_job (tests/agent/nccl/nccl_job.cc).
 
   check_nccl.py TOOLS --workdir DIR host      fake NCCL, no CUDA driver: host timing; exact calls, keys,
-                                              sequence numbers, streams; group members share one span
+                                              sequence numbers (sends, receives and group launches
+                                              numbered apart from the collectives), streams, peers;
+                                              every group launch a row of its own (members, their
+                                              bytes), sharing its members' one span
   check_nccl.py TOOLS --workdir DIR gpu       fake NCCL and the fake driver (libcuda.so.1, kernels of
                                               10 ms): CUDA-event timing; every span is its kernels'
                                               length, a group's members share the group's span, the
@@ -19,6 +22,10 @@
   check_nccl.py TOOLS --workdir DIR nvtx      GRADSCOPE_STEP_NVTX=step with the agent as the NVTX
                                               injection library: the step of every call
   check_nccl.py TOOLS --workdir DIR disabled  GRADSCOPE_DISABLE=1: no trace, the job untouched
+  check_nccl.py TOOLS --workdir DIR old-nccl  the fake NCCL as 2.27 (no ncclAlltoAll, ncclGather,
+                                              ncclScatter; --old-nccl): the job's other calls exactly; a
+                                              probe finds the agent's ncclAlltoAll, whose calls fail
+                                              with ncclInternalError, said once
   check_nccl.py TOOLS --workdir DIR profiler  the profiler plugin alone (NCCL_PROFILER_PLUGIN=its path,
                                               no agent), and on the v4 table: its own trace has every
                                               collective with NCCL's algorithm, protocol, channels and
@@ -71,8 +78,8 @@
   check_nccl.py TOOLS --workdir DIR real-pair-shadow  explore and apply modes through the real NCCL
                                               extension (check_real_pair_shadow says what is checked)
 
-TOOLS: --agent SO --job EXE [--fake-cuda SO] [--fake-cupti SO] [--fake-extension SO] [--profiler SO] [--tuner SO]
-[--gradscope EXE]. Every mode also runs the job without the
+TOOLS: --agent SO --job EXE [--fake-cuda SO] [--fake-cupti SO] [--fake-extension SO] [--old-nccl DIR]
+[--profiler SO] [--tuner SO] [--gradscope EXE]. Every mode also runs the job without the
 agent and requires the same stdout and exit status. Exits 0 when every check passes, 1 with one
 "check_nccl: FAIL: ..." line per failed check.
 """
@@ -88,54 +95,137 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from sanitizers import preload, sanitizer_runtime  # noqa: E402
-from stderr_lines import job_lines  # noqa: E402
+from stderr_lines import agent_lines, job_lines  # noqa: E402
 
 # gradscope::Api, DType, ReduceOp codes (common/include/gradscope/common/types.h).
 ALLREDUCE, REDUCESCATTER, ALLGATHER, REDUCE, BROADCAST = 16, 17, 18, 19, 20
-INT8, UINT8, INT32, FP32, FP64, BF16 = 0, 1, 2, 7, 8, 9
+GROUP, SEND, RECV, ALLTOALL, GATHER, SCATTER = 21, 22, 23, 24, 25, 26
+TUNED = (ALLREDUCE, REDUCESCATTER, ALLGATHER, REDUCE, BROADCAST)  # what NCCL's tuner and profiler see
+INT8, UINT8, INT32, FP32, FP64, BF16, OTHER = 0, 1, 2, 7, 8, 9, 254
+SIZES = {INT8: 1, UINT8: 1, INT32: 4, FP32: 4, FP64: 8, BF16: 2}
 SUM, PROD, MAX, MIN, AVG = 0, 1, 2, 3, 4
 BACKEND_NCCL = 2
 
-# The job's calls in order: (communicator, api, dtype, op, count, bytes, stream, group, captured).
-# op None: no reduction (NULL). group: index of the ncclGroupStart/End block, or None.
+# The job's calls in order: (communicator, api, dtype, op, count, bytes, stream, group, captured, peer).
+# op None: no reduction (NULL). group: index of the ncclGroupStart/End block, or None. peer: a send's or
+# receive's peer rank, else None. The launch of each group is a row of its own besides (expected_groups).
 STEPS = 3
 GRAPH_LAUNCHES = 3  # launches of the captured call's graph (nccl_job.cc kGraphLaunches)
 CAPTURED_GROUP = STEPS  # the group index of the group captured with it (the steps' groups are 0..STEPS-1)
+EXCHANGE_GROUP, PAIR_GROUP = STEPS + 1, STEPS + 2  # the groups of sends and receives
 MAIN, SPLIT, ALL, CONFIG, PAIR0, PAIR1 = "main", "split", "all", "config", "pair0", "pair1"
 # (size, rank) of each communicator.
 SHAPES = {MAIN: (1, 0), SPLIT: (1, 0), ALL: (1, 0), CONFIG: (1, 0), PAIR0: (2, 0), PAIR1: (2, 1)}
 
 
-def expected_calls(fake=True):
+def call(comm, api, dtype, op, count, stream, group=None, captured=False, peer=None, elements=None):
+    nbytes = (count if elements is None else elements) * SIZES[dtype]
+    return (comm, api, dtype, op, count, nbytes, stream, group, captured, peer)
+
+
+def expected_calls(fake=True, nccl_2_28=True):
     calls = []
     for step in range(STEPS):
         calls += [
-            (MAIN, ALLREDUCE, FP32, SUM, 1000, 4000, 1, None, False),
-            (MAIN, ALLREDUCE, FP64, MAX, 10, 80, 1, None, False),
-            (MAIN, ALLREDUCE, INT32, SUM, 4096, 16384, 2, None, False),
-            (MAIN, ALLREDUCE, BF16, AVG, 2048, 4096, 1, None, False),
-            (MAIN, ALLREDUCE, FP32, SUM, 256, 1024, 1, step, False),
-            (MAIN, ALLREDUCE, FP32, PROD, 512, 2048, 1, step, False),
-            (MAIN, BROADCAST, INT8, None, 100, 100, 1, step, False),
+            call(MAIN, ALLREDUCE, FP32, SUM, 1000, 1),
+            call(MAIN, ALLREDUCE, FP64, MAX, 10, 1),
+            call(MAIN, ALLREDUCE, INT32, SUM, 4096, 2),
+            call(MAIN, ALLREDUCE, BF16, AVG, 2048, 1),
+            call(MAIN, ALLREDUCE, FP32, SUM, 256, 1, group=step),
+            call(MAIN, ALLREDUCE, FP32, PROD, 512, 1, group=step),
+            call(MAIN, BROADCAST, INT8, None, 100, 1, group=step),
         ]
     calls += [
-        (MAIN, REDUCESCATTER, FP32, SUM, 64, 256, 1, None, False),  # recvcount 64 x 1 rank x 4 bytes
-        (MAIN, ALLGATHER, FP32, None, 32, 128, 1, None, False),
-        (MAIN, BROADCAST, UINT8, None, 200, 200, 2, None, False),
-        (MAIN, REDUCE, FP64, MIN, 16, 128, 1, None, False),
-        (MAIN, ALLREDUCE, FP32, SUM, 128, 512, 1, None, True),
-        (MAIN, ALLREDUCE, FP32, SUM, 64, 256, 1, CAPTURED_GROUP, True),  # a group in the same graph
-        (MAIN, ALLREDUCE, FP32, SUM, 32, 128, 1, CAPTURED_GROUP, True),
-        (SPLIT, ALLREDUCE, FP32, SUM, 8, 32, 1, None, False),
-        (ALL, ALLREDUCE, FP32, SUM, 4, 16, 1, None, False),
-        (CONFIG, ALLREDUCE, FP32, SUM, 16, 64, 1, None, False),
+        call(MAIN, REDUCESCATTER, FP32, SUM, 64, 1),  # recvcount 64 x 1 rank x 4 bytes
+        call(MAIN, ALLGATHER, FP32, None, 32, 1),
+        call(MAIN, BROADCAST, UINT8, None, 200, 2),
+        call(MAIN, REDUCE, FP64, MIN, 16, 1),
+        # Sends to itself and their receives, in one group.
+        call(MAIN, SEND, FP32, None, 300, 1, group=EXCHANGE_GROUP, peer=0),
+        call(MAIN, SEND, INT32, None, 50, 1, group=EXCHANGE_GROUP, peer=0),
+        call(MAIN, RECV, FP32, None, 300, 1, group=EXCHANGE_GROUP, peer=0),
+        call(MAIN, RECV, INT32, None, 50, 1, group=EXCHANGE_GROUP, peer=0),
+    ]
+    if nccl_2_28:
+        calls += [
+            call(MAIN, ALLTOALL, FP32, None, 16, 1, elements=16 * SHAPES[MAIN][0]),
+            call(MAIN, GATHER, FP32, None, 8, 1),
+            call(MAIN, SCATTER, FP32, None, 8, 2),
+        ]
+    calls += [
+        call(MAIN, ALLREDUCE, FP32, SUM, 128, 1, captured=True),
+        call(MAIN, ALLREDUCE, FP32, SUM, 64, 1, group=CAPTURED_GROUP, captured=True),  # a group in the same graph
+        call(MAIN, ALLREDUCE, FP32, SUM, 32, 1, group=CAPTURED_GROUP, captured=True),
+        call(SPLIT, ALLREDUCE, FP32, SUM, 8, 1),
+        call(ALL, ALLREDUCE, FP32, SUM, 4, 1),
+        call(CONFIG, ALLREDUCE, FP32, SUM, 16, 1),
     ]
     if fake:  # the fake NCCL's two-rank communicator, both ranks in the job's process
         calls += [
-            (PAIR1, REDUCESCATTER, FP32, SUM, 8, 64, 1, None, False),  # recvcount 8 x 2 ranks x 4 bytes
-            (PAIR0, ALLGATHER, FP32, None, 8, 32, 1, None, False),
+            call(PAIR0, SEND, FP64, None, 12, 1, peer=1),
+            call(PAIR1, RECV, FP64, None, 12, 2, peer=0),
+            call(PAIR0, SEND, FP32, None, 40, 1, group=PAIR_GROUP, peer=1),
+            call(PAIR1, SEND, BF16, None, 24, 1, group=PAIR_GROUP, peer=0),
+            call(PAIR0, RECV, BF16, None, 24, 1, group=PAIR_GROUP, peer=1),
+            call(PAIR1, RECV, FP32, None, 40, 1, group=PAIR_GROUP, peer=0),
+            call(PAIR1, REDUCESCATTER, FP32, SUM, 8, 1, elements=8 * 2),  # recvcount 8 x 2 ranks x 4 bytes
+            call(PAIR0, ALLGATHER, FP32, None, 8, 1),
         ]
     return calls
+
+
+def numbered_apart(api):
+    """Sends, receives and group launches: numbered apart from their communicator's collectives
+    (agent/core/call_event.h numberedApart)."""
+    return api in (SEND, RECV, GROUP)
+
+
+def expected_groups(calls):
+    """The launch of each group of `calls`, in launch order: {group: (index of its last member, the
+    launch as a call() tuple)}. On the first member's communicator, count = the members, bytes = theirs
+    summed, dtype Other, no reduction, the first member's stream."""
+    members = {}
+    for index, c in enumerate(calls):
+        if c[7] is not None:
+            members.setdefault(c[7], []).append(index)
+    launches = {}
+    for group, indices in members.items():
+        first = calls[indices[0]]
+        launches[group] = (indices[-1], (first[0], GROUP, OTHER, None, len(indices),
+                                         sum(calls[i][5] for i in indices), first[6], group, first[8], None))
+    return dict(sorted(launches.items(), key=lambda item: item[1][0]))
+
+
+def expected_seqs(calls, groups):
+    """The sequence numbers of `calls` and of the launches of `groups` (expected_groups): each
+    communicator numbers its collectives, and apart from them its sends, receives and group launches (a
+    launch after its last member)."""
+    counters = {}
+    call_seqs, group_seqs = [], {}
+    ends = {last: group for group, (last, _) in groups.items()}
+    for index, c in enumerate(calls):
+        key = (c[0], numbered_apart(c[1]))
+        call_seqs.append(counters.get(key, 0))
+        counters[key] = call_seqs[-1] + 1
+        if index in ends:
+            launch = groups[ends[index]][1]
+            key = (launch[0], True)
+            group_seqs[ends[index]] = counters.get(key, 0)
+            counters[key] = group_seqs[ends[index]] + 1
+    return call_seqs, group_seqs
+
+
+def peer_facts(c):
+    """(dest, source, recv_bytes, peer_max_bytes, peer_min_bytes) a call of expected_calls() should have in
+    peer_calls (None: NULL or no row)."""
+    api = c[1]
+    if api == SEND:
+        return (c[9], None, None, None, None)
+    if api == RECV:
+        return (None, c[9], c[5], None, None)
+    if api == ALLTOALL:
+        return (None, None, None, c[4] * SIZES[c[2]], c[4] * SIZES[c[2]])
+    return (None,) * 5
 
 
 def expected_step(index):
@@ -199,8 +289,9 @@ def load_trace(path):
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     calls = db.execute(
         "SELECT c.id, m.key, c.seq, c.step, c.api, c.dtype, c.op, c.count, c.bytes, c.enqueue_ns, c.start_ns, "
-        "c.end_ns, coalesce(g.stream, 0) FROM calls c JOIN comms m ON m.id = c.comm_id "
-        "LEFT JOIN gpu_calls g ON g.call_id = c.id WHERE g.replay IS NULL ORDER BY c.id").fetchall()
+        "c.end_ns, coalesce(g.stream, 0), p.dest, p.source, p.recv_bytes, p.peer_max_bytes, p.peer_min_bytes "
+        "FROM calls c JOIN comms m ON m.id = c.comm_id LEFT JOIN gpu_calls g ON g.call_id = c.id "
+        "LEFT JOIN peer_calls p ON p.call_id = c.id WHERE g.replay IS NULL ORDER BY c.id").fetchall()
     comms = {key: (backend, size, rank) for key, backend, size, rank in
              db.execute("SELECT key, backend, size, comm_rank FROM comms")}
     drops = dict(db.execute("SELECT kind, count FROM drops"))
@@ -221,10 +312,11 @@ def load_replays(path):
     return rows
 
 
-def check_trace(path, label, keys, nvtx=False, outside_groups=()):
-    """The calls of the trace against expected_calls(); returns the rows in the job's order, each with
-    its expectation, for the timing checks. `outside_groups`: indices of group members that ran after
-    their group (apply mode's replaced members), with spans of their own."""
+def check_trace(path, label, keys, nvtx=False, outside_groups=(), nccl_2_28=True):
+    """The calls of the trace against expected_calls(), and the launch of every group against
+    expected_groups(); returns the rows of expected_calls() in the job's order, each with its
+    expectation, for the timing checks. `outside_groups`: indices of group members that ran after their
+    group (apply mode's replaced members), with spans of their own and not counted in the launch."""
     calls, comms, drops, run_row, device = load_trace(path)
     check(run_row is not None and run_row[0] == BACKEND_NCCL and run_row[1] == 1 and run_row[2] is not None,
           f"{label}: runs row {run_row} (expected backend nccl, world 1, complete)")
@@ -235,39 +327,60 @@ def check_trace(path, label, keys, nvtx=False, outside_groups=()):
             check(comms[key] == (BACKEND_NCCL,) + SHAPES[tag],
                   f"{label}: communicator {key}: (backend, size, rank) {comms[key]}, expected {(BACKEND_NCCL,) + SHAPES[tag]}")
     check(not drops.get("call") and not drops.get("thread_buffer"), f"{label}: dropped calls {drops}")
-    expected = expected_calls(fake=PAIR0 in keys)
-    check(len(calls) == len(expected), f"{label}: {len(calls)} calls recorded, {len(expected)} made")
-    # The job's order is each communicator's seq order. (Not enqueue_ns: ticks are converted to times when a
-    # record is written, GPU-timed ones once their events complete, with the clock calibration of the
-    # moment, so calls microseconds apart may swap.)
-    by_comm = {}
-    for row in sorted(calls, key=lambda r: (r[1], r[2])):
-        by_comm.setdefault(row[1], []).append(row)
-    seqs = {}
+    expected = expected_calls(fake=PAIR0 in keys, nccl_2_28=nccl_2_28)
+    # Apply mode's replaced members leave their groups: the launches count the others.
+    in_groups = [c if i not in outside_groups else c[:7] + (None,) + c[8:] for i, c in enumerate(expected)]
+    groups = expected_groups(in_groups)
+    call_seqs, group_seqs = expected_seqs(expected, groups)
+    check(len(calls) == len(expected) + len(groups),
+          f"{label}: {len(calls)} calls recorded, {len(expected)} made in {len(groups)} group launches")
+    # A call is found by its communicator and its number in its sequence (the job's order within each
+    # communicator; not enqueue_ns: ticks are converted to times when a record is written, GPU-timed ones once
+    # their events complete, with the clock calibration of the moment, so calls microseconds apart may swap).
+    by_number = {(row[1], numbered_apart(row[4]), row[2]): row for row in calls}
     rows = []
     for index, want in enumerate(expected):
-        comm, w_api, w_dtype, w_op, w_count, w_bytes, w_stream, group, captured = want
-        taken = seqs.get(comm, 0)
-        seqs[comm] = taken + 1
-        mine = by_comm.get(keys[comm], [])
-        if not check(taken < len(mine), f"{label}: call {index}: no call {taken} on {keys[comm]} ({comm})"):
+        comm, w_api, w_dtype, w_op, w_count, w_bytes, w_stream, group, captured, peer = want
+        number = (keys[comm], numbered_apart(w_api), call_seqs[index])
+        where = f"{label}: call {index} ({keys[comm]} seq {call_seqs[index]}{' apart' if number[1] else ''})"
+        row = by_number.get(number)
+        if not check(row is not None, f"{where}: no such call recorded"):
             continue
-        row = mine[taken]
-        _, key, seq, step, api, dtype, op, count, nbytes, enqueue, start, end, stream = row
-        where = f"{label}: call {index} ({key} seq {seq})"
-        check(seq == taken, f"{where}: seq {seq}, expected {taken}")
+        _, key, seq, step, api, dtype, op, count, nbytes, enqueue, start, end, stream = row[:13]
         check((api, dtype, op, count, nbytes) == (w_api, w_dtype, w_op, w_count, w_bytes),
               f"{where}: (api, dtype, op, count, bytes) = {(api, dtype, op, count, nbytes)}, "
               f"expected {(w_api, w_dtype, w_op, w_count, w_bytes)}")
         check(stream == w_stream, f"{where}: stream {stream}, expected {w_stream}")
+        check(row[13:] == peer_facts(want), f"{where}: peers {row[13:]}, expected {peer_facts(want)}")
         wanted_step = expected_step(index) if nvtx else None
         check(step == wanted_step, f"{where}: step {step}, expected {wanted_step}")
         check(start <= end and enqueue <= end, f"{where}: times enqueue {enqueue} start {start} end {end}")
         rows.append((row, want))
-    # Members of one group share one span; calls outside groups have their own.
-    for group in range(STEPS + 1):
-        spans = {(r[10], r[11]) for i, (r, w) in enumerate(rows) if w[7] == group and i not in outside_groups}
-        check(len(spans) == 1, f"{label}: the members of group {group} have spans {sorted(spans)}, expected one")
+    # Each group launch: its own row, spanning what its members span (all of them the same).
+    members_of = {}
+    for i, (r, w) in enumerate(rows):
+        if w[7] is not None and i not in outside_groups:
+            members_of.setdefault(w[7], []).append(r)
+    for group, (last, launch) in groups.items():
+        comm, _, w_dtype, _, w_count, w_bytes, w_stream = launch[:7]
+        where = f"{label}: the launch of group {group} ({keys[comm]} seq {group_seqs[group]} apart)"
+        row = by_number.get((keys[comm], True, group_seqs[group]))
+        if not check(row is not None, f"{where}: not recorded"):
+            continue
+        first_index = next(i for i, c in enumerate(in_groups) if c[7] == group)
+        check(row[4:9] == (GROUP, w_dtype, None, w_count, w_bytes) and row[12] == w_stream,
+              f"{where}: (api, dtype, op, count, bytes, stream) {row[4:9] + (row[12],)}, expected "
+              f"{(GROUP, w_dtype, None, w_count, w_bytes, w_stream)}")
+        check(row[13:] == (None,) * 5, f"{where}: peers {row[13:]}")
+        wanted_step = expected_step(first_index) if nvtx else None
+        check(row[3] == wanted_step, f"{where}: step {row[3]}, expected {wanted_step}")
+        spans = {(r[10], r[11]) for r in members_of.get(group, [])} | {(row[10], row[11])}
+        check(len(spans) == 1, f"{where}: it and its members have spans {sorted(spans)}, expected one")
+        members = members_of.get(group, [])
+        # Issued at the outermost ncclGroupStart, before its members (converted from ticks with the clock
+        # calibration of the moment, so within a few microseconds).
+        check(all(row[9] <= r[9] + 10_000 for r in members), f"{where}: issued at {row[9]}, after a member "
+                                                            f"({min(r[9] for r in members) if members else None})")
     return rows, drops, device
 
 
@@ -325,7 +438,7 @@ def check_gpu(args, workdir, label="gpu", extra_env=None, exact=False):
             check(end - start < kernel_ns // 2,
                   f"{where} (graph-captured): span {end - start} ns, expected host timing (< {kernel_ns // 2})")
             continue
-        kernels = 3 if group is not None else 1
+        kernels = group_kernels(group) if group is not None else 1
         check(abs((end - start) - kernels * kernel_ns) <= tolerance,
               f"{where}: span {end - start} ns, expected {kernels} kernels of {kernel_ns} ns")
         check(start >= enqueue - reference_width, f"{where}: GPU start {start} before the call was made ({enqueue})")
@@ -341,6 +454,16 @@ def check_gpu(args, workdir, label="gpu", extra_env=None, exact=False):
     created = counts.get("events_created", 0)
     check(0 < created <= 2 * 4096 + 256, f"gpu: {created} events created, expected one pool")
     return rows, drops, replays
+
+
+def group_kernels(group):
+    """How many fake kernels long a group's span is: its streams run side by side, each its members'
+    kernels one after the other."""
+    per_stream = {}
+    for c in expected_calls(fake=True):
+        if c[7] == group:
+            per_stream[c[6]] = per_stream.get(c[6], 0) + 1
+    return max(per_stream.values())
 
 
 def read_kernel_log(path):
@@ -379,11 +502,23 @@ def check_cupti(args, workdir):
     # Each launch of the graph is a replay of each captured call: numbered in launch order, its span its
     # kernel's exactly (a captured group's members share the group's two kernels), after the capture and
     # one after the other on the stream.
-    check(len(replays) == captured * GRAPH_LAUNCHES,
-          f"cupti: {len(replays)} graph replays, expected {GRAPH_LAUNCHES} of each of {captured} captured calls")
+    # The captured group's launch is replayed with it, spanning its members' two kernels.
+    all_calls = expected_calls(fake=True)
+    groups = expected_groups(all_calls)
+    _, group_seqs = expected_seqs(all_calls, groups)
+    launches = [g for g, (_, launch) in groups.items() if launch[8]]
+    check(len(replays) == (captured + len(launches)) * GRAPH_LAUNCHES,
+          f"cupti: {len(replays)} graph replays, expected {GRAPH_LAUNCHES} of each of {captured} captured calls "
+          f"and {len(launches)} group launches")
+    for group in launches:
+        key, seq, nbytes = fake_keys()[groups[group][1][0]], group_seqs[group], groups[group][1][5]
+        mine = [r for r in replays if (r[0], r[1], r[5]) == (key, seq, GROUP)]
+        check([r[2] for r in mine] == list(range(1, GRAPH_LAUNCHES + 1)) and all(r[6] == nbytes for r in mine)
+              and all(r[4] - r[3] == 20_000_000 for r in mine),
+              f"cupti: replays of the captured group's launch ({key} seq {seq}): {mine}")
     for row, want in ((r, w) for r, w in rows if w[8]):
         kernel_span = 10_000_000 * (2 if want[7] is not None else 1)
-        mine = [r for r in replays if (r[0], r[1]) == (row[1], row[2])]
+        mine = [r for r in replays if (r[0], r[1], numbered_apart(r[5])) == (row[1], row[2], numbered_apart(row[4]))]
         where = f"cupti: replays of call {row[0]} ({row[1]} seq {row[2]})"
         check([r[2] for r in mine] == list(range(1, GRAPH_LAUNCHES + 1)), f"{where}: numbered {[r[2] for r in mine]}")
         check(all((r[5], r[6]) == (row[4], row[8]) for r in mine), f"{where}: api and bytes {mine}, the call's {row}")
@@ -392,8 +527,9 @@ def check_cupti(args, workdir):
         check(all(r[3] >= row[11] - 1_000_000 for r in mine), f"{where}: a replay starts before the capture ended")
         check(all(a[4] <= b[3] for a, b in zip(mine, mine[1:])), f"{where}: replays overlap: {mine}")
     singles = sum(1 for w in expected if w[7] is None and not w[8])
-    check(len({i for i in ids if i != 0}) <= singles + STEPS,
-          f"cupti: {len(set(ids))} distinct ids for {singles} calls and {STEPS} groups")
+    groups = len({w[7] for w in expected if w[7] is not None and not w[8]})
+    check(len({i for i in ids if i != 0}) <= singles + groups,
+          f"cupti: {len(set(ids))} distinct ids for {singles} calls and {groups} groups")
 
     # 2. GRADSCOPE_CUPTI=0: the events give the same spans (within their rounding); no id is ever pushed.
     where, log, env = fake_cupti("events", GRADSCOPE_CUPTI="0")
@@ -423,6 +559,37 @@ def check_nvtx(args, workdir):
     _, trace = run_pair(args, workdir, plain_env, "nvtx")
     if check(isinstance(trace, str), f"nvtx: expected one trace file, found {trace}"):
         check_trace(trace, "nvtx", fake_keys(), nvtx=True)
+
+
+def check_old_nccl(args, workdir):
+    """old-nccl: the job on the fake NCCL as 2.27 (--old-nccl: its folder), which lacks ncclAlltoAll,
+    ncclGather and ncclScatter. The job asks ncclGetVersion and calls none of them: the trace holds its
+    other calls, exactly. Then it probes for ncclAlltoAll with dlsym, as a job might: without the agent it
+    finds none; under the agent it finds the agent's, whose two calls fail with ncclInternalError, and the
+    agent says so in one line."""
+    if not check(args.old_nccl is not None, "old-nccl: --old-nccl is required"):
+        return
+    env = base_environment()
+    env["LD_LIBRARY_PATH"] = args.old_nccl + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    command = [args.job, "--probe-newer"]
+    plain = run(command, env, workdir)
+    traced = run(command, dict(env, LD_PRELOAD=preload(args.agent),
+                               GRADSCOPE_OUTPUT=os.path.join(workdir, "trace-%p.db")), workdir)
+    for name, result in (("plain", plain), ("agent", traced)):
+        check(result.returncode == 0, f"old-nccl: {name} run exit {result.returncode}: {result.stderr[-800:]}")
+    check(traced.stdout == plain.stdout, f"old-nccl: stdout differs under the agent:\n{traced.stdout}\n---\n{plain.stdout}")
+    check("alltoall" not in plain.stdout and "nccl_job: done" in plain.stdout,
+          f"old-nccl: the job did not run on the 2.27 library: {plain.stdout[-600:]}")
+    check(job_lines(plain.stderr) == ["nccl_job: no ncclAlltoAll"], f"old-nccl: plain stderr {plain.stderr[-600:]}")
+    internal_error = 3  # ncclInternalError
+    check(job_lines(traced.stderr) == [f"nccl_job: ncclAlltoAll returned {internal_error}"] * 2,
+          f"old-nccl: the job's lines under the agent: {job_lines(traced.stderr)}")
+    agent = [line for line in agent_lines(traced.stderr) if "no GPU timing" not in line]
+    check(len(agent) == 1 and "pncclAlltoAll not found in any loaded NCCL library" in agent[0]
+          and "ncclInternalError" in agent[0], f"old-nccl: the agent's lines {agent}")
+    files = sorted(f for f in os.listdir(workdir) if f.startswith("trace-") and f.endswith(".db"))
+    if check(len(files) == 1, f"old-nccl: trace files {files}"):
+        check_trace(os.path.join(workdir, files[0]), "old-nccl", fake_keys(), nccl_2_28=False)
 
 
 def check_disabled(args, workdir):
@@ -483,7 +650,9 @@ def check_profiler_alone(args, workdir, label, extra_env):
     check(run_row[:3] == ("observe", BACKEND_NCCL, 1) and run_row[3] is not None, f"{label}: runs row {run_row[:4]}")
     check(not drops, f"{label}: drops {drops}")
     stats = json.loads(run_row[4]).get("profiler", {})
-    expected = expected_calls(fake=True)
+    # NCCL's profiler describes its five tuned collectives with an API code; sends and receives are P2p
+    # events, the all-to-all family has no code: the plugin leaves them out.
+    expected = [c for c in expected_calls(fake=True) if c[1] in TUNED]
     check(len(rows) == len(expected), f"{label}: {len(rows)} collectives recorded, {len(expected)} made")
     check(stats.get("collectives_recorded") == len(expected) and stats.get("collectives_completed") == len(expected),
           f"{label}: statistics {stats}: every collective recorded and completed expected")
@@ -491,7 +660,7 @@ def check_profiler_alone(args, workdir, label, extra_env):
     # call order, are the same multiset of shapes (a group's are reordered largest first).
     mine = sorted((r[2], r[3], r[4], r[5], r[9], r[10], r[11]) for r in rows)
     wanted = []
-    for comm, api, dtype, op, count, nbytes, stream, group, captured in expected:
+    for comm, api, dtype, op, count, nbytes, *_ in expected:
         if api in (BROADCAST, ALLGATHER):  # NCCL describes these in bytes, as ncclInt8 (ncclInfoSetDerived)
             shown = (INT8, nbytes, nbytes)
         else:  # and has no name for ncclUint8
@@ -540,8 +709,11 @@ def check_profiler_agent(args, workdir):
     for index, (row, want) in enumerate(rows):
         got = facts.get(row[0])
         got = got if got is None else tuple(-1 if v is None else v for v in got)
-        check(got == fake_choice(want[5]), f"profiler-agent: call {index} ({row[1]} seq {row[2]}, group {want[7]}): "
-                                           f"NCCL facts {got}, expected {fake_choice(want[5])}")
+        # Sends, receives and the all-to-all family get no report (see check_profiler_alone); a GPU row
+        # without NCCL's facts reads (-1, -1, -1).
+        wanted = fake_choice(want[5]) if want[1] in TUNED else (-1, -1, -1)
+        check((got or (-1, -1, -1)) == wanted, f"profiler-agent: call {index} ({row[1]} seq {row[2]}, group "
+                                               f"{want[7]}): NCCL facts {got}, expected {wanted}")
         comms.add(row[1])
     check(len(comms) >= 2, f"profiler-agent: calls on {len(comms)} communicators")
 
@@ -609,7 +781,9 @@ def check_tuned_run(args, workdir, env, label, expect):
     check(not drops.get("nccl_profile"), f"{label}: nccl_profile drops {drops}")
     facts = trace_choices(trace)
     for index, (row, want) in enumerate(rows):
-        got, wanted = facts.get(row[0]), expect(index, want)
+        # Only the five tuned collectives reach the tuner and the profiler's report (check_profiler_alone).
+        got = facts.get(row[0], (-1, -1, -1))
+        wanted = expect(index, want) if want[1] in TUNED else (-1, -1, -1)
         check(got == wanted, f"{label}: call {index} ({row[1]} seq {row[2]}, api {want[1]}, {want[5]} bytes, "
                              f"group {want[7]}): NCCL facts {got}, expected {wanted}")
     return rows
@@ -707,12 +881,13 @@ def check_tuner_apply(args, workdir):
     db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
     mode = db.execute("SELECT mode FROM runs").fetchone()
     rows = db.execute("SELECT c.api, c.bytes, g.algo, g.proto, g.channels, m.size FROM calls c "
-                      "JOIN comms m ON m.id = c.comm_id LEFT JOIN gpu_calls g ON g.call_id = c.id").fetchall()
+                      "JOIN comms m ON m.id = c.comm_id LEFT JOIN gpu_calls g ON g.call_id = c.id "
+                      f"WHERE c.api IN {TUNED}").fetchall()
     db.close()
     check(mode is not None and mode[0] == "apply", f"tuner-apply: runs.mode {mode}")
     got = sorted((api, nbytes, tuple(-1 if v is None else v for v in (a, p, ch))) for api, nbytes, a, p, ch, _ in rows)
     wanted = []
-    for call in expected_calls(fake=True):
+    for call in (c for c in expected_calls(fake=True) if c[1] in TUNED):
         nbytes = nccl_bytes(call)
         if call[1] == ALLREDUCE:
             choice = (RING, SIMPLE, fake_choice(nbytes)[2]) if nbytes <= 4096 else (TREE, LL128, fake_choice(nbytes)[2])
@@ -739,6 +914,8 @@ def explore_choices(usable):
     counters, result = {}, {}
     for index in order:
         call = calls[index]
+        if call[1] not in TUNED:  # never reaches the tuner
+            continue
         key = (call[0], call[1], nccl_bytes(call).bit_length())
         k = counters.get(key, 0)
         counters[key] = k + 1
@@ -959,7 +1136,8 @@ def check_real(args, workdir, nvtx=False):
         for row, want in rows:
             if not want[8]:
                 continue
-            mine = [r for r in replays if (r[0], r[1]) == (row[1], row[2])]
+            mine = [r for r in replays
+                    if (r[0], r[1], numbered_apart(r[5])) == (row[1], row[2], numbered_apart(row[4]))]
             check([r[2] for r in mine] == list(range(1, GRAPH_LAUNCHES + 1)),
                   f"{label}: graph-captured call {row[0]}: replays {mine}, expected {GRAPH_LAUNCHES} "
                   f"(libcupti found? drops {drops})")
@@ -1168,23 +1346,27 @@ def main():
     parser.add_argument("--fake-cuda")
     parser.add_argument("--fake-cupti")
     parser.add_argument("--fake-extension", help="fake_extension.cc's libgradscope-agent-nccl.so")
+    parser.add_argument("--old-nccl", help="the folder of the fake NCCL built as 2.27")
     parser.add_argument("--gradscope")
     parser.add_argument("--profiler", help="libnccl-profiler-gradscope.so")
     parser.add_argument("--tuner", help="libnccl-tuner-gradscope.so")
     parser.add_argument("--nvtx", action="store_true", help="the job marks steps with NVTX")
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("mode", choices=["host", "gpu", "cupti", "nvtx", "disabled", "profiler", "profiler-agent",
+    parser.add_argument("mode", choices=["host", "gpu", "cupti", "nvtx", "disabled", "old-nccl", "profiler",
+                                         "profiler-agent",
                                          "profiler-unset", "tuner-profiler", "tuner-apply", "tuner-explore",
                                          "tuner-malformed", "shadow-explore", "shadow-apply", "real",
                                          "real-nvtx", "real-pair", "real-pair-shadow",
                                          "real-pair-explore"])
     args = parser.parse_args()
-    for name in ("agent", "job", "fake_cuda", "fake_cupti", "fake_extension", "gradscope", "profiler", "tuner", "workdir"):
+    for name in ("agent", "job", "fake_cuda", "fake_cupti", "fake_extension", "old_nccl", "gradscope", "profiler",
+                 "tuner", "workdir"):
         if getattr(args, name):
             setattr(args, name, os.path.abspath(getattr(args, name)))
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     {"host": check_host, "gpu": check_gpu, "cupti": check_cupti, "nvtx": check_nvtx, "disabled": check_disabled,
+     "old-nccl": check_old_nccl,
      "profiler": check_profiler, "profiler-agent": check_profiler_agent, "profiler-unset": check_profiler_unset,
      "tuner-profiler": check_tuner_profiler, "tuner-apply": check_tuner_apply, "tuner-explore": check_tuner_explore,
      "tuner-malformed": check_tuner_malformed,

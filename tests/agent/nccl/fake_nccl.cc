@@ -4,14 +4,23 @@
 // with NCCL 2.28's signatures (nccl_abi/nccl.h, checked against nccl.h by nccl_abi/abi_check.cc).
 //
 // Semantics: communicators have one rank (ncclCommInitAll and ncclCommSplit included), so every
-// collective copies its send buffer to its receive buffer. Inside ncclGroupStart/End the calls are
-// queued and run at the outermost ncclGroupEnd, as NCCL launches them. ncclGetUniqueId is
-// deterministic: byte i of the n-th id (from 0) is (7·i + 13·n) mod 256, so tests can compute the
-// agent's communicator keys.
+// collective copies its send buffer to its receive buffer (this rank's own block, where a buffer holds
+// one per rank). A send puts a copy of its buffer in a mailbox per (communicator, sender, receiver); a
+// receive takes the oldest message of its mailbox, so one process can hold both sides (a rank sending to
+// itself, or both ranks of an ncclCommInitAll communicator), and a receive without a message is an error
+// (NCCL would wait for ever). Inside ncclGroupStart/End the calls are queued and run at the outermost
+// ncclGroupEnd, as NCCL launches them: the collectives, then the sends, then the receives, so that a
+// group may hold both sides of an exchange. ncclGetUniqueId is deterministic: byte i of the n-th id (from
+// 0) is (7·i + 13·n) mod 256, so tests can compute the agent's communicator keys. ncclGetVersion says
+// 2.28.9.
+//
+// GRADSCOPE_FAKE_NCCL_2_27 (the same source built into the folder fake-nccl-2.27): an NCCL older than the
+// agent's table, without the functions NCCL 2.28 added (ncclAlltoAll, ncclGather, ncclScatter;
+// nccl_functions.def), saying 2.27.7.
 //
 // Fake GPU: when GRADSCOPE_FAKE_CUDA names the fake driver (fake_cuda.cc), the first communicator
-// loads it (as NCCL loads libcuda through the CUDA runtime) and every collective queues a kernel of
-// GRADSCOPE_FAKE_KERNEL_NS nanoseconds (default 1 ms) on its stream.
+// loads it (as NCCL loads libcuda through the CUDA runtime) and every call (collective, send or receive)
+// queues a kernel of GRADSCOPE_FAKE_KERNEL_NS nanoseconds (default 1 ms) on its stream.
 //
 // Profiler plugin: loaded and driven the way NCCL 2.28 does (src/plugin/profiler.cc; declarations in
 // nccl_abi/include/nccl_abi/profiler.h). NCCL_PROFILER_PLUGIN names it ("none" disables it; unset:
@@ -68,9 +77,11 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/nccl_types.h"
@@ -703,7 +714,23 @@ const char* datatypeName(ncclDataType_t type) {
 
 // ---- launches ------------------------------------------------------------------------------------------
 
-enum Function { kBroadcast, kReduce, kAllGather, kReduceScatter, kAllReduce };  // ncclFunc_t's values
+// ncclFunc_t's values, then the functions that never reach the tuner nor appear in the profiler as a
+// collective with an API code (its Coll events are for the first five; nccl_abi/tuner.h).
+enum Function {
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kSend,
+  kRecv,
+  kAlltoAll,
+  kGather,
+  kScatter
+};
+bool tuned(Function function) {
+  return function <= kAllReduce;
+}
 
 struct Task {
   ncclComm_t comm;
@@ -713,7 +740,7 @@ struct Task {
   std::size_t bytes;       // the send buffer's
   std::size_t nccl_bytes;  // NCCL's nBytes: the larger buffer (count x nRanks x size for AllGather)
   cudaStream_t stream;
-  std::function<void()> work;
+  std::function<bool()> work;  // false: the call cannot complete (a receive without a message)
 };
 
 thread_local int t_group_depth = 0;
@@ -723,12 +750,19 @@ thread_local std::vector<Task> t_group_work;
 // around the work (each task is one kernel on its stream). Fails, running nothing, when a task has no
 // usable algorithm.
 ncclResult_t launch(std::vector<Task>& tasks) {
-  // NCCL orders a launch's collectives largest first (its task sorter); equal sizes keep call order.
-  std::stable_sort(tasks.begin(), tasks.end(),
-                   [](const Task& a, const Task& b) { return a.bytes > b.bytes; });
+  // NCCL orders a launch's collectives largest first (its task sorter); equal sizes keep call order. The
+  // other calls follow, the sends first (a group's receives may need them), each kind in call order.
+  const auto rank = [](const Task& task) {
+    return tuned(task.function) ? 0 : task.function == kSend ? 1 : 2;
+  };
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& a, const Task& b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    return rank(a) == 0 && a.bytes > b.bytes;
+  });
   std::vector<Choice> choices(tasks.size());
   for (std::size_t t = 0; t < tasks.size(); ++t)
-    if (!chooseFor(tasks[t].comm, tasks[t].function, tasks[t].nccl_bytes, choices[t]))
+    if (tuned(tasks[t].function) &&
+        !chooseFor(tasks[t].comm, tasks[t].function, tasks[t].nccl_bytes, choices[t]))
       return ncclInternalError;
   const int mask = profilerMask();
   const bool profiled =
@@ -747,7 +781,7 @@ ncclResult_t launch(std::vector<Task>& tasks) {
     startEvent(comm->profiler, &groups[c], group);
     for (std::size_t t = 0; t < tasks.size(); ++t) {
       const Task& task = tasks[t];
-      if (task.comm != comm) continue;
+      if (task.comm != comm || !tuned(task.function)) continue;
       const Choice& choice = choices[t];
       ncclProfilerEventDescr_v5_t d{};
       d.type = ncclProfileColl;
@@ -767,8 +801,9 @@ ncclResult_t launch(std::vector<Task>& tasks) {
       startEvent(comm->profiler, &colls[t], d);
     }
   }
+  ncclResult_t rc = ncclSuccess;
   for (Task& task : tasks) {
-    task.work();
+    if (!task.work()) rc = ncclInvalidUsage;
     if (g_launch != nullptr) g_launch(task.stream, g_kernel_ns);
   }
   for (void* coll : colls) stopEvent(coll);
@@ -776,13 +811,13 @@ ncclResult_t launch(std::vector<Task>& tasks) {
   for (std::size_t t = 0; t < tasks.size(); ++t)
     if (colls[t] != nullptr && (mask & (ncclProfileProxyOp | ncclProfileKernelCh)) != 0)
       g_proxy.post({tasks[t].comm->profiler, colls[t], channels[t], tasks[t].comm->rank, mask});
-  return ncclSuccess;
+  return rc;
 }
 
 // Runs the task now, or at the outermost ncclGroupEnd.
 ncclResult_t submit(ncclComm_t comm, Function function, std::size_t count, std::size_t send_elements,
                     std::size_t nccl_elements, ncclDataType_t type, cudaStream_t stream,
-                    std::function<void()> work) {
+                    std::function<bool()> work) {
   if (comm == nullptr || sizeOf(type) == 0) return ncclInvalidArgument;
   Task task{comm,   function,       count, type, send_elements * sizeOf(type), nccl_elements * sizeOf(type),
             stream, std::move(work)};
@@ -795,8 +830,38 @@ ncclResult_t submit(ncclComm_t comm, Function function, std::size_t count, std::
   return launch(tasks);
 }
 
-void copy(void* to, const void* from, std::size_t count, ncclDataType_t type) {
+bool copy(void* to, const void* from, std::size_t count, ncclDataType_t type) {
   if (to != from && count > 0) std::memmove(to, from, count * sizeOf(type));
+  return true;
+}
+
+// ---- point-to-point --------------------------------------------------------------------------------------
+
+// Messages sent and not yet received, per (communicator hash, sender, receiver), oldest first. The ranks
+// of an ncclCommInitAll communicator share its hash.
+struct Mailboxes {
+  std::mutex mutex;
+  std::map<std::tuple<std::uint64_t, int, int>, std::deque<std::vector<unsigned char>>> messages;
+} g_mailboxes;
+
+bool post(ncclComm_t comm, int peer, const void* data, std::size_t bytes) {
+  const auto* begin = static_cast<const unsigned char*>(data);
+  const std::lock_guard lock(g_mailboxes.mutex);
+  g_mailboxes.messages[{comm->hash, comm->rank, peer}].emplace_back(begin, begin + bytes);
+  return true;
+}
+
+bool take(ncclComm_t comm, int peer, void* data, std::size_t bytes) {
+  const std::lock_guard lock(g_mailboxes.mutex);
+  auto& box = g_mailboxes.messages[{comm->hash, peer, comm->rank}];
+  if (box.empty() || box.front().size() != bytes) {
+    FAKE_WARN("rank %d: ncclRecv of %zu bytes from rank %d finds %s", comm->rank, bytes, peer,
+              box.empty() ? "no message" : "a message of another size");
+    return false;
+  }
+  std::memcpy(data, box.front().data(), bytes);
+  box.pop_front();
+  return true;
 }
 
 ncclResult_t newComm(ncclComm_t* comm, int nranks, int rank, std::uint64_t hash) {
@@ -822,6 +887,16 @@ void destroyComm(ncclComm_t comm) {
 }  // namespace
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+FAKE_EXPORT ncclResult_t pncclGetVersion(int* version) {
+  if (version == nullptr) return ncclInvalidArgument;
+#ifdef GRADSCOPE_FAKE_NCCL_2_27
+  *version = 22707;
+#else
+  *version = 22809;
+#endif
+  return ncclSuccess;
+}
 
 FAKE_EXPORT ncclResult_t pncclGetUniqueId(ncclUniqueId* uniqueId) {
   static std::atomic<int> ids{0};
@@ -907,7 +982,7 @@ FAKE_EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_
                                      cudaStream_t stream) {
   if (comm != nullptr && root != comm->rank) return ncclInvalidArgument;
   return submit(comm, kReduce, count, count, count, datatype, stream,
-                [=] { copy(recvbuff, sendbuff, count, datatype); });
+                [=] { return copy(recvbuff, sendbuff, count, datatype); });
 }
 
 FAKE_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
@@ -915,14 +990,14 @@ FAKE_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, si
                                         cudaStream_t stream) {
   if (comm != nullptr && root != comm->rank) return ncclInvalidArgument;
   return submit(comm, kBroadcast, count, count, count, datatype, stream,
-                [=] { copy(recvbuff, sendbuff, count, datatype); });
+                [=] { return copy(recvbuff, sendbuff, count, datatype); });
 }
 
 FAKE_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                         ncclDataType_t datatype, ncclRedOp_t, ncclComm_t comm,
                                         cudaStream_t stream) {
   return submit(comm, kAllReduce, count, count, count, datatype, stream,
-                [=] { copy(recvbuff, sendbuff, count, datatype); });
+                [=] { return copy(recvbuff, sendbuff, count, datatype); });
 }
 
 FAKE_EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -930,14 +1005,67 @@ FAKE_EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff
                                             cudaStream_t stream) {
   const std::size_t ranks = comm != nullptr ? static_cast<std::size_t>(comm->nranks) : 1;
   return submit(comm, kReduceScatter, recvcount, recvcount * ranks, recvcount * ranks, datatype, stream,
-                [=] { copy(recvbuff, sendbuff, recvcount, datatype); });
+                [=] { return copy(recvbuff, sendbuff, recvcount, datatype); });
 }
 
 FAKE_EXPORT ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   const std::size_t ranks = comm != nullptr ? static_cast<std::size_t>(comm->nranks) : 1;
   return submit(comm, kAllGather, sendcount, sendcount, sendcount * ranks, datatype, stream,
-                [=] { copy(recvbuff, sendbuff, sendcount, datatype); });
+                [=] { return copy(recvbuff, sendbuff, sendcount, datatype); });
+}
+
+#ifndef GRADSCOPE_FAKE_NCCL_2_27
+FAKE_EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  const std::size_t ranks = static_cast<std::size_t>(comm->nranks),
+                    own = static_cast<std::size_t>(comm->rank);
+  const std::size_t size = sizeOf(datatype);
+  return submit(comm, kAlltoAll, count, count * ranks, count * ranks, datatype, stream, [=] {
+    return copy(static_cast<char*>(recvbuff) + own * count * size,
+                static_cast<const char*>(sendbuff) + own * count * size, count, datatype);
+  });
+}
+
+FAKE_EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  if (comm == nullptr || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+  const std::size_t own = static_cast<std::size_t>(comm->rank), size = sizeOf(datatype);
+  const bool at_root = comm->rank == root;
+  return submit(comm, kGather, count, count, count, datatype, stream, [=] {
+    return !at_root || copy(static_cast<char*>(recvbuff) + own * count * size, sendbuff, count, datatype);
+  });
+}
+
+FAKE_EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                      ncclDataType_t datatype, int root, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  if (comm == nullptr || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+  const std::size_t own = static_cast<std::size_t>(comm->rank), size = sizeOf(datatype);
+  const bool at_root = comm->rank == root;
+  return submit(comm, kScatter, count, count, count, datatype, stream, [=] {
+    return !at_root ||
+           copy(recvbuff, static_cast<const char*>(sendbuff) + own * count * size, count, datatype);
+  });
+}
+#endif
+
+FAKE_EXPORT ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                                   ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || peer < 0 || peer >= comm->nranks) return ncclInvalidArgument;
+  const std::size_t bytes = count * sizeOf(datatype);
+  return submit(comm, kSend, count, count, count, datatype, stream,
+                [=] { return post(comm, peer, sendbuff, bytes); });
+}
+
+FAKE_EXPORT ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                   ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || peer < 0 || peer >= comm->nranks) return ncclInvalidArgument;
+  const std::size_t bytes = count * sizeOf(datatype);
+  return submit(comm, kRecv, count, count, count, datatype, stream,
+                [=] { return take(comm, peer, recvbuff, bytes); });
 }
 
 FAKE_EXPORT ncclResult_t pncclGroupStart() {
@@ -962,6 +1090,9 @@ FAKE_EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t*) {
 }
 
 // The weak ncclX of every row, aliases of the pncclX above (what `nm -D libnccl.so.2` shows: W and T).
+#ifdef GRADSCOPE_FAKE_NCCL_2_27
+#define GS_NCCL_OLDER_THAN_2_28
+#endif
 #define GS_NCCL_FUNCTION(NAME, RESULT, PARAMS, ARGS) \
   FAKE_EXPORT RESULT NAME PARAMS __attribute__((weak, alias("p" #NAME)));
 #include "interpose/nccl_functions.def"

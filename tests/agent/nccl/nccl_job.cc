@@ -10,11 +10,18 @@
 //
 // Prints one line per result buffer: what it was and a checksum of its bytes. Exit status 0, or 1 with
 // the failing call on stderr.
+//
+// The functions NCCL 2.28 added (ncclAlltoAll, ncclGather, ncclScatter) are called only when
+// ncclGetVersion says 2.28 or later, as a job built for several NCCL versions does. --probe-newer (fake
+// NCCL only): at the end, look ncclAlltoAll up as a job probing for it would (dlsym), call it twice if
+// found and say on stderr what it returned: on the fake NCCL 2.27 under the agent that is the agent's
+// wrapper, whose library lacks the function (check_nccl.py old-nccl).
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #ifdef GRADSCOPE_JOB_REAL_NCCL
@@ -224,7 +231,12 @@ void endStep() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  [[maybe_unused]] bool probe_newer = false;  // the fake NCCL only
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--probe-newer") probe_newer = true;
+    else fail("arguments", argv[i]);
+  }
   cudaStream_t first = newStream();
   cudaStream_t second = newStream();
 
@@ -269,6 +281,31 @@ int main() {
   check(ncclAllGather(all_gather.send, all_gather.recv, 32, ncclFloat32, comm, first), "ncclAllGather");
   check(ncclBroadcast(broadcast.send, broadcast.recv, 200, ncclUint8, 0, comm, second), "ncclBroadcast");
   check(ncclReduce(reduce.send, reduce.recv, 16, ncclFloat64, ncclMin, 0, comm, first), "ncclReduce");
+
+  // Point-to-point: two sends to this rank itself and their receives in one group (NCCL needs both sides
+  // of an exchange with itself in one group). One stream: a group on several spans from the earliest
+  // stream's start to the latest one's end, which the test cannot predict exactly.
+  Buffers exchange_a("send/recv fp32 300", 300, 300, ncclFloat32);
+  Buffers exchange_b("send/recv int32 50", 50, 50, ncclInt32);
+  check(ncclGroupStart(), "ncclGroupStart");
+  check(ncclSend(exchange_a.send, 300, ncclFloat32, 0, comm, first), "ncclSend");
+  check(ncclSend(exchange_b.send, 50, ncclInt32, 0, comm, first), "ncclSend");
+  check(ncclRecv(exchange_a.recv, 300, ncclFloat32, 0, comm, first), "ncclRecv");
+  check(ncclRecv(exchange_b.recv, 50, ncclInt32, 0, comm, first), "ncclRecv");
+  check(ncclGroupEnd(), "ncclGroupEnd");
+  int version = 0;
+  check(ncclGetVersion(&version), "ncclGetVersion");
+  const bool has_2_28 = version >= 22800;
+  Buffers all_to_all("alltoall fp32 16", 16, 16, ncclFloat32);
+  Buffers gather("gather fp32 8", 8, 8, ncclFloat32);
+  Buffers scatter("scatter fp32 8", 8, 8, ncclFloat32);
+#if !defined(GRADSCOPE_JOB_REAL_NCCL) || NCCL_VERSION_CODE >= 22800
+  if (has_2_28) {
+    check(ncclAlltoAll(all_to_all.send, all_to_all.recv, 16, ncclFloat32, comm, first), "ncclAlltoAll");
+    check(ncclGather(gather.send, gather.recv, 8, ncclFloat32, 0, comm, first), "ncclGather");
+    check(ncclScatter(scatter.send, scatter.recv, 8, ncclFloat32, 0, comm, second), "ncclScatter");
+  }
+#endif
   synchronize(first);
   synchronize(second);
   // One graph: a call, then a group of two (each launch runs the three kernels).
@@ -308,6 +345,23 @@ int main() {
   ncclComm_t pair[2] = {nullptr, nullptr};
   const int two_devices[] = {0, 1};
   check(ncclCommInitAll(pair, 2, two_devices), "ncclCommInitAll");
+  // Both ranks' sides of two exchanges (the fake passes messages between them): a send and its receive
+  // on their own, then a group of two sends and two receives, one each way. The collectives after them
+  // are still their communicators' first.
+  Buffers pair_single("pair send/recv fp64 12", 12, 12, ncclFloat64);
+  Buffers pair_up("pair group send/recv fp32 40", 40, 40, ncclFloat32);
+  Buffers pair_down("pair group send/recv bf16 24", 24, 24, ncclBfloat16);
+  check(ncclSend(pair_single.send, 12, ncclFloat64, 1, pair[0], first), "ncclSend");
+  check(ncclRecv(pair_single.recv, 12, ncclFloat64, 0, pair[1], second), "ncclRecv");
+  check(ncclGroupStart(), "ncclGroupStart");
+  check(ncclSend(pair_up.send, 40, ncclFloat32, 1, pair[0], first), "ncclSend");
+  check(ncclSend(pair_down.send, 24, ncclBfloat16, 0, pair[1], first), "ncclSend");
+  check(ncclRecv(pair_down.recv, 24, ncclBfloat16, 1, pair[0], first), "ncclRecv");
+  check(ncclRecv(pair_up.recv, 40, ncclFloat32, 0, pair[1], first), "ncclRecv");
+  check(ncclGroupEnd(), "ncclGroupEnd");
+  pair_single.print();
+  pair_up.print();
+  pair_down.print();
   Buffers pair_scatter("pair reducescatter fp32 8", 16, 8, ncclFloat32);
   Buffers pair_gather("pair allgather fp32 8", 8, 8, ncclFloat32);
   check(ncclReduceScatter(pair_scatter.send, pair_scatter.recv, 8, ncclFloat32, ncclSum, pair[1], first),
@@ -321,9 +375,23 @@ int main() {
   synchronize(first);
   synchronize(second);
 
-  for (const Buffers* buffers : {&f32, &f64, &i32, &bf16, &group_a, &group_b, &group_c, &reduce_scatter,
-                                 &all_gather, &broadcast, &reduce, &graph, &split, &init_all, &config})
+  for (const Buffers* buffers :
+       {&f32, &f64, &i32, &bf16, &group_a, &group_b, &group_c, &reduce_scatter, &all_gather, &broadcast,
+        &reduce, &exchange_a, &exchange_b, &graph, &split, &init_all, &config})
     buffers->print();
+  if (has_2_28)
+    for (const Buffers* buffers : {&all_to_all, &gather, &scatter}) buffers->print();
+#ifndef GRADSCOPE_JOB_REAL_NCCL
+  if (probe_newer) {
+    using AlltoAll = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+    const auto alltoall = reinterpret_cast<AlltoAll>(dlsym(RTLD_DEFAULT, "ncclAlltoAll"));
+    if (alltoall == nullptr) std::fprintf(stderr, "nccl_job: no ncclAlltoAll\n");
+    for (int i = 0; i < 2 && alltoall != nullptr; ++i) {
+      const ncclResult_t rc = alltoall(all_to_all.send, all_to_all.recv, 16, ncclFloat32, comm, first);
+      std::fprintf(stderr, "nccl_job: ncclAlltoAll returned %d\n", static_cast<int>(rc));
+    }
+  }
+#endif
 
   check(ncclCommDestroy(child), "ncclCommDestroy");
   check(ncclCommDestroy(all), "ncclCommDestroy");

@@ -18,7 +18,7 @@ enum class DropKind : std::uint8_t {
   ThreadBuffer,      // no ring left for a new thread
   CommTable,         // the table of communicators was full
   GpuTiming,         // no CUDA event pair free, or a CUDA error: timed on the host
-  IallreduceTable,   // the table of MPI_Iallreduce requests in flight was full
+  RequestTable,      // the table of nonblocking MPI requests in flight was full ("iallreduce_table")
   StreamTable,       // the table of CUDA streams was full: recorded without its stream
   GroupTable,        // an NCCL group held more calls than the agent keeps: timed on its own
   CuptiRecord,       // CUPTI lost kernel records
