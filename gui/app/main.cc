@@ -1,8 +1,10 @@
 // gradscope-gui [FILE]: the desktop viewer (docs/gui.md). Parses the command line and shows the window;
 // --screenshots renders every view to PNG files and exits (scripts/screenshots.sh).
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -12,6 +14,7 @@
 #include <QTabWidget>
 #include <QTextStream>
 
+#include "widgets/comm_matrix_view.h"
 #include "widgets/main_window.h"
 #include "widgets/timeline_widget.h"
 
@@ -45,6 +48,31 @@ bool save(MainWindow& window, const QString& directory, const QString& name) {
   return true;
 }
 
+bool saveMessage(MainWindow& window, const gradscope::gui::PeerFlows& flows, const QString& directory) {
+  std::vector<const gradscope::gui::PeerFlow*> by_time;
+  for (const gradscope::gui::PeerFlow& flow : flows.all()) by_time.push_back(&flow);
+  std::sort(by_time.begin(), by_time.end(),
+            [](const auto* a, const auto* b) { return a->send_end_ns < b->send_end_ns; });
+  const gradscope::gui::TimeRange extent = window.state()->extent();
+  const double middle = (extent.begin_ns + extent.end_ns) / 2;
+  const auto chosen =
+      std::lower_bound(by_time.begin(), by_time.end(), middle,
+                       [](const auto* flow, double t) { return static_cast<double>(flow->send_end_ns) < t; });
+  const std::size_t at =
+      std::min<std::size_t>(static_cast<std::size_t>(chosen - by_time.begin()), by_time.size() - 1);
+  constexpr std::size_t kContext = 12;
+  const gradscope::gui::PeerFlow& flow = *by_time[at];
+  const auto first = static_cast<double>(by_time[at >= kContext ? at - kContext : 0]->send_end_ns);
+  const auto last = static_cast<double>(by_time[std::min(at + kContext, by_time.size() - 1)]->send_end_ns);
+  const double margin = std::max((last - first) / 10, 1e5);
+  window.state()->setWindow({std::min(first, static_cast<double>(flow.send_start_ns)) - margin,
+                             std::max(last, static_cast<double>(flow.recv_end_ns)) + margin},
+                            true);
+  window.state()->setSelection(gradscope::gui::SelectedCall{flow.send_call_id, flow.send_rank_id,
+                                                            flow.send_start_ns, flow.send_end_ns});
+  return save(window, directory, QStringLiteral("timeline-message"));
+}
+
 int screenshots(MainWindow& window, const QString& directory, const QString& compare) {
   QDir().mkpath(directory);
   window.show();
@@ -58,9 +86,20 @@ int screenshots(MainWindow& window, const QString& directory, const QString& com
   }
   if (!compare.isEmpty()) window.compareWith(compare);
   bool ok = true;
+  // The point-to-point views only for a trace that has point-to-point calls (docs/gui.md shows a pipeline
+  // job's; the sample job's all-reduces would replace them with an empty matrix).
+  const bool point_to_point = !window.communication()->model()->empty();
   for (const auto& [name, index] : window.views()) {
+    if (window.tabs()->widget(index) == window.communication() && !point_to_point) continue;
     window.tabs()->setCurrentIndex(index);
     ok = save(window, directory, name) && ok;
+  }
+  // The communication matrix by time as well.
+  if (point_to_point) {
+    window.tabs()->setCurrentWidget(window.communication());
+    window.communication()->setMetric(gradscope::gui::MatrixMetric::Time);
+    ok = save(window, directory, QStringLiteral("communication-time")) && ok;
+    window.communication()->setMetric(gradscope::gui::MatrixMetric::Bytes);
   }
   // The timeline zoomed in on a few steps in the middle of the run: single calls and their bars.
   window.tabs()->setCurrentIndex(0);
@@ -70,6 +109,12 @@ int screenshots(MainWindow& window, const QString& directory, const QString& com
     const double length = std::max(extent.length() / 200, 2e5);
     window.state()->setWindow({middle, middle + length}, true);
     ok = save(window, directory, QStringLiteral("timeline-zoomed")) && ok;
+  }
+  // A point-to-point message, when the trace has any: the send nearest the middle of the run selected, its
+  // arrow in a window of about two dozen messages around it.
+  if (const gradscope::gui::PeerFlows* flows = window.timeline()->flows();
+      flows != nullptr && !flows->empty()) {
+    ok = saveMessage(window, *flows, directory) && ok;
   }
   // What a file the viewer cannot read looks like.
   const QString bad = QDir(directory).filePath(QStringLiteral(".not-a-trace.db"));

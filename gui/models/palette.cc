@@ -8,6 +8,30 @@ namespace gradscope::gui {
 namespace {
 constexpr std::array<QRgb, kPaletteSize> kTableau10 = {0x4e79a7, 0xf28e2b, 0xe15759, 0x76b7b2, 0x59a14f,
                                                        0xedc948, 0xb07aa1, 0xff9da7, 0x9c755f, 0xbab0ac};
+
+// What a nonblocking call's colour keeps of its blocking form's: light enough to tell apart in the
+// legend, dark enough to stay visible on the timeline's white and striped rows.
+constexpr double kNonblockingTint = 0.35;
+
+QRgb operationColour(Collective collective) {
+  switch (collective) {
+    case Collective::AllReduce: return kTableau10[0];
+    case Collective::ReduceScatter: return kTableau10[1];
+    case Collective::Reduce: return kTableau10[2];
+    case Collective::AllGather: return kTableau10[4];
+    case Collective::Broadcast: return kTableau10[6];
+    case Collective::Group: return kTableau10[8];
+    case Collective::Gather: return kTableau10[3];
+    case Collective::Scatter: return 0x2e7d78;
+    case Collective::AllToAll: return 0xe377c2;
+    case Collective::Barrier: return 0x4b5563;
+    case Collective::Send: return 0xa67c00;
+    case Collective::SendRecv: return 0xd4a017;
+    case Collective::Recv: return kTableau10[5];
+    case Collective::Unknown: break;
+  }
+  return kTableau10[9];
+}
 }  // namespace
 
 QColor paletteColor(int index) {
@@ -16,23 +40,12 @@ QColor paletteColor(int index) {
 }
 
 QColor apiColor(Api api) {
-  switch (api) {
-    case Api::MpiAllreduce:
-    case Api::NcclAllReduce: return paletteColor(0);
-    case Api::MpiIallreduce: return paletteColor(3);
-    case Api::MpiReduceScatter:
-    case Api::MpiReduceScatterBlock:
-    case Api::NcclReduceScatter: return paletteColor(1);
-    case Api::MpiAllgather:
-    case Api::NcclAllGather: return paletteColor(4);
-    case Api::MpiBcast:
-    case Api::NcclBroadcast: return paletteColor(6);
-    case Api::MpiReduce:
-    case Api::NcclReduce: return paletteColor(2);
-    case Api::NcclGroup: return paletteColor(8);
-    case Api::Unknown: break;
-  }
-  return paletteColor(9);
+  const QColor colour = QColor::fromRgb(operationColour(collectiveOf(api)));
+  if (!isNonblocking(api)) return colour;
+  const auto tint = [](int channel) {
+    return channel + static_cast<int>((255 - channel) * kNonblockingTint + 0.5);
+  };
+  return QColor(tint(colour.red()), tint(colour.green()), tint(colour.blue()));
 }
 
 QColor strategyColor(std::string_view strategy) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "gradscope/common/units.h"
@@ -112,6 +113,43 @@ std::optional<std::pair<int, int>> callColumns(const storage::CallRecord& call, 
   return std::pair{left, right};
 }
 
+// The columns [left, right) of a nonblocking call's posted part (enqueue to start); nullopt when it has
+// none or it is out of view.
+std::optional<std::pair<int, int>> postedColumns(const storage::CallRecord& call, double offset, QRect plot,
+                                                 const TimelineMath& m) {
+  if (!isNonblocking(call.api) || call.enqueue_ns >= call.start_ns) return std::nullopt;
+  storage::CallRecord posted = call;
+  posted.start_ns = call.enqueue_ns;
+  posted.end_ns = call.start_ns;
+  return callColumns(posted, offset, plot, m);
+}
+
+// The thin bars of one row: per colour, the union of its posted parts' columns.
+void addPostedBars(TimelineScene& scene, std::size_t row_index,
+                   std::map<QRgb, std::vector<std::pair<int, int>>>& parts) {
+  const SceneRow& row = scene.rows[row_index];
+  const int height = std::max(2, row.bar_height / 5);
+  const int top = row.bar_top + (row.bar_height - height) / 2;
+  for (auto& [colour, columns] : parts) {
+    std::sort(columns.begin(), columns.end());
+    std::optional<std::pair<int, int>> run;
+    const auto flush = [&] {
+      if (run)
+        scene.posted.push_back(
+            SceneBar{QRect(run->first, top, run->second - run->first, height), colour, row_index, 0, 0});
+    };
+    for (const auto& [left, right] : columns) {
+      if (run && left <= run->second) {
+        run->second = std::max(run->second, right);
+        continue;
+      }
+      flush();
+      run = std::pair{left, right};
+    }
+    flush();
+  }
+}
+
 void addCallBars(const TimelineSceneInput& input, TimelineScene& scene, std::size_t row_index,
                  std::set<Api>& apis) {
   const SceneRow& row = scene.rows[row_index];
@@ -119,16 +157,20 @@ void addCallBars(const TimelineSceneInput& input, TimelineScene& scene, std::siz
   if (found == input.frame->calls.end()) return;
   const std::vector<storage::CallRecord>& calls = found->second;
   const auto offset = static_cast<double>(row.clock_offset_ns);
+  std::map<QRgb, std::vector<std::pair<int, int>>> posted;
   std::optional<SceneBar> run;
   const auto flush = [&] {
     if (run) scene.bars.push_back(*run);
   };
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const auto columns = callColumns(calls[i], offset, scene.plot, scene.math);
-    if (!columns) continue;
-    const auto [left, right] = *columns;
+    const auto posted_part = postedColumns(calls[i], offset, scene.plot, scene.math);
+    if (!columns && !posted_part) continue;
     const QRgb colour = callColour(input, calls[i]);
     apis.insert(calls[i].api);
+    if (posted_part) posted[colour].push_back(*posted_part);
+    if (!columns) continue;
+    const auto [left, right] = *columns;
     if (run) {
       const int run_right = run->rect.left() + run->rect.width();
       // One colour sharing a column: the bar grows. Another colour inside columns drawn already: the call
@@ -150,6 +192,7 @@ void addCallBars(const TimelineSceneInput& input, TimelineScene& scene, std::siz
     }
   }
   flush();
+  addPostedBars(scene, row_index, posted);
 }
 
 void addBucketBars(const TimelineSceneInput& input, TimelineScene& scene, std::size_t row_index,
@@ -202,6 +245,130 @@ QString statusText(const TimelineSceneInput& input, const TimelineMath& m) {
   status += QStringLiteral("  ·  window %1").arg(QString::fromStdString(formatDuration(m.window.length())));
   if (input.loading) status += QStringLiteral("  ·  loading…");
   return status;
+}
+
+const SceneRow* rankRow(const std::vector<SceneRow>& rows, std::int64_t rank_id) {
+  for (const SceneRow& row : rows) {
+    if (!row.host_header && row.rank_id == rank_id) return &row;
+  }
+  return nullptr;
+}
+
+// The part of the segment a→b inside `rect` (Liang–Barsky); nullopt when none.
+std::optional<std::pair<QPointF, QPointF>> clipSegment(QPointF a, QPointF b, const QRectF& rect) {
+  const double dx = b.x() - a.x();
+  const double dy = b.y() - a.y();
+  double enter = 0, leave = 1;
+  const std::pair<double, double> edges[] = {{-dx, a.x() - rect.left()},
+                                             {dx, rect.right() - a.x()},
+                                             {-dy, a.y() - rect.top()},
+                                             {dy, rect.bottom() - a.y()}};
+  for (const auto& [p, q] : edges) {
+    if (p == 0) {
+      if (q < 0) return std::nullopt;  // parallel to this edge and outside it
+      continue;
+    }
+    const double t = q / p;
+    if (p < 0) enter = std::max(enter, t);
+    else leave = std::min(leave, t);
+    if (enter > leave) return std::nullopt;
+  }
+  return std::pair{QPointF(a.x() + enter * dx, a.y() + enter * dy),
+                   QPointF(a.x() + leave * dx, a.y() + leave * dy)};
+}
+
+QPoint rounded(QPointF point) {
+  return {static_cast<int>(std::lround(point.x())), static_cast<int>(std::lround(point.y()))};
+}
+
+void addArrows(const TimelineSceneInput& input, TimelineScene& scene) {
+  if (!input.selection || input.flows == nullptr) return;
+  // The plot's pixels are columns [left, right + 1): the segment may reach the last column's far edge.
+  const QRectF plot(scene.plot.left(), scene.plot.top(), scene.plot.width(), scene.plot.height());
+  for (const PeerFlow* flow : input.flows->of(input.selection->id)) {
+    const SceneRow* sender = rankRow(scene.rows, flow->send_rank_id);
+    const SceneRow* receiver = rankRow(scene.rows, flow->recv_rank_id);
+    if (sender == nullptr || receiver == nullptr) continue;  // a rank the filter hides
+    SceneArrow arrow;
+    arrow.send_end =
+        QPointF(scene.math.timeToX(static_cast<double>(flow->send_end_ns + sender->clock_offset_ns)),
+                sender->bar_top + sender->bar_height / 2.0);
+    arrow.recv_end =
+        QPointF(scene.math.timeToX(static_cast<double>(flow->recv_end_ns + receiver->clock_offset_ns)),
+                receiver->bar_top + receiver->bar_height / 2.0);
+    const auto visible = clipSegment(arrow.send_end, arrow.recv_end, plot);
+    if (!visible) continue;
+    arrow.from = rounded(visible->first);
+    arrow.to = rounded(visible->second);
+    arrow.head = plot.contains(arrow.recv_end);
+    arrow.tail = plot.contains(arrow.send_end);
+    arrow.send_call_id = flow->send_call_id;
+    arrow.recv_call_id = flow->recv_call_id;
+    arrow.bytes = flow->bytes;
+    arrow.tag = flow->tag;
+    QString text = QString::fromStdString(
+        formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(flow->bytes, 0))));
+    if (flow->tag >= 0) text += QStringLiteral(" · tag %1").arg(flow->tag);
+    // Right of the visible part's middle (left of it near the plot's right edge), inside the plot.
+    const int label_width = input.text.width(text) + 6;
+    const QPoint middle = rounded((visible->first + visible->second) / 2);
+    int left = middle.x() + 6;
+    if (left + label_width > scene.plot.right()) left = middle.x() - 6 - label_width;
+    left = std::max(left, scene.plot.left());
+    const int top = std::clamp(middle.y() - input.text.height / 2, scene.plot.top(),
+                               std::max(scene.plot.top(), scene.plot.bottom() - input.text.height));
+    arrow.label = SceneText{QRect(left, top, label_width, input.text.height), text, false};
+    scene.arrows.push_back(std::move(arrow));
+  }
+}
+
+// The legend: an entry per API in view, then the posted key, left to right in the space the status line
+// leaves; when they do not all fit, the last ones that do make room for "+N more".
+void layOutLegend(const TimelineSceneInput& input, TimelineScene& scene, const std::set<Api>& apis,
+                  const QString& status) {
+  const int width = input.size.width();
+  const int top = input.size.height() - kTimelineLegendHeight;
+  scene.legend_area = QRect(0, top, width, kTimelineLegendHeight);
+  const auto entry = [&](Api api, const QString& label, bool posted) {
+    const QRect swatch = posted ? QRect(0, top + 11, 12, 3) : QRect(0, top + 7, 12, 12);
+    return LegendEntry{
+        api, swatch,
+        SceneText{QRect(16, top, input.text.width(label) + 4, kTimelineLegendHeight), label, false}, posted};
+  };
+  std::vector<LegendEntry> entries;
+  for (const Api api : apis) entries.push_back(entry(api, qstring(name(api)), false));
+  if (!scene.posted.empty())
+    entries.push_back(entry(Api::Unknown, QStringLiteral("thin: posted, not yet waited for"), true));
+
+  const int limit = width - 8 - (status.isEmpty() ? 0 : input.text.width(status) + 16);
+  const auto advance = [](const LegendEntry& e) { return e.label.rect.width() + 28; };  // swatch, label, gaps
+  int x = 8;
+  std::size_t shown = 0;
+  while (shown < entries.size() && x + advance(entries[shown]) - 16 <= limit) x += advance(entries[shown++]);
+  QString more;
+  while (shown < entries.size()) {
+    more = QStringLiteral("+%1 more").arg(entries.size() - shown);
+    if (x + input.text.width(more) + 4 <= limit || shown == 0) break;
+    x -= advance(entries[--shown]);
+  }
+
+  x = 8;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (i >= shown) {
+      scene.legend_hidden << entries[i].label.text;
+      continue;
+    }
+    entries[i].swatch.moveLeft(x);
+    entries[i].label.rect.moveLeft(x + 16);
+    x += advance(entries[i]);
+    scene.legend.push_back(std::move(entries[i]));
+  }
+  if (!more.isEmpty() && x + input.text.width(more) + 4 <= limit) {
+    scene.legend_more =
+        SceneText{QRect(x, top, input.text.width(more) + 4, kTimelineLegendHeight), more, false};
+    x += scene.legend_more->rect.width() + 12;
+  }
+  scene.status = SceneText{QRect(x, top, width - x - 8, kTimelineLegendHeight), status, true};
 }
 
 }  // namespace
@@ -270,19 +437,8 @@ TimelineScene buildTimelineScene(const TimelineSceneInput& input) {
     scene.rubber_band = QRect(left, scene.plot.top(), right - left, scene.plot.height());
   }
 
-  const int legend_top = height - kTimelineLegendHeight;
-  scene.legend_area = QRect(0, legend_top, width, kTimelineLegendHeight);
-  int x = 8;
-  for (const Api api : apis) {
-    const QString label = qstring(name(api));
-    const int label_width = input.text.width(label);
-    scene.legend.push_back(LegendEntry{
-        api, QRect(x, legend_top + 7, 12, 12),
-        SceneText{QRect(x + 16, legend_top, label_width + 4, kTimelineLegendHeight), label, false}});
-    x += 16 + label_width + 16;
-  }
-  scene.status = SceneText{QRect(x, legend_top, width - x - 8, kTimelineLegendHeight),
-                           statusText(input, scene.math), true};
+  addArrows(input, scene);
+  layOutLegend(input, scene, apis, statusText(input, scene.math));
   scene.status_is_error = !input.error.isEmpty();
   return scene;
 }

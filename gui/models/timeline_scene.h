@@ -17,6 +17,13 @@
 // - aggregated frames: a bar per bucket, its height the share of the bucket spent in collectives, its
 //   colour the bucket's dominant API. A frame with more buckets than columns (an older frame drawn while
 //   a zoom-out loads) gives a column to the first of its buckets.
+// - a nonblocking call (MPI_Isend, MPI_Iallreduce, ...) of a detailed frame also has a thin bar from when it
+//   was posted (enqueue_ns) to when the rank began waiting for it (start_ns), under the full bar of its
+//   wait (start_ns to end_ns); overlapping thin bars of one colour merge, so a row holds at most one per
+//   pixel column and colour. They are drawn under the full bars and hit nothing.
+// - when the selected call is a point-to-point call whose partner the trace has (peer_flows.h), an arrow
+//   goes from the send's end on the sender's row to the receive's end on the receiver's row; an
+//   MPI_Sendrecv has two (the message it sent and the one it received).
 
 #include <cstddef>
 #include <cstdint>
@@ -28,11 +35,15 @@
 
 #include <QColor>
 #include <QPoint>
+#include <QPointF>
 #include <QRect>
 #include <QSize>
 #include <QString>
+#include <QStringList>
 
 #include "gradscope/storage/records.h"
+#include "models/peer_flows.h"
+#include "models/scene_text.h"
 #include "models/timeline_math.h"
 #include "models/trace_data.h"
 #include "models/view_state.h"
@@ -55,18 +66,6 @@ QRect timelinePlotRect(QSize size);
 TimelineMath timelineMath(QRect plot, TimeRange window);
 // The height that shows every row at its largest: axis, host headers, rows and legend.
 int preferredTimelineHeight(std::span<const storage::RankInfo> ranks);
-
-struct TextMetrics {
-  int height = 0;                            // of a line of text
-  std::function<int(const QString&)> width;  // advance of a text
-};
-
-// A text and the rectangle it is drawn in (vertically centred, left-aligned unless `right`).
-struct SceneText {
-  QRect rect;
-  QString text;
-  bool right = false;
-};
 
 struct SceneRow {
   bool host_header = false;  // a host's header, else a rank's row
@@ -101,6 +100,22 @@ struct LegendEntry {
   Api api = Api::Unknown;
   QRect swatch;
   SceneText label;
+  bool posted = false;  // the key of the thin posted bars (a thin grey swatch), not an API
+};
+
+// A message between two calls, drawn as an arrow from the send's end to the receive's end.
+struct SceneArrow {
+  // Both ends in the widget's pixels (clock offsets applied), wherever they fall, even far outside the plot.
+  QPointF send_end, recv_end;
+  // The part of the segment inside the plot, what is drawn; an arrowhead at `to` when `head`, which is
+  // when the receive's end is in the plot.
+  QPoint from, to;
+  bool head = false;
+  bool tail = false;  // the send's end is in the plot: a dot there
+  std::int64_t send_call_id = 0, recv_call_id = 0;
+  std::int64_t bytes = 0;
+  int tag = -1;
+  SceneText label;  // "4.0 MiB · tag 1", above the middle of the visible part, inside the plot
 };
 
 struct TimelineScene {
@@ -114,11 +129,16 @@ struct TimelineScene {
   QRect axis;  // the time axis band
   SceneText axis_title;
   std::vector<AxisTick> ticks;
+  std::vector<SceneBar> posted;      // thin bars of nonblocking calls' posted parts, row by row
   std::vector<SceneBar> bars;        // row by row, left to right
   std::optional<QRect> selection;    // outline of the selected call (may reach past the plot)
   std::optional<QRect> rubber_band;  // a zoom-to-selection drag
+  std::vector<SceneArrow> arrows;    // the selected call's messages (those with a visible part)
   QRect legend_area;
-  std::vector<LegendEntry> legend;  // the APIs of the calls (or buckets) in view
+  std::vector<LegendEntry> legend;  // the APIs of the calls (or buckets) in view, then the posted key
+  // When the legend is too long for the space the status line leaves it: "+3 more", and their names.
+  std::optional<SceneText> legend_more;
+  QStringList legend_hidden;
   SceneText status;
   bool status_is_error = false;
 
@@ -137,6 +157,7 @@ struct TimelineSceneInput {
   CallFilter filter;
   ColourBy colour_by = ColourBy::Api;
   std::optional<SelectedCall> selection;
+  const PeerFlows* flows = nullptr;  // the trace's messages, for the selected call's arrows; nullptr: none
   std::optional<std::pair<int, int>> rubber_band;  // x of a zoom-to-selection drag's ends
   // The status line's facts.
   QString error;

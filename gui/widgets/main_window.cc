@@ -25,6 +25,7 @@
 
 #include "gradscope/common/units.h"
 #include "widgets/calls_view.h"
+#include "widgets/comm_matrix_view.h"
 #include "widgets/consensus_view.h"
 #include "widgets/recommendation_view.h"
 #include "widgets/runs_view.h"
@@ -56,6 +57,7 @@ MainWindow::MainWindow(QWidget* parent)
   consensus_ = new ConsensusView(this);
   recommendation_ = new RecommendationView(this);
   runs_ = new RunsView(this);
+  communication_ = new CommMatrixView(this);
 
   // Timeline tab: a small toolbar, the timeline and the calls table.
   auto* timeline_page = new QWidget(this);
@@ -113,6 +115,13 @@ MainWindow::MainWindow(QWidget* parent)
   tabs_->addTab(consensus_, QStringLiteral("Consensus"));
   tabs_->addTab(recommendation_, QStringLiteral("Recommendation"));
   tabs_->addTab(runs_, QStringLiteral("Runs"));
+  tabs_->addTab(communication_, QStringLiteral("Communication"));
+  connect(tabs_, &QTabWidget::currentChanged, this, [this] {
+    if (communication_stale_ && info_ && tabs_->currentWidget() == communication_) {
+      communication_stale_ = false;
+      communication_->setTrace(*info_);
+    }
+  });
 
   // The page shown without a trace, or with the message of one that cannot be opened.
   auto* message_page = new QWidget(this);
@@ -196,11 +205,9 @@ void MainWindow::buildMenus() {
 }
 
 std::vector<std::pair<QString, int>> MainWindow::views() const {
-  return {{QStringLiteral("timeline"), 0},
-          {QStringLiteral("strategies"), 1},
-          {QStringLiteral("consensus"), 2},
-          {QStringLiteral("recommendation"), 3},
-          {QStringLiteral("runs"), 4}};
+  return {{QStringLiteral("timeline"), 0},  {QStringLiteral("strategies"), 1},
+          {QStringLiteral("consensus"), 2}, {QStringLiteral("recommendation"), 3},
+          {QStringLiteral("runs"), 4},      {QStringLiteral("communication"), 5}};
 }
 
 bool MainWindow::busy() const {
@@ -266,6 +273,7 @@ void MainWindow::showError(const QString& title, const QString& message) {
   consensus_->clear();
   recommendation_->clear();
   runs_->clear();
+  communication_->clear();
   compare_action_->setEnabled(false);
   message_->setText(QStringLiteral("<h2 style='color:#c62828'>%1</h2><p style='font-size:large'>%2</p>")
                         .arg(title.toHtmlEscaped(), message.toHtmlEscaped()));
@@ -285,6 +293,8 @@ void MainWindow::showTrace(const TraceInfo& info) {
   consensus_->setTrace(info);
   recommendation_->setTrace(info);
   runs_->setTrace(info);
+  communication_->setTrace(info);
+  communication_stale_ = false;
   compare_action_->setEnabled(true);
   stack_->setCurrentIndex(1);
   // The timeline as tall as its rows need (a few ranks leave no empty band), the table the rest.
@@ -403,6 +413,11 @@ void MainWindow::pollLive() {
                              if (measured) {
                                strategies_->setTrace(next);
                                consensus_->setTrace(next);
+                             }
+                             // The matrix scans every point-to-point call: again only while it is shown.
+                             if (grew) {
+                               communication_stale_ = tabs_->currentWidget() != communication_;
+                               if (!communication_stale_) communication_->setTrace(next);
                              }
                              updateStatus();
                            });

@@ -1,8 +1,8 @@
 #pragma once
 
 // The main window: tabs for the views of one trace (Timeline with the calls table, Strategies,
-// Consensus, Recommendation, Runs), a File menu (Open, Open Recent, Compare with…, Follow live, Quit),
-// drag and drop, and a status bar with the file, its calls and ranks.
+// Consensus, Recommendation, Runs, Communication), a File menu (Open, Open Recent, Compare with…, Follow
+// live, Quit), drag and drop, and a status bar with the file, its calls and ranks.
 //
 // Opening reads the trace's summary on the thread pool; a file the storage library refuses (missing,
 // empty, not SQLite, foreign, truncated, newer schema) replaces the tabs with its one-line message.
@@ -29,6 +29,7 @@ class QTimer;
 namespace gradscope::gui {
 
 class CallsView;
+class CommMatrixView;
 class ConsensusView;
 class RecommendationView;
 class RunsView;
@@ -61,6 +62,7 @@ class MainWindow : public QMainWindow {
   ConsensusView* consensus() { return consensus_; }
   RecommendationView* recommendation() { return recommendation_; }
   RunsView* runs() { return runs_; }
+  CommMatrixView* communication() { return communication_; }
   // (file name, tab index) of every tab, for screenshots.
   std::vector<std::pair<QString, int>> views() const;
 
@@ -90,6 +92,7 @@ class MainWindow : public QMainWindow {
   ConsensusView* consensus_;
   RecommendationView* recommendation_;
   RunsView* runs_;
+  CommMatrixView* communication_;
   QMenu* recent_menu_ = nullptr;
   QAction* live_action_ = nullptr;
   QAction* compare_action_ = nullptr;
@@ -104,6 +107,7 @@ class MainWindow : public QMainWindow {
   bool opening_ = false;
   QString pending_baseline_;
   bool pending_live_ = false;
+  bool communication_stale_ = false;  // a live trace grew while another tab was shown
   JobTracker open_job_;
   JobTracker live_job_;
 };

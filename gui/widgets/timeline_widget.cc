@@ -30,10 +30,41 @@ const QColor kGrid(0xe2, 0xe5, 0xea);
 const QColor kError(0xc6, 0x28, 0x28);
 const QColor kSelection(0x11, 0x11, 0x11);
 const QColor kRubberBand(0x4e, 0x79, 0xa7);
+const QColor kArrow(0x1f, 0x29, 0x37);
 
 void drawText(QPainter& painter, const SceneText& text) {
   const Qt::Alignment alignment = Qt::AlignVCenter | (text.right ? Qt::AlignRight : Qt::AlignLeft);
   painter.drawText(text.rect, static_cast<int>(alignment.toInt()), text.text);
+}
+
+// Messages: a line from the send's end to the receive's end, an arrowhead there when it is in view, the
+// size and tag beside it on a white ground. Antialiased: slanted lines look broken without.
+void drawArrows(QPainter& painter, const std::vector<SceneArrow>& arrows, const QFont& font) {
+  if (arrows.empty()) return;
+  painter.save();
+  painter.setRenderHint(QPainter::Antialiasing, true);
+  for (const SceneArrow& arrow : arrows) {
+    const QPointF from = arrow.from;
+    const QPointF to = arrow.to;
+    painter.setPen(QPen(kArrow, 1.6));
+    painter.drawLine(from, to);
+    painter.setPen(Qt::NoPen);
+    painter.setBrush(kArrow);
+    if (arrow.tail) painter.drawEllipse(from, 2.5, 2.5);
+    const double length = std::hypot(to.x() - from.x(), to.y() - from.y());
+    if (arrow.head && length > 0) {
+      const QPointF along = (to - from) / length;
+      const QPointF across(-along.y(), along.x());
+      const QPointF base = to - along * 9.0;
+      const QPointF head[] = {to, base + across * 4.5, base - across * 4.5};
+      painter.drawPolygon(head, 3);
+    }
+    painter.setFont(font);
+    painter.fillRect(arrow.label.rect, QColor(255, 255, 255, 220));
+    painter.setPen(kArrow);
+    drawText(painter, arrow.label);
+  }
+  painter.restore();
 }
 
 // The scene's bars, one drawRects per colour.
@@ -49,7 +80,7 @@ void drawBars(QPainter& painter, const std::vector<SceneBar>& bars) {
 }  // namespace
 
 TimelineWidget::TimelineWidget(ViewState* state, QWidget* parent)
-    : QWidget(parent), state_(state), jobs_(this) {
+    : QWidget(parent), state_(state), jobs_(this), flow_jobs_(this) {
   setMouseTracking(true);
   setFocusPolicy(Qt::StrongFocus);
   setAttribute(Qt::WA_OpaquePaintEvent);
@@ -75,6 +106,7 @@ TimelineWidget::TimelineWidget(ViewState* state, QWidget* parent)
         const double middle = (start + end) / 2;
         state_->setWindow({middle - length / 2, middle + length / 2}, true);
       }
+      if (flows_stale_) loadFlows();
     }
     invalidate();
   });
@@ -85,21 +117,55 @@ void TimelineWidget::setTrace(const TraceInfo& info) {
   ranks_ = info.ranks;
   frame_.reset();
   error_.clear();
+  flows_.reset();
   invalidate();
   scheduleLoad();
+  loadFlows();
 }
 
 void TimelineWidget::clear() {
   jobs_.cancel();
+  flow_jobs_.cancel();
   path_.clear();
   ranks_.clear();
   frame_.reset();
+  flows_.reset();
+  flows_stale_ = false;
   loading_ = false;
   invalidate();
 }
 
 void TimelineWidget::reload() {
   scheduleLoad();
+  // Matching every message again at each poll of a live trace would cost a scan of its point-to-point
+  // calls every second: only when a call is selected next, or now when the selected one has no partner yet.
+  flows_stale_ = true;
+  const std::optional<SelectedCall> selection = state_->selection();
+  if (selection && (!flows_ || flows_->of(selection->id).empty())) loadFlows();
+}
+
+void TimelineWidget::loadFlows() {
+  if (path_.empty()) return;
+  flows_stale_ = false;
+  const std::string path = path_;
+  flow_jobs_.run<std::shared_ptr<const PeerFlows>>(
+      [path] {
+        try {
+          return std::make_shared<const PeerFlows>(loadPeerFlows(threadReader(path)));
+        } catch (...) {
+          dropThreadReader(path);
+          throw;
+        }
+      },
+      [this](Outcome<std::shared_ptr<const PeerFlows>> outcome) {
+        // Without its messages the timeline still shows every call: no arrows, the reason in the status bar.
+        if (!outcome.value) {
+          emit loadFailed(QStringLiteral("cannot match point-to-point messages: %1").arg(outcome.error));
+          return;
+        }
+        flows_ = std::move(*outcome.value);
+        invalidate();
+      });
 }
 
 void TimelineWidget::invalidate() {
@@ -129,6 +195,7 @@ const TimelineScene& TimelineWidget::scene() const {
     input.filter = state_->filter();
     input.colour_by = state_->colourBy();
     input.selection = state_->selection();
+    input.flows = flows_.get();
     if (drag_ == Drag::Select) input.rubber_band = std::pair{press_pos_.x(), current_pos_.x()};
     input.error = error_;
     input.has_trace = !path_.empty();
@@ -223,12 +290,14 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
   painter.drawLine(scene.plot.left(), scene.axis.bottom(), scene.plot.right(), scene.axis.bottom());
 
   painter.setClipRect(scene.plot);
+  drawBars(painter, scene.posted);
   drawBars(painter, scene.bars);
   if (scene.selection) {
     painter.setPen(QPen(kSelection, 2));
     painter.setBrush(Qt::NoBrush);
     painter.drawRect(*scene.selection);
   }
+  drawArrows(painter, scene.arrows, font());
   if (scene.rubber_band) {
     const QRect band = *scene.rubber_band;
     painter.fillRect(band, QColor(kRubberBand.red(), kRubberBand.green(), kRubberBand.blue(), 60));
@@ -241,9 +310,13 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
   // Legend and status line.
   painter.fillRect(scene.legend_area, kGutter);
   for (const LegendEntry& entry : scene.legend) {
-    painter.fillRect(entry.swatch, apiColor(entry.api));
+    painter.fillRect(entry.swatch, entry.posted ? kMuted : apiColor(entry.api));
     painter.setPen(kText);
     drawText(painter, entry.label);
+  }
+  if (scene.legend_more) {
+    painter.setPen(kMuted);
+    drawText(painter, *scene.legend_more);
   }
   painter.setPen(scene.status_is_error ? kError : kMuted);
   drawText(painter, scene.status);
@@ -344,9 +417,58 @@ std::optional<storage::CallRecord> TimelineWidget::callAt(QPoint point) const {
   return *call;
 }
 
+// A call's peers and, when matched, its partners; a nonblocking call's time between posting and waiting.
+QString TimelineWidget::peerText(const storage::CallRecord& call) const {
+  QString text;
+  const auto time = [](std::int64_t ns) {
+    return QString::fromStdString(tickLabel(static_cast<double>(ns), 1000));
+  };
+  if (isNonblocking(call.api) && call.enqueue_ns < call.start_ns) {
+    text +=
+        QStringLiteral("<br>posted at %1, waited for from %2 (%3 later)")
+            .arg(
+                time(call.enqueue_ns), time(call.start_ns),
+                QString::fromStdString(formatDuration(static_cast<double>(call.start_ns - call.enqueue_ns))));
+  }
+  const std::vector<const PeerFlow*> flows = flows_ ? flows_->of(call.id) : std::vector<const PeerFlow*>{};
+  for (const PeerFlow* flow : flows) {
+    text += flow->send_call_id == call.id ? QStringLiteral("<br>sent to rank %1: received by call %2")
+                                                .arg(flow->to_rank)
+                                                .arg(flow->recv_call_id)
+                                          : QStringLiteral("<br>received from rank %1: sent by call %2")
+                                                .arg(flow->from_rank)
+                                                .arg(flow->send_call_id);
+    if (flow->tag >= 0) text += QStringLiteral(" · tag %1").arg(flow->tag);
+  }
+  if (flows.empty()) {
+    const auto tag = [](int value) {
+      return value >= 0 ? QStringLiteral(" · tag %1").arg(value) : QString();
+    };
+    if (call.dest >= 0)
+      text += QStringLiteral("<br>to rank %1 of its communicator%2").arg(call.dest).arg(tag(call.send_tag));
+    if (call.source >= 0)
+      text +=
+          QStringLiteral("<br>from rank %1 of its communicator%2").arg(call.source).arg(tag(call.recv_tag));
+    if ((call.dest >= 0 || call.source >= 0) && flows_) text += QStringLiteral(" (no partner in the trace)");
+  }
+  if (call.recv_bytes >= 0 && call.api != Api::MpiRecv && call.api != Api::MpiIrecv &&
+      call.api != Api::NcclRecv)
+    text += QStringLiteral("<br>received %1")
+                .arg(QString::fromStdString(formatBytes(static_cast<std::uint64_t>(call.recv_bytes))));
+  if (call.peer_max_bytes >= 0) {
+    text += QStringLiteral("<br>per peer %1 to %2")
+                .arg(QString::fromStdString(formatBytes(
+                         static_cast<std::uint64_t>(std::max<std::int64_t>(call.peer_min_bytes, 0)))),
+                     QString::fromStdString(formatBytes(static_cast<std::uint64_t>(call.peer_max_bytes))));
+  }
+  return text;
+}
+
 QString TimelineWidget::tooltipAt(QPoint point) const {
   if (!frame_) return {};
   const TimelineScene& scene = this->scene();
+  if (scene.legend_more && scene.legend_more->rect.contains(point))
+    return scene.legend_hidden.join(QStringLiteral("<br>"));
   const SceneRow* row = scene.rankRowAt(point.y());
   if (row == nullptr) return {};
   const QString host = QString::fromStdString(row->host).toHtmlEscaped();
@@ -372,6 +494,7 @@ QString TimelineWidget::tooltipAt(QPoint point) const {
                 .arg(call->id)
                 .arg(call->seq)
                 .arg(call->step >= 0 ? QString::number(call->step) : QStringLiteral("–"));
+    text += peerText(*call);
     if (call->graph_replay > 0)
       text += QStringLiteral("<br>CUDA graph replay %1 of the call captured with this seq")
                   .arg(call->graph_replay);

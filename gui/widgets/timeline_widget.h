@@ -8,6 +8,10 @@
 // again after anything it shows changed) and answers tooltips and clicks from the same scene, so what is
 // hit is what was drawn.
 //
+// Selecting a point-to-point call draws an arrow from the send's end to its receive's end: the trace's
+// messages (models/peer_flows.h) are matched once per trace on the thread pool, when it opens (again
+// after a live trace grew, when a call is selected).
+//
 // Painting never waits for data: a frame (trace_data.h) is loaded on the thread pool for the window and
 // width of the request; until the next one arrives, the last frame is drawn re-mapped onto the current
 // window, so a pan or zoom repaints at once. Requests are coalesced (one per event-loop turn) and stale
@@ -18,6 +22,7 @@
 // arrows pan, Backspace goes back, 0 shows everything.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +31,7 @@
 #include <QWidget>
 
 #include "models/jobs.h"
+#include "models/peer_flows.h"
 #include "models/timeline_math.h"
 #include "models/timeline_scene.h"
 #include "models/trace_data.h"
@@ -55,6 +61,8 @@ class TimelineWidget : public QWidget {
   const TimelineScene& scene() const;
   // The call drawn at a point (detailed frames only).
   std::optional<storage::CallRecord> callAt(QPoint point) const;
+  // The trace's point-to-point messages; nullptr until they are loaded (or when they cannot be).
+  const PeerFlows* flows() const { return flows_.get(); }
 
   // The height that shows every row at its largest: axis, host bands, rows and legend.
   int preferredHeight() const;
@@ -81,19 +89,24 @@ class TimelineWidget : public QWidget {
   void invalidate();
   void scheduleLoad();
   void startLoad();
+  void loadFlows();
   QString tooltipAt(QPoint point) const;
+  QString peerText(const storage::CallRecord& call) const;
   void zoomBy(double factor, double anchor_x, bool record);
 
   ViewState* state_;
   std::string path_;
   std::vector<storage::RankInfo> ranks_;
   std::optional<TimelineFrame> frame_;
+  std::shared_ptr<const PeerFlows> flows_;
+  bool flows_stale_ = false;  // the trace grew since they were matched
   mutable std::optional<TimelineScene> scene_;
   QString error_;
   bool loading_ = false;
   bool load_scheduled_ = false;
   std::uint64_t frame_count_ = 0;
   JobTracker jobs_;
+  JobTracker flow_jobs_;
 
   enum class Drag { None, Pan, Select };
   Drag drag_ = Drag::None;

@@ -1,5 +1,6 @@
 // The window, headless: bad files show their message and do not crash; every view renders real data
-// (pixels checked in the areas where it draws); timeline ↔ table selection; exports; live mode.
+// (pixels checked in the areas where it draws); timeline ↔ table selection; a point-to-point message's
+// arrow and the communication matrix of a pipeline job; exports; live mode.
 
 #include "widgets/main_window.h"
 
@@ -13,14 +14,17 @@
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QToolTip>
 #include <QtCharts/QChartView>
 #include <QtCharts/QLineSeries>
 #include <QtCharts/QScatterSeries>
 
 #include "gradscope/storage/writer.h"
 #include "gui_test_support.h"
+#include "pipeline_trace.h"
 #include "synthetic_trace.h"
 #include "widgets/calls_view.h"
+#include "widgets/comm_matrix_view.h"
 #include "widgets/consensus_view.h"
 #include "widgets/recommendation_view.h"
 #include "widgets/runs_view.h"
@@ -272,6 +276,55 @@ class MainWindowTest : public QObject {
     const int other = model->rowOfCall(call.id) == 0 ? 1 : 0;
     window.calls()->table()->selectRow(other);
     QCOMPARE(window.state()->selection()->id, model->rowAt(other)->call.id);
+  }
+
+  // A pipeline job: its messages are matched once the trace opens; selecting a send draws its arrow to the
+  // receive; the Communication tab paints the stages' traffic, by bytes and by time.
+  void pointToPointViews() {
+    gradscope::testing::SyntheticPipeline job;
+    job.steps = 2;
+    const QString path = dir_.filePath(QStringLiteral("pipeline.db"));
+    gradscope::testing::writePipelineTrace(path.toStdString(), job);
+    MainWindow window;
+    QVERIFY(showTrace(window, path));
+    const PeerFlows* flows = window.timeline()->flows();
+    QVERIFY(flows != nullptr);
+    // Per step and replica, (stages - 1) × microbatches messages each way.
+    QCOMPARE(flows->all().size(), std::size_t{2 * 2 * 2 * 3 * 4});
+    QCOMPARE(flows->unmatched(), std::int64_t{0});
+    const PeerFlow& flow = flows->all()[flows->all().size() / 2];
+    window.state()->setSelection(
+        SelectedCall{flow.send_call_id, flow.send_rank_id, flow.send_start_ns, flow.send_end_ns});
+    QVERIFY(waitIdle(window));
+    const TimelineScene& scene = window.timeline()->scene();
+    QCOMPARE(scene.arrows.size(), std::size_t{1});
+    QCOMPARE(scene.arrows[0].recv_call_id, flow.recv_call_id);
+    const QImage timeline = window.timeline()->grab().toImage();
+    QVERIFY(timeline.pixelColor(scene.arrows[0].from).value() < 100);  // the arrow's dark line
+    // The send's tooltip names its partner.
+    const QPoint at(scene.arrows[0].from.x() - 1, scene.arrows[0].from.y());
+    QHelpEvent help(QEvent::ToolTip, at, window.timeline()->mapToGlobal(at));
+    QApplication::sendEvent(window.timeline(), &help);
+    QVERIFY2(
+        QToolTip::text().contains(
+            QStringLiteral("sent to rank %1: received by call %2").arg(flow.to_rank).arg(flow.recv_call_id)),
+        qPrintable(QToolTip::text()));
+
+    window.tabs()->setCurrentWidget(window.communication());
+    QVERIFY(waitIdle(window));
+    CommMatrixModel* model = window.communication()->model();
+    QCOMPARE(model->ranks(), 8);
+    QVERIFY(model->value(0, 1) > 0);
+    QCOMPARE(model->value(0, 2), 0.0);
+    QCOMPARE(model->value(4, 5), model->value(0, 1));  // the second replica sends what the first does
+    CommMatrixWidget* matrix = window.communication()->matrix();
+    const QImage bytes = matrix->grab().toImage();
+    QVERIFY(colouredPixels(bytes, matrix->scene().grid) > 1000);
+    QCOMPARE(matrix->scene().cells.size(), std::size_t{12});  // each of the 6 links of a replica, both ways
+    window.communication()->setMetric(MatrixMetric::Time);
+    QCOMPARE(model->metric(), MatrixMetric::Time);
+    QVERIFY(model->value(1, 0) > 0);
+    QVERIFY(colouredPixels(matrix->grab().toImage(), matrix->scene().grid) > 1000);
   }
 
   void wheelZoomsAroundTheCursor() {

@@ -1,23 +1,30 @@
 // The viewer's item models (QAbstractItemModelTester on each), the paged calls query against a plain
-// sort of every call, the measurement aggregation, the Pareto front and the timeline frame loader.
+// sort of every call, the measurement aggregation, the Pareto front, the timeline frame loader, and the
+// point-to-point views' data: the messages the timeline draws and the communication matrix, cell by cell,
+// on a hand-built four-rank trace.
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 
 #include <QAbstractItemModelTester>
+#include <QBrush>
 #include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "gradscope/storage/peers.h"
 #include "gradscope/storage/reader.h"
+#include "gradscope/storage/writer.h"
 #include "gradscope/tuner/check.h"
 #include "gradscope/tuner/recommend.h"
 #include "gui_test_support.h"
 #include "models/analysis_models.h"
 #include "models/calls_model.h"
+#include "models/comm_matrix.h"
 #include "models/jobs.h"
+#include "models/peer_flows.h"
 #include "models/sql.h"
 #include "models/trace_data.h"
 
@@ -33,6 +40,94 @@ void fetchAll(CallsModel& model) {
     model.fetchMore({});
     QTRY_VERIFY_WITH_TIMEOUT(!model.loading(), 30000);
   }
+}
+
+// Four ranks that talk point to point (world ranks = communicator ranks), written with TraceWriter:
+//   0 → 1  two MPI_Send of 4 KiB (10 us each), taken by two MPI_Recv on 1 (30 us each)
+//   1 → 2  an MPI_Isend of 1 MiB (50 us waiting), taken by an MPI_Irecv on 2 (100 us waiting)
+//   2 ↔ 3  MPI_Sendrecv of 64 KiB each way (20 us on 2, 25 us on 3)
+//   3 → 0  an MPI_Send of 512 B (5 us), taken by an MPI_Recv on 0 (7 us)
+// and an MPI_Allreduce on every rank, which no point-to-point view counts.
+struct PeerTrace {
+  std::string path;
+  std::vector<std::vector<std::int64_t>> ids;  // per rank, its calls' ids in the order above
+};
+PeerTrace writePeerTrace(const std::string& path) {
+  storage::TraceWriter writer = storage::TraceWriter::create(path);
+  storage::RunInfo run;
+  run.uuid = "00000000-0000-4000-8000-0000000000dd";
+  run.mode = "observe";
+  run.backend = Backend::Mpi;
+  run.world_size = 4;
+  run.host = "node0";
+  const std::int64_t run_id = writer.addRun(run);
+  const auto message = [](Api api, std::int64_t bytes, std::int64_t start, std::int64_t end) {
+    storage::CallRecord call;
+    call.api = api;
+    call.dtype = DType::Uint8;
+    call.bytes = bytes;
+    call.count = bytes;
+    call.enqueue_ns = start;
+    call.start_ns = start;
+    call.end_ns = end;
+    return call;
+  };
+  const auto send = [&](int dest, std::int64_t bytes, std::int64_t start, std::int64_t end,
+                        Api api = Api::MpiSend) {
+    storage::CallRecord call = message(api, bytes, start, end);
+    call.dest = dest;
+    call.send_tag = 0;
+    return call;
+  };
+  const auto receive = [&](int source, std::int64_t bytes, std::int64_t start, std::int64_t end,
+                           Api api = Api::MpiRecv) {
+    storage::CallRecord call = message(api, bytes, start, end);
+    call.source = source;
+    call.recv_tag = 0;
+    call.recv_bytes = bytes;
+    return call;
+  };
+  const auto exchange = [&](int peer, std::int64_t start, std::int64_t end) {
+    storage::CallRecord call = message(Api::MpiSendrecv, 64 << 10, start, end);
+    call.dest = call.source = peer;
+    call.send_tag = call.recv_tag = 0;
+    call.recv_bytes = 64 << 10;
+    return call;
+  };
+  std::vector<std::vector<storage::CallRecord>> calls(4);
+  calls[0] = {send(1, 4096, 1'000, 11'000), send(1, 4096, 100'000, 110'000),
+              receive(3, 512, 495'000, 502'000)};
+  calls[1] = {receive(0, 4096, 0, 30'000), receive(0, 4096, 90'000, 120'000),
+              send(2, 1 << 20, 250'000, 300'000, Api::MpiIsend)};
+  calls[1][2].enqueue_ns = 200'000;
+  calls[2] = {receive(1, 1 << 20, 200'000, 300'000, Api::MpiIrecv), exchange(3, 400'000, 420'000)};
+  calls[2][0].enqueue_ns = 150'000;
+  calls[3] = {exchange(2, 400'000, 425'000), send(0, 512, 500'000, 505'000)};
+  PeerTrace trace{path, {}};
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::int64_t rank_id = writer.addRank({0, run_id, rank, "node0", 100 + rank, "cpu", 0});
+    const std::int64_t comm_id = writer.addComm({0, rank_id, "world", Backend::Mpi, 4, rank});
+    storage::CallRecord reduce = message(Api::MpiAllreduce, 4096, 600'000, 650'000);
+    reduce.op = ReduceOp::Sum;
+    calls[static_cast<std::size_t>(rank)].push_back(reduce);
+    std::int64_t seq = 0;
+    for (storage::CallRecord& call : calls[static_cast<std::size_t>(rank)]) {
+      call.rank_id = rank_id;
+      call.comm_id = comm_id;
+      call.seq = seq++;
+    }
+    const std::int64_t first = writer.appendCalls(calls[static_cast<std::size_t>(rank)]);
+    std::vector<std::int64_t> ids;
+    for (std::size_t i = 0; i < calls[static_cast<std::size_t>(rank)].size(); ++i)
+      ids.push_back(first + static_cast<std::int64_t>(i));
+    trace.ids.push_back(ids);
+  }
+  writer.finish(700'000);
+  return trace;
+}
+
+TextMetrics fixedText() {
+  return {14, [](const QString& text) { return 7 * static_cast<int>(text.size()); }};
 }
 }  // namespace
 
@@ -363,6 +458,150 @@ class ModelsTest : public QObject {
     QVERIFY(!aggregated.detailed);
     QCOMPARE(aggregated.summary.columns, 800);
     QCOMPARE(aggregated.window_calls, static_cast<std::int64_t>(calls_.size()));
+  }
+
+  // The messages the timeline draws: each send joined to its receive, with both calls' rows and times;
+  // a call finds its messages (two for an MPI_Sendrecv), a collective none.
+  void peerFlowsJoinSendsToTheirReceives() {
+    const PeerTrace trace = writePeerTrace(dir_.filePath(QStringLiteral("peers-flows.db")).toStdString());
+    const storage::TraceReader reader = storage::TraceReader::open(trace.path);
+    const PeerFlows flows = loadPeerFlows(reader);
+    QCOMPARE(flows.all().size(), std::size_t{6});
+    QCOMPARE(flows.unmatched(), std::int64_t{0});
+    QCOMPARE(flows.unresolved(), std::int64_t{0});
+    for (std::size_t i = 1; i < flows.all().size(); ++i)
+      QVERIFY(flows.all()[i - 1].send_call_id <= flows.all()[i].send_call_id);
+    const auto& ids = trace.ids;
+    const std::vector<const PeerFlow*> second = flows.of(ids[0][1]);
+    QCOMPARE(second.size(), std::size_t{1});
+    QCOMPARE(second[0]->recv_call_id, ids[1][1]);  // the second send, the second receive
+    QCOMPARE(second[0]->send_end_ns, std::int64_t{110'000});
+    QCOMPARE(second[0]->recv_end_ns, std::int64_t{120'000});
+    QCOMPARE(second[0]->bytes, std::int64_t{4096});
+    QCOMPARE(second[0]->from_rank, 0);
+    QCOMPARE(second[0]->to_rank, 1);
+    QCOMPARE(flows.of(ids[1][1]).size(), std::size_t{1});
+    QCOMPARE(flows.of(ids[1][1])[0]->send_call_id, ids[0][1]);
+    const std::vector<const PeerFlow*> nonblocking = flows.of(ids[2][0]);
+    QCOMPARE(nonblocking.size(), std::size_t{1});
+    QCOMPARE(nonblocking[0]->send_call_id, ids[1][2]);
+    QCOMPARE(nonblocking[0]->send_start_ns, std::int64_t{250'000});
+    const std::vector<const PeerFlow*> exchange = flows.of(ids[2][1]);
+    QCOMPARE(exchange.size(), std::size_t{2});
+    QCOMPARE(exchange[0]->send_call_id, ids[2][1]);
+    QCOMPARE(exchange[0]->recv_call_id, ids[3][0]);
+    QCOMPARE(exchange[1]->send_call_id, ids[3][0]);
+    QCOMPARE(exchange[1]->recv_call_id, ids[2][1]);
+    QVERIFY(flows.of(ids[0].back()).empty());                            // the all-reduce
+    QVERIFY(loadPeerFlows(storage::TraceReader::open(trace_)).empty());  // collectives only
+  }
+
+  // The communication matrix of the four ranks, cell by cell, by bytes and by time.
+  void commMatrixCells() {
+    const PeerTrace trace = writePeerTrace(dir_.filePath(QStringLiteral("peers-matrix.db")).toStdString());
+    CommMatrixModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QVERIFY(model.empty());
+    model.setMatrix(storage::peerMatrix(storage::TraceReader::open(trace.path)));
+    QCOMPARE(model.rowCount(), 4);
+    QCOMPARE(model.columnCount(), 4);
+    QVERIFY(!model.empty());
+    QCOMPARE(model.headerData(2, Qt::Vertical).toString(), QStringLiteral("rank 2"));
+    QCOMPARE(model.headerData(3, Qt::Horizontal).toString(), QStringLiteral("peer 3"));
+    const auto cell = [&](int rank, int peer, int role) { return model.data(model.index(rank, peer), role); };
+    // Bytes: what the row's rank sent to the column's.
+    const double kib = 1024, mib = 1024 * kib;
+    const double bytes[4][4] = {
+        {0, 8 * kib, 0, 0}, {0, 0, mib, 0}, {0, 0, 0, 64 * kib}, {512, 0, 64 * kib, 0}};
+    for (int r = 0; r < 4; ++r)
+      for (int p = 0; p < 4; ++p) QCOMPARE(cell(r, p, CommMatrixModel::kValueRole).toDouble(), bytes[r][p]);
+    QCOMPARE(cell(0, 1, Qt::DisplayRole).toString(), QStringLiteral("8 KiB"));
+    QCOMPARE(cell(1, 0, Qt::DisplayRole).toString(), QString());
+    QCOMPARE(model.maxValue(), mib);
+    QCOMPARE(cell(1, 2, Qt::BackgroundRole).value<QBrush>().color(), matrixColour(1.0));
+    QCOMPARE(cell(1, 0, Qt::BackgroundRole).value<QBrush>().color(), matrixColour(0));
+    QVERIFY(cell(3, 0, Qt::BackgroundRole).value<QBrush>().color() != matrixColour(0));  // 512 B: a tint
+    QCOMPARE(cell(1, 2, Qt::ForegroundRole).value<QBrush>().color(), QColor(Qt::white));
+    const QString tip = cell(2, 3, Qt::ToolTipRole).toString();
+    QVERIFY2(tip.contains(QStringLiteral("rank 2 ↔ peer 3")), qPrintable(tip));
+    QVERIFY2(tip.contains(QStringLiteral("sent 64 KiB in 1 send (20.0 us)")), qPrintable(tip));
+    QVERIFY2(tip.contains(QStringLiteral("received 64 KiB in 1 receive (20.0 us)")), qPrintable(tip));
+    QVERIFY2(tip.contains(QStringLiteral("1 point-to-point call in all")), qPrintable(tip));
+    QVERIFY(cell(1, 0, Qt::ToolTipRole)
+                .toString()
+                .contains(QStringLiteral("received 8 KiB in 2 receives (60.0 us)")));
+
+    // Time: sending to the peer plus receiving from it (a Sendrecv in both).
+    QSignalSpy changed(&model, &QAbstractItemModel::dataChanged);
+    model.setMetric(MatrixMetric::Time);
+    QCOMPARE(changed.count(), 1);
+    const double us = 1000;
+    const double time[4][4] = {{0, 20 * us, 0, 7 * us},
+                               {60 * us, 0, 50 * us, 0},
+                               {0, 100 * us, 0, 40 * us},
+                               {5 * us, 0, 50 * us, 0}};
+    for (int r = 0; r < 4; ++r)
+      for (int p = 0; p < 4; ++p) QCOMPARE(cell(r, p, CommMatrixModel::kValueRole).toDouble(), time[r][p]);
+    QCOMPARE(cell(1, 0, Qt::DisplayRole).toString(), QStringLiteral("60.0 us"));
+    QCOMPARE(model.maxValue(), 100 * us);
+
+    // The scene: a cell per pair that talked, each with its value; every rank labelled; what a point hits.
+    const CommMatrixScene scene = buildCommMatrixScene(model, {900, 600}, fixedText());
+    QVERIFY(!scene.message.has_value());
+    QCOMPARE(scene.cells.size(), std::size_t{8});
+    QCOMPARE(scene.label_step, 1);
+    QCOMPARE(scene.row_labels.size(), std::size_t{4});
+    QCOMPARE(scene.column_labels.size(), std::size_t{4});
+    QCOMPARE(scene.grid.width(), 4 * scene.cell);
+    QVERIFY(scene.grid.bottom() < 600 && scene.scale.left() > scene.grid.right());
+    for (const MatrixCell& c : scene.cells) {
+      QVERIFY(c.text.has_value());
+      QCOMPARE(c.text->text, model.valueText(model.value(c.rank, c.peer)));
+      QVERIFY(c.rect.contains(c.text->rect.center()));
+      QCOMPARE(scene.cellAt(c.rect.center()), (std::optional<std::pair<int, int>>{{c.rank, c.peer}}));
+    }
+    QCOMPARE(scene.cells[0].rank, 0);
+    QCOMPARE(scene.cells[0].peer, 1);
+    QCOMPARE(scene.cellAt({scene.grid.left() - 1, scene.grid.top()}), std::nullopt);
+    QCOMPARE(scene.scale_labels.front().text, model.valueText(100 * us));
+    QCOMPARE(scene.scale_labels.back().text, QStringLiteral("none"));
+  }
+
+  // Many ranks: colours only, labels as often as they fit; none at all: a message instead.
+  void commMatrixScalesToManyRanks() {
+    storage::PeerMatrix ring;
+    ring.ranks = 200;
+    const auto cells = static_cast<std::size_t>(200 * 200);
+    for (auto* values :
+         {&ring.sent_bytes, &ring.send_calls, &ring.send_ns, &ring.recv_ns, &ring.recv_calls, &ring.calls})
+      values->assign(cells, 0);
+    for (std::size_t r = 0; r < 200; ++r) {
+      const std::size_t next = r * 200 + (r + 1) % 200;
+      ring.sent_bytes[next] = static_cast<std::int64_t>(1000 * (r + 1));
+      ring.send_calls[next] = ring.calls[next] = 1;
+    }
+    CommMatrixModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setMatrix(ring);
+    const CommMatrixScene scene = buildCommMatrixScene(model, {900, 700}, fixedText());
+    QCOMPARE(scene.cells.size(), std::size_t{200});
+    QVERIFY(scene.cell >= 1);
+    QVERIFY(scene.grid.right() < 900 && scene.grid.bottom() < 700);
+    for (const MatrixCell& c : scene.cells) QVERIFY(!c.text.has_value());
+    QVERIFY(scene.label_step > 1);
+    QVERIFY(scene.label_step * scene.cell >= 14);  // labels do not overlap
+    QCOMPARE(static_cast<int>(scene.row_labels.size()), (200 + scene.label_step - 1) / scene.label_step);
+    // Up to kMatrixMaxTextRanks ranks the widget asks for cells of at least kMatrixMinCell.
+    QVERIFY(commMatrixMinimumSize(64, fixedText()).height() >= 64 * kMatrixMinCell);
+
+    CommMatrixModel none;
+    storage::PeerMatrix quiet;
+    quiet.ranks = 4;
+    none.setMatrix(quiet);
+    QVERIFY(none.empty());
+    const CommMatrixScene empty = buildCommMatrixScene(none, {900, 700}, fixedText());
+    QVERIFY(empty.message.has_value());
+    QVERIFY(empty.cells.empty());
   }
 
   void jobsDropStaleResults() {

@@ -1,14 +1,18 @@
 // The timeline's scene (models/timeline_scene.h), read as data: rows per rank under their hosts, a bar's
 // columns from the time↔pixel math (clock offsets, clipping), at most one bar per pixel column and row
 // (dense calls, fresh and stale aggregated frames), the axis, legend and status labels, the selection,
-// and what a point hits. Then the window query the timeline and the calls table share
+// what a point hits, a selected message's arrow, nonblocking calls' posted parts, and an API colour for
+// every API. Then the window query the timeline and the calls table share
 // (storage/window.h): both list the same calls for a window, a long call that started before it included.
 
 #include "models/timeline_scene.h"
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
+#include <span>
+#include <stdexcept>
 #include <vector>
 
 #include <QSignalSpy>
@@ -20,6 +24,7 @@
 #include "gradscope/storage/writer.h"
 #include "models/calls_model.h"
 #include "models/palette.h"
+#include "models/peer_flows.h"
 
 using namespace gradscope;
 using namespace gradscope::gui;
@@ -98,6 +103,31 @@ bool onePerColumn(const TimelineScene& scene, const std::vector<const SceneBar*>
 
 QPoint middleOf(const QRect& rect) {
   return {rect.left() + rect.width() / 2, rect.top() + rect.height() / 2};
+}
+
+// The message from `send` to `receive` as loadPeerFlows gives it.
+PeerFlow flowOf(const storage::CallRecord& send, const storage::CallRecord& receive, int from_rank,
+                int to_rank, int tag) {
+  PeerFlow flow;
+  flow.send_call_id = send.id;
+  flow.recv_call_id = receive.id;
+  flow.send_rank_id = send.rank_id;
+  flow.recv_rank_id = receive.rank_id;
+  flow.send_start_ns = send.start_ns;
+  flow.send_end_ns = send.end_ns;
+  flow.recv_start_ns = receive.start_ns;
+  flow.recv_end_ns = receive.end_ns;
+  flow.bytes = send.bytes;
+  flow.tag = tag;
+  flow.from_rank = from_rank;
+  flow.to_rank = to_rank;
+  return flow;
+}
+
+const SceneRow& rowOf(const TimelineScene& scene, std::int64_t rank_id) {
+  for (const SceneRow& row : scene.rows)
+    if (!row.host_header && row.rank_id == rank_id) return row;
+  throw std::runtime_error("no row");
 }
 
 }  // namespace
@@ -382,6 +412,195 @@ class TimelineSceneTest : public QObject {
       }
     }
     QCOMPARE(bucketAt(scene, frame, {middleOf(bars[0]->rect).x(), y}), nullptr);  // not an aggregated frame
+  }
+
+  // Selecting either end of a message draws one arrow from the send's end (sender's row) to the
+  // receive's end (receiver's row, its clock offset applied); an MPI_Sendrecv has two.
+  void aSelectedMessageHasItsArrow() {
+    std::vector<storage::RankInfo> ranks = fourRanks();
+    ranks[1].clock_offset_ns = 10'000;
+    const TimeRange window{0, 1'000'000};
+    storage::CallRecord send = call(1, 0, 200'000, 300'000, Api::MpiSend);
+    send.dest = 1;
+    send.send_tag = 7;
+    storage::CallRecord receive = call(2, 1, 150'000, 320'000, Api::MpiRecv);
+    receive.source = 0;
+    receive.recv_tag = 7;
+    const storage::CallRecord reduce = call(3, 2, 400'000, 500'000);
+    storage::CallRecord exchange2 = call(4, 2, 600'000, 700'000, Api::MpiSendrecv);
+    storage::CallRecord exchange3 = call(5, 3, 600'000, 650'000, Api::MpiSendrecv);
+    exchange2.dest = exchange2.source = 1;
+    exchange3.dest = exchange3.source = 0;  // ranks in a two-rank communicator
+    const TimelineFrame frame = detailedFrame(window, {send, receive, reduce, exchange2, exchange3});
+    const PeerFlows flows({flowOf(exchange3, exchange2, 3, 2, 0), flowOf(send, receive, 0, 1, 7),
+                           flowOf(exchange2, exchange3, 2, 3, 0)});
+
+    TimelineSceneInput input = inputFor(ranks, &frame, window);
+    input.flows = &flows;
+    input.selection = SelectedCall{1, 0, 200'000, 300'000};
+    const TimelineScene scene = buildTimelineScene(input);
+    QCOMPARE(scene.arrows.size(), std::size_t{1});
+    const SceneArrow& arrow = scene.arrows[0];
+    const SceneRow& sender = rowOf(scene, 0);
+    const SceneRow& receiver = rowOf(scene, 1);
+    QCOMPARE(arrow.send_end, QPointF(scene.math.timeToX(300'000), sender.bar_top + sender.bar_height / 2.0));
+    QCOMPARE(arrow.recv_end,
+             QPointF(scene.math.timeToX(330'000), receiver.bar_top + receiver.bar_height / 2.0));
+    QCOMPARE(arrow.from, arrow.send_end.toPoint());
+    QCOMPARE(arrow.to, arrow.recv_end.toPoint());
+    QVERIFY(arrow.head);
+    QVERIFY(arrow.tail);
+    QCOMPARE(arrow.send_call_id, std::int64_t{1});
+    QCOMPARE(arrow.recv_call_id, std::int64_t{2});
+    QCOMPARE(arrow.label.text, QStringLiteral("4 KiB · tag 7"));
+    QVERIFY(scene.plot.contains(arrow.label.rect));
+
+    // The receive selected: the same arrow.
+    input.selection = SelectedCall{2, 1, 150'000, 320'000};
+    const TimelineScene from_receive = buildTimelineScene(input);
+    QCOMPARE(from_receive.arrows.size(), std::size_t{1});
+    QCOMPARE(from_receive.arrows[0].send_end, arrow.send_end);
+    QCOMPARE(from_receive.arrows[0].recv_end, arrow.recv_end);
+    // A Sendrecv: the message it sent and the one it received.
+    input.selection = SelectedCall{4, 2, 600'000, 700'000};
+    const TimelineScene both = buildTimelineScene(input);
+    QCOMPARE(both.arrows.size(), std::size_t{2});
+    QCOMPARE(both.arrows[0].send_call_id, std::int64_t{4});
+    QCOMPARE(both.arrows[1].send_call_id, std::int64_t{5});
+    QCOMPARE(both.arrows[0].label.text, QStringLiteral("4 KiB · tag 0"));
+    // No arrow for a collective, without the trace's messages, or when the filter hides the partner's row.
+    input.selection = SelectedCall{3, 2, 400'000, 500'000};
+    QVERIFY(buildTimelineScene(input).arrows.empty());
+    input.selection = SelectedCall{1, 0, 200'000, 300'000};
+    input.flows = nullptr;
+    QVERIFY(buildTimelineScene(input).arrows.empty());
+    input.flows = &flows;
+    input.filter.rank_id = 0;
+    QVERIFY(buildTimelineScene(input).arrows.empty());
+    input.filter = {};
+
+    // The receive's end right of the window: the arrow runs to the plot's edge, without a head.
+    TimelineSceneInput cut = inputFor(ranks, &frame, {0, 310'000});
+    cut.flows = &flows;
+    cut.selection = SelectedCall{1, 0, 200'000, 300'000};
+    const TimelineScene clipped = buildTimelineScene(cut);
+    QCOMPARE(clipped.arrows.size(), std::size_t{1});
+    QVERIFY(!clipped.arrows[0].head);
+    QVERIFY(clipped.arrows[0].tail);
+    QCOMPARE(clipped.arrows[0].to.x(), clipped.plot.left() + clipped.plot.width());
+    QVERIFY(clipped.arrows[0].recv_end.x() > clipped.plot.left() + clipped.plot.width());
+    // Both ends far outside on one side: nothing to draw.
+    TimelineSceneInput gone = inputFor(ranks, &frame, {800'000, 900'000});
+    gone.flows = &flows;
+    gone.selection = SelectedCall{1, 0, 200'000, 300'000};
+    QVERIFY(buildTimelineScene(gone).arrows.empty());
+  }
+
+  // A nonblocking call: a thin bar from posting to the wait, the full bar for the wait; a blocking call's
+  // enqueue time draws nothing; thin parts of one colour merge; the legend explains them.
+  void nonblockingCallsShowWhenTheyWerePosted() {
+    const std::vector<storage::RankInfo> ranks = fourRanks();
+    const TimeRange window{0, 1'000'000};
+    storage::CallRecord first = call(1, 0, 500'000, 600'000, Api::MpiIrecv);
+    first.enqueue_ns = 100'000;
+    storage::CallRecord second = call(2, 0, 600'000, 650'000, Api::MpiIrecv);
+    second.enqueue_ns = 150'000;  // posted while the first is
+    storage::CallRecord blocking = call(3, 1, 300'000, 400'000, Api::MpiRecv);
+    blocking.enqueue_ns = 100'000;
+    storage::CallRecord isend = call(4, 2, 800'000, 900'000, Api::MpiIsend);
+    isend.enqueue_ns = 700'000;
+    const TimelineFrame frame = detailedFrame(window, {first, second, blocking, isend});
+    const TimelineScene scene = buildTimelineScene(inputFor(ranks, &frame, window));
+    const auto columns = [&](double start, double end) {
+      const int left = static_cast<int>(std::floor(scene.math.timeToX(start)));
+      return Columns(left, std::max(left + 1, static_cast<int>(std::ceil(scene.math.timeToX(end)))));
+    };
+    QCOMPARE(scene.posted.size(), std::size_t{2});
+    const SceneBar& posted = scene.posted[0];
+    const SceneRow& row = scene.rows[posted.row];
+    QCOMPARE(row.rank_id, std::int64_t{0});
+    QCOMPARE(Columns(posted.rect.left(), posted.rect.left() + posted.rect.width()),
+             columns(100'000, 600'000));
+    QCOMPARE(posted.rect.height(), std::max(2, row.bar_height / 5));
+    QVERIFY(posted.rect.top() > row.bar_top);
+    QVERIFY(posted.rect.bottom() < row.bar_top + row.bar_height - 1);
+    QCOMPARE(posted.colour, apiColor(Api::MpiIrecv).rgb());
+    QCOMPARE(scene.rows[scene.posted[1].row].rank_id, std::int64_t{2});
+    QCOMPARE(scene.posted[1].colour, apiColor(Api::MpiIsend).rgb());
+    // The full bars stay the waits.
+    const auto waits = barsOfRank(scene, 0);
+    QCOMPARE(waits.front()->rect.left(), columns(500'000, 600'000).first);
+    // The thin part hits nothing.
+    QCOMPARE(callAt(scene, frame, {columns(300'000, 300'001).first, row.bar_top + row.bar_height / 2}),
+             nullptr);
+    // The legend: the APIs, then the key of the thin bars.
+    QCOMPARE(scene.legend.size(), std::size_t{4});
+    QVERIFY(scene.legend.back().posted);
+    QCOMPARE(scene.legend.back().label.text, QStringLiteral("thin: posted, not yet waited for"));
+    QVERIFY(!scene.legend.front().posted);
+
+    // Only the posted part in view: drawn, and its API in the legend.
+    const TimelineScene early = buildTimelineScene(inputFor(ranks, &frame, {0, 400'000}));
+    QVERIFY(barsOfRank(early, 0).empty());
+    QCOMPARE(early.posted.size(), std::size_t{1});
+    QCOMPARE(early.legend.front().api, Api::MpiRecv);
+    QCOMPARE(early.legend[1].api, Api::MpiIrecv);
+  }
+
+  // Too many APIs for the width: the legend stops short of the status line and counts the rest.
+  void theLegendLeavesRoomForTheStatus() {
+    const std::vector<storage::RankInfo> ranks = fourRanks();
+    const TimeRange window{0, 1'000'000};
+    std::vector<storage::CallRecord> calls;
+    const std::span<const Api> apis = allApis();
+    for (std::size_t i = 0; i < 12; ++i) {
+      const auto start = static_cast<std::int64_t>(i) * 50'000;
+      calls.push_back(call(static_cast<std::int64_t>(i + 1), 0, start, start + 20'000, apis[i]));
+      calls.back().enqueue_ns = start;  // no posted part: twelve APIs, no key
+    }
+    const TimelineFrame frame = detailedFrame(window, calls);
+    const TimelineScene scene = buildTimelineScene(inputFor(ranks, &frame, window, {900, 400}));
+    QVERIFY(scene.legend_more.has_value());
+    QVERIFY(!scene.legend.empty());
+    QCOMPARE(scene.legend.size() + static_cast<std::size_t>(scene.legend_hidden.size()), std::size_t{12});
+    QCOMPARE(scene.legend_more->text, QStringLiteral("+%1 more").arg(scene.legend_hidden.size()));
+    const LegendEntry& last = scene.legend.back();
+    QVERIFY(last.label.rect.left() + last.label.rect.width() <= scene.legend_more->rect.left());
+    QVERIFY(scene.legend_more->rect.left() + scene.legend_more->rect.width() <=
+            scene.status.rect.left() + scene.status.rect.width() -
+                kCharWidth * static_cast<int>(scene.status.text.size()));
+    for (const QString& hidden : scene.legend_hidden) QVERIFY(hidden.startsWith(QStringLiteral("MPI_")));
+  }
+
+  // Every API has a colour, and it says what the call does: one per kind of operation, nonblocking forms
+  // lighter; point-to-point is one family, sends darkest, receives lightest.
+  void everyApiHasTheColourOfWhatItDoes() {
+    std::map<std::pair<Collective, bool>, QRgb> by_kind;
+    std::set<QRgb> colours;
+    for (const Api api : allApis()) {
+      const QColor colour = apiColor(api);
+      QVERIFY2(colour != apiColor(Api::Unknown), name(api).data());
+      const std::pair kind{collectiveOf(api), isNonblocking(api)};
+      const auto [found, added] = by_kind.emplace(kind, colour.rgb());
+      QVERIFY2(found->second == colour.rgb(), name(api).data());                   // same kind, same colour
+      if (added) QVERIFY2(colours.insert(colour.rgb()).second, name(api).data());  // another kind, another
+      if (isNonblocking(api)) {
+        // Nonblocking forms are their blocking form's colour, lighter.
+        const auto blocking = by_kind.find({collectiveOf(api), false});
+        if (blocking != by_kind.end()) {
+          QVERIFY2(colour.lightness() > QColor::fromRgb(blocking->second).lightness(), name(api).data());
+          QVERIFY2(std::abs(colour.hslHue() - QColor::fromRgb(blocking->second).hslHue()) <= 2,
+                   name(api).data());
+        }
+      }
+    }
+    QCOMPARE(apiColor(Api::NcclSend), apiColor(Api::MpiSend));
+    QCOMPARE(apiColor(Api::MpiSsend), apiColor(Api::MpiSend));
+    QCOMPARE(apiColor(Api::NcclAlltoAll), apiColor(Api::MpiAlltoallv));
+    const QColor send = apiColor(Api::MpiSend), both = apiColor(Api::MpiSendrecv),
+                 receive = apiColor(Api::MpiRecv);
+    QVERIFY(send.lightness() < both.lightness() && both.lightness() < receive.lightness());
+    for (const QColor& other : {both, receive}) QVERIFY(std::abs(other.hslHue() - send.hslHue()) <= 10);
   }
 
   // The calls table and the timeline ask the store the same question for a window (storage/window.h) and

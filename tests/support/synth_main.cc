@@ -1,4 +1,5 @@
-// gradscope-synth: writes the per-rank trace files of a synthetic data-parallel job.
+// gradscope-synth: writes the per-rank trace files of a synthetic data-parallel job, or (--pipeline) one
+// trace of a synthetic pipeline-parallel job.
 
 #include <filesystem>
 
@@ -6,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "gradscope/common/error.h"
+#include "pipeline_trace.h"
 #include "synthetic_trace.h"
 
 int main(int argc, char** argv) {
@@ -24,8 +26,29 @@ int main(int argc, char** argv) {
   app.add_flag("--gpu", job.gpu, "NCCL calls on GPUs instead of MPI calls");
   app.add_option("--large", large_calls, "Instead: write one file with this many calls (benchmarks)");
   app.add_option("--large-file", large_path, "File for --large");
+  gradscope::testing::SyntheticPipeline pipeline;
+  std::string pipeline_path;
+  app.add_option("--pipeline", pipeline_path,
+                 "Instead: write one trace of a pipeline-parallel job (point-to-point calls) to this file");
+  app.add_option("--stages", pipeline.stages, "--pipeline: stages")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--replicas", pipeline.replicas, "--pipeline: data-parallel copies of the pipeline")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--microbatches", pipeline.microbatches, "--pipeline: microbatches per step")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!pipeline_path.empty()) {
+      if (app.count("--steps") > 0) pipeline.steps = job.steps;
+      pipeline.seed = job.seed;
+      gradscope::testing::writePipelineTrace(pipeline_path, pipeline);
+      fmt::print("wrote {} ({} stages × {} replicas, {} steps)\n", pipeline_path, pipeline.stages,
+                 pipeline.replicas, pipeline.steps);
+      return 0;
+    }
     if (large_calls > 0) {
       if (large_path.empty()) gradscope::fail("--large needs --large-file");
       gradscope::testing::writeLargeTrace(large_path, large_calls, job.ranks, job.seed);
