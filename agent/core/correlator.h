@@ -31,7 +31,9 @@ namespace gradscope::agent {
 using CommSeq = std::pair<std::int64_t, std::int64_t>;
 struct CommSeqHash {
   std::size_t operator()(const CommSeq& key) const {
-    return std::hash<std::int64_t>()(key.second * 4099 + key.first);
+    // In unsigned arithmetic: numbers of calls numbered apart carry call_event.h's kPeerSeqBit (2^62).
+    return std::hash<std::uint64_t>()(static_cast<std::uint64_t>(key.second) * 4099u +
+                                      static_cast<std::uint64_t>(key.first));
   }
 };
 
