@@ -46,12 +46,16 @@ struct Predefined {
   MPI_Comm world{};
   MPI_Comm null_comm{};
   MPI_Datatype byte{};
+  // The request a nonblocking call returns when it completed as it was posted: Open MPI hands every eager
+  // send the same one (ompi_request_empty), so it is no call's own handle.
+  MPI_Request completed{};
   std::array<std::pair<MPI_Op, ReduceOp>, 4> ops{};
 };
 
 // The predefined reduction handles, for the hot path without predefined()'s initialisation guard:
 // filled by predefined(), which activation calls before any call is recorded.
 std::array<std::pair<MPI_Op, ReduceOp>, 4> g_reduce_ops{};
+MPI_Request g_completed_request{};  // Predefined::completed, for the hot path likewise
 
 const Predefined& predefined() {
   static const Predefined handles = [] {
@@ -60,6 +64,7 @@ const Predefined& predefined() {
     p.world = static_cast<MPI_Comm>(findDataSymbol("ompi_mpi_comm_world"));
     p.null_comm = static_cast<MPI_Comm>(findDataSymbol("ompi_mpi_comm_null"));
     p.byte = static_cast<MPI_Datatype>(findDataSymbol("ompi_mpi_byte"));
+    p.completed = static_cast<MPI_Request>(findDataSymbol("ompi_request_empty"));
     p.ops = {{{static_cast<MPI_Op>(findDataSymbol("ompi_mpi_op_sum")), ReduceOp::Sum},
               {static_cast<MPI_Op>(findDataSymbol("ompi_mpi_op_max")), ReduceOp::Max},
               {static_cast<MPI_Op>(findDataSymbol("ompi_mpi_op_min")), ReduceOp::Min},
@@ -68,12 +73,14 @@ const Predefined& predefined() {
     p.world = MPI_COMM_WORLD;
     p.null_comm = MPI_COMM_NULL;
     p.byte = MPI_BYTE;
+    p.completed = MPI_REQUEST_NULL;
     p.ops = {{{MPI_SUM, ReduceOp::Sum},
               {MPI_MAX, ReduceOp::Max},
               {MPI_MIN, ReduceOp::Min},
               {MPI_PROD, ReduceOp::Prod}}};
 #endif
     g_reduce_ops = p.ops;
+    g_completed_request = p.completed;
     return p;
   }();
   return handles;
@@ -580,6 +587,18 @@ inline bool anyRequestInFlight() {
   return g_requests_table != nullptr && !g_requests_table->empty();
 }
 
+// A nonblocking call whose request is the one MPI hands out for calls complete at posting (Open MPI's
+// eager sends): it is recorded at once, ending as it was posted, since its handle is shared and its
+// completion tells nothing.
+inline bool completedAtPosting(MPI_Request request) {
+  return request == g_completed_request && g_completed_request != MPI_Request{};
+}
+void recordCompletedAtPosting(CallEvent& event, std::int64_t spread_bytes) {
+  event.call.start = event.call.end = ticks();
+  if (spread_bytes >= 0) record(peerExtraEvent(event.header, {-1, -1, -1, spread_bytes, spread_bytes}));
+  record(event);
+}
+
 // Records a nonblocking call the completion function returned completed: posted at its record's enqueue
 // time, waited for from `wait_start` (this call's entry, or the first completion function that returned
 // it unfinished), finished at `end`. A receive takes the matched source, tag and size from its status.
@@ -719,7 +738,8 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
   CallEvent event;
   fillHostCall(event, api, slot->index, type.dtype, op_code, count, bytes, call.seq, step, 0, 0);
   const auto finish_record = [&](int rc) {
-    if (request != nullptr && rc == MPI_SUCCESS && event.call.strategy == 0) {
+    if (request != nullptr && rc == MPI_SUCCESS && event.call.strategy == 0 &&
+        !completedAtPosting(*request)) {
       requestsInFlight().add(*request, event);  // recorded at completion, like any MPI_Iallreduce
     } else {
       event.call.end = ticks();
@@ -1006,6 +1026,10 @@ const MPI_Status* statusOfSome(int i, const int* outcount, const int* indices, c
     }                                                                                                       \
     const Spread spread = spreadOf(SPREAD, count_value, slot->size);                                        \
     const std::int64_t spread_bytes = spread.known ? spread.max_count * type.size : -1;                     \
+    if (completedAtPosting(*REQUEST)) {                                                                     \
+      recordCompletedAtPosting(event, spread_bytes);                                                        \
+      return rc;                                                                                            \
+    }                                                                                                       \
     requestsInFlight().add(*REQUEST, event, spread_bytes);                                                  \
     return rc;                                                                                              \
   }
@@ -1035,7 +1059,9 @@ GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_
   fillHostCall(event, Api::MpiIallreduce, slot->index, type.dtype, reduceOpOf(op), count,
                std::int64_t{count} * type.size, slot->nextSeq(), stepForCall(Api::MpiIallreduce), ticks(), 0);
   const int rc = real_MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
-  if (rc == MPI_SUCCESS && request != nullptr) {
+  if (rc == MPI_SUCCESS && request != nullptr && completedAtPosting(*request)) {
+    recordCompletedAtPosting(event, -1);
+  } else if (rc == MPI_SUCCESS && request != nullptr) {
     event.call.start = event.call.enqueue;
     requestsInFlight().add(*request, event);
   } else {
@@ -1145,7 +1171,8 @@ GS_EXPORT int MPI_Imrecv(void* buf, int count, MPI_Datatype datatype, MPI_Messag
     record(event);
     return rc;
   }
-  requestsInFlight().add(*request, event);
+  if (completedAtPosting(*request)) recordCompletedAtPosting(event, -1);
+  else requestsInFlight().add(*request, event);
   return rc;
 }
 

@@ -982,6 +982,9 @@ def p2p_expected(np, rank, step):
     recv(MPI_RECV, INT32, 1, 4, pv, 70)
     add(MPI_SEND, INT32, 0, 0)  # MPI_PROC_NULL: no peer, nothing moved
     add(MPI_RECV, INT32, 0, 0, recv_bytes=0)
+    for _ in range(32):  # the window: one MPI_Waitall completes them all
+        recv(MPI_IRECV, INT32, 1, 4, pv, 95)
+        send(MPI_ISEND, INT32, 1, 4, nx, 95)
     add(MPI_GATHER, UINT64, 1, 8)
     return calls
 

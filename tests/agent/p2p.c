@@ -28,6 +28,9 @@
  *   15  an MPI_Irecv from self that is cancelled (MPI_Cancel, MPI_Wait): not recorded
  *   16  MPI_Isend 1 int to next, tag 70, released with MPI_Request_free; MPI_Recv 1 int from prev, tag 70
  *   17  MPI_Send and MPI_Recv with MPI_PROC_NULL (recorded with no peer and no bytes)
+ *   18  a window of 32 MPI_Irecv of 1 int from prev and 32 MPI_Isend to next (tag 95), one MPI_Waitall, as
+ *       osu_bw does: Open MPI returns one shared request for every eager send that completed as it was
+ *       posted
  *
  * Rank 0 prints one line per step with a hash of every rank's results (gathered with MPI_Gather), so that a
  * run under the agent can be compared with a plain one byte for byte. A wrong result prints
@@ -134,7 +137,8 @@ static void nonblockingPair(void) {
 static void sendRecvCalls(void) {
   float out[5], in[5];
   for (int i = 0; i < 5; ++i) out[i] = (float)value(5, g_rank, i);
-  MPI_Sendrecv(out, 5, MPI_FLOAT, next(), 30, in, 5, MPI_FLOAT, prev(), 30, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Sendrecv(out, 5, MPI_FLOAT, next(), 30, in, 5, MPI_FLOAT, prev(), 30, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
   for (int i = 0; i < 5; ++i) expect(in[i] == (float)value(5, prev(), i), "MPI_Sendrecv", i);
   hashBytes(in, sizeof in);
   int buffer[6];
@@ -357,6 +361,21 @@ static void unrecordedRequests(void) {
   expect(nothing == 5, "MPI_PROC_NULL receive", 0);
 }
 
+static void window(void) {
+  enum { kWindow = 32 };
+  int out[kWindow], in[kWindow];
+  MPI_Request requests[2 * kWindow];
+  for (int i = 0; i < kWindow; ++i) {
+    out[i] = value(24, g_rank, i);
+    MPI_Irecv(&in[i], 1, MPI_INT, prev(), 95, MPI_COMM_WORLD, &requests[i]);
+  }
+  for (int i = 0; i < kWindow; ++i)
+    MPI_Isend(&out[i], 1, MPI_INT, next(), 95, MPI_COMM_WORLD, &requests[kWindow + i]);
+  MPI_Waitall(2 * kWindow, requests, MPI_STATUSES_IGNORE);
+  for (int i = 0; i < kWindow; ++i) expect(in[i] == value(24, prev(), i), "window", i);
+  hashBytes(in, sizeof in);
+}
+
 int main(int argc, char** argv) {
   int steps = 2;
   for (int i = 1; i < argc; ++i) {
@@ -390,6 +409,7 @@ int main(int argc, char** argv) {
     nonblockingCollectives();
     anyAndSome();
     unrecordedRequests();
+    window();
     uint64_t hashes[kMaxRanks];
     MPI_Gather(&g_hash, 1, MPI_UINT64_T, hashes, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     if (g_rank == 0) {
