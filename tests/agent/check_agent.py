@@ -916,6 +916,31 @@ def check_collectives(args):
         db.close()
     check(len(world_keys) == 1, f"{label}: the world's key differs between ranks: {world_keys}")
 
+def rank_traces_under_agent(args, np, program, plain_out, label, **variables):
+    """Runs `program` on np ranks under the agent with `variables`, checks what every such check does (exit 0,
+    the plain run's stdout, no agent line, one file per rank, none dropped), and yields (rank, where, open
+    database) for each rank file that opens; the database is closed after the caller's turn."""
+    traces = fresh_directory(os.path.join(args.workdir, "traces"))
+    code, out, err = run(mpiexec(args, np, program, agent_options(args, os.path.join(traces, "rank%r.db"),
+                                                                  **variables)),
+                         base_environment(), args.workdir)
+    check(code == 0, f"{label}: exit {code} under the agent: {tail(err)}")
+    check(out == plain_out, f"{label}: stdout under the agent differs from the plain run's:\n--- plain\n{plain_out}"
+          f"--- agent\n{out}")
+    check(gradscope_lines(err) == [], f"{label}: the agent printed {gradscope_lines(err)}")
+    files = trace_files(traces)
+    check(files == [f"rank{r}.db" for r in range(np)], f"{label}: per-rank files {files}")
+    for rank in range(np):
+        where = f"{label}: rank {rank}"
+        db = check_file_opens(os.path.join(traces, f"rank{rank}.db"), where) if f"rank{rank}.db" in files else None
+        if db is None:
+            continue
+        drops = db.execute("SELECT kind, count FROM drops WHERE count != 0").fetchall()
+        check(drops == [], f"{where}: drops {drops}, expected none")
+        yield rank, where, db
+        db.close()
+
+
 # gradscope::Api codes of the calls tests/agent/p2p.c makes, and the dtype of a derived type and of none.
 (MPI_SEND, MPI_SSEND, MPI_ISEND, MPI_RECV, MPI_IRECV, MPI_SENDRECV, MPI_SENDRECV_REPLACE, MPI_BARRIER) = range(8, 16)
 (MPI_ALLTOALL, MPI_ALLTOALLV, MPI_GATHER, MPI_SCATTER, MPI_ALLGATHERV, MPI_IBCAST, MPI_IREDUCE, MPI_IALLGATHER,
@@ -1002,23 +1027,8 @@ def check_p2p(args):
     # p2p.c's collectives per step: 3 all-to-all(v), gather, scatter, allgatherv, 6 nonblocking ones (the
     # barriers are not), the hash gather.
     collectives_per_step = 13
-    traces = fresh_directory(os.path.join(args.workdir, "traces"))
-    code, out, err = run(mpiexec(args, np, program, agent_options(args, os.path.join(traces, "rank%r.db"),
-                                                                  GRADSCOPE_STEP_CALLS=collectives_per_step)),
-                         base_environment(), args.workdir)
-    check(code == 0, f"{label}: exit {code} under the agent: {tail(err)}")
-    check(out == plain_out, f"{label}: stdout under the agent differs from the plain run's:\n--- plain\n{plain_out}"
-          f"--- agent\n{out}")
-    check(gradscope_lines(err) == [], f"{label}: the agent printed {gradscope_lines(err)}")
-    files = trace_files(traces)
-    check(files == [f"rank{r}.db" for r in range(np)], f"{label}: per-rank files {files}")
-    for rank in range(np):
-        where = f"{label}: rank {rank}"
-        db = check_file_opens(os.path.join(traces, f"rank{rank}.db"), where) if f"rank{rank}.db" in files else None
-        if db is None:
-            continue
-        drops = db.execute("SELECT kind, count FROM drops WHERE count != 0").fetchall()
-        check(drops == [], f"{where}: drops {drops}, expected none")
+    for rank, where, db in rank_traces_under_agent(args, np, program, plain_out, label,
+                                                   GRADSCOPE_STEP_CALLS=collectives_per_step):
         rows = db.execute(
             "SELECT c.api, c.dtype, c.count, c.op, c.bytes, p.dest, p.send_tag, p.source, p.recv_tag, p.recv_bytes, "
             "p.peer_max_bytes, p.peer_min_bytes, c.step, c.seq, c.enqueue_ns, c.start_ns, c.end_ns "
@@ -1042,7 +1052,6 @@ def check_p2p(args):
               f"{where}: point-to-point seq {seqs[:8]}..., expected distinct, with one gap per step")
         bad_times = [row[:5] for row in rows if None in row[14:17] or not row[14] <= row[15] <= row[16]]
         check(not bad_times, f"{where}: calls {bad_times[:5]} lack enqueue <= start <= end")
-        db.close()
 
 
 MPI_MRECV, UINT8 = 47, 1
@@ -1077,23 +1086,8 @@ def check_p2p_python(args):
     program = [args.python, args.python_p2p, "--steps", str(steps)]
     plain_out, _ = plain_run(args, np, program, args.workdir, label)
     check(plain_out.count("p2p.py: step") == steps, f"{label}: plain run printed {plain_out!r}")
-    traces = fresh_directory(os.path.join(args.workdir, "traces"))
-    code, out, err = run(mpiexec(args, np, program, agent_options(args, os.path.join(traces, "rank%r.db"),
-                                                                  **foreign_process_variables(args))),
-                         base_environment(), args.workdir)
-    check(code == 0, f"{label}: exit {code} under the agent: {tail(err)}")
-    check(out == plain_out, f"{label}: stdout under the agent differs from the plain run's:\n--- plain\n{plain_out}"
-          f"--- agent\n{out}")
-    check(gradscope_lines(err) == [], f"{label}: the agent printed {gradscope_lines(err)}")
-    files = trace_files(traces)
-    check(files == [f"rank{r}.db" for r in range(np)], f"{label}: per-rank files {files}")
-    for rank in range(np):
-        where = f"{label}: rank {rank}"
-        db = check_file_opens(os.path.join(traces, f"rank{rank}.db"), where) if f"rank{rank}.db" in files else None
-        if db is None:
-            continue
-        drops = db.execute("SELECT kind, count FROM drops WHERE count != 0").fetchall()
-        check(drops == [], f"{where}: drops {drops}, expected none")
+    for rank, where, db in rank_traces_under_agent(args, np, program, plain_out, label,
+                                                   **foreign_process_variables(args)):
         rows = db.execute(
             "SELECT c.api, c.dtype, c.count, c.bytes, p.dest, p.send_tag, p.source, p.recv_tag, p.peer_max_bytes, "
             "p.peer_min_bytes FROM calls c LEFT JOIN peer_calls p ON p.call_id = c.id JOIN comms m ON m.id = c.comm_id "
@@ -1105,7 +1099,6 @@ def check_p2p_python(args):
         missing, extra = expected - actual, actual - expected
         check(not missing and not extra,
               f"{where}: calls missing {sorted(missing.items(), key=str)[:6]}, unexpected {sorted(extra.items(), key=str)[:6]}")
-        db.close()
 
 
 def check_parallel_sample(args, kind):
