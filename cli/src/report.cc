@@ -705,8 +705,8 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
       const auto& least = stats.ranks[static_cast<std::size_t>(fastest)];
       out << fmt::format("  spread: rank {} spent {} in {}, rank {} {} ({} more)\n", rankLabel(most.rank_id),
                          formatDuration(static_cast<double>(most.total_ns)),
-                         collectives_only ? "collectives" : "communication calls",
-                         rankLabel(least.rank_id), formatDuration(static_cast<double>(least.total_ns)),
+                         collectives_only ? "collectives" : "communication calls", rankLabel(least.rank_id),
+                         formatDuration(static_cast<double>(least.total_ns)),
                          formatDuration(static_cast<double>(most.total_ns - least.total_ns)));
       // The rank everyone waits for spends the least time inside collectives and arrives last.
       const auto latest = std::max_element(late.begin(), late.end(), [](const auto& a, const auto& b) {

@@ -116,7 +116,8 @@ void migrateV3ToV4(sql::Database& db) {
 
 void migrateV4ToV5(sql::Database& db) {
   // peer_calls is new: nothing to copy (older agents recorded no point-to-point calls).
-  if (db.queryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'peer_calls'") > 0) return;
+  if (db.queryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'peer_calls'") > 0)
+    return;
   db.exec(detail::kPeerCalls.ddl());
 }
 
