@@ -858,6 +858,24 @@ using namespace gradscope::agent;
 namespace gradscope::agent {
 namespace {
 
+// MPI_Mrecv and MPI_Imrecv name no communicator: the message MPI_Mprobe or MPI_Improbe matched does, and
+// the thread that probed is the one that receives it (mpi4py's recv does exactly that). The probing
+// thread remembers its last matched message's communicator.
+struct MatchedMessage {
+  MPI_Message message{};
+  MPI_Comm comm{};
+  bool known = false;
+};
+constinit thread_local MatchedMessage t_matched;
+
+// The communicator of `*message`, which the calling thread matched; MPI_COMM_NULL (a call left unrecorded)
+// for any other message.
+inline MPI_Comm matchedComm(const MPI_Message* message) {
+  if (message == nullptr || !t_matched.known || t_matched.message != *message) return predefined().null_comm;
+  t_matched.known = false;
+  return t_matched.comm;
+}
+
 inline TypeInfo typeOf(MPI_Datatype type) {
   return g_types.lookup(type);
 }
@@ -1071,31 +1089,7 @@ GS_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_
   return rc;
 }
 
-// ---- matched receives -----------------------------------------------------------------------------------
-//
-// MPI_Mrecv and MPI_Imrecv name no communicator: the message MPI_Mprobe or MPI_Improbe matched does, and the
-// thread that probed is the one that receives it (mpi4py's recv does exactly that). The probing thread
-// remembers its last matched message's communicator; a receive of any other message is not recorded.
-
-namespace gradscope::agent {
-namespace {
-
-struct MatchedMessage {
-  MPI_Message message{};
-  MPI_Comm comm{};
-  bool known = false;
-};
-constinit thread_local MatchedMessage t_matched;
-
-// The communicator of `message`, which the calling thread matched, or nothing.
-inline std::optional<MPI_Comm> matchedComm(MPI_Message message) {
-  if (!t_matched.known || t_matched.message != message) return std::nullopt;
-  t_matched.known = false;
-  return t_matched.comm;
-}
-
-}  // namespace
-}  // namespace gradscope::agent
+// ---- probes: the communicator of the message MPI_Mrecv and MPI_Imrecv receive (matchedComm) ---------------
 
 GS_EXPORT int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message* message, MPI_Status* status) {
   GS_REAL(MPI_Mprobe);
@@ -1111,68 +1105,6 @@ GS_EXPORT int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MPI_Mes
   if (__builtin_expect(real_MPI_Improbe == nullptr, 0)) return missingFunction("PMPI_Improbe");
   const int rc = real_MPI_Improbe(source, tag, comm, flag, message, status);
   if (rc == MPI_SUCCESS && flag != nullptr && *flag && message != nullptr) t_matched = {*message, comm, true};
-  return rc;
-}
-
-GS_EXPORT int MPI_Mrecv(void* buf, int count, MPI_Datatype datatype, MPI_Message* message,
-                        MPI_Status* status) {
-  GS_REAL(MPI_Mrecv);
-  if (__builtin_expect(real_MPI_Mrecv == nullptr, 0)) return missingFunction("PMPI_Mrecv");
-  const std::optional<MPI_Comm> comm = message != nullptr ? matchedComm(*message) : std::nullopt;
-  if (!comm || (shadowHooks() && t_internal)) return real_MPI_Mrecv(buf, count, datatype, message, status);
-  if (!recording() && !activateLate()) {
-    countCallNotRecorded();
-    return real_MPI_Mrecv(buf, count, datatype, message, status);
-  }
-  CommSlot* const slot = commSlot(*comm);
-  std::uint64_t start;
-  if (slot == nullptr || !startRecording(start)) return real_MPI_Mrecv(buf, count, datatype, message, status);
-  const std::int64_t step = stepForCall(Api::MpiMrecv);
-  MPI_Status own_status;
-  if (ignoresStatus(status)) status = &own_status;
-  const int rc = real_MPI_Mrecv(buf, count, datatype, message, status);
-  const std::uint64_t end = ticks();
-  const TypeInfo type = typeOf(datatype);
-  const bool ok = rc == MPI_SUCCESS && status->MPI_SOURCE >= 0;
-  const std::int64_t count_value = ok ? count : 0;
-  const std::int64_t bytes = ok ? receivedBytes(*status, count_value * type.size) : 0;
-  recordInPlace([&](CallEvent& event) {
-    fillHostCall(event, Api::MpiMrecv, slot->index, type.dtype, ReduceOp::None, count_value, bytes,
-                 slot->nextPeerSeq(), step, start, end, ok ? peerOf(status->MPI_SOURCE) : -1,
-                 ok ? tagOf(status->MPI_TAG) : -1);
-  });
-  return rc;
-}
-
-GS_EXPORT int MPI_Imrecv(void* buf, int count, MPI_Datatype datatype, MPI_Message* message,
-                         MPI_Request* request) {
-  GS_REAL(MPI_Imrecv);
-  if (__builtin_expect(real_MPI_Imrecv == nullptr, 0)) return missingFunction("PMPI_Imrecv");
-  const std::optional<MPI_Comm> comm = message != nullptr ? matchedComm(*message) : std::nullopt;
-  if (!comm || (shadowHooks() && t_internal)) return real_MPI_Imrecv(buf, count, datatype, message, request);
-  if (!recording() && !activateLate()) {
-    countCallNotRecorded();
-    return real_MPI_Imrecv(buf, count, datatype, message, request);
-  }
-  CommSlot* const slot = commSlot(*comm);
-  std::uint64_t start;
-  if (slot == nullptr || !startRecording(start))
-    return real_MPI_Imrecv(buf, count, datatype, message, request);
-  const std::int64_t seq = slot->nextPeerSeq();
-  const std::int64_t step = stepForCall(Api::MpiImrecv);
-  const int rc = real_MPI_Imrecv(buf, count, datatype, message, request);
-  const TypeInfo type = typeOf(datatype);
-  CallEvent event;
-  const bool ok = rc == MPI_SUCCESS && request != nullptr;
-  fillHostCall(event, Api::MpiImrecv, slot->index, type.dtype, ReduceOp::None, ok ? count : 0,
-               ok ? std::int64_t{count} * type.size : 0, seq, step, start, start);
-  if (!ok) {
-    event.call.end = ticks();
-    record(event);
-    return rc;
-  }
-  if (completedAtPosting(*request)) recordCompletedAtPosting(event, -1);
-  else requestsInFlight().add(*request, event);
   return rc;
 }
 
