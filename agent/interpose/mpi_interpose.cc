@@ -1024,7 +1024,8 @@ const MPI_Status* statusOfSome(int i, const int* outcount, const int* indices, c
                            REQUEST)                                                                         \
   GS_EXPORT int NAME PARAMS {                                                                               \
     GS_MPI_PROLOGUE(NAME, ARGS, COMM);                                                                      \
-    const std::int64_t seq = isPointToPoint(Api::API) ? slot->nextPeerSeq() : slot->nextSeq();              \
+    static const bool numbered_apart = numberedApart(Api::API); /* the row's: once, not per call */         \
+    const std::int64_t seq = numbered_apart ? slot->nextPeerSeq() : slot->nextSeq();                        \
     const std::int64_t step = stepForCall(Api::API);                                                        \
     std::uint64_t start;                                                                                    \
     if (!startRecording(start)) return real_##NAME ARGS;                                                    \
