@@ -64,7 +64,7 @@ def main():
     parser.add_argument("--small-only", action="store_true", help="leave out the 64 MiB comparisons")
     options = parser.parse_args()
     # 8 B twice, with the agent's defaults: both loops call far faster than GRADSCOPE_MAX_CALL_RATE, so a
-    # rank records 5,000 calls per 20 ms and counts the rest; 200,000 calls last long enough for the
+    # rank records 5,000 calls per 100 ms and counts the rest; 200,000 calls last long enough for the
     # background writer to drain while the ranks spin.
     cases = [("8 B, 50,000 calls", ["-n", "8", "-m", "8", "-i", "50000", "-x", "1000", "-p", "4"]),
              ("8 B, 200,000 calls", ["-n", "8", "-m", "8", "-i", "200000", "-x", "1000", "-p", "4"]),

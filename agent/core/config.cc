@@ -162,7 +162,7 @@ void readMaxCallRate(std::string_view value, Config& config, const Errors& error
   // At least one call per window; at most 10^9 calls/s, which no thread reaches (0 says "all" plainly).
   if (!rate || *rate < 0 || (*rate > 0 && *rate < 1'000'000'000 / kCallRateWindowNs) || *rate > 1'000'000'000)
     errors.bad(env::kMaxCallRate, value,
-               "calls per second per thread from 50 to 1000000000, or 0 for no limit");
+               "calls per second per thread from 10 to 1000000000, or 0 for no limit");
   else config.max_call_rate = *rate;
 }
 

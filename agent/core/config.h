@@ -28,8 +28,9 @@ struct ExploreConfig {
 };
 
 // The recording rate limit is enforced over windows of this length: a thread records at most
-// max_call_rate × kCallRateWindowNs / 1 s calls per window (5,000 by default).
-inline constexpr std::int64_t kCallRateWindowNs = 20'000'000;
+// max_call_rate × kCallRateWindowNs / 1 s calls per window (5,000 by default), so a burst of that many
+// consecutive calls is recorded whole at any rate.
+inline constexpr std::int64_t kCallRateWindowNs = 100'000'000;
 
 struct Config {
   bool disabled = false;                        // GRADSCOPE_DISABLE=1
@@ -39,7 +40,7 @@ struct Config {
   std::string command;                          // GRADSCOPE_COMMAND, or /proc/self/cmdline
   std::int64_t flush_interval_ns = 50'000'000;  // GRADSCOPE_FLUSH_INTERVAL
   std::uint32_t buffer_calls = 65536;           // GRADSCOPE_BUFFER_CALLS (power of two)
-  std::int64_t max_call_rate = 250'000;         // GRADSCOPE_MAX_CALL_RATE (calls/s/thread, 0 = all)
+  std::int64_t max_call_rate = 50'000;          // GRADSCOPE_MAX_CALL_RATE (calls/s/thread, 0 = all)
   std::int64_t step_calls = 0;                  // GRADSCOPE_STEP_CALLS, 0 = not set
   std::string step_nvtx;                        // GRADSCOPE_STEP_NVTX, empty = not set
   bool writer_any_cpu = true;                   // GRADSCOPE_WRITER_CPUS=any (true) or rank

@@ -13,7 +13,7 @@ constexpr Entry kEntries[kDropKinds] = {
     {"call", true, "calls not recorded: the agent's per-thread buffer was full (GRADSCOPE_BUFFER_CALLS)"},
     {"call_rate", true,
      "calls not recorded: the thread made more calls per second than the agent records "
-     "(GRADSCOPE_MAX_CALL_RATE, 250000 by default; 0 records them all)"},
+     "(GRADSCOPE_MAX_CALL_RATE, 50000 by default; 0 records them all)"},
     {"thread_buffer", true,
      "calls not recorded: the agent's per-thread buffer was full (GRADSCOPE_BUFFER_CALLS)"},
     {"comm_table", true, "calls not recorded: the agent's table of communicators was full"},

@@ -46,7 +46,7 @@ TEST(AgentConfig, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(config.output, "gradscope-%h-%p.db");
   EXPECT_EQ(config.flush_interval_ns, 50'000'000);
   EXPECT_EQ(config.buffer_calls, 65536u);
-  EXPECT_EQ(config.max_call_rate, 250'000);
+  EXPECT_EQ(config.max_call_rate, 50'000);
   EXPECT_EQ(config.step_calls, 0);
   EXPECT_TRUE(config.step_nvtx.empty());
   EXPECT_TRUE(config.run_id.empty());
@@ -99,7 +99,7 @@ TEST(AgentConfig, EveryBadValueIsOneLineNamingTheVariable) {
       {"GRADSCOPE_BUFFER_CALLS", "3000"},
       {"GRADSCOPE_BUFFER_CALLS", "99999999999"},
       {"GRADSCOPE_MAX_CALL_RATE", "-1"},
-      {"GRADSCOPE_MAX_CALL_RATE", "10"},
+      {"GRADSCOPE_MAX_CALL_RATE", "9"},
       {"GRADSCOPE_MAX_CALL_RATE", "fast"},
       {"GRADSCOPE_MODE", "warp"},
       {"GRADSCOPE_EXPLORE_BUDGET", "0"},

@@ -219,7 +219,7 @@ TEST(Report, ListsDroppedEventsAndTheirTotal) {
       << text;
   EXPECT_TRUE(hasLine(text,
                       "  call_rate: calls not recorded: the thread made more calls per second than the agent "
-                      "records (GRADSCOPE_MAX_CALL_RATE, 250000 by default; 0 records them all)"))
+                      "records (GRADSCOPE_MAX_CALL_RATE, 50000 by default; 0 records them all)"))
       << text;
   EXPECT_TRUE(hasLine(text, "  2,000 calls not recorded in total: the totals above miss them")) << text;
   EXPECT_EQ(text.find("none: every intercepted event"), std::string::npos);
