@@ -21,6 +21,7 @@
 #include "gradscope/common/untouched.h"
 #include "gradscope/storage/drops.h"
 #include "gradscope/storage/peers.h"
+#include "gradscope/storage/step_model.h"
 #include "gradscope/tuner/model.h"
 
 namespace gradscope::cli {
@@ -586,6 +587,67 @@ void writeAllToAll(const std::vector<storage::AllToAllBalance>& rows, std::ostre
 
 }  // namespace
 
+// The step model (storage/step_model.h): the median and the worst step, each split into what the ranks
+// did on average, and what waiting for the last rank cost.
+template <typename RankLabel>
+void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& rankLabel, std::ostream& out) {
+  std::vector<storage::StepTotals> steps = storage::stepTotals(rows);
+  if (steps.empty()) return;
+  int ranks = 0;
+  for (const auto& step : steps) ranks = std::max(ranks, step.ranks);
+  out << fmt::format(
+      "\nSteps ({} step{} on {} rank{}; a rank's step runs from its first call to the next step's; means "
+      "over "
+      "the ranks)\n",
+      steps.size(), steps.size() == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+  out << fmt::format("  {:<14} {:>10} {:>17} {:>17} {:>17} {:>14}\n", "step", "time", "compute",
+                     "exposed comm.", "of it waiting", "hidden comm.");
+  const auto line = [&](std::string_view label, const storage::StepTotals& step) {
+    const double span = step.compute_ns + step.exposed_ns;
+    const auto part = [&](double ns) {
+      return fmt::format("{} {:>5}", formatDuration(ns), percent(ns, span));
+    };
+    out << fmt::format("  {:<14} {:>10} {:>17} {:>17} {:>17} {:>14}\n", label,
+                       formatDuration(static_cast<double>(step.span_ns)), part(step.compute_ns),
+                       part(step.exposed_ns), part(step.waiting_ns), formatDuration(step.hidden_ns));
+  };
+  std::vector<const storage::StepTotals*> by_time;
+  for (const auto& step : steps) by_time.push_back(&step);
+  std::stable_sort(by_time.begin(), by_time.end(),
+                   [](const auto* a, const auto* b) { return a->span_ns < b->span_ns; });
+  const storage::StepTotals& median = *by_time[by_time.size() / 2];
+  const storage::StepTotals& worst = *by_time.back();
+  line(fmt::format("median (#{})", median.step), median);
+  if (&worst != &median) line(fmt::format("worst (#{})", worst.step), worst);
+
+  const storage::Stragglers late = storage::stragglers(rows);
+  if (late.lost_ns <= 0) {
+    out << "  stragglers: none (no rank was blocked by a late one)\n";
+    return;
+  }
+  out << fmt::format("  stragglers: the ranks lost {} waiting for the last to arrive ({} of their step time)",
+                     formatDuration(static_cast<double>(late.lost_ns)),
+                     percent(static_cast<double>(late.lost_ns), static_cast<double>(late.rank_time_ns)));
+  if (late.ranks.empty()) {
+    out << "\n";
+    return;
+  }
+  const auto& first = late.ranks.front();
+  if (late.persistent) {
+    out << fmt::format(
+        ";\n    rank {} was last in {} of {} steps and made the others wait {}: the same rank "
+        "step after step (a slow rank or node, not noise)\n",
+        rankLabel(first.rank_id), first.steps_last, late.steps,
+        formatDuration(static_cast<double>(first.caused_ns)));
+    return;
+  }
+  out << ";\n    the last rank changes from step to step (noise, not one slow rank):";
+  for (std::size_t i = 0; i < late.ranks.size() && i < 3; ++i)
+    out << fmt::format("{} rank {} last in {}", i == 0 ? "" : ",", rankLabel(late.ranks[i].rank_id),
+                       late.ranks[i].steps_last);
+  out << "\n";
+}
+
 void writeReport(const storage::TraceReader& reader, std::ostream& out, const ReportOptions& options) {
   const auto runs = reader.runs();
   const auto ranks = reader.ranks();
@@ -717,6 +779,8 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
                            rankLabel(latest->first), formatDuration(latest->second.mean_ns));
     }
   }
+
+  writeSteps(storage::readOrComputeSteps(reader), rankLabel, out);
 
   // Who talked to whom, read only when the trace has such calls (the scans of peer_calls are cheap then).
   const auto has = [&stats](auto&& wanted) {

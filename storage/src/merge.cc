@@ -13,6 +13,7 @@
 #include "file_util.h"
 #include "gradscope/common/error.h"
 #include "gradscope/storage/reader.h"
+#include "gradscope/storage/step_model.h"
 #include "gradscope/storage/steps.h"
 #include "gradscope/storage/writer.h"
 #include "sqlite.h"
@@ -458,6 +459,12 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
     summary.hosts_aligned = static_cast<int>(offsets.size());
     for (const auto& [host, offset] : offsets)
       summary.largest_offset_ns = std::max(summary.largest_offset_ns, offset < 0 ? -offset : offset);
+    // The step model needs every rank's calls, their steps and the clocks' offsets: read back what was
+    // just written (committed, so a reader of the WAL sees it), then store its rows with the rest.
+    writer.commit();
+    const StepModel model = computeStepModel(TraceReader::open(out.temporaryPath()));
+    writer.appendSteps(model.steps);
+    summary.step_rows = static_cast<std::int64_t>(model.steps.size());
     writer.finish();
   }
   out.commit();

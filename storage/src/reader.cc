@@ -618,6 +618,10 @@ std::vector<ConsensusRecord> TraceReader::consensus() const {
   return readAll(impl_->db, detail::kConsensus, "step, rank_id, id");
 }
 
+std::vector<StepRecord> TraceReader::steps() const {
+  return readAll(impl_->db, detail::kSteps, "rank_id, step");
+}
+
 std::vector<AppliedCall> TraceReader::appliedCalls() const {
   return readAll(impl_->db, detail::kAppliedCalls, "call_id");
 }

@@ -121,6 +121,12 @@ void migrateV4ToV5(sql::Database& db) {
   db.exec(detail::kPeerCalls.ddl());
 }
 
+void migrateV5ToV6(sql::Database& db) {
+  // steps is new: an older file's steps are derived again by merge (or on the fly by its readers).
+  if (db.queryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'steps'") > 0) return;
+  db.exec(detail::kSteps.ddl());
+}
+
 }  // namespace
 
 std::span<const std::string_view> tableNames() {
@@ -154,6 +160,7 @@ void migrate(sql::Database& db, int from) {
   if (from <= 2) migrateV2ToV3(db);
   if (from <= 3) migrateV3ToV4(db);
   if (from <= 4) migrateV4ToV5(db);
+  if (from <= 5) migrateV5ToV6(db);
   db.exec("DROP VIEW IF EXISTS call_view");
   db.exec(kCallView);
   db.exec("PRAGMA legacy_alter_table = OFF");

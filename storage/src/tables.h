@@ -252,9 +252,33 @@ inline constexpr auto kAppliedCalls = table(
     column<&AppliedCall::strategy>("strategy", "TEXT NOT NULL",
                                    "strategy that ran instead, e.g. 'sum/rs_ag/bf16' (DESIGN.md)"));
 
+// The step model (storage/step_model.h), written by merge: one row per rank and step.
+inline constexpr auto kSteps = table(
+    {.name = "steps",
+     .about = "Where each rank's training step went (derived at merge from the calls; docs/schema.md):\n"
+              "compute_ns + exposed_ns = end_ns - start_ns, waiting_ns is part of exposed_ns.",
+     .comment_at = 19,
+     .constraint = "PRIMARY KEY (rank_id, step)",
+     .without_rowid = true},
+    column<&StepRecord::rank_id>("rank_id", "INTEGER NOT NULL REFERENCES ranks(id)"),
+    column<&StepRecord::step>("step", "INTEGER NOT NULL", "calls.step"),
+    column<&StepRecord::start_ns>("start_ns", "INTEGER NOT NULL", "posting of the step's first call"),
+    column<&StepRecord::end_ns>("end_ns", "INTEGER NOT NULL",
+                                "posting of the next step's first call (the last step: its last end)"),
+    column<&StepRecord::compute_ns>("compute_ns", "INTEGER NOT NULL", "time not blocked in communication"),
+    column<&StepRecord::exposed_ns>("exposed_ns", "INTEGER NOT NULL",
+                                    "time blocked in a communication call or a wait"),
+    column<&StepRecord::waiting_ns>("waiting_ns", "INTEGER NOT NULL",
+                                    "of exposed_ns: before the last rank arrived (or the sender posted)"),
+    column<&StepRecord::hidden_ns>("hidden_ns", "INTEGER NOT NULL",
+                                   "nonblocking communication in flight while not blocked"),
+    column<&StepRecord::caused_ns>("caused_ns", "INTEGER NOT NULL",
+                                   "other ranks' waiting in calls this rank arrived at last"),
+    column<&StepRecord::calls>("calls", "INTEGER NOT NULL", "calls posted in the step"));
+
 // Every table, in the order a new file creates them.
 inline constexpr std::tuple kAllTables{
     &kNames, &kRuns,      &kRanks,    &kComms,     &kMeasurements, &kRecommendations, &kDrops,
-    &kCalls, &kCallTiles, &kGpuCalls, &kPeerCalls, &kConsensus,    &kAppliedCalls};
+    &kCalls, &kCallTiles, &kGpuCalls, &kPeerCalls, &kConsensus,    &kAppliedCalls,    &kSteps};
 
 }  // namespace gradscope::storage::detail

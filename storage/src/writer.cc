@@ -367,6 +367,16 @@ void TraceWriter::appendApplied(std::span<const AppliedCall> rows) {
   }
 }
 
+void TraceWriter::appendSteps(std::span<const StepRecord> rows) {
+  if (rows.empty()) return;
+  impl_->begin();
+  sql::Statement insert(impl_->db, detail::kSteps.insertSql());
+  for (const StepRecord& row : rows) {
+    detail::kSteps.bind(insert, 1, row);
+    insert.run();
+  }
+}
+
 std::int64_t TraceWriter::addRecommendation(const RecommendationRecord& recommendation) {
   impl_->begin();
   return insertRecommendation(impl_->db, recommendation);

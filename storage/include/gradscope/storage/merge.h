@@ -23,6 +23,7 @@ struct MergeSummary {
   std::int64_t calls = 0;
   std::int64_t measurements = 0;
   std::int64_t steps_detected = 0;  // most steps detected on one rank; 0 when none were
+  std::int64_t step_rows = 0;       // rows of the step model written (steps table: rank x step)
   // Hosts whose clock offset to the run's first host was estimated (ranks.clock_offset_ns), and the
   // largest offset in absolute value.
   int hosts_aligned = 0;

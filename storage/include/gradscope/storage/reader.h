@@ -128,6 +128,9 @@ class TraceReader {
   std::vector<MeasurementOrigin> measurementOrigins() const;
   std::vector<ConsensusRecord> consensus() const;  // ordered by step (-1 first), rank id, id
   std::vector<AppliedCall> appliedCalls() const;   // ordered by call id
+  // The step model merge stored (schema v6), ordered by rank id, step; empty for a file merge did not
+  // write (storage/step_model.h derives the same rows from the calls).
+  std::vector<StepRecord> steps() const;
   // Graph replays (CallRecord::graph_replay) per API: of how many captured calls, how many, and their
   // summed GPU time. Aggregated in SQL.
   struct ReplaySummary {

@@ -119,6 +119,21 @@ struct ConsensusRecord {
   std::optional<std::int64_t> call_id;
 };
 
+// Where one rank's training step went (storage/step_model.h): the step's span on the rank's clock and its
+// split. exposed_ns + compute_ns = end_ns - start_ns; waiting_ns is part of exposed_ns.
+struct StepRecord {
+  std::int64_t rank_id = 0;
+  std::int64_t step = 0;
+  std::int64_t start_ns = 0;    // the posting of the step's first call
+  std::int64_t end_ns = 0;      // the posting of the next step's first call; the last step: its last end
+  std::int64_t compute_ns = 0;  // not blocked in communication
+  std::int64_t exposed_ns = 0;  // blocked in communication calls (a blocking call, or a wait)
+  std::int64_t waiting_ns = 0;  // of exposed_ns: before the last rank arrived (or the sender posted)
+  std::int64_t hidden_ns = 0;   // nonblocking communication in flight while the rank was not blocked
+  std::int64_t caused_ns = 0;   // other ranks' waiting_ns in calls this rank arrived at last
+  std::int64_t calls = 0;       // calls posted in the span
+};
+
 // A call that apply mode replaced with a recommended strategy (calls without one ran as issued).
 struct AppliedCall {
   std::int64_t call_id = 0;

@@ -61,6 +61,8 @@ class TraceWriter {
   // Records calls that apply mode replaced; a call can be recorded once (a second row for it throws).
   void appendApplied(std::span<const AppliedCall> rows);
   std::int64_t addRecommendation(const RecommendationRecord& recommendation);
+  // The step model's rows (merge writes them once the calls are in; a (rank, step) appears once).
+  void appendSteps(std::span<const StepRecord> rows);
   // Adds `count` to the drops of this kind on this rank.
   void addDrops(std::int64_t rank_id, const std::string& kind, std::int64_t count);
 

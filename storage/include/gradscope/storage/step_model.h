@@ -1,0 +1,95 @@
+#pragma once
+
+// The step, not the call: where each rank's training step goes, who waits for whom, and how much of a
+// call's time a faster transport could take off the step (docs/schema.md, "Steps").
+//
+// Per rank and step (calls.step: marked by the job or detected at merge):
+// - span: from the posting (enqueue_ns) of the step's first call to that of the rank's next step's first
+//   call; the rank's last step ends where its last call ends. The spans partition the rank's time from
+//   its first step on, so a span is what the step cost the rank: time no step claims (an evaluation pass
+//   whose calls have no step) belongs to the step before it.
+// - exposed: time the rank was blocked in communication, the union of the spans (start_ns..end_ns) of its
+//   blocking MPI calls and of the waits that completed its nonblocking ones, clipped to the step's span.
+//   compute = span - exposed: everything else the rank did.
+// - hidden: nonblocking communication in flight (enqueue_ns..end_ns) while the rank was not blocked.
+// - waiting: the part of exposed time before the others arrived: in a collective (the same communicator
+//   key and seq on every rank), until the last rank posted it; in a receive, until the matched sender
+//   posted its send (storage/peers.h). Times are compared on rank 0's clock (ranks.clock_offset_ns). A
+//   faster transport cannot remove waiting; the rank that arrived last is charged it as caused_ns, in its
+//   own step that holds its arrival.
+//
+// What it does not see: NCCL calls return to the host at once and run on the GPU, so they mark steps and
+// count as calls but add no exposed time (their exposure needs the compute kernels, which the trace does
+// not record yet). A blocking send that waits for its receiver (rendezvous) is exposed, not waiting. The
+// threads of one rank share its timeline.
+//
+// Cost: one pass over the calls (TraceReader::forEachCall) keeping 64 bytes per MPI call, the
+// point-to-point matching of peers.h when the trace has such calls, and a sort per rank: O(n log n) time,
+// about 70 bytes per call of memory.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gradscope/common/types.h"
+#include "gradscope/storage/reader.h"
+#include "gradscope/storage/records.h"
+
+namespace gradscope::storage {
+
+// How much of one kind of call a faster transport could take off the step: over the MPI collectives of
+// one (api, dtype, bytes), the mean transport time (from the last rank's arrival to the call's end, what
+// an explored strategy's measured time stands for) and the mean exposed part of it (blocked after that
+// arrival). A call whose transport is d faster ends d earlier, and its step saves min(d, exposed): a
+// nonblocking call's hidden part shrinks first.
+struct CallExposure {
+  Api api = Api::Unknown;
+  DType dtype = DType::Other;
+  std::int64_t bytes = 0;
+  std::int64_t calls = 0;
+  double transport_ns = 0;  // means per call
+  double exposed_ns = 0;
+};
+
+struct StepModel {
+  std::vector<StepRecord> steps;       // ordered by rank id, step
+  std::vector<CallExposure> exposure;  // ordered by api, dtype, bytes
+};
+
+// The step model of every rank of `reader`'s trace. Empty when no call has a step.
+StepModel computeStepModel(const TraceReader& reader);
+
+// The stored rows (merge writes them) when the file has any, else computeStepModel's.
+std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader);
+
+// One step across its ranks.
+struct StepTotals {
+  std::int64_t step = 0;
+  int ranks = 0;
+  std::int64_t span_ns = 0;  // the longest rank's span: the step's time
+  // Means over the ranks.
+  double compute_ns = 0, exposed_ns = 0, waiting_ns = 0, hidden_ns = 0;
+  std::int64_t lost_ns = 0;        // every rank's waiting, summed: what the slowest arrivals cost
+  std::int64_t last_rank_id = -1;  // the rank charged the most caused_ns; -1 when nobody waited
+};
+// By step; `rows` as computeStepModel orders them.
+std::vector<StepTotals> stepTotals(std::span<const StepRecord> rows);
+
+// Who made the others wait, over the whole run.
+struct StragglerRank {
+  std::int64_t rank_id = 0;
+  std::int64_t steps_last = 0;  // steps in which it was charged the most caused_ns
+  std::int64_t caused_ns = 0;
+};
+struct Stragglers {
+  std::int64_t steps = 0;            // steps in which some rank waited
+  std::int64_t lost_ns = 0;          // every rank's waiting, summed over the steps
+  std::int64_t rank_time_ns = 0;     // every rank's spans, summed
+  std::vector<StragglerRank> ranks;  // most steps last first, then most caused
+  // The same rank was last in at least three quarters of the steps with waiting (and in 3 or more): a slow
+  // rank or node, not noise (which, between two ranks, makes each last about half the time).
+  bool persistent = false;
+};
+Stragglers stragglers(std::span<const StepRecord> rows);
+
+}  // namespace gradscope::storage

@@ -1,0 +1,324 @@
+#include "gradscope/storage/step_model.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "gradscope/storage/peers.h"
+
+namespace gradscope::storage {
+namespace {
+
+// An MPI call as the model needs it. Times are the rank's own; `last` is when the last of the call's
+// parties arrived, on the same clock (the call's own posting when nobody else is known).
+struct Call {
+  std::int64_t id = 0;
+  std::int64_t enqueue = 0, start = 0, end = 0;
+  std::int64_t last = 0;
+  std::int64_t seq = 0;
+  std::int64_t bytes = 0;
+  std::uint32_t rank = 0;  // index into the ranks
+  std::int32_t comm = -1;  // dense communicator-key index; -1 unknown
+  Api api = Api::Unknown;
+  DType dtype = DType::Other;
+  std::uint16_t replay = 0;
+};
+
+struct Interval {
+  std::int64_t begin = 0, end = 0;
+};
+
+// Sorts and merges `spans` into disjoint intervals, in place.
+void unite(std::vector<Interval>& spans) {
+  std::erase_if(spans, [](const Interval& span) { return span.end <= span.begin; });
+  std::sort(spans.begin(), spans.end(),
+            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  std::size_t out = 0;
+  for (const Interval& span : spans) {
+    if (out > 0 && span.begin <= spans[out - 1].end)
+      spans[out - 1].end = std::max(spans[out - 1].end, span.end);
+    else spans[out++] = span;
+  }
+  spans.resize(out);
+}
+
+// One rank's steps: their spans are consecutive, [begin of step i, begin of step i + 1).
+struct RankSteps {
+  std::vector<StepRecord> rows;  // by step
+  // The row whose span holds time t, or nullptr.
+  StepRecord* at(std::int64_t t) {
+    auto it = std::upper_bound(rows.begin(), rows.end(), t,
+                               [](std::int64_t time, const StepRecord& row) { return time < row.start_ns; });
+    if (it == rows.begin()) return nullptr;
+    --it;
+    return t < it->end_ns ? &*it : nullptr;
+  }
+  // Adds the time of each disjoint interval that falls in a step's span to that step's `field`.
+  void add(const std::vector<Interval>& spans, std::int64_t StepRecord::*field) {
+    for (const Interval& span : spans) {
+      auto it =
+          std::upper_bound(rows.begin(), rows.end(), span.begin,
+                           [](std::int64_t time, const StepRecord& row) { return time < row.start_ns; });
+      if (it != rows.begin()) --it;
+      for (; it != rows.end() && it->start_ns < span.end; ++it) {
+        const std::int64_t overlap = std::min(span.end, it->end_ns) - std::max(span.begin, it->start_ns);
+        if (overlap > 0) (*it).*field += overlap;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+StepModel computeStepModel(const TraceReader& reader) {
+  StepModel model;
+  // Ranks by file id, and their offsets to rank 0's clock.
+  std::unordered_map<std::int64_t, std::uint32_t> rank_index;
+  std::vector<std::int64_t> rank_ids, offsets;
+  for (const RankInfo& rank : reader.ranks()) {
+    rank_index.emplace(rank.id, static_cast<std::uint32_t>(rank_ids.size()));
+    rank_ids.push_back(rank.id);
+    offsets.push_back(rank.clock_offset_ns);
+  }
+  // Communicators by key (and run), as in lateness(): equal keys are one communicator.
+  std::unordered_map<std::int64_t, std::int32_t> comm_key;
+  {
+    std::map<std::pair<std::int64_t, std::string>, std::int32_t> keys;
+    const auto ranks = reader.ranks();
+    std::unordered_map<std::int64_t, std::int64_t> run_of;
+    for (const RankInfo& rank : ranks) run_of[rank.id] = rank.run_id;
+    for (const CommInfo& comm : reader.comms()) {
+      const auto [it, inserted] =
+          keys.try_emplace({run_of[comm.rank_id], comm.key}, static_cast<std::int32_t>(keys.size()));
+      comm_key[comm.id] = it->second;
+    }
+  }
+
+  // One pass: the steps' bounds and call counts on every rank, and the MPI calls.
+  std::vector<std::map<std::int64_t, StepRecord>> bounds(rank_ids.size());
+  std::vector<Call> calls;
+  bool any_peer = false;
+  reader.forEachCall([&](const CallRecord& record) {
+    const auto rank = rank_index.find(record.rank_id);
+    if (rank == rank_index.end()) return true;
+    const bool host = backendOf(record.api) == Backend::Mpi;
+    if (record.step >= 0) {
+      auto [it, inserted] = bounds[rank->second].try_emplace(record.step);
+      StepRecord& row = it->second;
+      const std::int64_t finish = host ? record.end_ns : record.enqueue_ns;
+      if (inserted) {
+        row.rank_id = record.rank_id, row.step = record.step;
+        row.start_ns = record.enqueue_ns, row.end_ns = finish;
+      }
+      row.start_ns = std::min(row.start_ns, record.enqueue_ns);
+      row.end_ns = std::max(row.end_ns, finish);
+      ++row.calls;
+    }
+    if (!host) return true;
+    Call call;
+    call.id = record.id;
+    call.enqueue = record.enqueue_ns;
+    call.start = std::max(record.start_ns, record.enqueue_ns);
+    call.end = std::max(record.end_ns, call.start);
+    call.last = call.enqueue;
+    call.seq = record.seq;
+    call.bytes = record.bytes;
+    call.rank = rank->second;
+    if (const auto comm = comm_key.find(record.comm_id); comm != comm_key.end()) call.comm = comm->second;
+    call.api = record.api;
+    call.dtype = record.dtype;
+    call.replay = static_cast<std::uint16_t>(std::min<std::int64_t>(record.graph_replay, 0xffff));
+    any_peer |= isPointToPoint(record.api);
+    calls.push_back(call);
+    return true;
+  });
+  if (std::all_of(bounds.begin(), bounds.end(), [](const auto& steps) { return steps.empty(); }))
+    return model;
+
+  // Each rank's spans: step i runs to the posting of step i + 1.
+  std::vector<RankSteps> steps(rank_ids.size());
+  for (std::size_t r = 0; r < bounds.size(); ++r) {
+    for (auto& [step, row] : bounds[r]) steps[r].rows.push_back(row);
+    auto& rows = steps[r].rows;
+    for (std::size_t i = 0; i + 1 < rows.size(); ++i)
+      rows[i].end_ns = std::max(rows[i].start_ns, rows[i + 1].start_ns);
+  }
+
+  // Who arrived last. Collectives: the latest posting among the ranks that issued the same (communicator,
+  // seq, replay). Receives: their sender's posting.
+  const auto aligned = [&](const Call& call, std::int64_t t) { return t + offsets[call.rank]; };
+  const auto local = [&](const Call& call, std::int64_t t) { return t - offsets[call.rank]; };
+  struct Key {
+    std::int64_t comm, seq, replay;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const {
+      return std::hash<std::int64_t>()((key.comm << 40) ^ key.seq ^ (key.replay << 20));
+    }
+  };
+  struct Arrival {
+    std::int64_t last = 0;  // aligned
+    std::uint32_t rank = 0;
+    std::int32_t ranks = 0;
+  };
+  std::unordered_map<Key, Arrival, KeyHash> arrivals;
+  const auto keyOf = [](const Call& call) { return Key{call.comm, call.seq, call.replay}; };
+  const auto isCollective = [](const Call& call) { return call.comm >= 0 && !numberedApart(call.api); };
+  for (const Call& call : calls) {
+    if (!isCollective(call)) continue;
+    Arrival& arrival = arrivals[keyOf(call)];
+    const std::int64_t posted = aligned(call, call.enqueue);
+    if (arrival.ranks++ == 0 || posted > arrival.last) arrival.last = posted, arrival.rank = call.rank;
+  }
+  // Who caused it: (rank, its local arrival, other ranks' waiting) per collective or message.
+  struct Charge {
+    std::uint32_t rank = 0;
+    std::int64_t at = 0;
+    std::int64_t waited = 0;
+  };
+  std::unordered_map<Key, Charge, KeyHash> charges;
+  for (Call& call : calls) {
+    if (!isCollective(call)) continue;
+    const Arrival& arrival = arrivals.at(keyOf(call));
+    if (arrival.ranks < 2) continue;
+    call.last = local(call, arrival.last);
+    if (call.rank == arrival.rank) continue;
+    const std::int64_t waited = std::min(call.end, call.last) - call.start;
+    if (waited <= 0) continue;
+    Charge& charge = charges[keyOf(call)];
+    charge.rank = arrival.rank;
+    charge.waited += waited;
+  }
+  std::vector<Charge> charged;
+  for (const Call& call : calls)
+    if (isCollective(call) && call.rank == arrivals.at(keyOf(call)).rank)
+      if (const auto it = charges.find(keyOf(call)); it != charges.end())
+        charged.push_back({call.rank, call.enqueue, it->second.waited});
+  if (any_peer) {
+    std::unordered_map<std::int64_t, std::size_t> by_id;
+    for (std::size_t i = 0; i < calls.size(); ++i)
+      if (isPointToPoint(calls[i].api)) by_id.emplace(calls[i].id, i);
+    for (const PeerMessage& message : matchPeerMessages(reader).messages) {
+      const auto send = by_id.find(message.send_call_id), recv = by_id.find(message.recv_call_id);
+      if (send == by_id.end() || recv == by_id.end()) continue;
+      const Call& sender = calls[send->second];
+      Call& receiver = calls[recv->second];
+      receiver.last = std::max(receiver.last, local(receiver, aligned(sender, sender.enqueue)));
+      const std::int64_t waited = std::min(receiver.end, receiver.last) - receiver.start;
+      if (waited > 0 && sender.rank != receiver.rank)
+        charged.push_back({sender.rank, sender.enqueue, waited});
+    }
+  }
+
+  // Per rank: the unions of blocked, in-flight and waiting time, spread over the steps' spans.
+  std::vector<std::vector<std::size_t>> by_rank(rank_ids.size());
+  for (std::size_t i = 0; i < calls.size(); ++i) by_rank[calls[i].rank].push_back(i);
+  std::vector<Interval> blocked, in_flight, waiting;
+  for (std::size_t r = 0; r < rank_ids.size(); ++r) {
+    RankSteps& rank = steps[r];
+    if (rank.rows.empty()) continue;
+    blocked.clear(), in_flight.clear(), waiting.clear();
+    for (const std::size_t i : by_rank[r]) {
+      const Call& call = calls[i];
+      blocked.push_back({call.start, call.end});
+      in_flight.push_back({call.enqueue, call.end});
+      waiting.push_back({call.start, std::min(call.end, call.last)});
+    }
+    unite(blocked), unite(in_flight), unite(waiting);
+    rank.add(blocked, &StepRecord::exposed_ns);
+    rank.add(in_flight, &StepRecord::hidden_ns);  // in flight at all, for now
+    rank.add(waiting, &StepRecord::waiting_ns);
+    for (StepRecord& row : rank.rows) {
+      row.hidden_ns -= row.exposed_ns;  // every blocked span lies inside its call's flight
+      row.compute_ns = row.end_ns - row.start_ns - row.exposed_ns;
+    }
+  }
+  for (const Charge& charge : charged)
+    if (StepRecord* row = steps[charge.rank].at(charge.at)) row->caused_ns += charge.waited;
+  for (RankSteps& rank : steps)
+    for (StepRecord& row : rank.rows) model.steps.push_back(row);
+
+  // Exposure per kind of collective.
+  std::map<std::tuple<Api, DType, std::int64_t>, CallExposure> exposure;
+  for (const Call& call : calls) {
+    if (isPointToPoint(call.api)) continue;
+    const std::int64_t arrived = std::max(call.enqueue, call.last);
+    CallExposure& entry = exposure[{call.api, call.dtype, call.bytes}];
+    entry.api = call.api, entry.dtype = call.dtype, entry.bytes = call.bytes;
+    ++entry.calls;
+    entry.transport_ns += static_cast<double>(std::max<std::int64_t>(0, call.end - arrived));
+    entry.exposed_ns +=
+        static_cast<double>(std::max<std::int64_t>(0, call.end - std::max(call.start, arrived)));
+  }
+  for (auto& [key, entry] : exposure) {
+    entry.transport_ns /= static_cast<double>(entry.calls);
+    entry.exposed_ns /= static_cast<double>(entry.calls);
+    model.exposure.push_back(entry);
+  }
+  return model;
+}
+
+std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader) {
+  std::vector<StepRecord> rows = reader.steps();
+  return rows.empty() ? computeStepModel(reader).steps : rows;
+}
+
+std::vector<StepTotals> stepTotals(std::span<const StepRecord> rows) {
+  std::map<std::int64_t, StepTotals> by_step;
+  std::map<std::int64_t, std::int64_t> most_caused;
+  for (const StepRecord& row : rows) {
+    StepTotals& totals = by_step[row.step];
+    totals.step = row.step;
+    ++totals.ranks;
+    totals.span_ns = std::max(totals.span_ns, row.end_ns - row.start_ns);
+    totals.compute_ns += static_cast<double>(row.compute_ns);
+    totals.exposed_ns += static_cast<double>(row.exposed_ns);
+    totals.waiting_ns += static_cast<double>(row.waiting_ns);
+    totals.hidden_ns += static_cast<double>(row.hidden_ns);
+    totals.lost_ns += row.waiting_ns;
+    if (row.caused_ns > 0 && row.caused_ns > most_caused[row.step]) {
+      most_caused[row.step] = row.caused_ns;
+      totals.last_rank_id = row.rank_id;
+    }
+  }
+  std::vector<StepTotals> out;
+  for (auto& [step, totals] : by_step) {
+    const double ranks = totals.ranks;
+    totals.compute_ns /= ranks, totals.exposed_ns /= ranks, totals.waiting_ns /= ranks,
+        totals.hidden_ns /= ranks;
+    out.push_back(totals);
+  }
+  return out;
+}
+
+Stragglers stragglers(std::span<const StepRecord> rows) {
+  Stragglers out;
+  std::map<std::int64_t, StragglerRank> ranks;
+  for (const StepRecord& row : rows) {
+    out.rank_time_ns += row.end_ns - row.start_ns;
+    if (row.caused_ns > 0) {
+      StragglerRank& rank = ranks[row.rank_id];
+      rank.rank_id = row.rank_id;
+      rank.caused_ns += row.caused_ns;
+    }
+  }
+  for (const StepTotals& step : stepTotals(rows)) {
+    out.lost_ns += step.lost_ns;
+    if (step.lost_ns <= 0) continue;
+    ++out.steps;
+    if (step.last_rank_id >= 0) ++ranks[step.last_rank_id].steps_last;
+  }
+  for (const auto& [id, rank] : ranks) out.ranks.push_back(rank);
+  std::sort(out.ranks.begin(), out.ranks.end(), [](const StragglerRank& a, const StragglerRank& b) {
+    return a.steps_last != b.steps_last ? a.steps_last > b.steps_last : a.caused_ns > b.caused_ns;
+  });
+  out.persistent = !out.ranks.empty() && out.ranks.front().steps_last >= 3 &&
+                   4 * out.ranks.front().steps_last >= 3 * out.steps;
+  return out;
+}
+
+}  // namespace gradscope::storage

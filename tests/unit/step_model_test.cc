@@ -1,0 +1,261 @@
+// storage/step_model.h: where each rank's step goes. Traces written by hand whose split is known exactly:
+// blocking and nonblocking all-reduces with a late rank, a receive that waits for a late sender on a host
+// whose clock is offset, the straggler summary (one slow rank against noise), merge storing the rows, and
+// the report's section.
+
+#include "gradscope/storage/step_model.h"
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gradscope/cli/report.h"
+#include "gradscope/storage/merge.h"
+#include "gradscope/storage/reader.h"
+#include "gradscope/storage/writer.h"
+#include "test_util.h"
+
+namespace gradscope::storage {
+namespace {
+
+using test::TempDir;
+
+// One run of `ranks` ranks on one host (rank id = rank), each with a "world" communicator.
+class StepTraceBuilder {
+ public:
+  StepTraceBuilder(const std::string& path, int ranks) : writer_(TraceWriter::create(path)) {
+    RunInfo run;
+    run.uuid = "00000000-0000-4000-8000-0000000000bb";
+    run.command = "step-model-test";
+    run.mode = "observe";
+    run.backend = Backend::Mpi;
+    run.world_size = ranks;
+    run.host = "node0";
+    run.epoch_ns = 1'795'000'000'000'000'000;
+    run.tool_version = "test";
+    const std::int64_t run_id = writer_.addRun(run);
+    for (int rank = 0; rank < ranks; ++rank) {
+      writer_.addRank({0, run_id, rank, "node0", 1000 + rank, "cpu", 0});
+      world_.push_back(writer_.addComm({0, rank, "world", Backend::Mpi, ranks, rank}));
+    }
+  }
+
+  // A collective: posted at `enqueue`, waited for from `start` (= enqueue for a blocking one) to `end`.
+  void collective(int rank, std::int64_t seq, std::int64_t step, Api api, std::int64_t enqueue,
+                  std::int64_t start, std::int64_t end) {
+    CallRecord call = base(rank, step, api, enqueue, start, end);
+    call.seq = seq;
+    call.op = ReduceOp::Sum;
+    add(call);
+  }
+  void send(int rank, std::int64_t seq, std::int64_t step, int dest, std::int64_t start, std::int64_t end) {
+    CallRecord call = base(rank, step, Api::MpiSend, start, start, end);
+    call.seq = seq;
+    call.dest = dest;
+    call.send_tag = 7;
+    add(call);
+  }
+  void recv(int rank, std::int64_t seq, std::int64_t step, int source, std::int64_t start, std::int64_t end) {
+    CallRecord call = base(rank, step, Api::MpiRecv, start, start, end);
+    call.seq = seq;
+    call.source = source;
+    call.recv_tag = 7;
+    call.recv_bytes = 1024;
+    add(call);
+  }
+  void setClockOffset(int rank, std::int64_t offset_ns) { writer_.setClockOffset(rank, offset_ns); }
+  void finish() { writer_.finish(1'000'000); }
+
+ private:
+  CallRecord base(int rank, std::int64_t step, Api api, std::int64_t enqueue, std::int64_t start,
+                  std::int64_t end) const {
+    CallRecord call;
+    call.rank_id = rank;
+    call.comm_id = world_.at(static_cast<std::size_t>(rank));
+    call.step = step;
+    call.api = api;
+    call.dtype = DType::Fp32;
+    call.count = 256;
+    call.bytes = 1024;
+    call.enqueue_ns = enqueue;
+    call.start_ns = start;
+    call.end_ns = end;
+    return call;
+  }
+  void add(const CallRecord& call) { writer_.appendCalls(std::span<const CallRecord>(&call, 1)); }
+
+  TraceWriter writer_;
+  std::vector<std::int64_t> world_;
+};
+
+// Three steps of 1,000 ns on two ranks. Each step: a blocking all-reduce that rank 0 joins 100 ns late,
+// then a nonblocking one posted at +400 (rank 1) and +500 (rank 0), waited for from +700 (rank 1) and
+// +520 (rank 0), both ending at +800.
+void writeTwoRankSteps(const std::string& path) {
+  StepTraceBuilder trace(path, 2);
+  for (std::int64_t step = 0; step < 3; ++step) {
+    const std::int64_t t = step * 1000;
+    trace.collective(0, 2 * step, step, Api::MpiAllreduce, t + 100, t + 100, t + 300);
+    trace.collective(1, 2 * step, step, Api::MpiAllreduce, t, t, t + 300);
+    trace.collective(1, 2 * step + 1, step, Api::MpiIallreduce, t + 400, t + 700, t + 800);
+    trace.collective(0, 2 * step + 1, step, Api::MpiIallreduce, t + 500, t + 520, t + 800);
+  }
+  trace.finish();
+}
+
+StepRecord row(std::int64_t rank, std::int64_t step, std::int64_t start, std::int64_t end,
+               std::int64_t compute, std::int64_t exposed, std::int64_t waiting, std::int64_t hidden,
+               std::int64_t caused) {
+  return {rank, step, start, end, compute, exposed, waiting, hidden, caused, 2};
+}
+
+void expectRows(const std::vector<StepRecord>& got, const std::vector<StepRecord>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "rank " << want[i].rank_id << " step " << want[i].step);
+    EXPECT_EQ(got[i].rank_id, want[i].rank_id);
+    EXPECT_EQ(got[i].step, want[i].step);
+    EXPECT_EQ(got[i].start_ns, want[i].start_ns);
+    EXPECT_EQ(got[i].end_ns, want[i].end_ns);
+    EXPECT_EQ(got[i].compute_ns, want[i].compute_ns);
+    EXPECT_EQ(got[i].exposed_ns, want[i].exposed_ns);
+    EXPECT_EQ(got[i].waiting_ns, want[i].waiting_ns);
+    EXPECT_EQ(got[i].hidden_ns, want[i].hidden_ns);
+    EXPECT_EQ(got[i].caused_ns, want[i].caused_ns);
+    EXPECT_EQ(got[i].calls, want[i].calls);
+  }
+}
+
+TEST(StepModel, SplitsEachRanksStepExactly) {
+  TempDir dir;
+  const std::string path = dir.file("steps.db");
+  writeTwoRankSteps(path);
+  const StepModel model = computeStepModel(TraceReader::open(path));
+  // Rank 0: blocked [100, 300) and [520, 800) = 480 of each step; in flight [100, 300) and [500, 800):
+  // 20 hidden; it arrived last at the blocking all-reduce, where rank 1 waited 100. Its last step ends
+  // with its last call (800), 700 after it began.
+  // Rank 1: blocked [0, 300) and [700, 800) = 400, 100 of it waiting for rank 0; in flight [0, 300) and
+  // [400, 800): 300 hidden. It posted the nonblocking all-reduce first but waited only after rank 0 had.
+  expectRows(model.steps, {
+                              row(0, 0, 100, 1100, 520, 480, 0, 20, 100),
+                              row(0, 1, 1100, 2100, 520, 480, 0, 20, 100),
+                              row(0, 2, 2100, 2800, 220, 480, 0, 20, 100),
+                              row(1, 0, 0, 1000, 600, 400, 100, 300, 0),
+                              row(1, 1, 1000, 2000, 600, 400, 100, 300, 0),
+                              row(1, 2, 2000, 2800, 400, 400, 100, 300, 0),
+                          });
+  // Transport (from the last arrival to the end) and its exposed part, per call, averaged over ranks:
+  // the all-reduce 200 on both, all exposed; the nonblocking one 300 on both, exposed 280 (rank 0, which
+  // waited from +520) and 100 (rank 1, from +700).
+  ASSERT_EQ(model.exposure.size(), 2u);
+  EXPECT_EQ(model.exposure[0].api, Api::MpiAllreduce);
+  EXPECT_EQ(model.exposure[0].calls, 6);
+  EXPECT_DOUBLE_EQ(model.exposure[0].transport_ns, 200);
+  EXPECT_DOUBLE_EQ(model.exposure[0].exposed_ns, 200);
+  EXPECT_EQ(model.exposure[1].api, Api::MpiIallreduce);
+  EXPECT_DOUBLE_EQ(model.exposure[1].transport_ns, 300);
+  EXPECT_DOUBLE_EQ(model.exposure[1].exposed_ns, 190);
+}
+
+TEST(StepModel, AReceiveWaitsForItsSenderOnAnotherClock) {
+  TempDir dir;
+  const std::string path = dir.file("p2p.db");
+  {
+    StepTraceBuilder trace(path, 2);
+    // Rank 1's clock reads 50 ns behind rank 0's (its offset +50). It waits in MPI_Recv from 100 to 470
+    // on its clock (150..520 on rank 0's); rank 0 sends at 500 on its own, 450 on rank 1's clock: rank 1
+    // waited 350 of its 370 for the sender.
+    trace.setClockOffset(1, 50);
+    trace.send(0, 0, 0, 1, 500, 510);
+    trace.recv(1, 0, 0, 0, 100, 470);
+    trace.finish();
+  }
+  const StepModel model = computeStepModel(TraceReader::open(path));
+  ASSERT_EQ(model.steps.size(), 2u);
+  EXPECT_EQ(model.steps[0].rank_id, 0);
+  EXPECT_EQ(model.steps[0].exposed_ns, 10);
+  EXPECT_EQ(model.steps[0].caused_ns, 350);
+  EXPECT_EQ(model.steps[1].rank_id, 1);
+  EXPECT_EQ(model.steps[1].end_ns - model.steps[1].start_ns, 370);
+  EXPECT_EQ(model.steps[1].exposed_ns, 370);
+  EXPECT_EQ(model.steps[1].waiting_ns, 350);
+  EXPECT_EQ(model.steps[1].compute_ns, 0);
+  EXPECT_TRUE(model.exposure.empty());  // point-to-point calls have no transport strategy to weigh
+}
+
+TEST(StepModel, CallsWithoutStepsHaveNoModel) {
+  TempDir dir;
+  const std::string path = dir.file("none.db");
+  {
+    StepTraceBuilder trace(path, 2);
+    trace.collective(0, 0, -1, Api::MpiAllreduce, 0, 0, 10);
+    trace.collective(1, 0, -1, Api::MpiAllreduce, 0, 0, 10);
+    trace.finish();
+  }
+  EXPECT_TRUE(computeStepModel(TraceReader::open(path)).steps.empty());
+  EXPECT_TRUE(readOrComputeSteps(TraceReader::open(path)).empty());
+}
+
+TEST(StepModel, TotalsAndStragglers) {
+  // Rank 1 is last in four of five steps, rank 0 in one: a slow rank.
+  std::vector<StepRecord> rows;
+  for (std::int64_t step = 0; step < 5; ++step) {
+    const bool rank1_late = step != 2;
+    rows.push_back(row(0, step, 0, 1000, 800, 200, rank1_late ? 150 : 0, 0, rank1_late ? 0 : 40));
+    rows.push_back(row(1, step, 0, 900, 850, 50, rank1_late ? 0 : 40, 0, rank1_late ? 150 : 0));
+  }
+  const auto totals = stepTotals(rows);
+  ASSERT_EQ(totals.size(), 5u);
+  EXPECT_EQ(totals[0].span_ns, 1000);
+  EXPECT_DOUBLE_EQ(totals[0].compute_ns, 825);
+  EXPECT_DOUBLE_EQ(totals[0].exposed_ns, 125);
+  EXPECT_EQ(totals[0].lost_ns, 150);
+  EXPECT_EQ(totals[0].last_rank_id, 1);
+  EXPECT_EQ(totals[2].last_rank_id, 0);
+  const Stragglers slow = stragglers(rows);
+  EXPECT_EQ(slow.steps, 5);
+  EXPECT_EQ(slow.lost_ns, 4 * 150 + 40);
+  EXPECT_EQ(slow.rank_time_ns, 5 * 1900);
+  ASSERT_EQ(slow.ranks.size(), 2u);
+  EXPECT_EQ(slow.ranks[0].rank_id, 1);
+  EXPECT_EQ(slow.ranks[0].steps_last, 4);
+  EXPECT_EQ(slow.ranks[0].caused_ns, 600);
+  EXPECT_TRUE(slow.persistent);
+
+  // Alternating: noise.
+  for (StepRecord& r : rows) {
+    const bool rank1_late = r.step % 2 == 0;
+    r.waiting_ns = (r.rank_id == 0) == rank1_late ? 100 : 0;
+    r.caused_ns = (r.rank_id == 1) == rank1_late ? 100 : 0;
+  }
+  const Stragglers noise = stragglers(rows);
+  EXPECT_EQ(noise.ranks[0].steps_last, 3);
+  EXPECT_FALSE(noise.persistent);
+}
+
+TEST(StepModel, MergeStoresTheRowsAndTheReportShowsThem) {
+  TempDir dir;
+  const std::string input = dir.file("in.db"), merged = dir.file("merged.db");
+  writeTwoRankSteps(input);
+  const MergeSummary summary = mergeTraces({input}, merged, {});
+  EXPECT_EQ(summary.step_rows, 6);
+  const TraceReader reader = TraceReader::open(merged);
+  expectRows(reader.steps(), computeStepModel(TraceReader::open(input)).steps);
+  EXPECT_TRUE(TraceReader::open(input).steps().empty());  // written by merge only
+
+  std::ostringstream text;
+  cli::writeReport(reader, text, {});
+  const std::string report = text.str();
+  // Steps 0 and 1 last 1,000 ns, step 2 800: the median is step 0; rank 0 was last in every step.
+  EXPECT_NE(report.find("Steps (3 steps on 2 ranks;"), std::string::npos) << report;
+  EXPECT_NE(report.find("median (#0)"), std::string::npos) << report;
+  EXPECT_NE(report.find("the ranks lost 300 ns waiting for the last to arrive"), std::string::npos) << report;
+  EXPECT_NE(report.find("rank 0 was last in 3 of 3 steps and made the others wait 300 ns"), std::string::npos)
+      << report;
+}
+
+}  // namespace
+}  // namespace gradscope::storage
