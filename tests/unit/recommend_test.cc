@@ -182,6 +182,46 @@ TEST(Recommend, PerStepTotalsAndFusion) {
   EXPECT_GT(report.fusion->gain_ns, 0);
 }
 
+// The step model's exposure (storage/step_model.h): the 4 KiB reductions run hidden behind compute (none of
+// their time exposed), the 1 MiB ones fully exposed, the 16 MiB ones exposed for 1 µs at their end. A
+// size's step saving is its calls × min(baseline - best, exposed per call).
+TEST(Recommend, OnTheStepOnlyTheExposedTimeCounts) {
+  Inputs inputs = mpiInputs();
+  inputs.step_ns = 50e6;
+  inputs.exposure = {{Api::MpiAllreduce, DType::Fp32, 4096, 4000, 20000, 0},
+                     {Api::MpiAllreduce, DType::Fp32, 1 << 20, 40, 125000, 125000},
+                     {Api::MpiAllreduce, DType::Fp32, 16 << 20, 20, 1.7e6, 1000}};
+  const auto result = recommend(inputs, options());
+  const Report& report = result.report;
+  ASSERT_EQ(report.sizes.size(), 3u);
+  const double exposed[] = {0, 125000, 1000};
+  double total = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const SizeRow& row = report.sizes[i];
+    ASSERT_TRUE(row.step_saving_ns && row.baseline && row.best_time) << i;
+    const double faster = row.baseline->median_ns - row.best_time->median_ns;
+    EXPECT_GT(faster, 0) << i;
+    EXPECT_DOUBLE_EQ(*row.step_saving_ns, row.calls_per_step * std::min(faster, exposed[i])) << i;
+    total += *row.step_saving_ns;
+  }
+  EXPECT_EQ(report.sizes[0].step_saving_ns, 0.0);  // hidden: a faster reduction saves nothing
+  ASSERT_TRUE(report.step_ns && report.step_saving_ns);
+  EXPECT_DOUBLE_EQ(*report.step_ns, 50e6);
+  EXPECT_DOUBLE_EQ(*report.step_saving_ns, total);
+  EXPECT_TRUE(mentions(report,
+                       "on the step 0 ns of 50.0 ms per step (0.00% faster): most of this reduction "
+                       "is hidden behind compute"));
+  const std::string text = format(result.recommendation, report, Format::Text);
+  EXPECT_NE(text.find("on the step:"), std::string::npos) << text;
+  ASSERT_TRUE(report.fusion && report.fusion->step_gain_ns);
+  EXPECT_EQ(*report.fusion->step_gain_ns, 0.0);  // the small calls are hidden
+
+  // Without a step model nothing is said about the step.
+  const auto plain = recommend(mpiInputs(), options());
+  EXPECT_FALSE(plain.report.step_saving_ns.has_value());
+  EXPECT_EQ(format(plain.recommendation, plain.report, Format::Text).find("on the step"), std::string::npos);
+}
+
 TEST(Recommend, ConsensusDisagreementPointsToAdaCons) {
   Inputs inputs = mpiInputs();
   inputs.mean_cosine_to_mean = 0.3;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gradscope/common/recommendation.h"
+#include "gradscope/storage/step_model.h"
 #include "gradscope/tuner/model.h"
 
 namespace gradscope::tuner {
@@ -41,6 +42,10 @@ struct Inputs {
   bool steps_known = false;                   // workload counts are per step (else per run)
   std::int64_t other_reductions = 0;          // reduction calls no strategy applies to (other APIs or ops)
   std::optional<double> mean_cosine_to_mean;  // over the consensus rows, when there are any
+  // The step model (storage/step_model.h) of the traces that have steps: the median step's time (its
+  // longest rank's span) and how much of each kind of collective is exposed. Unset / empty without steps.
+  std::optional<double> step_ns;
+  std::vector<storage::CallExposure> exposure;  // ordered by api, dtype, bytes
 };
 
 // Reads every file: runs, measurements, the calls (TraceReader::reductionCounts: counts per size from one
@@ -78,12 +83,17 @@ struct SizeRow {
   std::optional<TimeInterval> best_time;
   bool extrapolated = false;  // a prediction used here lies outside the measured sizes
   double gain = 0;            // 1 - best / baseline (medians)
+  // What the choice saves on the step, per step: calls_per_step × min(baseline - best, the exposed time
+  // of such a call in the job); unset when the trace has no step model for this size.
+  std::optional<double> step_saving_ns;
 };
 
 struct FusionAdvice {
   std::int64_t bucket_bytes = 0;  // a power of two MiB, at least 1 MiB
   double small_share = 0;         // share of the baseline's time per step spent in calls under 64 KiB
   double gain_ns = 0;             // predicted saving per step from fusing those calls into buckets
+  std::optional<double>
+      step_gain_ns;  // of it, what the step saves (the calls' exposed share); unset: unknown
 };
 
 struct Report {
@@ -97,6 +107,10 @@ struct Report {
   std::vector<std::string> reasoning;  // one sentence per line
   std::optional<std::string> consensus_note;
   std::optional<FusionAdvice> fusion;
+  // The choice on the step: the median step's time and what the choice saves on it per step (the sizes'
+  // step_saving_ns summed). Unset without a step model.
+  std::optional<double> step_ns;
+  std::optional<double> step_saving_ns;
   std::vector<StrategyPrediction> predictions;  // only with RecommendOptions::keep_predictions
 };
 
