@@ -218,11 +218,14 @@ std::string formatText(const Recommendation& recommendation, const Report& repor
     out += fmt::format(
         "\n{}Fusion{}\n{}{}fuse calls under 64 KiB ({:.0f}% of the baseline's time) into {} buckets: "
         "predicted "
-        "saving {} {}; DDP bucket_cap_mb={}, HOROVOD_FUSION_THRESHOLD={}, TF bytes_per_pack={}\n",
+        "saving {} {}{}; DDP bucket_cap_mb={}, HOROVOD_FUSION_THRESHOLD={}, TF bytes_per_pack={}\n",
         markdown ? "## " : "", markdown ? "" : ":", markdown ? "\n" : "", bullet,
         100 * report.fusion->small_share, bytes(report.fusion->bucket_bytes),
-        formatDuration(report.fusion->gain_ns), perStep(report), report.fusion->bucket_bytes >> 20,
-        report.fusion->bucket_bytes, report.fusion->bucket_bytes);
+        formatDuration(report.fusion->gain_ns), perStep(report),
+        report.fusion->step_gain_ns
+            ? fmt::format(" ({} of it on the step)", formatDuration(*report.fusion->step_gain_ns))
+            : std::string(),
+        report.fusion->bucket_bytes >> 20, report.fusion->bucket_bytes, report.fusion->bucket_bytes);
   out += fmt::format("\n{}Reasoning{}\n{}", markdown ? "## " : "", markdown ? "" : ":", markdown ? "\n" : "");
   for (const auto& line : report.reasoning) out += fmt::format("{}{}\n", markdown ? "- " : "  - ", line);
   if (report.consensus_note)
