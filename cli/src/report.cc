@@ -635,8 +635,7 @@ void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& r
   const auto& first = late.ranks.front();
   if (late.persistent) {
     out << fmt::format(
-        ";\n    rank {} was last in {} of {} steps and made the others wait {}: the same rank "
-        "step after step (a slow rank or node, not noise)\n",
+        ";\n    rank {} was last in {} of {} steps, costing the others {}: a slow rank or node, not noise\n",
         rankLabel(first.rank_id), first.steps_last, late.steps,
         formatDuration(static_cast<double>(first.caused_ns)));
     return;
