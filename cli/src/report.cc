@@ -477,6 +477,12 @@ void writeFamilies(const std::vector<storage::SizeBucket>& sizes, std::ostream& 
 
 // Rank pairs listed in "Point-to-point", the most bytes first.
 constexpr std::size_t kPairsListed = 10;
+// Above this many ranks the report gives distributions and the ranks that stand out, not a line per rank.
+constexpr std::size_t kRanksListed = 32;
+constexpr std::size_t kRanksStandingOut = 5;
+// "Slowest calls" reads this many calls per line it shows, or as many as there are ranks (one collective's
+// calls on every rank are one line).
+constexpr std::size_t kCallsPerListedCall = 64;
 
 // Who sent how much to whom: the rank pairs that moved the most bytes, with the time each end spent on
 // them, and how many sends and receives found their partner.
@@ -544,13 +550,24 @@ void writePipeline(const std::vector<storage::PipelineRank>& ranks, std::ostream
   const auto count = [](std::int64_t calls) {
     return calls > 0 ? formatCount(static_cast<std::uint64_t>(calls)) : std::string("-");
   };
-  for (const storage::PipelineRank& rank : ranks)
-    out << fmt::format("  {:>5} {:>5} {:>10} {:>9} {:>8} {:>16} {:>9}\n", rank.stage, rank.rank,
-                       duration(rank.blocked_ns, rank.recv_calls), count(rank.recv_calls),
-                       rank.recv_calls > 0
-                           ? percent(static_cast<double>(rank.blocked_ns), static_cast<double>(rank.busy_ns))
-                           : std::string("-"),
-                       duration(rank.downstream_ns, rank.downstream_calls), count(rank.downstream_calls));
+  // Many ranks: the most blocked ones only; the per-stage lines below cover every rank.
+  std::vector<const storage::PipelineRank*> listed;
+  for (const storage::PipelineRank& rank : ranks) listed.push_back(&rank);
+  if (listed.size() > kRanksListed) {
+    std::stable_sort(listed.begin(), listed.end(),
+                     [](const auto* a, const auto* b) { return a->blocked_ns > b->blocked_ns; });
+    listed.resize(kRanksStandingOut);
+    out << fmt::format("  ({} ranks: the {} most blocked)\n", ranks.size(), kRanksStandingOut);
+  }
+  for (const storage::PipelineRank* listed_rank : listed)
+    out << fmt::format(
+        "  {:>5} {:>5} {:>10} {:>9} {:>8} {:>16} {:>9}\n", listed_rank->stage, listed_rank->rank,
+        duration(listed_rank->blocked_ns, listed_rank->recv_calls), count(listed_rank->recv_calls),
+        listed_rank->recv_calls > 0
+            ? percent(static_cast<double>(listed_rank->blocked_ns), static_cast<double>(listed_rank->busy_ns))
+            : std::string("-"),
+        duration(listed_rank->downstream_ns, listed_rank->downstream_calls),
+        count(listed_rank->downstream_calls));
   for (int stage = 1; stage < stages; ++stage) {
     std::int64_t blocked = 0, span = 0, members = 0;
     for (const storage::PipelineRank& rank : ranks)
@@ -571,14 +588,25 @@ void writeAllToAll(const std::vector<storage::AllToAllBalance>& rows, std::ostre
   out << fmt::format("  {:>5} {:<16} {:>9} {:>10} {:>10} {:>10} {:>6} {:>6} {:>10}\n", "rank", "api", "calls",
                      "bytes", "max peer", "min peer", "mean", "worst", "time");
   const storage::AllToAllBalance* worst = &rows.front();
-  for (const storage::AllToAllBalance& row : rows) {
+  for (const storage::AllToAllBalance& row : rows)
+    if (row.worst_imbalance > worst->worst_imbalance) worst = &row;
+  // Many ranks: the most uneven ones only.
+  std::vector<const storage::AllToAllBalance*> listed;
+  for (const storage::AllToAllBalance& row : rows) listed.push_back(&row);
+  if (listed.size() > kRanksListed) {
+    std::stable_sort(listed.begin(), listed.end(),
+                     [](const auto* a, const auto* b) { return a->worst_imbalance > b->worst_imbalance; });
+    listed.resize(kRanksStandingOut);
+    out << fmt::format("  ({} rows of ranks and APIs: the {} most uneven)\n", rows.size(), kRanksStandingOut);
+  }
+  for (const storage::AllToAllBalance* listed_row : listed) {
+    const storage::AllToAllBalance& row = *listed_row;
     out << fmt::format("  {:>5} {:<16} {:>9} {:>10} {:>10} {:>10} {:>6.2f} {:>6.2f} {:>10}\n", row.rank,
                        name(row.api), formatCount(static_cast<std::uint64_t>(row.calls)),
                        formatBytes(static_cast<std::uint64_t>(row.bytes)),
                        formatBytes(static_cast<std::uint64_t>(row.max_peer_bytes)),
                        formatBytes(static_cast<std::uint64_t>(row.min_peer_bytes)), row.mean_imbalance,
                        row.worst_imbalance, formatDuration(static_cast<double>(row.time_ns)));
-    if (row.worst_imbalance > worst->worst_imbalance) worst = &row;
   }
   if (worst->worst_imbalance > 1.0)
     out << fmt::format("  most uneven: rank {} {}, one peer got {:.2f}x an even share\n", worst->rank,
@@ -586,6 +614,93 @@ void writeAllToAll(const std::vector<storage::AllToAllBalance>& rows, std::ostre
 }
 
 }  // namespace
+
+// Many ranks: the spread of the per-rank figures over the ranks, then the ranks and hosts that stand out
+// (rankRow writes one rank's line of the per-rank table).
+template <typename RankRow>
+void writeRanksAtScale(const std::vector<storage::RankSummary>& ranks,
+                       const std::map<std::int64_t, storage::TraceReader::Lateness>& late,
+                       std::string_view in_calls, const RankRow& rankRow, std::ostream& out) {
+  const auto meanLate = [&](const storage::RankSummary& rank) -> std::optional<double> {
+    const auto it = late.find(rank.rank_id);
+    if (it == late.end() || it->second.matched == 0) return std::nullopt;
+    return it->second.mean_ns;
+  };
+  std::vector<double> calls, time, share, lateness;
+  for (const auto& rank : ranks) {
+    calls.push_back(static_cast<double>(rank.calls));
+    time.push_back(static_cast<double>(rank.total_ns));
+    if (rank.last_ns > rank.first_ns)
+      share.push_back(static_cast<double>(rank.busy_ns) / static_cast<double>(rank.last_ns - rank.first_ns));
+    if (const auto mean = meanLate(rank)) lateness.push_back(*mean);
+  }
+  const auto spread = [&](std::string_view label, std::vector<double> values, const auto& text) {
+    if (values.empty()) return;
+    std::sort(values.begin(), values.end());
+    const auto at = [&](double q) {
+      return text(values[static_cast<std::size_t>(q * static_cast<double>(values.size() - 1) + 0.5)]);
+    };
+    out << fmt::format("  {:<12} {:>10} {:>10} {:>10} {:>10} {:>10}\n", label, at(0), at(0.1), at(0.5),
+                       at(0.9), at(1));
+  };
+  out << fmt::format("  {:<12} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "over ranks", "min", "p10", "median",
+                     "p90", "max");
+  spread("calls", calls, [](double v) { return formatCount(static_cast<std::uint64_t>(v)); });
+  spread(in_calls, time, [](double v) { return formatDuration(v); });
+  spread("share", share, [](double v) { return fmt::format("{:.1f}%", 100 * v); });
+  spread("mean late", lateness, [](double v) { return formatDuration(v); });
+
+  const auto header = [&](std::string_view title) {
+    out << fmt::format("  {}\n  {:>5} {:<16} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}\n", title, "rank",
+                       "host", "pid", "calls", in_calls, "share", "mean late", "max late");
+  };
+  std::vector<const storage::RankSummary*> order;
+  for (const auto& rank : ranks) order.push_back(&rank);
+  const std::size_t shown = std::min(kRanksStandingOut, order.size());
+  if (!lateness.empty()) {
+    std::partial_sort(
+        order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shown), order.end(),
+        [&](const auto* a, const auto* b) { return meanLate(*a).value_or(0) > meanLate(*b).value_or(0); });
+    header(fmt::format("the {} latest ranks (the others wait for them)", shown));
+    for (std::size_t i = 0; i < shown; ++i) rankRow(*order[i]);
+  }
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shown), order.end(),
+                    [](const auto* a, const auto* b) { return a->total_ns > b->total_ns; });
+  header(fmt::format("the {} ranks with the most time {}", shown,
+                     in_calls == "in coll." ? "in collectives" : "in calls"));
+  for (std::size_t i = 0; i < shown; ++i) rankRow(*order[i]);
+
+  // Hosts: a slow node makes all its ranks late.
+  struct Host {
+    std::string_view name;
+    int ranks = 0, late_ranks = 0;
+    double late_ns = 0, time_ns = 0;
+  };
+  std::map<std::string_view, Host> hosts;
+  for (const auto& rank : ranks) {
+    Host& host = hosts[rank.host];
+    host.name = rank.host;
+    ++host.ranks;
+    host.time_ns += static_cast<double>(rank.total_ns);
+    if (const auto mean = meanLate(rank)) host.late_ns += *mean, ++host.late_ranks;
+  }
+  if (hosts.size() < 2 || lateness.empty()) return;
+  std::vector<Host> by_late;
+  for (const auto& [name, host] : hosts) by_late.push_back(host);
+  const auto hostLate = [](const Host& host) {
+    return host.late_ranks > 0 ? host.late_ns / host.late_ranks : 0.0;
+  };
+  const std::size_t hosts_shown = std::min(kRanksStandingOut, by_late.size());
+  std::partial_sort(by_late.begin(), by_late.begin() + static_cast<std::ptrdiff_t>(hosts_shown),
+                    by_late.end(), [&](const Host& a, const Host& b) { return hostLate(a) > hostLate(b); });
+  out << fmt::format(
+      "  the {} latest of {} hosts (their ranks' mean lateness)\n  {:<22} {:>6} {:>12} {:>12}\n", hosts_shown,
+      formatCount(hosts.size()), "host", "ranks", "mean late", in_calls);
+  for (std::size_t i = 0; i < hosts_shown; ++i)
+    out << fmt::format("  {:<22} {:>6} {:>12} {:>12}\n", by_late[i].name, by_late[i].ranks,
+                       formatDuration(hostLate(by_late[i])),
+                       formatDuration(by_late[i].time_ns / by_late[i].ranks));
+}
 
 // The step model (storage/step_model.h): the median and the worst step, each split into what the ranks
 // did on average, and what waiting for the last rank cost.
@@ -673,7 +788,12 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     out << fmt::format("Written   by gradscope {}\n", run.tool_version);
   }
 
-  const auto stats = reader.callStatistics(options.top_calls);
+  // The slowest calls are read many times over, so that one collective's calls on many ranks make one
+  // line, its slowest rank's, and still leave room for the others (a 1024-rank job lists each all-reduce
+  // once, not the same one ten times).
+  const std::size_t fetched_calls = std::min<std::size_t>(
+      options.top_calls * std::max(kCallsPerListedCall, ranks.size()), std::size_t{1} << 20);
+  const auto stats = reader.callStatistics(fetched_calls);
   std::int64_t total_calls = 0, total_ns = 0, busy_ns = 0, rank_time_ns = 0;
   for (const auto& rank : stats.ranks) {
     total_calls += rank.calls;
@@ -719,12 +839,31 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     writeFamilies(stats.sizes, out);
     writeGraphReplays(reader.replaySummary(), out);
 
-    out << fmt::format("\nSlowest calls\n");
-    out << fmt::format("  {:>5} {:<26} {:>10} {:>10} {:>12} {:>7} {:>9}  {}\n", "rank", "api", "bytes",
-                       "duration", "start", "step", "seq", "comm");
+    // One line per collective (communicator key, seq, replay): its slowest call; point-to-point calls,
+    // numbered apart, are each their own.
+    std::vector<std::pair<const storage::CallRecord*, int>> slowest_calls;  // (its slowest call, ranks read)
+    std::map<std::tuple<std::string, std::int64_t, std::int64_t>, std::size_t> line_of;
     for (const auto& call : stats.longest) {
-      out << fmt::format("  {:>5} {:<26} {:>10} {:>10} {:>12} {:>7} {:>9}  {}\n", rankLabel(call.rank_id),
-                         name(call.api),
+      if (!numberedApart(call.api)) {
+        const auto [it, inserted] =
+            line_of.try_emplace({comm_key[call.comm_id], call.seq, call.graph_replay}, slowest_calls.size());
+        if (!inserted) {
+          if (it->second < slowest_calls.size()) ++slowest_calls[it->second].second;
+          continue;
+        }
+      }
+      if (slowest_calls.size() < options.top_calls) slowest_calls.emplace_back(&call, 1);
+    }
+    out << fmt::format(
+        "\nSlowest calls (each collective once, at its slowest rank; ranks: its calls among the {} "
+        "slowest)\n",
+        formatCount(static_cast<std::uint64_t>(stats.longest.size())));
+    out << fmt::format("  {:>5} {:<26} {:>10} {:>10} {:>12} {:>7} {:>9} {:>6}  {}\n", "rank", "api", "bytes",
+                       "duration", "start", "step", "seq", "ranks", "comm");
+    for (const auto& [call_pointer, ranks_among] : slowest_calls) {
+      const storage::CallRecord& call = *call_pointer;
+      out << fmt::format("  {:>5} {:<26} {:>10} {:>10} {:>12} {:>7} {:>9} {:>6}  {}\n",
+                         rankLabel(call.rank_id), name(call.api),
                          formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(call.bytes, 0))),
                          formatDuration(static_cast<double>(call.end_ns - call.start_ns)),
                          formatDuration(static_cast<double>(call.start_ns)),
@@ -732,16 +871,24 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
                          // A graph replay: the captured call's seq and which replay ("17 r3").
                          call.graph_replay > 0 ? fmt::format("{} r{}", call.seq, call.graph_replay)
                                                : std::to_string(call.seq),
-                         comm_key[call.comm_id]);
+                         ranks_among, comm_key[call.comm_id]);
     }
 
     std::map<std::int64_t, storage::TraceReader::Lateness> late;
     for (const auto& row : reader.lateness()) late[row.rank_id] = row;
-    out << "\nPer rank (lateness: how long after the first rank this rank started the same collective)\n";
-    out << fmt::format("  {:>5} {:<16} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}\n", "rank", "host", "pid",
-                       "calls", collectives_only ? "in coll." : "in calls", "share", "mean late", "max late");
+    out << fmt::format(
+        "\nPer rank{} (lateness: how long after the first rank this rank started the same "
+        "collective)\n",
+        stats.ranks.size() <= kRanksListed
+            ? std::string()
+            : fmt::format(": {} ranks, their spread and the ones that stand out",
+                          formatCount(static_cast<std::uint64_t>(stats.ranks.size()))));
+    if (stats.ranks.size() <= kRanksListed)
+      out << fmt::format("  {:>5} {:<16} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}\n", "rank", "host", "pid",
+                         "calls", collectives_only ? "in coll." : "in calls", "share", "mean late",
+                         "max late");
     std::int64_t slowest = -1, fastest = -1;
-    for (const auto& rank : stats.ranks) {
+    const auto rankRow = [&](const storage::RankSummary& rank) {
       const auto info = rank_by_id.find(rank.rank_id);
       const auto lateness = late.find(rank.rank_id);
       const bool has_late = lateness != late.end() && lateness->second.matched > 0;
@@ -754,6 +901,11 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
           percent(static_cast<double>(rank.busy_ns), static_cast<double>(rank.last_ns - rank.first_ns)),
           has_late ? formatDuration(lateness->second.mean_ns) : "-",
           has_late ? formatDuration(static_cast<double>(lateness->second.max_ns)) : "-");
+    };
+    if (stats.ranks.size() > kRanksListed)
+      writeRanksAtScale(stats.ranks, late, collectives_only ? "in coll." : "in calls", rankRow, out);
+    for (const auto& rank : stats.ranks) {
+      if (stats.ranks.size() <= kRanksListed) rankRow(rank);
       if (rank.calls > 0) {
         if (slowest < 0 || rank.total_ns > stats.ranks[static_cast<std::size_t>(slowest)].total_ns)
           slowest = &rank - stats.ranks.data();
@@ -826,13 +978,31 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
   } else {
     std::int64_t dropped = 0, calls_lost = 0;
     std::set<std::string> kinds;
+    std::set<std::int64_t> ranks_dropping;
+    for (const auto& drop : drops) ranks_dropping.insert(drop.rank_id);
+    // Many ranks: one line per kind (how many ranks, and the one that dropped the most).
+    struct KindTotal {
+      std::int64_t count = 0, ranks = 0, most = 0, most_rank = 0;
+    };
+    std::map<std::string, KindTotal> by_kind;
     for (const auto& drop : drops) {
-      out << fmt::format("  rank {:>5}  {:<16} {:>12}\n", rankLabel(drop.rank_id), drop.kind,
-                         formatCount(static_cast<std::uint64_t>(drop.count)));
+      if (ranks_dropping.size() <= kRanksListed) {
+        out << fmt::format("  rank {:>5}  {:<16} {:>12}\n", rankLabel(drop.rank_id), drop.kind,
+                           formatCount(static_cast<std::uint64_t>(drop.count)));
+      } else {
+        KindTotal& total = by_kind[drop.kind];
+        total.count += drop.count;
+        ++total.ranks;
+        if (drop.count > total.most) total.most = drop.count, total.most_rank = drop.rank_id;
+      }
       dropped += drop.count;
       if (storage::dropLosesCalls(drop.kind)) calls_lost += drop.count;
       kinds.insert(drop.kind);
     }
+    for (const auto& [kind, total] : by_kind)
+      out << fmt::format("  {:<16} {:>12} on {} ranks, the most on rank {} ({})\n", kind,
+                         formatCount(static_cast<std::uint64_t>(total.count)), total.ranks,
+                         rankLabel(total.most_rank), formatCount(static_cast<std::uint64_t>(total.most)));
     for (const std::string& kind : kinds) out << fmt::format("  {}: {}\n", kind, storage::dropMeaning(kind));
     if (calls_lost > 0)
       out << fmt::format("  {} calls not recorded in total: the totals above miss them\n",

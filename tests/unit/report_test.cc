@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -85,12 +86,63 @@ TEST(Report, TopLimitsTheSlowestCalls) {
   TempDir dir;
   const std::string path = writeMergedJob(dir);
   const auto all = lines(report(path, ReportOptions{3}));
-  const auto header = std::find(all.begin(), all.end(), "Slowest calls");
+  const auto header = std::find_if(
+      all.begin(), all.end(), [](const std::string& line) { return line.starts_with("Slowest calls ("); });
   ASSERT_NE(header, all.end());
   // The title, the column header, three calls, then a blank line.
   ASSERT_GT(all.end() - header, 5);
   EXPECT_EQ(*(header + 5), "");
   EXPECT_NE((header + 4)->find("MPI_Allreduce"), std::string::npos) << *(header + 4);
+}
+
+// Beyond 32 ranks the report lists no rank by rank: the spread over the ranks, the ranks and hosts that
+// stand out (the straggler first), and each slow collective once, with how many ranks' calls it stands for.
+TEST(Report, ManyRanksAreSummarisedNotListed) {
+  TempDir dir;
+  testing::SyntheticJob job;
+  job.ranks = 96;
+  job.steps = 5;
+  job.straggler = 37;
+  std::vector<std::string> files;
+  const std::string ranks_dir = dir.makeSubdir("ranks");
+  for (int rank = 0; rank < job.ranks; ++rank) {
+    files.push_back(fmt::format("{}/rank-{}.db", ranks_dir, rank));
+    testing::writeSyntheticRank(files.back(), job, rank);
+  }
+  const std::string merged = dir.file("merged.db");
+  storage::mergeTraces(files, merged, {});
+  const std::string text = report(merged);
+  const auto all = lines(text);
+  EXPECT_LT(all.size(), 80u) << text;
+  EXPECT_TRUE(hasLine(text,
+                      "Per rank: 96 ranks, their spread and the ones that stand out (lateness: how long "
+                      "after the first rank this rank started the same collective)"))
+      << text;
+  // The straggler heads the latest ranks, and its host the latest hosts.
+  const auto latest = std::find(all.begin(), all.end(), "  the 5 latest ranks (the others wait for them)");
+  ASSERT_NE(latest, all.end()) << text;
+  ASSERT_LT(latest + 2, all.end());
+  EXPECT_EQ((latest + 2)->rfind("     37 node18 ", 0), 0u) << *(latest + 2);
+  const auto hosts =
+      std::find(all.begin(), all.end(), "  the 5 latest of 48 hosts (their ranks' mean lateness)");
+  ASSERT_NE(hosts, all.end()) << text;
+  EXPECT_EQ((hosts + 2)->rfind("  node18 ", 0), 0u) << *(hosts + 2);
+  // Slowest calls: each collective on one line, standing for its calls on every rank but the straggler,
+  // whose call is shorter (it arrives when the others have waited).
+  const auto slowest = std::find_if(all.begin(), all.end(), [](const std::string& line) {
+    return line.rfind("Slowest calls (each collective once", 0) == 0;
+  });
+  ASSERT_NE(slowest, all.end()) << text;
+  std::set<std::string> seqs;
+  for (auto line = slowest + 2; line != all.end() && !line->empty(); ++line) {
+    std::istringstream fields(*line);
+    std::string rank, api, size, unit, duration, duration_unit, start, start_unit, step, seq;
+    fields >> rank >> api >> size >> unit >> duration >> duration_unit >> start >> start_unit >> step >> seq;
+    EXPECT_TRUE(seqs.insert(seq).second) << "seq " << seq << " listed twice:\n" << text;
+  }
+  EXPECT_EQ(seqs.size(), 10u) << text;
+  for (const auto& line : all)
+    EXPECT_EQ(line.find("   95 node47"), std::string::npos) << "a rank listed: " << line;
 }
 
 TEST(Report, SingleRankTraceOfTheSyntheticJob) {
@@ -617,11 +669,11 @@ TEST(Report, GraphReplaysPerApi) {
           "  MPI_Allgather                      1           1     500 us     500 us",
       }))
       << text;
-  // The slowest call is rank 1's replay of its seq 0.
+  // The slowest call is rank 1's replay of its seq 0, which rank 0 replayed too: one line for both.
   const auto slowest = section(text, "Slowest calls");
   ASSERT_GE(slowest.size(), 3u) << text;
   EXPECT_NE(slowest[2].find("    4.00 ms"), std::string::npos) << slowest[2];
-  EXPECT_NE(slowest[2].find("  0 r1  world"), std::string::npos) << slowest[2];
+  EXPECT_NE(slowest[2].find("  0 r1      2  world"), std::string::npos) << slowest[2];
   const std::string plain = dir.file("plain.db");
   writeModeTrace(plain, "observe", 2, 2, 1 << 20, [](TraceWriter&, std::int64_t) {});
   EXPECT_EQ(report(plain).find("graph replays"), std::string::npos);
