@@ -11,7 +11,11 @@ With --explore the traces are explore runs of a job instead: the MPI sample (2 r
 2 ms of compute per step) under `gradscope run --mode explore`, as scripts/demo.sh runs it; each key then
 has three explorations a side, at the job's six gradient sizes.
 
-  bench/check_false_alarms.py BUILD_DIR [--pairs 20] [--explore] [--factors 1.2] [--keep DIR]
+With --observe they are observe runs of the same sample (400 steps): no measurements, so check compares
+the runs step by step (the step's time and breakdown, time per step in each API and size); the slowed
+copies have every time of their calls and steps multiplied.
+
+  bench/check_false_alarms.py BUILD_DIR [--pairs 20] [--explore | --observe] [--factors 1.2] [--keep DIR]
 """
 import argparse
 import os
@@ -33,12 +37,12 @@ def bench(gradscope, path):
         sys.exit(f"check_false_alarms: {' '.join(command)} failed ({result.returncode}): {result.stderr.strip()}")
 
 
-def explore(build, path):
+def explore(build, path, mode="explore", steps=1500):
     gradscope = os.path.join(build, "cli", "gradscope")
     sample = os.path.join(build, "samples", "mpi_train", "gradscope-sample-mpi-train")
     out = path + ".d"
-    command = [gradscope, "run", "-o", out, "--mode", "explore", "--", "mpirun", "--oversubscribe", "--mca",
-               "mpi_yield_when_idle", "1", "-np", "2", sample, "--steps", "1500", "--sleep-ms", "2",
+    command = [gradscope, "run", "-o", out, "--mode", mode, "--", "mpirun", "--oversubscribe", "--mca",
+               "mpi_yield_when_idle", "1", "-np", "2", sample, "--steps", str(steps), "--sleep-ms", "2",
                "--print-every", "500"]
     result = subprocess.run(command, env={**os.environ, **MPI_ENV}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
@@ -62,7 +66,14 @@ def slowed(path, factor, out):
     with sqlite3.connect(out) as db:
         db.execute("UPDATE measurements SET min_ns = min_ns * ?, median_ns = median_ns * ?, p90_ns = p90_ns * ?, "
                    "max_ns = max_ns * ?", (factor,) * 4)
+        db.execute("UPDATE calls SET enqueue_ns = CAST(enqueue_ns * ? AS INTEGER), start_ns = CAST(start_ns * ? AS "
+                   "INTEGER), end_ns = CAST(end_ns * ? AS INTEGER)", (factor,) * 3)
+        db.execute("UPDATE steps SET " + ", ".join(f"{column} = CAST({column} * ? AS INTEGER)" for column in STEP_TIMES),
+                   (factor,) * len(STEP_TIMES))
     return out
+
+
+STEP_TIMES = ("start_ns", "end_ns", "compute_ns", "exposed_ns", "waiting_ns", "hidden_ns", "caused_ns")
 
 
 def main():
@@ -70,6 +81,7 @@ def main():
     parser.add_argument("build")
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--explore", action="store_true", help="explore runs of the MPI sample, not bench runs")
+    parser.add_argument("--observe", action="store_true", help="observe runs of the MPI sample, compared by step")
     parser.add_argument("--factors", default="1.2", help="slowdowns to check, comma-separated (default 1.2)")
     parser.add_argument("--keep", help="directory to keep the traces in (default: a temporary one)")
     args = parser.parse_args()
@@ -80,7 +92,12 @@ def main():
 
     work = args.keep or tempfile.mkdtemp(prefix="gradscope-check-")
     os.makedirs(work, exist_ok=True)
-    record = (lambda path: explore(args.build, path)) if args.explore else (lambda path: bench(gradscope, path))
+    if args.observe:
+        record = lambda path: explore(args.build, path, mode="observe", steps=400)  # noqa: E731
+    elif args.explore:
+        record = lambda path: explore(args.build, path)  # noqa: E731
+    else:
+        record = lambda path: bench(gradscope, path)  # noqa: E731
     factors = [float(f) for f in args.factors.split(",")]
     baseline = os.path.join(work, "baseline.db")
     record(baseline)

@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "gradscope/common/error.h"
+#include "gradscope/storage/merge.h"
 #include "gradscope/storage/reader.h"
 #include "gradscope/storage/writer.h"
 #include "gradscope/tuner/model.h"
+#include "synthetic_trace.h"
 #include "test_util.h"
 
 namespace gradscope::tuner {
@@ -426,6 +428,122 @@ TEST(CheckBadInput, ExitsTwoWithOneLine) {
   run = runCheck(dir.file("a.db"), dir.file("a.db"), unrecommendable);
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("--fail-on-change needs the recommender"), std::string::npos) << run.err;
+}
+
+// Two observed runs (no measurements) of the synthetic job, merged: compared step by step.
+std::string writeObservedJob(const TempDir& dir, const std::string& name, const testing::SyntheticJob& job) {
+  std::vector<std::string> files;
+  const std::string ranks = dir.makeSubdir(name);
+  for (int rank = 0; rank < job.ranks; ++rank) {
+    files.push_back(fmt::format("{}/rank-{}.db", ranks, rank));
+    testing::writeSyntheticRank(files.back(), job, rank);
+  }
+  const std::string merged = dir.file(name + ".db");
+  storage::mergeTraces(files, merged, {});
+  return merged;
+}
+
+const RunComparison* figure(const CheckResult& result, std::string_view what) {
+  for (const auto& c : result.runs)
+    if (c.what == what) return &c;
+  return nullptr;
+}
+
+TEST(CheckRuns, TwoObservedRunsOfTheSameJobPass) {
+  TempDir dir;
+  testing::SyntheticJob job;
+  job.steps = 40;
+  const std::string before = writeObservedJob(dir, "before", job);
+  job.seed = 7;  // the same job, other noise
+  const std::string after = writeObservedJob(dir, "after", job);
+  const CheckResult result = checkTraces(before, after);
+  EXPECT_TRUE(result.comparisons.empty());
+  ASSERT_GE(result.runs.size(), 5u);
+  EXPECT_EQ(result.runs[0].what, "step time");
+  EXPECT_EQ(result.runs[1].what, "compute");
+  EXPECT_EQ(result.runs[2].what, "exposed communication");
+  EXPECT_EQ(result.runs[3].what, "waiting");
+  ASSERT_NE(figure(result, "MPI_Allreduce 16 MiB"), nullptr);
+  EXPECT_EQ(result.runs[0].baseline_steps, 40);
+  EXPECT_EQ(result.count(Verdict::Regression), 0);
+  EXPECT_EQ(result.exitCode(), kCheckExitOk);
+  std::ostringstream text;
+  writeCheckText(result, text);
+  EXPECT_NE(text.str().find("The runs, step by step (40 against 40 steps; medians per step):"),
+            std::string::npos)
+      << text.str();
+  const auto json = nlohmann::json::parse(checkJson(result));
+  EXPECT_EQ(json["runs"].size(), result.runs.size());
+  EXPECT_EQ(json["runs"][0]["figure"], "step time");
+}
+
+TEST(CheckRuns, MoreGradientBytesMakeTheStepARegression) {
+  TempDir dir;
+  testing::SyntheticJob job;
+  job.steps = 40;
+  const std::string before = writeObservedJob(dir, "before", job);
+  job.seed = 7;
+  job.model_bytes = 200ll << 20;  // twice the gradients: twice the reductions' time, exposed
+  const std::string after = writeObservedJob(dir, "after", job);
+  const CheckResult result = checkTraces(before, after);
+  const RunComparison* step = figure(result, "step time");
+  ASSERT_NE(step, nullptr);
+  EXPECT_EQ(step->verdict, Verdict::Regression) << step->reason;
+  EXPECT_GT(step->change, 0.1);
+  ASSERT_TRUE(step->p_value.has_value());
+  EXPECT_LT(*step->p_value, 0.01);
+  EXPECT_EQ(figure(result, "exposed communication")->verdict, Verdict::Regression);
+  EXPECT_EQ(result.exitCode(), kCheckExitRegression);
+  // And back: an improvement, which passes.
+  const CheckResult back = checkTraces(after, before);
+  EXPECT_EQ(figure(back, "step time")->verdict, Verdict::Improvement);
+  EXPECT_EQ(back.exitCode(), kCheckExitOk);
+}
+
+// Steps written directly (the step model's rows, one rank): `exposed` of each step's 1,100 ns exposed, the
+// rest compute, with a little jitter from step to step.
+std::string writeSteps(const TempDir& dir, const std::string& name, std::int64_t exposed) {
+  const std::string path = dir.file(name);
+  TraceWriter writer = TraceWriter::create(path);
+  const std::int64_t run_id = addRun(writer, "observe", path);
+  writer.addRank({0, run_id, 0, "h", 7, "cpu", 0});
+  std::vector<storage::StepRecord> rows;
+  for (std::int64_t step = 0; step < 32; ++step) {
+    const std::int64_t span = 1100 + step % 3, start = step * 2000;
+    rows.push_back({0, step, start, start + span, span - exposed - step % 2, exposed + step % 2, 0, 0, 0, 1});
+  }
+  writer.appendSteps(rows);
+  writer.finish(100'000);
+  return path;
+}
+
+TEST(CheckRuns, APartThatMovesInsideAnUnchangedStepIsNoisy) {
+  TempDir dir;
+  const std::string before = writeSteps(dir, "before.db", 100), after = writeSteps(dir, "after.db", 300);
+  const CheckResult result = checkTraces(before, after);
+  ASSERT_NE(figure(result, "step time"), nullptr);
+  EXPECT_EQ(figure(result, "step time")->verdict, Verdict::Unchanged);
+  const RunComparison* exposed = figure(result, "exposed communication");
+  ASSERT_NE(exposed, nullptr);
+  EXPECT_EQ(exposed->verdict, Verdict::Noisy) << exposed->reason;
+  EXPECT_NE(exposed->reason.find("the step time is not slower: a shift inside the step"), std::string::npos)
+      << exposed->reason;
+  EXPECT_EQ(figure(result, "compute")->verdict, Verdict::Noisy);  // faster, but not the step
+  EXPECT_EQ(result.exitCode(), kCheckExitOk);
+}
+
+TEST(CheckRuns, TooFewStepsFallBackToMeasurements) {
+  TempDir dir;
+  testing::SyntheticJob job;
+  job.steps = 10;  // under 2 x kRunBlocks
+  const std::string short_run = writeObservedJob(dir, "short", job);
+  CheckRun run = runCheck(short_run, short_run);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(
+      run.err.find("has no measurements (record it with gradscope bench or gradscope run --mode explore), "
+                   "and two runs are compared only when both have at least 16 steps"),
+      std::string::npos)
+      << run.err;
 }
 
 TEST(Check, KeysInOneTraceOnlyAreListedNotCompared) {

@@ -3,6 +3,7 @@
 #include "gradscope/tuner/check.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "gradscope/common/units.h"
 #include "gradscope/storage/files.h"
 #include "gradscope/storage/reader.h"
+#include "gradscope/storage/step_model.h"
 #include "gradscope/tuner/model.h"
 
 namespace gradscope::tuner {
@@ -57,6 +59,10 @@ SweepKey sweepOf(const CheckKey& key) {
   return {key.collective, key.strategy, key.dtype, key.world};
 }
 
+bool hasMeasurements(const std::string& path) {
+  return !storage::TraceReader::open(path).measurements().empty();
+}
+
 SampleMap load(const std::string& path, std::string_view role) {
   std::error_code error;
   if (!std::filesystem::exists(path, error))
@@ -67,8 +73,8 @@ SampleMap load(const std::string& path, std::string_view role) {
   if (rows.empty())
     fail(
         "{}: the {} trace has no measurements (record it with gradscope bench or gradscope run --mode "
-        "explore)",
-        path, role);
+        "explore), and two runs are compared only when both have at least {} steps",
+        path, role, 2 * kRunBlocks);
   SampleMap samples;
   for (const auto& [row, backend] : rows) {
     const CheckKey key{collectiveOf(row.api), row.strategy, row.dtype, row.bytes, row.world};
@@ -80,6 +86,125 @@ SampleMap load(const std::string& path, std::string_view role) {
     entry.max_ns = std::max(entry.max_ns, std::max(row.max_ns, row.median_ns));
   }
   return samples;
+}
+
+// ---- Two observed runs ---------------------------------------------------------------------------------
+
+// What a run's steps say: per figure, its value in each step, in step order.
+struct RunFigures {
+  std::int64_t steps = 0;
+  double median_step_ns = 0;
+  std::vector<std::pair<std::string, std::vector<double>>> figures;  // in the order they are reported
+};
+
+// The step model's figures (the step's time, the ranks' mean compute, exposed and waiting) and the time
+// per step in each API and size (the calls' durations summed over the ranks, divided by the ranks).
+// Empty when the trace has no steps.
+RunFigures runFigures(const storage::TraceReader& reader) {
+  RunFigures run;
+  const std::vector<storage::StepTotals> steps = storage::stepTotals(storage::readOrComputeSteps(reader));
+  if (steps.empty()) return run;
+  run.steps = static_cast<std::int64_t>(steps.size());
+  std::map<std::int64_t, std::size_t> index;
+  std::vector<double> time, compute, exposed, waiting;
+  for (const auto& step : steps) {
+    index.emplace(step.step, time.size());
+    time.push_back(static_cast<double>(step.span_ns));
+    compute.push_back(step.compute_ns);
+    exposed.push_back(step.exposed_ns);
+    waiting.push_back(step.waiting_ns);
+  }
+  run.median_step_ns = median(time);
+  run.figures = {
+      {"step time", time}, {"compute", compute}, {"exposed communication", exposed}, {"waiting", waiting}};
+  std::map<std::pair<Api, int>, std::vector<double>> per_api;
+  std::int64_t ranks = 0;
+  for (const auto& step : steps) ranks = std::max<std::int64_t>(ranks, step.ranks);
+  reader.forEachCall([&](const storage::CallRecord& call) {
+    const auto it = index.find(call.step);
+    if (it == index.end()) return true;
+    const int bucket =
+        call.bytes > 0 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(call.bytes))) - 1 : -1;
+    auto& values = per_api[{call.api, bucket}];
+    if (values.empty()) values.assign(steps.size(), 0.0);
+    values[it->second] += static_cast<double>(call.end_ns - call.start_ns) / static_cast<double>(ranks);
+    return true;
+  });
+  for (auto& [key, values] : per_api)
+    run.figures.emplace_back(
+        fmt::format("{} {}", name(key.first),
+                    key.second < 0 ? std::string("0 B") : formatBytes(std::uint64_t{1} << key.second)),
+        std::move(values));
+  return run;
+}
+
+// The medians of kRunBlocks consecutive blocks of `values` (equal in size but for the remainder).
+std::vector<double> blockMedians(const std::vector<double>& values) {
+  std::vector<double> out;
+  const std::size_t n = values.size();
+  for (int b = 0; b < kRunBlocks; ++b) {
+    const std::size_t begin = n * static_cast<std::size_t>(b) / kRunBlocks;
+    const std::size_t end = n * static_cast<std::size_t>(b + 1) / kRunBlocks;
+    if (end > begin)
+      out.push_back(median({values.begin() + static_cast<std::ptrdiff_t>(begin),
+                            values.begin() + static_cast<std::ptrdiff_t>(end)}));
+  }
+  return out;
+}
+
+void compareRuns(const RunFigures& base, const RunFigures& current, const CheckOptions& options,
+                 CheckResult& result) {
+  const double log_tolerance = std::log1p(options.tolerance);
+  const double material_ns = options.tolerance * base.median_step_ns;
+  std::map<std::string, const std::vector<double>*> after;
+  for (const auto& [what, values] : current.figures) after.emplace(what, &values);
+  for (const auto& [what, values] : base.figures) {
+    const auto match = after.find(what);
+    if (match == after.end()) continue;
+    RunComparison c;
+    c.what = what;
+    c.baseline_steps = static_cast<int>(values.size());
+    c.current_steps = static_cast<int>(match->second->size());
+    c.baseline_ns = median(values);
+    c.current_ns = median(*match->second);
+    c.change = c.baseline_ns > 0 ? c.current_ns / c.baseline_ns - 1 : (c.current_ns > 0 ? 1.0 : 0.0);
+    const double d = c.baseline_ns > 0 && c.current_ns > 0 ? std::log(c.current_ns / c.baseline_ns) : 0;
+    if (std::abs(c.current_ns - c.baseline_ns) < material_ns) {
+      c.reason = fmt::format("changed by under {:.1f}% of the step", 100 * options.tolerance);
+    } else if (c.baseline_ns > 0 && std::abs(d) <= log_tolerance) {
+      c.reason = "within tolerance";
+    } else if (c.baseline_ns > 0 && c.current_ns > 0 && std::abs(d) <= std::log1p(kRunShift)) {
+      c.verdict = Verdict::Noisy;
+      c.reason = fmt::format("within the {:.0f}% by which repeats of one run differ", 100 * kRunShift);
+    } else {
+      const std::vector<double> before_blocks = blockMedians(values),
+                                after_blocks = blockMedians(*match->second);
+      const bool slower = c.current_ns > c.baseline_ns;
+      const double p = slower ? mannWhitneyGreater(before_blocks, after_blocks)
+                              : mannWhitneyGreater(after_blocks, before_blocks);
+      c.p_value = p;
+      c.verdict = p < options.alpha ? (slower ? Verdict::Regression : Verdict::Improvement) : Verdict::Noisy;
+      c.reason = fmt::format("{} (Mann-Whitney p={:.2g} {} {} over {} vs {} blocks of steps)",
+                             p < options.alpha ? (slower ? "slower" : "faster") : "within noise", p,
+                             p < options.alpha ? "<" : ">=", options.alpha, before_blocks.size(),
+                             after_blocks.size());
+    }
+    result.runs.push_back(std::move(c));
+  }
+  // The step is what the job waits for: a part that moved while the step did not is a shift inside the
+  // step (on a busy machine, exposed communication doubles from run to run as ranks are descheduled), said
+  // but not failed.
+  if (!result.runs.empty() && result.runs.front().what == "step time")
+    for (std::size_t i = 1; i < result.runs.size(); ++i) {
+      RunComparison& part = result.runs[i];
+      const Verdict step = result.runs.front().verdict;
+      if ((part.verdict == Verdict::Regression || part.verdict == Verdict::Improvement) &&
+          step != part.verdict) {
+        part.reason += fmt::format("; the step time is not {}: a shift inside the step",
+                                   part.verdict == Verdict::Regression ? "slower" : "faster");
+        part.verdict = Verdict::Noisy;
+      }
+    }
 }
 
 std::string worldList(const SampleMap& samples) {
@@ -210,8 +335,10 @@ std::string_view name(Verdict verdict) {
 }
 
 int CheckResult::count(Verdict verdict) const {
-  return static_cast<int>(std::count_if(comparisons.begin(), comparisons.end(),
-                                        [&](const KeyComparison& c) { return c.verdict == verdict; }));
+  return static_cast<int>(
+      std::count_if(comparisons.begin(), comparisons.end(),
+                    [&](const KeyComparison& c) { return c.verdict == verdict; }) +
+      std::count_if(runs.begin(), runs.end(), [&](const RunComparison& c) { return c.verdict == verdict; }));
 }
 
 int CheckResult::exitCode() const {
@@ -302,10 +429,23 @@ double wilcoxonGreater(const std::vector<double>& differences) {
 CheckResult checkTraces(const std::string& baseline_path, const std::string& current_path,
                         const CheckOptions& options) {
   if (!(options.tolerance >= 0)) fail("tolerance {} is negative (give e.g. 5% or 0.05)", options.tolerance);
-  const SampleMap base = load(baseline_path, "baseline");
-  const SampleMap current = load(current_path, "current");
-
   CheckResult result;
+  // Observed runs: compared when both have enough steps; then measurements are compared only where both
+  // traces have some.
+  RunFigures base_run, current_run;
+  {
+    std::error_code error;
+    if (std::filesystem::exists(baseline_path, error) && std::filesystem::exists(current_path, error)) {
+      base_run = runFigures(storage::TraceReader::open(baseline_path));
+      current_run = runFigures(storage::TraceReader::open(current_path));
+    }
+  }
+  const bool runs_compared = base_run.steps >= 2 * kRunBlocks && current_run.steps >= 2 * kRunBlocks;
+  const bool measurements_compared =
+      !runs_compared || (hasMeasurements(baseline_path) && hasMeasurements(current_path));
+  const SampleMap base = measurements_compared ? load(baseline_path, "baseline") : SampleMap{};
+  const SampleMap current = measurements_compared ? load(current_path, "current") : SampleMap{};
+
   result.baseline_path = baseline_path;
   result.current_path = current_path;
   result.tolerance = options.tolerance;
@@ -334,7 +474,8 @@ CheckResult checkTraces(const std::string& baseline_path, const std::string& cur
   for (const auto& [key, samples] : current)
     if (!base.contains(key)) result.not_compared.push_back({key, false});
 
-  if (result.comparisons.empty()) {
+  if (runs_compared) compareRuns(base_run, current_run, options, result);
+  if (result.comparisons.empty() && !runs_compared) {
     const std::string base_worlds = worldList(base), current_worlds = worldList(current);
     if (base_worlds != current_worlds)
       fail("{} and {}: world sizes never match (baseline {}, current {}); run both at the same world size",
@@ -451,9 +592,20 @@ void writeCheckText(const CheckResult& result, std::ostream& out) {
   out << fmt::format("gradscope check: {} against baseline {} (tolerance {:.1f}%, alpha {})\n",
                      result.current_path, result.baseline_path, 100 * result.tolerance, result.alpha);
   out << fmt::format("{}: {} compared, {} regressed, {} improved, {} noisy, {} unchanged, {} not compared\n",
-                     regressions > 0 ? "REGRESSION" : "OK", result.comparisons.size(), regressions,
-                     result.count(Verdict::Improvement), result.count(Verdict::Noisy),
+                     regressions > 0 ? "REGRESSION" : "OK", result.comparisons.size() + result.runs.size(),
+                     regressions, result.count(Verdict::Improvement), result.count(Verdict::Noisy),
                      result.count(Verdict::Unchanged), result.not_compared.size());
+  // The runs' figures are few and what the user asked about: every one is listed.
+  if (!result.runs.empty()) {
+    out << fmt::format("\nThe runs, step by step ({} against {} steps; medians per step):\n",
+                       result.runs.front().current_steps, result.runs.front().baseline_steps);
+    out << fmt::format("{:<12} {:<34} {:>11} {:>11} {:>8}  {}\n", "verdict", "figure", "baseline", "current",
+                       "change", "evidence");
+    for (const auto& c : result.runs)
+      out << fmt::format("{:<12} {:<34} {:>11} {:>11} {:>8}  {}\n", name(c.verdict), c.what,
+                         formatDuration(c.baseline_ns), formatDuration(c.current_ns), percent(c.change),
+                         c.reason);
+  }
   // Regressions and improvements only: a noisy machine makes half of a sweep's keys "noisy", and a
   // terminal is no place for a hundred of them (the markdown summary and the JSON list every key).
   bool header = false;
@@ -507,8 +659,19 @@ void writeCheckMarkdown(const CheckResult& result, std::ostream& out) {
     out << fmt::format("### ✅ gradscope check: no regression beyond {:.1f}% and noise\n\n",
                        100 * result.tolerance);
   out << fmt::format("Current `{}` against baseline `{}`: {} compared, {} regressed, {} improved.\n",
-                     result.current_path, result.baseline_path, result.comparisons.size(), regressions,
-                     improvements);
+                     result.current_path, result.baseline_path,
+                     result.comparisons.size() + result.runs.size(), regressions, improvements);
+  if (!result.runs.empty()) {
+    out << "\n| | figure (per step) | baseline | current | change | evidence "
+           "|\n|---|---|---:|---:|---:|---|\n";
+    for (const auto& c : result.runs)
+      out << fmt::format("| {} | {} | {} | {} | {} | {} |\n",
+                         c.verdict == Verdict::Regression    ? "❌ regression"
+                         : c.verdict == Verdict::Improvement ? "✅ improvement"
+                                                             : std::string(name(c.verdict)),
+                         c.what, formatDuration(c.baseline_ns), formatDuration(c.current_ns),
+                         percent(c.change), c.reason);
+  }
   if (regressions + improvements > 0) {
     out << "\n| | strategy | collective | dtype | size | world | baseline | current | change | evidence |\n"
         << "|---|---|---|---|---:|---:|---:|---:|---:|---|\n";
@@ -566,6 +729,17 @@ std::string checkJson(const CheckResult& result) {
     row["only_in"] = n.in_baseline ? "baseline" : "current";
     not_compared.push_back(std::move(row));
   }
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& c : result.runs)
+    runs.push_back({{"figure", c.what},
+                    {"baseline_steps", c.baseline_steps},
+                    {"current_steps", c.current_steps},
+                    {"baseline_median_ns", c.baseline_ns},
+                    {"current_median_ns", c.current_ns},
+                    {"change", c.change},
+                    {"verdict", std::string(name(c.verdict))},
+                    {"p_value", c.p_value ? nlohmann::json(*c.p_value) : nlohmann::json(nullptr)},
+                    {"reason", c.reason}});
   nlohmann::json recommendation = nullptr;
   if (result.recommendations_compared) {
     nlohmann::json rules = nlohmann::json::array();
@@ -589,13 +763,14 @@ std::string checkJson(const CheckResult& result) {
       {"alpha", result.alpha},
       {"exit_code", result.exitCode()},
       {"totals",
-       {{"compared", result.comparisons.size()},
+       {{"compared", result.comparisons.size() + result.runs.size()},
         {"regression", result.count(Verdict::Regression)},
         {"improvement", result.count(Verdict::Improvement)},
         {"noisy", result.count(Verdict::Noisy)},
         {"unchanged", result.count(Verdict::Unchanged)},
         {"not_compared", result.not_compared.size()}}},
       {"comparisons", std::move(comparisons)},
+      {"runs", std::move(runs)},
       {"not_compared", std::move(not_compared)},
       {"recommendation", std::move(recommendation)},
   };

@@ -83,21 +83,48 @@ struct RuleChange {
   std::string baseline_strategy, current_strategy;
 };
 
+// Two observed runs of one job compared step by step (docs/tuner.md, "Comparing two runs"): the step's time
+// and its breakdown (storage/step_model.h), and the time per step in each API and size. A figure's samples
+// are the medians of kRunBlocks consecutive blocks of the run's steps, judged like a key's rows: beyond
+// the tolerance, by more than the tolerance's share of the baseline's step time (a smaller change of any
+// figure could not move the step by the tolerance), beyond the run-to-run shift
+// (kRunShift) and beyond the noise (Mann–Whitney on the block medians at alpha). A part of the step (or
+// an API) that got slower while the step time did not is noisy, not a regression: a shift inside the step.
+// One run a side cannot tell a change from the machine's run-to-run shift, which moves every figure of a
+// run alike: on the 2-core development VM, 20 repeats of one 400-step job had median steps up to 16% apart
+// from the first run's (bench/check_false_alarms.py --observe). A figure is therefore a regression or an
+// improvement only beyond kRunShift as well.
+inline constexpr int kRunBlocks = 8;
+inline constexpr double kRunShift = 0.20;
+struct RunComparison {
+  std::string what;  // "step time", "compute", "exposed communication", "waiting", "MPI_Allreduce 16 MiB"
+  int baseline_steps = 0, current_steps = 0;
+  double baseline_ns = 0, current_ns = 0;  // medians over the steps
+  double change = 0;                       // current / baseline - 1
+  Verdict verdict = Verdict::Unchanged;
+  std::optional<double> p_value;
+  std::string reason;
+};
+
 struct CheckResult {
   std::string baseline_path, current_path;
   double tolerance = 0, alpha = 0;
   // Regressions (largest change first), improvements (largest gain first), noisy, unchanged (key order).
   std::vector<KeyComparison> comparisons;
+  // When both traces have steps: their runs compared, in the order of RunComparison::what above (the
+  // per-API figures by API and size).
+  std::vector<RunComparison> runs;
   std::vector<NotCompared> not_compared;
   bool recommendations_compared = false;
   std::vector<RuleChange> rule_changes;  // ordered by api, dtype, min_bytes, max_bytes
 
-  int count(Verdict verdict) const;
+  int count(Verdict verdict) const;  // over comparisons and runs
   // 1 on any regression, else 3 when recommendations were compared and differ, else 0.
   int exitCode() const;
 };
 
-// Reads both traces and compares them. Throws gradscope::Error on bad input (see the contract above).
+// Reads both traces and compares them: their measurements when both have some, their runs when both have
+// steps (one of the two is enough). Throws gradscope::Error on bad input (see the contract above).
 CheckResult checkTraces(const std::string& baseline_path, const std::string& current_path,
                         const CheckOptions& options = {});
 
