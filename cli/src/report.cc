@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gradscope/common/error.h"
 #include "gradscope/common/job_environment.h"
 #include "gradscope/common/units.h"
 #include "gradscope/common/untouched.h"
@@ -23,6 +24,7 @@
 #include "gradscope/storage/peers.h"
 #include "gradscope/storage/step_model.h"
 #include "gradscope/tuner/model.h"
+#include "gradscope/tuner/recommend.h"
 
 namespace gradscope::cli {
 namespace {
@@ -702,6 +704,33 @@ void writeRanksAtScale(const std::vector<storage::RankSummary>& ranks,
                        formatDuration(by_late[i].time_ns / by_late[i].ranks));
 }
 
+// What `gradscope recommend` (lossless strategies, its defaults) predicts the plan saves, on the reductions
+// and on the step (docs/tuner.md, "On the step"). Said only when it can make a plan from this trace.
+void writePlanOnTheStep(const std::string& path, std::ostream& out) {
+  tuner::Result result;
+  try {
+    result = tuner::recommend(tuner::readInputs({path}), {});
+  } catch (const Error&) {
+    return;  // too few measurements for a plan: the explored strategies above say what there is
+  }
+  const tuner::Report& plan = result.report;
+  if (!plan.baseline_per_step || !plan.choice_per_step || !(plan.baseline_per_step->median_ns > 0)) return;
+  const double saved = plan.baseline_per_step->median_ns - plan.choice_per_step->median_ns;
+  out << fmt::format(
+      "\nPlan (gradscope recommend, lossless strategies): {} rule{}; reductions {} faster ({} of {} "
+      "per step)",
+      result.recommendation.rules.size(), result.recommendation.rules.size() == 1 ? "" : "s",
+      percent(saved, plan.baseline_per_step->median_ns), formatDuration(saved),
+      formatDuration(plan.baseline_per_step->median_ns));
+  if (plan.step_ns && plan.step_saving_ns && *plan.step_ns > 0)
+    out << fmt::format(
+        ";\n  on the step {:.2f}% faster ({} of {}){}", 100 * *plan.step_saving_ns / *plan.step_ns,
+        formatDuration(*plan.step_saving_ns), formatDuration(*plan.step_ns),
+        saved > 0 && *plan.step_saving_ns < 0.5 * saved ? ": most of this reduction is hidden behind compute"
+                                                        : "");
+  out << "\n";
+}
+
 // The step model (storage/step_model.h): the median and the worst step, each split into what the ranks
 // did on average, and what waiting for the last rank cost.
 template <typename RankLabel>
@@ -967,6 +996,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     writeExploreBudget(agentStats(runs, ranks), !explored.empty(), out);
     writeUnexplored(reader.reductionCounts(), stats.sizes, explored, out);
   }
+  if (!explored.empty()) writePlanOnTheStep(reader.path(), out);
   writeConsensus(reader.consensus(), world, out);
   writeApplied(reader.appliedSummary(), apply_mode, out);
   writeUntouched(agentStats(runs, ranks), out);

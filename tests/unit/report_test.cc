@@ -424,6 +424,15 @@ TEST(Report, ExploreModeStrategiesPerBucketAgainstSumNative) {
     writer.addMeasurement(point);
   });
   const std::string text = report(path);
+  // The plan gradscope recommend makes from the explored strategies: sum/rs_ag for the 25 MiB calls, 1.2 ms
+  // faster than sum/native's 4.2 ms, of which the step saves what the call had exposed (each of the
+  // trace's calls lasts 1 ms, blocking).
+  EXPECT_EQ(
+      section(text, "Plan (gradscope recommend"),
+      (std::vector<std::string>{"Plan (gradscope recommend, lossless strategies): 1 rule; reductions 28.6% "
+                                "faster (1.20 ms of 4.20 ms per step);",
+                                "  on the step 10.00% faster (1.00 ms of 10.0 ms)"}))
+      << text;
   EXPECT_EQ(
       section(text, "Strategies measured (explore)"),
       (std::vector<std::string>{
