@@ -29,6 +29,7 @@
 #include "widgets/consensus_view.h"
 #include "widgets/recommendation_view.h"
 #include "widgets/runs_view.h"
+#include "widgets/steps_view.h"
 #include "widgets/strategies_view.h"
 #include "widgets/timeline_widget.h"
 
@@ -58,6 +59,7 @@ MainWindow::MainWindow(QWidget* parent)
   recommendation_ = new RecommendationView(this);
   runs_ = new RunsView(this);
   communication_ = new CommMatrixView(this);
+  steps_ = new StepsView(this);
 
   // Timeline tab: a small toolbar, the timeline and the calls table.
   auto* timeline_page = new QWidget(this);
@@ -116,11 +118,21 @@ MainWindow::MainWindow(QWidget* parent)
   tabs_->addTab(recommendation_, QStringLiteral("Recommendation"));
   tabs_->addTab(runs_, QStringLiteral("Runs"));
   tabs_->addTab(communication_, QStringLiteral("Communication"));
+  tabs_->addTab(steps_, QStringLiteral("Steps"));
   connect(tabs_, &QTabWidget::currentChanged, this, [this] {
     if (communication_stale_ && info_ && tabs_->currentWidget() == communication_) {
       communication_stale_ = false;
       communication_->setTrace(*info_);
     }
+    if (steps_stale_ && info_ && tabs_->currentWidget() == steps_) {
+      steps_stale_ = false;
+      steps_->setTrace(*info_);
+    }
+  });
+  // A step clicked in the Steps tab: the timeline shows its time range, then comes to the front.
+  connect(steps_, &StepsView::showOnTimeline, this, [this](TimeRange range, std::int64_t, std::int64_t) {
+    state_->setWindow(range, true);
+    tabs_->setCurrentIndex(0);
   });
 
   // The page shown without a trace, or with the message of one that cannot be opened.
@@ -207,7 +219,8 @@ void MainWindow::buildMenus() {
 std::vector<std::pair<QString, int>> MainWindow::views() const {
   return {{QStringLiteral("timeline"), 0},  {QStringLiteral("strategies"), 1},
           {QStringLiteral("consensus"), 2}, {QStringLiteral("recommendation"), 3},
-          {QStringLiteral("runs"), 4},      {QStringLiteral("communication"), 5}};
+          {QStringLiteral("runs"), 4},      {QStringLiteral("communication"), 5},
+          {QStringLiteral("steps"), 6}};
 }
 
 bool MainWindow::busy() const {
@@ -274,6 +287,7 @@ void MainWindow::showError(const QString& title, const QString& message) {
   recommendation_->clear();
   runs_->clear();
   communication_->clear();
+  steps_->clear();
   compare_action_->setEnabled(false);
   message_->setText(QStringLiteral("<h2 style='color:#c62828'>%1</h2><p style='font-size:large'>%2</p>")
                         .arg(title.toHtmlEscaped(), message.toHtmlEscaped()));
@@ -295,6 +309,8 @@ void MainWindow::showTrace(const TraceInfo& info) {
   runs_->setTrace(info);
   communication_->setTrace(info);
   communication_stale_ = false;
+  steps_->setTrace(info);
+  steps_stale_ = false;
   compare_action_->setEnabled(true);
   stack_->setCurrentIndex(1);
   // The timeline as tall as its rows need (a few ranks leave no empty band), the table the rest.
@@ -418,6 +434,8 @@ void MainWindow::pollLive() {
                              if (grew) {
                                communication_stale_ = tabs_->currentWidget() != communication_;
                                if (!communication_stale_) communication_->setTrace(next);
+                               steps_stale_ = tabs_->currentWidget() != steps_;
+                               if (!steps_stale_) steps_->setTrace(next);
                              }
                              updateStatus();
                            });

@@ -1,8 +1,8 @@
 #pragma once
 
 // The main window: tabs for the views of one trace (Timeline with the calls table, Strategies,
-// Consensus, Recommendation, Runs, Communication), a File menu (Open, Open Recent, Compare with…, Follow
-// live, Quit), drag and drop, and a status bar with the file, its calls and ranks.
+// Consensus, Recommendation, Runs, Communication, Steps), a File menu (Open, Open Recent, Compare with…,
+// Follow live, Quit), drag and drop, and a status bar with the file, its calls and ranks.
 //
 // Opening reads the trace's summary on the thread pool; a file the storage library refuses (missing,
 // empty, not SQLite, foreign, truncated, newer schema) replaces the tabs with its one-line message.
@@ -33,6 +33,7 @@ class CommMatrixView;
 class ConsensusView;
 class RecommendationView;
 class RunsView;
+class StepsView;
 class StrategiesView;
 class TimelineWidget;
 
@@ -63,6 +64,7 @@ class MainWindow : public QMainWindow {
   RecommendationView* recommendation() { return recommendation_; }
   RunsView* runs() { return runs_; }
   CommMatrixView* communication() { return communication_; }
+  StepsView* steps() { return steps_; }
   // (file name, tab index) of every tab, for screenshots.
   std::vector<std::pair<QString, int>> views() const;
 
@@ -93,6 +95,7 @@ class MainWindow : public QMainWindow {
   RecommendationView* recommendation_;
   RunsView* runs_;
   CommMatrixView* communication_;
+  StepsView* steps_;
   QMenu* recent_menu_ = nullptr;
   QAction* live_action_ = nullptr;
   QAction* compare_action_ = nullptr;
@@ -108,6 +111,7 @@ class MainWindow : public QMainWindow {
   QString pending_baseline_;
   bool pending_live_ = false;
   bool communication_stale_ = false;  // a live trace grew while another tab was shown
+  bool steps_stale_ = false;          // likewise for the steps
   JobTracker open_job_;
   JobTracker live_job_;
 };
