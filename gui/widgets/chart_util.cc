@@ -2,7 +2,9 @@
 
 #include <cmath>
 
+#include <QFontMetrics>
 #include <QHeaderView>
+#include <QPainter>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QVBoxLayout>
@@ -99,6 +101,16 @@ void resetChart(QChart* chart, const QString& title, const QString& empty_reason
     delete axis;
   }
   chart->setTitle(empty_reason.isEmpty() ? title : QStringLiteral("%1 — %2").arg(title, empty_reason));
+}
+
+TextMetrics textMetricsOf(const QFont& font) {
+  const QFontMetrics metrics(font);
+  return {metrics.height(), [metrics](const QString& text) { return metrics.horizontalAdvance(text); }};
+}
+
+void drawSceneText(QPainter& painter, const SceneText& text) {
+  const Qt::Alignment alignment = Qt::AlignVCenter | (text.right ? Qt::AlignRight : Qt::AlignLeft);
+  painter.drawText(text.rect, static_cast<int>(alignment.toInt()), text.text);
 }
 
 }  // namespace gradscope::gui

@@ -12,7 +12,11 @@
 #include <QtCharts/QChartView>
 #include <QtCharts/QValueAxis>
 
+#include "models/scene_text.h"
 #include "models/timeline_math.h"
+
+class QFont;
+class QPainter;
 
 namespace gradscope::gui {
 
@@ -36,5 +40,10 @@ double logPosition(double value);
 // Removes every series and axis, and sets a title that says why the chart is empty when `empty_reason`
 // is set.
 void resetChart(QChart* chart, const QString& title, const QString& empty_reason = {});
+
+// The painted views' text (models/scene_text.h): measured with the widget's font, drawn where the scene
+// placed it.
+TextMetrics textMetricsOf(const QFont& font);
+void drawSceneText(QPainter& painter, const SceneText& text);
 
 }  // namespace gradscope::gui

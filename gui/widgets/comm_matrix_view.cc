@@ -14,6 +14,7 @@
 #include <QVBoxLayout>
 
 #include "gradscope/common/units.h"
+#include "widgets/chart_util.h"
 
 namespace gradscope::gui {
 
@@ -22,11 +23,6 @@ const QColor kText(0x22, 0x26, 0x2e);
 const QColor kMuted(0x6b, 0x72, 0x80);
 const QColor kGrid(0xe2, 0xe5, 0xea);
 const QColor kHover(0x11, 0x11, 0x11);
-
-void drawText(QPainter& painter, const SceneText& text) {
-  const Qt::Alignment alignment = Qt::AlignVCenter | (text.right ? Qt::AlignRight : Qt::AlignLeft);
-  painter.drawText(text.rect, static_cast<int>(alignment.toInt()), text.text);
-}
 
 QString durationText(std::int64_t ns) {
   return QString::fromStdString(formatDuration(static_cast<double>(ns)));
@@ -47,8 +43,7 @@ CommMatrixWidget::CommMatrixWidget(CommMatrixModel* model, QWidget* parent) : QW
 }
 
 TextMetrics CommMatrixWidget::textMetrics() const {
-  const QFontMetrics metrics(font());
-  return {metrics.height(), [metrics](const QString& text) { return metrics.horizontalAdvance(text); }};
+  return textMetricsOf(font());
 }
 
 void CommMatrixWidget::invalidate() {
@@ -80,7 +75,7 @@ void CommMatrixWidget::paintEvent(QPaintEvent*) {
   painter.fillRect(rect(), Qt::white);
   if (scene.message) {
     painter.setPen(kMuted);
-    drawText(painter, *scene.message);
+    drawSceneText(painter, *scene.message);
     return;
   }
   painter.fillRect(scene.grid, matrixColour(0));
@@ -100,18 +95,18 @@ void CommMatrixWidget::paintEvent(QPaintEvent*) {
   for (const MatrixCell& cell : scene.cells) {
     if (!cell.text) continue;
     painter.setPen(cell.light_text ? QColor(Qt::white) : kText);
-    drawText(painter, *cell.text);
+    drawSceneText(painter, *cell.text);
   }
   painter.setPen(kGrid);
   painter.setBrush(Qt::NoBrush);
   painter.drawRect(scene.grid.adjusted(-1, -1, 0, 0));
 
   painter.setPen(kText);
-  for (const SceneText& label : scene.row_labels) drawText(painter, label);
-  for (const SceneText& label : scene.column_labels) drawText(painter, label);
+  for (const SceneText& label : scene.row_labels) drawSceneText(painter, label);
+  for (const SceneText& label : scene.column_labels) drawSceneText(painter, label);
   painter.setPen(kMuted);
-  drawText(painter, scene.row_title);
-  drawText(painter, scene.column_title);
+  drawSceneText(painter, scene.row_title);
+  drawSceneText(painter, scene.column_title);
 
   // The colour scale: the ramp from the largest value (top) down to the smallest, then none.
   for (int y = 0; y < scene.scale.height(); ++y) {
@@ -124,7 +119,7 @@ void CommMatrixWidget::paintEvent(QPaintEvent*) {
   painter.drawRect(scene.scale.adjusted(-1, -1, 0, 0));
   painter.drawRect(scene.none_swatch.adjusted(-1, -1, 0, 0));
   painter.setPen(kText);
-  for (const SceneText& label : scene.scale_labels) drawText(painter, label);
+  for (const SceneText& label : scene.scale_labels) drawSceneText(painter, label);
 
   if (hovered_) {
     const QRect cell(scene.grid.left() + hovered_->second * scene.cell,

@@ -14,6 +14,7 @@
 #include <QVBoxLayout>
 
 #include "gradscope/common/units.h"
+#include "widgets/chart_util.h"
 
 namespace gradscope::gui {
 
@@ -23,11 +24,6 @@ const QColor kMuted(0x6b, 0x72, 0x80);
 const QColor kGrid(0xe2, 0xe5, 0xea);
 const QColor kHover(0x11, 0x11, 0x11);
 const QColor kEmptyCell(0xf3, 0xf4, 0xf6);  // a rank without the step
-
-void drawText(QPainter& painter, const SceneText& text) {
-  const Qt::Alignment alignment = Qt::AlignVCenter | (text.right ? Qt::AlignRight : Qt::AlignLeft);
-  painter.drawText(text.rect, static_cast<int>(alignment.toInt()), text.text);
-}
 
 QString durationText(double ns) {
   return QString::fromStdString(formatDuration(std::max(ns, 0.0)));
@@ -55,8 +51,7 @@ StepsWidget::StepsWidget(StepBreakdownModel* model, QWidget* parent) : QWidget(p
 }
 
 TextMetrics StepsWidget::textMetrics() const {
-  const QFontMetrics metrics(font());
-  return {metrics.height(), [metrics](const QString& text) { return metrics.horizontalAdvance(text); }};
+  return textMetricsOf(font());
 }
 
 void StepsWidget::invalidate() {
@@ -105,13 +100,13 @@ void StepsWidget::paintEvent(QPaintEvent*) {
     painter.fillRect(segment.rect, QColor::fromRgb(segment.colour));
   painter.setPen(kMuted);
   painter.drawLine(scene.bars.left(), scene.bars.bottom() + 1, scene.bars.right(), scene.bars.bottom() + 1);
-  for (const SceneText& label : scene.bar_axis_labels) drawText(painter, label);
+  for (const SceneText& label : scene.bar_axis_labels) drawSceneText(painter, label);
   painter.setPen(kText);
-  drawText(painter, scene.bar_title);
+  drawSceneText(painter, scene.bar_title);
   for (const auto& [colour, label] : scene.bar_legend) {
     const QRect swatch(label.rect.left() - 16, label.rect.center().y() - 5, 11, 11);
     painter.fillRect(swatch, QColor::fromRgb(colour));
-    drawText(painter, label);
+    drawSceneText(painter, label);
   }
 
   // Heatmap: missing cells grey, then the cells, the rank labels and ticks, the step labels.
@@ -124,12 +119,12 @@ void StepsWidget::paintEvent(QPaintEvent*) {
   for (const int y : scene.rank_ticks_y)
     painter.drawLine(scene.heatmap.left() - 5, y, scene.heatmap.left() - 2, y);
   painter.setPen(kText);
-  for (const SceneText& label : scene.rank_labels) drawText(painter, label);
-  for (const SceneText& label : scene.step_labels) drawText(painter, label);
+  for (const SceneText& label : scene.rank_labels) drawSceneText(painter, label);
+  for (const SceneText& label : scene.step_labels) drawSceneText(painter, label);
   painter.setPen(kMuted);
-  drawText(painter, scene.step_axis_title);
+  drawSceneText(painter, scene.step_axis_title);
   painter.setPen(kText);
-  drawText(painter, scene.heatmap_title);
+  drawSceneText(painter, scene.heatmap_title);
 
   // The scale: the ramp from the highest value (top) to the lowest.
   for (int y = 0; y < scene.scale.height(); ++y) {
@@ -140,7 +135,7 @@ void StepsWidget::paintEvent(QPaintEvent*) {
   painter.setPen(kGrid);
   painter.drawRect(scene.scale.adjusted(-1, -1, 0, 0));
   painter.setPen(kText);
-  for (const SceneText& label : scene.scale_labels) drawText(painter, label);
+  for (const SceneText& label : scene.scale_labels) drawSceneText(painter, label);
 
   if (hovered_) {
     const QRect cell(
