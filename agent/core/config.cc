@@ -178,6 +178,14 @@ void readStepCalls(std::string_view value, Config& config, const Errors& errors)
   else config.step_calls = *calls;
 }
 
+void readValidateWindow(std::string_view value, Config& config, const Errors& errors) {
+  const auto calls = parseInteger(value);
+  if (!calls || *calls < 0 || *calls > 1'000'000'000)
+    errors.bad(env::kValidateWindow, value,
+               "calls per window per communicator from 1 to 1000000000, or 0 for off");
+  else config.validate_window = *calls;
+}
+
 void readStepNvtx(std::string_view value, Config& config, const Errors& errors) {
   if (value.empty()) errors.bad(env::kStepNvtx, value, "the name of an NVTX range");
   else config.step_nvtx = value;
@@ -209,6 +217,9 @@ Config parseConfig(const Environment& env, std::vector<std::string>& errors) {
   if (config.mode == Mode::Apply && config.recommendation.empty())
     errors.push_back(fmt::format("{}=apply needs {}=FILE (gradscope run --recommendation FILE)", env::kMode,
                                  env::kRecommendation));
+  if (config.validate_window > 0 && config.mode != Mode::Apply)
+    errors.push_back(fmt::format("{} needs {}=apply (gradscope run --mode apply --validate N)",
+                                 env::kValidateWindow, env::kMode));
   if (config.step_calls > 0 && !config.step_nvtx.empty())
     errors.push_back(
         fmt::format("{} and {} are both set; keep one of them", env::kStepCalls, env::kStepNvtx));

@@ -48,6 +48,10 @@ struct Config {
   ExploreConfig explore;
   std::string recommendation;          // GRADSCOPE_RECOMMENDATION: the file apply mode follows
   bool allow_semantic_change = false;  // GRADSCOPE_ALLOW_SEMANTIC_CHANGE=1: AdaCons/AdaSum rules may apply
+  // GRADSCOPE_VALIDATE_WINDOW: apply mode follows the plan in alternate windows of this many calls of
+  // each communicator (seq / window even: the plan; odd: the job's own calls), so that the run measures
+  // what the plan saves (gradscope run --validate). 0: the plan throughout.
+  std::int64_t validate_window = 0;
 };
 
 // The launcher-derived values and the output template are shared with the NCCL profiler plugin

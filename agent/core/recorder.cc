@@ -809,6 +809,7 @@ bool activate(const Activation& activation) {
         {"clock", g_ticks_are_tsc ? "tsc" : "monotonic"},
     };
     if (g_config.step_calls > 0) config["step_calls"] = g_config.step_calls;
+    if (g_config.validate_window > 0) config["validate_window"] = g_config.validate_window;
     if (!g_config.step_nvtx.empty()) config["step_nvtx"] = g_config.step_nvtx;
     if (g_config.mode == Mode::Explore) {
       const ExploreConfig& explore = g_config.explore;

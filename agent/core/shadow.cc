@@ -306,8 +306,11 @@ std::vector<ExploreRecord> takeExploreRecords() {
 
 // ---- apply ------------------------------------------------------------------------------------------
 
-const RecommendationRule* applyRuleFor(Api api, DType dtype, ReduceOp op, std::int64_t bytes, int world) {
+const RecommendationRule* applyRuleFor(Api api, DType dtype, ReduceOp op, std::int64_t bytes, int world,
+                                       std::int64_t seq) {
   if (!g_recommendation || op != ReduceOp::Sum) return nullptr;
+  if (const std::int64_t window = config().validate_window; window > 0 && (seq / window) % 2 == 1)
+    return nullptr;
   return g_recommendation->match(api, dtype, bytes, world);
 }
 

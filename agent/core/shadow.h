@@ -148,9 +148,11 @@ void submitExplore(ExploreRecord record);
 // Background thread: takes everything submitted so far.
 std::vector<ExploreRecord> takeExploreRecords();
 
-// Apply mode: the rule for a call, or nullptr (a pure function of the call and the file). Rules the
-// extension could not run are reported once, and their calls run untouched.
-const RecommendationRule* applyRuleFor(Api api, DType dtype, ReduceOp op, std::int64_t bytes, int world);
+// Apply mode: the rule for a call, or nullptr (a pure function of the call, its seq on its communicator
+// and the file: the same on every rank). Rules the extension could not run are reported once, and their
+// calls run untouched. With GRADSCOPE_VALIDATE_WINDOW, calls in odd windows of seq get none.
+const RecommendationRule* applyRuleFor(Api api, DType dtype, ReduceOp op, std::int64_t bytes, int world,
+                                       std::int64_t seq);
 void reportApplyFailure(const std::string& strategy, DType dtype, const std::string& error);
 
 // A call explore and apply passed to the job's library untouched (gradscope/common/untouched.h).

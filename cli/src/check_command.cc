@@ -15,6 +15,13 @@ int runCheck(const CheckCommandOptions& options, const RecommendJson& recommend_
     err << "gradscope: " << error.what() << "\n";
     return tuner::kCheckExitBadInput;
   }
+  try {
+    if (!options.min_step_gain.empty()) command.min_step_gain = tuner::parseTolerance(options.min_step_gain);
+  } catch (const Error&) {
+    err << "gradscope: --min-step-gain '" << options.min_step_gain
+        << "' is not a percentage or fraction of the step (write e.g. 2% or 0.02)\n";
+    return tuner::kCheckExitBadInput;
+  }
   command.baseline = options.baseline;
   command.current = options.current;
   command.summary_path = options.summary_path;

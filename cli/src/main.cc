@@ -106,6 +106,11 @@ int main(int argc, char** argv) {
                   "Recommendation file (JSON, from gradscope recommend) that apply mode follows");
   run->add_flag("--allow-semantic-change", run_options.allow_semantic_change,
                 "Apply mode: let AdaCons and AdaSum rules replace sums (they change what the job computes)");
+  run->add_option(
+         "--validate", run_options.validate_window,
+         "Apply mode: follow the plan in alternate windows of N calls per communicator and measure what "
+         "it saves on the step against the prediction (stored in the trace; check --min-step-gain)")
+      ->check(CLI::PositiveNumber);
   run->add_option("--explore-budget", run_options.explore_budget,
                   "Explore mode: the largest fraction of the run spent exploring (e.g. 0.1 or 10%)");
   // The job's command: everything from the first argument that is not one of run's options on, or after
@@ -162,7 +167,7 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand(
       "check",
       "CI gate: compare measurements with a baseline; exit 1 on a regression beyond noise and tolerance");
-  check->add_option("--baseline", check_options.baseline, "Baseline trace (.db)")->required();
+  check->add_option("--baseline", check_options.baseline, "Baseline trace (.db)");
   check->add_option("CURRENT", check_options.current, "Current trace (.db)")->required();
   check->add_option("--tolerance", check_options.tolerance, "Allowed slowdown, e.g. 5% or 0.05")
       ->capture_default_str();
@@ -171,6 +176,10 @@ int main(int argc, char** argv) {
   check->add_option("--json", check_options.json_path, "Write the result as JSON to FILE");
   check->add_flag("--fail-on-change", check_options.fail_on_change,
                   "Exit 3 when the recommendation made from the current trace differs from the baseline's");
+  check->add_option(
+      "--min-step-gain", check_options.min_step_gain,
+      "Exit 1 unless the plan of a validated apply run (gradscope run --validate) made the step at "
+      "least this much faster, e.g. 2% (--baseline may be left out)");
 
   // merge
   std::vector<std::string> merge_inputs;
@@ -227,8 +236,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (run_options.mode != Mode::Apply &&
-        (!run_options.recommendation.empty() || run_options.allow_semantic_change)) {
-      fmt::print(stderr, "gradscope: --recommendation and --allow-semantic-change belong to --mode apply\n");
+        (!run_options.recommendation.empty() || run_options.allow_semantic_change ||
+         run_options.validate_window > 0)) {
+      fmt::print(
+          stderr,
+          "gradscope: --recommendation, --allow-semantic-change and --validate belong to --mode apply\n");
       return 2;
     }
     if (run_options.mode != Mode::Explore && !run_options.explore_budget.empty()) {

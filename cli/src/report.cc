@@ -25,6 +25,7 @@
 #include "gradscope/storage/step_model.h"
 #include "gradscope/tuner/model.h"
 #include "gradscope/tuner/recommend.h"
+#include "gradscope/tuner/validate.h"
 
 namespace gradscope::cli {
 namespace {
@@ -999,6 +1000,14 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
   if (!explored.empty()) writePlanOnTheStep(reader.path(), out);
   writeConsensus(reader.consensus(), world, out);
   writeApplied(reader.appliedSummary(), apply_mode, out);
+  // A validated apply run (gradscope run --validate): what the plan measurably saved on the step.
+  for (const auto& run : runs) {
+    const auto config = nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object() || !config.contains("validation")) continue;
+    if (const auto validation = tuner::parseValidation(config["validation"].dump()))
+      out << fmt::format("\nValidation (apply mode, the plan in alternate windows)\n  {}\n",
+                         tuner::describe(*validation));
+  }
   writeUntouched(agentStats(runs, ranks), out);
 
   const auto drops = reader.drops();

@@ -27,6 +27,8 @@
 #include "gradscope/common/launcher.h"
 #include "gradscope/storage/merge.h"
 #include "gradscope/storage/reader.h"
+#include "gradscope/storage/writer.h"
+#include "gradscope/tuner/validate.h"
 
 extern char** environ;
 
@@ -511,6 +513,8 @@ void setModeEnvironment(Environment& environment, const RunOptions& options) {
     const fs::path absolute = fs::absolute(options.recommendation, error);
     environment[env::kRecommendation] = error ? options.recommendation : absolute.string();
     environment[env::kAllowSemanticChange] = options.allow_semantic_change ? "1" : "0";
+    if (options.validate_window > 0)
+      environment[env::kValidateWindow] = std::to_string(options.validate_window);
   }
   if (options.mode == Mode::Explore && !options.explore_budget.empty())
     environment[env::kExploreBudget] = options.explore_budget;
@@ -621,6 +625,22 @@ std::string finishRun(const std::string& directory, const FinishOptions& options
     return {};
   }
   const std::string merged_shown = displayPath(merged);
+  if (options.validate_window > 0) {
+    try {
+      const auto validation =
+          tuner::validateRun(storage::TraceReader::open(merged), loadRecommendation(options.recommendation),
+                             options.validate_window);
+      if (validation) storage::setRunConfigValue(merged, "validation", tuner::validationJson(*validation));
+      else
+        log << fmt::format(
+            "gradscope: --validate {}: the run was too short to compare two windows with the plan and two "
+            "without "
+            "(give more steps, or a smaller window)\n",
+            options.validate_window);
+    } catch (const Error& error) {
+      log << fmt::format("gradscope: cannot validate the plan in {}: {}\n", merged_shown, error.what());
+    }
+  }
   try {
     ReportOptions report_options;
     report_options.top_calls = options.top_calls;
@@ -704,6 +724,10 @@ int runJob(const RunOptions& options, std::ostream& log) {
   finish.wait = options.wait;
   finish.stop_waiting = [] { return g_signals_after_job.load() > 0; };
   finish.top_calls = options.top_calls;
+  if (options.mode == Mode::Apply) {
+    finish.recommendation = options.recommendation;
+    finish.validate_window = options.validate_window;
+  }
   finishRun(directory, finish, log);
   return code;
 }

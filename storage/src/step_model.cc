@@ -25,6 +25,7 @@ struct Call {
   Api api = Api::Unknown;
   DType dtype = DType::Other;
   std::uint16_t replay = 0;
+  bool exposure = true;  // counted in the exposure (exposure_of)
 };
 
 struct Interval {
@@ -73,7 +74,8 @@ struct RankSteps {
 
 }  // namespace
 
-StepModel computeStepModel(const TraceReader& reader) {
+StepModel computeStepModel(const TraceReader& reader,
+                           const std::function<bool(const CallRecord&)>& exposure_of) {
   StepModel model;
   // Ranks by file id, and their offsets to rank 0's clock.
   std::unordered_map<std::int64_t, std::uint32_t> rank_index;
@@ -134,6 +136,7 @@ StepModel computeStepModel(const TraceReader& reader) {
     call.api = record.api;
     call.dtype = record.dtype;
     call.replay = static_cast<std::uint16_t>(std::min<std::int64_t>(record.graph_replay, 0xffff));
+    call.exposure = !exposure_of || exposure_of(record);
     any_peer |= isPointToPoint(record.api);
     calls.push_back(call);
     return true;
@@ -146,6 +149,9 @@ StepModel computeStepModel(const TraceReader& reader) {
   for (std::size_t r = 0; r < bounds.size(); ++r) {
     for (auto& [step, row] : bounds[r]) steps[r].rows.push_back(row);
     auto& rows = steps[r].rows;
+    // In time order (the steps' numbers follow it, unless markers went back): the spans must not overlap.
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const StepRecord& a, const StepRecord& b) { return a.start_ns < b.start_ns; });
     for (std::size_t i = 0; i + 1 < rows.size(); ++i)
       rows[i].end_ns = std::max(rows[i].start_ns, rows[i + 1].start_ns);
   }
@@ -242,13 +248,16 @@ StepModel computeStepModel(const TraceReader& reader) {
   }
   for (const Charge& charge : charged)
     if (StepRecord* row = steps[charge.rank].at(charge.at)) row->caused_ns += charge.waited;
-  for (RankSteps& rank : steps)
+  for (RankSteps& rank : steps) {
+    std::sort(rank.rows.begin(), rank.rows.end(),
+              [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });
     for (StepRecord& row : rank.rows) model.steps.push_back(row);
+  }
 
   // Exposure per kind of collective.
   std::map<std::tuple<Api, DType, std::int64_t>, CallExposure> exposure;
   for (const Call& call : calls) {
-    if (isPointToPoint(call.api)) continue;
+    if (isPointToPoint(call.api) || !call.exposure) continue;
     const std::int64_t arrived = std::max(call.enqueue, call.last);
     CallExposure& entry = exposure[{call.api, call.dtype, call.bytes}];
     entry.api = call.api, entry.dtype = call.dtype, entry.bytes = call.bytes;

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "file_util.h"
 #include "gradscope/common/error.h"
 #include "gradscope/common/version.h"
@@ -523,6 +525,32 @@ std::int64_t appendRecommendation(const std::string& path, const RecommendationR
   const std::int64_t id = insertRecommendation(db, recommendation);
   transaction.commit();
   return id;
+}
+
+void setRunConfigValue(const std::string& path, const std::string& key, const std::string& json_value) {
+  { const auto reader = TraceReader::open(path); }
+  if (::access(path.c_str(), W_OK) != 0)
+    fail("{}: cannot store {} in the run: {}", path, key, errnoMessage(errno));
+  auto value = nlohmann::json::parse(json_value, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) fail("{}: the {} to store is not JSON", path, key);
+  sql::Database db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+  sqlite3_busy_timeout(db.handle(), 5000);
+  sql::Transaction transaction(db);
+  std::vector<std::pair<std::int64_t, std::string>> runs;
+  {
+    sql::Statement query(db, "SELECT id, config_json FROM runs ORDER BY id");
+    while (query.step()) runs.emplace_back(query.int64(0), query.text(1));
+  }
+  sql::Statement update(db, "UPDATE runs SET config_json = ?1 WHERE id = ?2");
+  for (const auto& [id, text] : runs) {
+    auto config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object()) config = nlohmann::json::object();
+    config[key] = value;
+    update.bind(1, config.dump());
+    update.bind(2, id);
+    update.run();
+  }
+  transaction.commit();
 }
 
 }  // namespace gradscope::storage

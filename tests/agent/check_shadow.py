@@ -15,6 +15,10 @@
                                                       the same calls explored on both
   check_shadow.py TOOLS --workdir DIR budget          explore with the default budget on a longer run: time spent
                                                       exploring within the budget (plus one exploration)
+  check_shadow.py TOOLS --workdir DIR validate        gradscope run --mode apply --validate 14 on the C++ sample:
+                                                      the plan in even windows of 14 calls, the job's own calls
+                                                      in odd ones, on both ranks alike; the validation stored,
+                                                      reported and gated by gradscope check --min-step-gain
   check_shadow.py TOOLS --workdir DIR bad-files       apply mode with a malformed, foreign, newer, mismatched,
                                                       semantic-without-opt-in or missing file: one 'gradscope:'
                                                       line for the job, its output untouched (also: a file
@@ -297,6 +301,52 @@ def check_apply(args):
     db.close()
 
 
+def check_validate(args):
+    np, window, label = 2, 14, "apply --validate"
+    # The sample's seven reductions per step (two windows of 14 calls are four steps): every fp32 sum under
+    # sum/rs_ag, lossless, with times, so that a prediction is made.
+    timed = rule("MPI_Allreduce", 0, 1 << 30, "sum/rs_ag", "lossless")
+    timed.update({"predicted_ns": {"median": 9000, "low": 8000, "high": 10000},
+                  "baseline": {"strategy": "sum/native", "median": 10000, "low": 9000, "high": 11000}})
+    plan = os.path.join(args.workdir, "plan.json")
+    with open(plan, "w") as handle:
+        json.dump(recommendation([timed], world=np), handle)
+    out_dir = os.path.join(args.workdir, "run")
+    command = [args.gradscope, "run", "-o", out_dir, "--mode", "apply", "--recommendation", plan, "--validate",
+               str(window), "--", args.mpiexec, "--oversubscribe", "-np", str(np), args.sample, "--blocking",
+               "--steps", "120", "--print-every", "0"]
+    code, out, err = ca.run(command, ca.base_environment(), args.workdir)
+    if not check(code == 0, f"{label}: exit {code}: {tail(err)}"):
+        return
+    check("Validation (apply mode, the plan in alternate windows)" in err,
+          f"{label}: the summary has no Validation section:\n{tail(err)}")
+    merged = os.path.join(out_dir, "trace.db")
+    db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+    rows = db.execute("SELECT r.rank, c.seq, a.strategy FROM calls c JOIN ranks r ON r.id = c.rank_id "
+                      "LEFT JOIN applied_calls a ON a.call_id = c.id WHERE c.api = ? AND c.dtype = ? AND c.op = 0 "
+                      "ORDER BY r.rank, c.seq", (ca.MPI_ALLREDUCE, ca.FP32)).fetchall()
+    wrong = [(rank, seq, strategy) for rank, seq, strategy in rows
+             if (strategy == "sum/rs_ag") != ((seq // window) % 2 == 0)]
+    check(len(rows) >= 2 * 120 * 5 and not wrong,
+          f"{label}: {len(rows)} fp32 sums; applied outside the even windows or not inside them (rank, seq, "
+          f"strategy): {wrong[:5]}")
+    config = json.loads(db.execute("SELECT config_json FROM runs").fetchone()[0])
+    db.close()
+    validation = config.get("validation", {})
+    check(validation.get("window_calls") == window and validation.get("windows_with", 0) >= 2 and
+          validation.get("windows_without", 0) >= 2 and "predicted" in validation,
+          f"{label}: runs.config_json validation {validation}")
+    # The gate: no plan makes this step half as long; a trace without a validation is bad input.
+    code, out, err = ca.run([args.gradscope, "check", "--min-step-gain", "50%", merged], ca.base_environment(),
+                            args.workdir)
+    check(code == 1 and out.startswith("REGRESSION: the plan made the step"),
+          f"{label}: check --min-step-gain 50%: exit {code}: {out}{err}")
+    rank_file = sorted(f for f in os.listdir(out_dir) if f.startswith("rank"))[0]
+    code, out, err = ca.run([args.gradscope, "check", "--min-step-gain", "1%", os.path.join(out_dir, rank_file)],
+                            ca.base_environment(), args.workdir)
+    check(code == 2 and "no validation of a plan" in err, f"{label}: check of a rank file: exit {code}: {err}")
+
+
 def check_bad_files(args):
     """Every bad recommendation: one 'gradscope:' line for the whole job (the lowest rank that has the
     problem says it), the job's output as without the agent, nothing applied."""
@@ -350,6 +400,7 @@ MODES = {
     "budget": (check_budget, ["agent", "gradscope", "sample"]),
     "apply": (check_apply, ["agent", "gradscope", "apply_check"]),
     "bad-files": (check_bad_files, ["agent", "sample"]),
+    "validate": (check_validate, ["agent", "gradscope", "sample"]),
 }
 
 

@@ -114,7 +114,10 @@ TEST(AgentConfig, EveryBadValueIsOneLineNamingTheVariable) {
       {"GRADSCOPE_STEP_CALLS", "x"},
       {"GRADSCOPE_DISABLE", "maybe"},
       {"GRADSCOPE_WRITER_CPUS", "all"},
-      {"GRADSCOPE_STEP_NVTX", ""}};
+      {"GRADSCOPE_STEP_NVTX", ""},
+      {"GRADSCOPE_VALIDATE_WINDOW", "-1"},
+      {"GRADSCOPE_VALIDATE_WINDOW", "wide"},
+      {"GRADSCOPE_VALIDATE_WINDOW", "20"}};  // without apply mode
   for (const auto& [name, value] : bad) {
     std::vector<std::string> errors;
     parse({{name, value}}, errors);

@@ -17,6 +17,7 @@
 #include "gradscope/storage/reader.h"
 #include "gradscope/storage/writer.h"
 #include "gradscope/tuner/model.h"
+#include "gradscope/tuner/validate.h"
 #include "synthetic_trace.h"
 #include "test_util.h"
 
@@ -530,6 +531,30 @@ TEST(CheckRuns, APartThatMovesInsideAnUnchangedStepIsNoisy) {
       << exposed->reason;
   EXPECT_EQ(figure(result, "compute")->verdict, Verdict::Noisy);  // faster, but not the step
   EXPECT_EQ(result.exitCode(), kCheckExitOk);
+}
+
+// The validation of an apply run (tuner/validate.h) as stored in the trace, and its one line.
+TEST(Validation, StoredAndDescribed) {
+  Validation v;
+  v.window_calls = 70;
+  v.steps_with = 750, v.steps_without = 750, v.windows_with = 74, v.windows_without = 74;
+  v.step_with_ns = 3.0e6, v.step_without_ns = 3.1e6;
+  v.change = -0.032, v.change_low = -0.041, v.change_high = -0.022;
+  EXPECT_EQ(parseValidation(validationJson(v)), v);
+  EXPECT_NE(describe(v).find("no prediction"), std::string::npos) << describe(v);
+  v.predicted_change = -0.03, v.predicted_low = -0.035, v.predicted_high = -0.025;
+  EXPECT_EQ(parseValidation(validationJson(v)), v);
+  EXPECT_NE(describe(v).find(
+                "step time with the plan -3.20% [-4.10%, -2.20%] against without (74 windows with it, "
+                "74 without, of 70 calls a communicator; 750 and 750 steps); predicted -3.00% [-3.50%, "
+                "-2.50%]: the measurement is inside the prediction's interval"),
+            std::string::npos)
+      << describe(v);
+  v.predicted_change = -0.001, v.predicted_low = -0.002, v.predicted_high = 0;
+  EXPECT_NE(describe(v).find("the measurement and the prediction disagree"), std::string::npos)
+      << describe(v);
+  EXPECT_FALSE(parseValidation("{\"window_calls\": 3}").has_value());
+  EXPECT_FALSE(parseValidation("not json").has_value());
 }
 
 TEST(CheckRuns, TooFewStepsFallBackToMeasurements) {

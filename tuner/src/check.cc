@@ -22,6 +22,7 @@
 #include "gradscope/storage/reader.h"
 #include "gradscope/storage/step_model.h"
 #include "gradscope/tuner/model.h"
+#include "gradscope/tuner/validate.h"
 
 namespace gradscope::tuner {
 namespace {
@@ -795,29 +796,69 @@ double parseTolerance(std::string_view text) {
   return value;
 }
 
+namespace {
+
+// The step-gain gate: the validation stored in `path` (gradscope run --validate) against `min_gain`.
+bool stepGainHolds(const std::string& path, double min_gain, std::ostream& out) {
+  std::optional<Validation> validation;
+  for (const auto& run : storage::TraceReader::open(path).runs()) {
+    const auto config = nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
+    if (config.is_object() && config.contains("validation"))
+      validation = parseValidation(config["validation"].dump());
+  }
+  if (!validation)
+    fail(
+        "{}: no validation of a plan in this trace (record one with gradscope run --mode apply "
+        "--recommendation "
+        "FILE --validate N)",
+        path);
+  const double gain = -validation->change;
+  const bool holds = gain >= min_gain;
+  out << fmt::format(
+      "{}: the plan made the step {:.2f}% faster [{:.2f}%, {:.2f}%], measured in {}; --min-step-gain "
+      "{:.2f}%\n",
+      holds ? "OK" : "REGRESSION", 100 * gain, -100 * validation->change_high, -100 * validation->change_low,
+      path, 100 * min_gain);
+  out << fmt::format("  {}\n", describe(*validation));
+  return holds;
+}
+
+}  // namespace
+
 int runCheckCommand(const CheckCommand& command,
                     const std::function<std::string(const std::string& trace_path)>& recommend_json,
                     std::ostream& out, std::ostream& err) {
   try {
-    CheckOptions options;
-    options.tolerance = command.tolerance;
-    if (command.fail_on_change) {
-      if (!recommend_json) fail("--fail-on-change needs the recommender, which this build lacks");
-      options.recommend_json = recommend_json;
+    if (command.baseline.empty() && !command.min_step_gain)
+      fail("check needs --baseline BASE.db (or --min-step-gain G for a validated apply run)");
+    if (command.min_step_gain && !(*command.min_step_gain > -1 && *command.min_step_gain < 1))
+      fail("--min-step-gain {} is not a fraction of the step (write e.g. 2% or 0.02)",
+           *command.min_step_gain);
+    int code = kCheckExitOk;
+    if (!command.baseline.empty()) {
+      CheckOptions options;
+      options.tolerance = command.tolerance;
+      if (command.fail_on_change) {
+        if (!recommend_json) fail("--fail-on-change needs the recommender, which this build lacks");
+        options.recommend_json = recommend_json;
+      }
+      const CheckResult result = checkTraces(command.baseline, command.current, options);
+      writeCheckText(result, out);
+      if (!command.summary_path.empty()) {
+        std::ofstream summary(command.summary_path, std::ios::app);
+        writeCheckMarkdown(result, summary);
+        if (!summary.flush())
+          fail("{}: cannot write the summary (check the directory exists and is writable)",
+               command.summary_path);
+      }
+      if (!command.json_path.empty()) storage::writePrivateFile(command.json_path, checkJson(result));
+      code = result.exitCode();
+    } else if (command.fail_on_change || !command.summary_path.empty() || !command.json_path.empty()) {
+      fail("--fail-on-change, --summary and --json compare with a baseline: give --baseline BASE.db");
     }
-    const CheckResult result = checkTraces(command.baseline, command.current, options);
-    writeCheckText(result, out);
-    if (!command.summary_path.empty()) {
-      std::ofstream summary(command.summary_path, std::ios::app);
-      writeCheckMarkdown(result, summary);
-      if (!summary.flush())
-        fail("{}: cannot write the summary (check the directory exists and is writable)",
-             command.summary_path);
-    }
-    if (!command.json_path.empty()) {
-      storage::writePrivateFile(command.json_path, checkJson(result));
-    }
-    return result.exitCode();
+    if (command.min_step_gain && !stepGainHolds(command.current, *command.min_step_gain, out))
+      code = kCheckExitRegression;
+    return code;
   } catch (const Error& error) {
     err << "gradscope: " << error.what() << "\n";
     return kCheckExitBadInput;

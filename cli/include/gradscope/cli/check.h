@@ -16,6 +16,7 @@ struct CheckCommandOptions {
   std::string summary_path;      // --summary FILE.md (appended to)
   std::string json_path;         // --json FILE (replaced)
   bool fail_on_change = false;   // --fail-on-change
+  std::string min_step_gain;     // --min-step-gain, as written: "2%" or "0.02"; empty: no gate
 };
 
 // The canonical recommendation JSON of a trace, as `gradscope recommend FILE --format json` writes it.

@@ -48,6 +48,9 @@ struct RunOptions {
   std::string recommendation;          // apply: the file (GRADSCOPE_RECOMMENDATION, made absolute)
   bool allow_semantic_change = false;  // apply: GRADSCOPE_ALLOW_SEMANTIC_CHANGE=1
   std::string explore_budget;  // explore: GRADSCOPE_EXPLORE_BUDGET as given; empty: the agent's default
+  // apply: > 0 follows the plan in alternate windows of this many calls per communicator
+  // (GRADSCOPE_VALIDATE_WINDOW) and measures what it saves on the step (tuner/validate.h)
+  std::int64_t validate_window = 0;
 };
 
 // Runs the job as described above; everything gradscope itself says goes to `log` (standard error in
@@ -144,6 +147,10 @@ struct FinishOptions {
   std::chrono::milliseconds wait{std::chrono::seconds(60)};
   std::function<bool()> stop_waiting;  // polled while waiting; true ends the wait early
   std::size_t top_calls = 10;
+  // A validated apply run (RunOptions::validate_window): the plan it followed, and its windows. The
+  // validation is stored in the merged trace (runs.config_json "validation") before the summary.
+  std::string recommendation;
+  std::int64_t validate_window = 0;
 };
 
 // After the job: waits for the ranks' files if asked, merges the run's per-rank files of `directory`

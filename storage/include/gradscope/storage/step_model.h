@@ -28,6 +28,7 @@
 // about 70 bytes per call of memory.
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -56,8 +57,11 @@ struct StepModel {
   std::vector<CallExposure> exposure;  // ordered by api, dtype, bytes
 };
 
-// The step model of every rank of `reader`'s trace. Empty when no call has a step.
-StepModel computeStepModel(const TraceReader& reader);
+// The step model of every rank of `reader`'s trace. Empty when no call has a step. `exposure_of`, when
+// set, picks the calls whose exposure is measured (all collectives otherwise): a validated apply run
+// measures it on the calls that ran without the plan.
+StepModel computeStepModel(const TraceReader& reader,
+                           const std::function<bool(const CallRecord&)>& exposure_of = {});
 
 // The stored rows (merge writes them) when the file has any, else computeStepModel's.
 std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader);

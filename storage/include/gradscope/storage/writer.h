@@ -113,6 +113,12 @@ class TraceWriter {
 // TraceWriter is still writing the file.
 std::int64_t appendRecommendation(const std::string& path, const RecommendationRecord& recommendation);
 
+// Sets `key` to the JSON value `json_value` in the configuration (runs.config_json) of every run of an
+// existing trace, in one transaction (gradscope run stores its validation of an apply run this way).
+// Opened and checked as appendRecommendation opens it; a configuration that is not a JSON object becomes
+// one holding the key.
+void setRunConfigValue(const std::string& path, const std::string& key, const std::string& json_value);
+
 // Unix-epoch time in ns from the system clock.
 std::int64_t unixTimeNs();
 

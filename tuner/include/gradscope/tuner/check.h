@@ -137,11 +137,16 @@ std::string checkJson(const CheckResult& result);                       // docs/
 // `out`, appends the markdown summary to `summary_path` (appending lets CI pass $GITHUB_STEP_SUMMARY) and
 // writes the JSON to `json_path` (replaced) when set, and returns the exit code: 0 fine, 1 regression,
 // 2 bad input (one line "gradscope: ..." on `err`), 3 recommendation changed with `fail_on_change`.
+// With min_step_gain the step-gain gate runs too (and alone without a baseline); its failure is exit 1.
 struct CheckCommand {
   std::string baseline, current;
   double tolerance = 0.05;
   std::string summary_path, json_path;
   bool fail_on_change = false;  // needs recommend_json; without one it is bad input
+  // --min-step-gain: the current trace is a validated apply run (tuner/validate.h) whose plan must have
+  // made the step at least this much faster (0.02 = 2%), measured; a regression (exit 1) otherwise. With
+  // it, the baseline may be left out.
+  std::optional<double> min_step_gain;
 };
 int runCheckCommand(const CheckCommand& command,
                     const std::function<std::string(const std::string& trace_path)>& recommend_json,
