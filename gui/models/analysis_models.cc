@@ -37,6 +37,20 @@ QVariant header(const char* const* names, int count, int section, Qt::Orientatio
   return QString::fromUtf8(names[section]);
 }
 
+// The check's verdicts, in every table that shows one: regression red, improvement green, noisy amber.
+QVariant verdictBrush(tuner::Verdict verdict) {
+  switch (verdict) {
+    case tuner::Verdict::Regression: return QBrush(QColor(0xc6, 0x28, 0x28));
+    case tuner::Verdict::Improvement: return QBrush(QColor(0x2e, 0x7d, 0x32));
+    case tuner::Verdict::Noisy: return QBrush(QColor(0xb2, 0x6b, 0x00));
+    case tuner::Verdict::Unchanged: break;
+  }
+  return {};
+}
+QString changeText(double change) {
+  return QString::asprintf("%+.1f %%", 100.0 * change);
+}
+
 bool validCell(const QAbstractItemModel& model, const QModelIndex& index) {
   return model.checkIndex(index, QAbstractItemModel::CheckIndexOption::IndexIsValid |
                                      QAbstractItemModel::CheckIndexOption::ParentIsInvalid);
@@ -327,15 +341,8 @@ QVariant CheckModel::data(const QModelIndex& index, int role) const {
     return alignment(column == ColVerdict || column == ColStrategy || column == ColCollective ||
                      column == ColDtype || column == ColReason);
   }
-  if (role == Qt::ForegroundRole && (column == ColVerdict || column == ColChange)) {
-    switch (c.verdict) {
-      case tuner::Verdict::Regression: return QBrush(QColor(0xc6, 0x28, 0x28));
-      case tuner::Verdict::Improvement: return QBrush(QColor(0x2e, 0x7d, 0x32));
-      case tuner::Verdict::Noisy: return QBrush(QColor(0xb2, 0x6b, 0x00));
-      case tuner::Verdict::Unchanged: break;
-    }
-    return {};
-  }
+  if (role == Qt::ForegroundRole && (column == ColVerdict || column == ColChange))
+    return verdictBrush(c.verdict);
   if (role == kSortRole) {
     switch (column) {
       case ColVerdict: return static_cast<int>(c.verdict);
@@ -363,7 +370,7 @@ QVariant CheckModel::data(const QModelIndex& index, int role) const {
     case ColWorld: return c.key.world;
     case ColBaseline: return durationText(c.baseline_median_ns);
     case ColCurrent: return durationText(c.current_median_ns);
-    case ColChange: return QString::asprintf("%+.1f %%", 100.0 * c.change);
+    case ColChange: return changeText(c.change);
     case ColPValue: return c.p_value ? QString::number(*c.p_value, 'g', 3) : QStringLiteral("–");
     case ColReason: return toQString(c.reason);
     default: return {};
@@ -373,6 +380,68 @@ QVariant CheckModel::data(const QModelIndex& index, int role) const {
 QVariant CheckModel::headerData(int section, Qt::Orientation orientation, int role) const {
   static const char* const kNames[] = {"Verdict",  "Strategy", "Collective", "Dtype",   "Size", "World",
                                        "Baseline", "Current",  "Change",     "p-value", "Why"};
+  return header(kNames, ColumnCount, section, orientation, role);
+}
+
+// ---- RunComparisonModel
+
+void RunComparisonModel::setRuns(std::vector<tuner::RunComparison> runs) {
+  beginResetModel();
+  rows_ = std::move(runs);
+  endResetModel();
+}
+
+int RunComparisonModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(rows_.size());
+}
+int RunComparisonModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : ColumnCount;
+}
+
+QVariant RunComparisonModel::data(const QModelIndex& index, int role) const {
+  if (!validCell(*this, index)) return {};
+  const tuner::RunComparison& c = rows_[static_cast<std::size_t>(index.row())];
+  const int column = index.column();
+  if (role == Qt::TextAlignmentRole)
+    return alignment(column == ColVerdict || column == ColFigure || column == ColEvidence);
+  if (role == Qt::ForegroundRole && (column == ColVerdict || column == ColChange))
+    return verdictBrush(c.verdict);
+  if (role == kSortRole) {
+    switch (column) {
+      case ColVerdict: return static_cast<int>(c.verdict);
+      case ColFigure: return toQString(c.what);
+      case ColBaseline: return c.baseline_ns;
+      case ColCurrent: return c.current_ns;
+      case ColChange: return c.change;
+      case ColEvidence: return c.p_value.value_or(-1.0);
+      default: return {};
+    }
+  }
+  if (role == Qt::ToolTipRole) {
+    switch (column) {
+      case ColBaseline: return QStringLiteral("Median over the baseline's %1 steps").arg(c.baseline_steps);
+      case ColCurrent: return QStringLiteral("Median over the current trace's %1 steps").arg(c.current_steps);
+      case ColEvidence:
+        return c.p_value ? QStringLiteral("%1\np = %2").arg(toQString(c.reason)).arg(*c.p_value, 0, 'g', 3)
+                         : toQString(c.reason);
+      default: return {};
+    }
+  }
+  if (role != Qt::DisplayRole) return {};
+  switch (column) {
+    case ColVerdict: return toQString(tuner::name(c.verdict));
+    case ColFigure: return toQString(c.what);
+    case ColBaseline: return durationText(c.baseline_ns);
+    case ColCurrent: return durationText(c.current_ns);
+    case ColChange: return changeText(c.change);
+    case ColEvidence: return toQString(c.reason);
+    default: return {};
+  }
+}
+
+QVariant RunComparisonModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  static const char* const kNames[] = {"Verdict",        "Figure", "Baseline / step",
+                                       "Current / step", "Change", "Evidence"};
   return header(kNames, ColumnCount, section, orientation, role);
 }
 

@@ -1,9 +1,9 @@
 #pragma once
 
 // Table models of the analysis views: measured strategies, consensus rows, the recommendation's sizes
-// and the check comparison. Each holds plain rows loaded on a pool thread (set*() replaces them with a
-// model reset); Qt::DisplayRole is formatted text, SortRole the raw number, so a QSortFilterProxyModel
-// sorts numerically.
+// and the check comparison (measured keys and runs step by step). Each holds plain rows loaded on a pool
+// thread (set*() replaces them with a model reset); Qt::DisplayRole is formatted text, SortRole the raw
+// number, so a QSortFilterProxyModel sorts numerically.
 
 #include <cstdint>
 #include <map>
@@ -164,6 +164,25 @@ class CheckModel : public QAbstractTableModel {
 
  private:
   std::vector<tuner::KeyComparison> rows_;
+};
+
+// Two observed runs compared step by step (tuner::CheckResult::runs), one row per figure in the check's
+// order: the step time, its parts, then the time per step in each API and size. Verdicts are coloured as
+// CheckModel colours them.
+class RunComparisonModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { ColVerdict, ColFigure, ColBaseline, ColCurrent, ColChange, ColEvidence, ColumnCount };
+  using QAbstractTableModel::QAbstractTableModel;
+  void setRuns(std::vector<tuner::RunComparison> runs);
+  const std::vector<tuner::RunComparison>& runs() const { return rows_; }
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+ private:
+  std::vector<tuner::RunComparison> rows_;
 };
 
 // "1.25 ms [1.20 ms – 1.31 ms]"

@@ -6,6 +6,8 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QPushButton>
+#include <QSplitter>
+#include <QStringList>
 #include <QTableView>
 #include <QVBoxLayout>
 
@@ -25,10 +27,26 @@ QString fileLabel(const std::string& path) {
       .arg(directory.isEmpty() ? QString() : (directory + QLatin1Char('/')).toHtmlEscaped(),
            file.fileName().toHtmlEscaped());
 }
+
+// A part of the view: its heading over its table.
+QWidget* section(QLabel* heading, QTableView* table, QWidget* parent) {
+  auto* widget = new QWidget(parent);
+  auto* layout = new QVBoxLayout(widget);
+  layout->setContentsMargins(0, 4, 0, 0);
+  heading->setTextFormat(Qt::RichText);
+  layout->addWidget(heading);
+  layout->addWidget(table, 1);
+  return widget;
+}
 }  // namespace
 
-RunsView::RunsView(QWidget* parent) : QWidget(parent), model_(new CheckModel(this)), jobs_(this) {
-  table_ = makeSortedTable(model_, -1, true, this);  // the check's own order: regressions first
+RunsView::RunsView(QWidget* parent)
+    : QWidget(parent), model_(new CheckModel(this)), runs_model_(new RunComparisonModel(this)), jobs_(this) {
+  // Both in the check's own order: the step time first; regressions first.
+  runs_table_ = makeSortedTable(runs_model_, -1, true, this);
+  table_ = makeSortedTable(model_, -1, true, this);
+  runs_heading_ = new QLabel(this);
+  keys_heading_ = new QLabel(this);
   summary_ = new QLabel(this);
   summary_->setWordWrap(true);
   summary_->setTextFormat(Qt::RichText);
@@ -37,12 +55,41 @@ RunsView::RunsView(QWidget* parent) : QWidget(parent), model_(new CheckModel(thi
   auto* top = new QHBoxLayout;
   top->addWidget(summary_, 1);
   top->addWidget(compare_, 0, Qt::AlignTop);
+  // A splitter: the runs' dozen figures over the keys, either taking the whole height when alone.
+  auto* parts = new QSplitter(Qt::Vertical, this);
+  parts->setChildrenCollapsible(false);
+  runs_section_ = section(runs_heading_, runs_table_, parts);
+  keys_section_ = section(keys_heading_, table_, parts);
+  parts->addWidget(runs_section_);
+  parts->addWidget(keys_section_);
+  parts->setStretchFactor(0, 1);
+  parts->setStretchFactor(1, 2);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(8, 8, 8, 8);
   layout->addLayout(top);
-  layout->addWidget(table_, 1);
+  layout->addWidget(parts, 1);
   connect(compare_, &QPushButton::clicked, this, &RunsView::compareRequested);
   clear();
+}
+
+void RunsView::showResult(const tuner::CheckResult* result) {
+  model_->setComparisons(result ? result->comparisons : std::vector<tuner::KeyComparison>{});
+  runs_model_->setRuns(result ? result->runs : std::vector<tuner::RunComparison>{});
+  // Before any comparison the keys' empty table stays, under the note that asks for a baseline.
+  runs_section_->setVisible(runs_model_->rowCount() > 0);
+  keys_section_->setVisible(!result || model_->rowCount() > 0);
+  if (!result) return;
+  if (!result->runs.empty()) {
+    const tuner::RunComparison& first = result->runs.front();
+    runs_heading_->setText(
+        QStringLiteral("<b>The runs, step by step</b> (%1 against %2 steps; medians per step)")
+            .arg(first.current_steps)
+            .arg(first.baseline_steps));
+    runs_table_->resizeColumnsToContents();
+  }
+  keys_heading_->setText(
+      QStringLiteral("<b>Measured keys</b> (%1; regressions first)").arg(model_->rowCount()));
+  table_->resizeColumnsToContents();
 }
 
 void RunsView::clear() {
@@ -50,7 +97,7 @@ void RunsView::clear() {
   current_.clear();
   baseline_.clear();
   loading_ = false;
-  model_->setComparisons({});
+  showResult(nullptr);
   compare_->setEnabled(false);
   summary_->setText(QStringLiteral("No trace open."));
   summary_->setToolTip({});
@@ -63,10 +110,11 @@ void RunsView::setTrace(const TraceInfo& info) {
     compareWith(baseline_);
     return;
   }
-  model_->setComparisons({});
+  showResult(nullptr);
   summary_->setText(
-      QStringLiteral("Compare this trace with a baseline trace (<b>File › Compare with…</b>): every "
-                     "strategy and size measured in both is judged as <tt>gradscope check</tt> does."));
+      QStringLiteral("Compare this trace with a baseline trace (<b>File › Compare with…</b>): the two runs "
+                     "step by step, and every strategy and size measured in both, judged as "
+                     "<tt>gradscope check</tt> does."));
 }
 
 void RunsView::compareWith(const QString& baseline_path) {
@@ -82,7 +130,7 @@ void RunsView::compareWith(const QString& baseline_path) {
       [this](Outcome<tuner::CheckResult> outcome) {
         loading_ = false;
         if (!outcome.value) {
-          model_->setComparisons({});
+          showResult(nullptr);
           summary_->setText(QStringLiteral("<b>Cannot compare:</b> %1").arg(outcome.error.toHtmlEscaped()));
           emit loaded();
           return;
@@ -96,23 +144,37 @@ void RunsView::compareWith(const QString& baseline_path) {
                                     : QStringLiteral(
                                           "<span style='color:#2e7d32'><b>no regression</b></span> "
                                           "(gradscope check exits 0)");
+        // What was compared: the runs' figures, the measured keys, or both (two observe runs measure
+        // no keys; traces with fewer than 16 steps are not compared step by step).
+        QStringList compared;
+        if (!result.runs.empty())
+          compared << QStringLiteral("%1 figures of the runs step by step").arg(result.runs.size());
+        if (!result.comparisons.empty() || !result.not_compared.empty())
+          compared << QStringLiteral("%1 measured keys (%2 measured on one side only)")
+                          .arg(result.comparisons.size())
+                          .arg(result.not_compared.size());
+        QString note;
+        if (result.comparisons.empty() && !result.runs.empty())
+          note = QStringLiteral(
+              "<br>No key was measured in both traces (observe runs measure none): the runs "
+              "were compared step by step.");
         summary_->setText(QStringLiteral("Baseline %1 → current %2: %3<br>"
-                                         "%4 regressions · %5 improvements · %6 noisy · %7 unchanged · "
-                                         "%8 keys measured on one side only · tolerance %9 %, α %10")
-                              .arg(fileLabel(result.baseline_path), fileLabel(result.current_path), verdict)
+                                         "Compared %4: %5 regressions · %6 improvements · %7 noisy · "
+                                         "%8 unchanged · tolerance %9 %, α %10%11")
+                              .arg(fileLabel(result.baseline_path), fileLabel(result.current_path), verdict,
+                                   compared.join(QStringLiteral(" and ")))
                               .arg(result.count(tuner::Verdict::Regression))
                               .arg(result.count(tuner::Verdict::Improvement))
                               .arg(result.count(tuner::Verdict::Noisy))
                               .arg(result.count(tuner::Verdict::Unchanged))
-                              .arg(result.not_compared.size())
                               .arg(100 * result.tolerance, 0, 'g', 3)
-                              .arg(result.alpha, 0, 'g', 3));
+                              .arg(result.alpha, 0, 'g', 3)
+                              .arg(note));
         summary_->setToolTip(
             QStringLiteral("Baseline: %1\nCurrent: %2")
                 .arg(QFileInfo(QString::fromStdString(result.baseline_path)).absoluteFilePath(),
                      QFileInfo(QString::fromStdString(result.current_path)).absoluteFilePath()));
-        model_->setComparisons(result.comparisons);
-        table_->resizeColumnsToContents();
+        showResult(&result);
         emit loaded();
       });
 }

@@ -7,6 +7,7 @@
 
 #include <sqlite3.h>
 
+#include "gradscope/storage/merge.h"
 #include "gradscope/storage/writer.h"
 #include "synthetic_trace.h"
 
@@ -153,6 +154,27 @@ std::string writeNewerSchemaTrace(const QTemporaryDir& dir) {
   writeTestTrace(path);
   exec(path, "PRAGMA user_version = 999;");
   return path;
+}
+
+ObservedRuns writeObservedRuns(const QTemporaryDir& dir) {
+  const auto write = [&](const std::string& name, const gradscope::testing::SyntheticJob& job) {
+    std::vector<std::string> files;
+    for (int rank = 0; rank < job.ranks; ++rank) {
+      files.push_back(inDir(dir, (name + "-rank-" + std::to_string(rank) + ".db").c_str()));
+      gradscope::testing::writeSyntheticRank(files.back(), job, rank);
+    }
+    const std::string merged = inDir(dir, (name + ".db").c_str());
+    storage::mergeTraces(files, merged, {});
+    return merged;
+  };
+  gradscope::testing::SyntheticJob job;
+  job.steps = 40;
+  ObservedRuns runs;
+  runs.before = write("before", job);
+  job.seed = 7;                   // the same job, other noise,
+  job.model_bytes = 200ll << 20;  // and twice the gradients: twice the reductions' time, exposed
+  runs.after = write("after", job);
+  return runs;
 }
 
 }  // namespace gradscope::gui::testing

@@ -240,8 +240,40 @@ class MainWindowTest : public QObject {
     QCOMPARE(
         window.runs()->model()->data(window.runs()->model()->index(0, CheckModel::ColVerdict)).toString(),
         QStringLiteral("improvement"));  // the open trace is faster than the "baseline" slow one
+    QVERIFY(window.runs()->keysTable()->isVisibleTo(window.runs()));
     const QImage runs = window.runs()->grab().toImage();
     QVERIFY(colouredPixels(runs, runs.rect()) > 20);  // verdicts are coloured
+  }
+
+  // Two observe runs, no measurements: the Runs view shows the runs step by step, the step time first and
+  // a regression, hides the empty measured keys' table and says why.
+  void runsViewComparesTwoObservedRunsStepByStep() {
+    QTemporaryDir dir;
+    const gui::testing::ObservedRuns observed = gui::testing::writeObservedRuns(dir);
+    MainWindow window;
+    QVERIFY(showTrace(window, QString::fromStdString(observed.after)));
+    window.compareWith(QString::fromStdString(observed.before));
+    QVERIFY(waitIdle(window));
+    RunsView* view = window.runs();
+    QCOMPARE(window.tabs()->currentWidget(), view);
+    QCOMPARE(view->model()->rowCount(), 0);
+    QVERIFY(view->runsModel()->rowCount() >= 5);
+    QCOMPARE(view->runsModel()->data(view->runsModel()->index(0, RunComparisonModel::ColFigure)).toString(),
+             QStringLiteral("step time"));
+    QCOMPARE(view->runsModel()->data(view->runsModel()->index(0, RunComparisonModel::ColVerdict)).toString(),
+             QStringLiteral("regression"));
+    QVERIFY(view->runsTable()->isVisibleTo(view));
+    QVERIFY(!view->keysTable()->isVisibleTo(view));
+    const QString summary = view->summary()->text();
+    QVERIFY2(summary.contains(QStringLiteral("the runs were compared step by step")), qPrintable(summary));
+    QVERIFY2(summary.contains(QStringLiteral("figures of the runs")), qPrintable(summary));
+    QVERIFY2(summary.contains(QStringLiteral("gradscope check exits 1")), qPrintable(summary));
+    QVERIFY(!summary.contains(QStringLiteral("measured keys")));
+    // The table's first row is on screen, its verdict red.
+    const QRect cell = view->runsTable()->visualRect(view->runsTable()->model()->index(0, 0));
+    QVERIFY(!cell.isEmpty());
+    const QImage table = view->runsTable()->viewport()->grab().toImage();
+    QVERIFY(colouredPixels(table, cell) > 0);
   }
 
   void timelineAndTableShareTheSelection() {

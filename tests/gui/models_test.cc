@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include <QAbstractItemModelTester>
 #include <QBrush>
@@ -437,6 +438,64 @@ class ModelsTest : public QObject {
     model.setComparisons(result.comparisons);
     QCOMPARE(model.rowCount(), static_cast<int>(result.comparisons.size()));
     QCOMPARE(model.data(model.index(0, CheckModel::ColVerdict)).toString(), QStringLiteral("regression"));
+  }
+
+  // Two observe runs (no measurements), the second with twice the gradients: the check compares them
+  // step by step, and the model shows each figure in the check's order, the step time first, its
+  // verdict coloured as CheckModel colours it.
+  void runComparisonModelShowsTheRunsStepByStep() {
+    QTemporaryDir dir;
+    const gui::testing::ObservedRuns observed = gui::testing::writeObservedRuns(dir);
+    const tuner::CheckResult result = tuner::checkTraces(observed.before, observed.after);
+    QVERIFY(result.comparisons.empty());
+    QVERIFY(result.runs.size() >= 5);
+    RunComparisonModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setRuns(result.runs);
+    QCOMPARE(model.rowCount(), static_cast<int>(result.runs.size()));
+    QCOMPARE(model.columnCount(), int{RunComparisonModel::ColumnCount});
+    QCOMPARE(model.headerData(RunComparisonModel::ColBaseline, Qt::Horizontal).toString(),
+             QStringLiteral("Baseline / step"));
+    const auto text = [&](int row, int column) { return model.data(model.index(row, column)).toString(); };
+    QCOMPARE(text(0, RunComparisonModel::ColFigure), QStringLiteral("step time"));
+    QCOMPARE(text(0, RunComparisonModel::ColVerdict), QStringLiteral("regression"));
+    QVERIFY(text(0, RunComparisonModel::ColChange).startsWith(QLatin1Char('+')));
+    QVERIFY(model.data(model.index(0, RunComparisonModel::ColCurrent), kSortRole).toDouble() >
+            model.data(model.index(0, RunComparisonModel::ColBaseline), kSortRole).toDouble());
+    QVERIFY(model.data(model.index(0, RunComparisonModel::ColCurrent), Qt::ToolTipRole)
+                .toString()
+                .contains(QStringLiteral("40 steps")));
+    // Every row: the check's figure and verdict, coloured like CheckModel's rows (unchanged: plain).
+    const std::map<tuner::Verdict, QColor> colours = {{tuner::Verdict::Regression, QColor(0xc6, 0x28, 0x28)},
+                                                      {tuner::Verdict::Improvement, QColor(0x2e, 0x7d, 0x32)},
+                                                      {tuner::Verdict::Noisy, QColor(0xb2, 0x6b, 0x00)}};
+    for (int row = 0; row < model.rowCount(); ++row) {
+      const tuner::RunComparison& figure = result.runs[static_cast<std::size_t>(row)];
+      QCOMPARE(text(row, RunComparisonModel::ColFigure), QString::fromStdString(figure.what));
+      QCOMPARE(text(row, RunComparisonModel::ColVerdict), QString::fromUtf8(tuner::name(figure.verdict)));
+      QCOMPARE(text(row, RunComparisonModel::ColEvidence), QString::fromStdString(figure.reason));
+      for (const int column : {int{RunComparisonModel::ColVerdict}, int{RunComparisonModel::ColChange}}) {
+        const QVariant brush = model.data(model.index(row, column), Qt::ForegroundRole);
+        const auto colour = colours.find(figure.verdict);
+        if (colour == colours.end()) {
+          QVERIFY(!brush.isValid());
+        } else {
+          QCOMPARE(brush.value<QBrush>().color(), colour->second);
+        }
+      }
+      QVERIFY(!model.data(model.index(row, RunComparisonModel::ColFigure), Qt::ForegroundRole).isValid());
+    }
+    // The same colours as the measured keys' table.
+    CheckModel keys;
+    const tuner::CheckResult measured = tuner::checkTraces(
+        trace_, gui::testing::writeTestTrace(dir.filePath(QStringLiteral("slow.db")).toStdString(),
+                                             gui::testing::TraceOptions{4, 40, 1.5, true}));
+    keys.setComparisons(measured.comparisons);
+    QCOMPARE(keys.data(keys.index(0, CheckModel::ColVerdict)).toString(), QStringLiteral("regression"));
+    QCOMPARE(keys.data(keys.index(0, CheckModel::ColVerdict), Qt::ForegroundRole).value<QBrush>().color(),
+             colours.at(tuner::Verdict::Regression));
+    model.setRuns({});
+    QCOMPARE(model.rowCount(), 0);
   }
 
   void timelineFrames() {
