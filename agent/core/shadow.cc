@@ -307,10 +307,12 @@ std::vector<ExploreRecord> takeExploreRecords() {
 // ---- apply ------------------------------------------------------------------------------------------
 
 const RecommendationRule* applyRuleFor(Api api, DType dtype, ReduceOp op, std::int64_t bytes, int world,
-                                       std::int64_t seq) {
+                                       std::int64_t seq, std::int64_t step) {
   if (!g_recommendation || op != ReduceOp::Sum) return nullptr;
-  if (const std::int64_t window = config().validate_window; window > 0 && (seq / window) % 2 == 1)
-    return nullptr;
+  if (const std::int64_t window = config().validate_window; window > 0) {
+    const std::int64_t unit = g_step_marker == StepMarker::None ? seq : step;
+    if (unit < 0 || (unit / window) % 2 == 1) return nullptr;
+  }
   return g_recommendation->match(api, dtype, bytes, world);
 }
 

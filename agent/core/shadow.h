@@ -148,11 +148,13 @@ void submitExplore(ExploreRecord record);
 // Background thread: takes everything submitted so far.
 std::vector<ExploreRecord> takeExploreRecords();
 
-// Apply mode: the rule for a call, or nullptr (a pure function of the call, its seq on its communicator
-// and the file: the same on every rank). Rules the extension could not run are reported once, and their
-// calls run untouched. With GRADSCOPE_VALIDATE_WINDOW, calls in odd windows of seq get none.
+// Apply mode: the rule for a call, or nullptr (a pure function of the call, its seq on its communicator,
+// its step and the file: the same on every rank). Rules the extension could not run are reported once,
+// and their calls run untouched. With GRADSCOPE_VALIDATE_WINDOW = N, calls in odd windows get none: windows
+// of N steps when the job marks its steps (GRADSCOPE_STEP_CALLS or GRADSCOPE_STEP_NVTX: the plan switches
+// at step boundaries; a call before the first step gets none), else of N calls of each communicator.
 const RecommendationRule* applyRuleFor(Api api, DType dtype, ReduceOp op, std::int64_t bytes, int world,
-                                       std::int64_t seq);
+                                       std::int64_t seq, std::int64_t step);
 void reportApplyFailure(const std::string& strategy, DType dtype, const std::string& error);
 
 // A call explore and apply passed to the job's library untouched (gradscope/common/untouched.h).

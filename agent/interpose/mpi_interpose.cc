@@ -750,7 +750,8 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
   };
 
   if (shadowMode(Backend::Mpi) == ShadowMode::Apply) {
-    const RecommendationRule* rule = applyRuleFor(api, type.dtype, op_code, bytes, slot->size, call.seq);
+    const RecommendationRule* rule =
+        applyRuleFor(api, type.dtype, op_code, bytes, slot->size, call.seq, step);
     if (rule == nullptr) {
       event.call.enqueue = event.call.start = ticks();
       return finish_record(real());

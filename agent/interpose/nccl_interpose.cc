@@ -490,8 +490,9 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
   if (joined != JoinState::Joined || mode == ShadowMode::Off) return plain();
 
   if (mode == ShadowMode::Apply) {
-    const RecommendationRule* rule = applyRuleFor(event.header.api, event.header.dtype, event.header.op,
-                                                  event.call.bytes, slot->size, event.header.seq);
+    const RecommendationRule* rule =
+        applyRuleFor(event.header.api, event.header.dtype, event.header.op, event.call.bytes, slot->size,
+                     event.header.seq, event.call.step);
     // sum/nccl.<algo>.<proto> rules act inside NCCL, through the tuner plugin (gradscope run loads it).
     if (rule == nullptr || rule->strategy.starts_with("sum/nccl.")) return plain();
     if (in_group) {

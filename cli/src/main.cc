@@ -106,10 +106,10 @@ int main(int argc, char** argv) {
                   "Recommendation file (JSON, from gradscope recommend) that apply mode follows");
   run->add_flag("--allow-semantic-change", run_options.allow_semantic_change,
                 "Apply mode: let AdaCons and AdaSum rules replace sums (they change what the job computes)");
-  run->add_option(
-         "--validate", run_options.validate_window,
-         "Apply mode: follow the plan in alternate windows of N calls per communicator and measure what "
-         "it saves on the step against the prediction (stored in the trace; check --min-step-gain)")
+  run->add_option("--validate", run_options.validate_window,
+                  "Apply mode: follow the plan in alternate windows of N steps (when the job marks them) or "
+                  "N calls per communicator, and measure what it saves on the step against the prediction "
+                  "(stored in the trace; check --min-step-gain)")
       ->check(CLI::PositiveNumber);
   run->add_option("--explore-budget", run_options.explore_budget,
                   "Explore mode: the largest fraction of the run spent exploring (e.g. 0.1 or 10%)");

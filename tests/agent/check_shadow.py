@@ -18,7 +18,8 @@
   check_shadow.py TOOLS --workdir DIR validate        gradscope run --mode apply --validate 14 on the C++ sample:
                                                       the plan in even windows of 14 calls, the job's own calls
                                                       in odd ones, on both ranks alike; the validation stored,
-                                                      reported and gated by gradscope check --min-step-gain
+                                                      reported and gated by gradscope check --min-step-gain;
+                                                      with marked steps, windows of steps instead
   check_shadow.py TOOLS --workdir DIR bad-files       apply mode with a malformed, foreign, newer, mismatched,
                                                       semantic-without-opt-in or missing file: one 'gradscope:'
                                                       line for the job, its output untouched (also: a file
@@ -345,6 +346,31 @@ def check_validate(args):
     code, out, err = ca.run([args.gradscope, "check", "--min-step-gain", "1%", os.path.join(out_dir, rank_file)],
                             ca.base_environment(), args.workdir)
     check(code == 2 and "no validation of a plan" in err, f"{label}: check of a rank file: exit {code}: {err}")
+
+    # A job that marks its steps (every 7 collectives): windows of 3 steps, switched between steps, so no
+    # step mixes the two. (The setup's MPI_Bcast counts too, so the last marked step holds only the loss's
+    # fp64 sum, which no rule covers: that one step is left out.)
+    label = "apply --validate, marked steps"
+    out_dir = os.path.join(args.workdir, "run-steps")
+    command[command.index("-o") + 1] = out_dir
+    command[command.index("--validate") + 1] = "3"
+    code, out, err = ca.run(command, {**ca.base_environment(), "GRADSCOPE_STEP_CALLS": "7"}, args.workdir)
+    if not check(code == 0, f"{label}: exit {code}: {tail(err)}"):
+        return
+    db = sqlite3.connect(f"file:{os.path.join(out_dir, 'trace.db')}?mode=ro", uri=True)
+    rows = db.execute("SELECT r.rank, c.step, a.strategy FROM calls c JOIN ranks r ON r.id = c.rank_id "
+                      "LEFT JOIN applied_calls a ON a.call_id = c.id WHERE c.api = ? AND c.dtype = ? AND c.op = 0",
+                      (ca.MPI_ALLREDUCE, ca.FP32)).fetchall()
+    wrong = [(rank, step, strategy) for rank, step, strategy in rows
+             if (strategy == "sum/rs_ag") != (step is not None and (step // 3) % 2 == 0)]
+    check(len(rows) == 2 * 120 * 6 and not wrong,
+          f"{label}: {len(rows)} fp32 sums; applied outside the even windows of steps or not inside them "
+          f"(rank, step, strategy): {wrong[:5]}")
+    validation = json.loads(db.execute("SELECT config_json FROM runs").fetchone()[0]).get("validation", {})
+    db.close()
+    check(validation.get("window_steps") is True and validation.get("steps_left_out", 9) <= 1 and
+          validation.get("steps_with", 0) + validation.get("steps_without", 0) == 120,
+          f"{label}: runs.config_json validation {validation}")
 
 
 def check_bad_files(args):

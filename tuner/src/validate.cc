@@ -52,7 +52,16 @@ std::optional<Validation> validateRun(const storage::TraceReader& reader, const 
         plan.match(call.api, call.dtype, call.bytes, size == comm_size.end() ? 0 : size->second);
     return rule == nullptr || rule->strategy.starts_with("sum/nccl.") ? nullptr : rule;
   };
-  const auto withPlan = [&](const storage::CallRecord& call) { return (call.seq / window_calls) % 2 == 0; };
+  // Windows of steps when the job marked its steps (the agent then switched at step boundaries), else of
+  // calls of each communicator.
+  bool by_step = false;
+  for (const auto& run : reader.runs()) {
+    const auto config = nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
+    by_step |= config.is_object() && (config.contains("step_calls") || config.contains("step_nvtx"));
+  }
+  const auto withPlan = [&](const storage::CallRecord& call) {
+    return ((by_step ? call.step : call.seq) / window_calls) % 2 == 0;
+  };
 
   // Each step's kind, and each rule's calls in the steps without the plan.
   std::map<std::int64_t, Kind> kinds;
@@ -78,6 +87,7 @@ std::optional<Validation> validateRun(const storage::TraceReader& reader, const 
   const std::vector<storage::StepTotals> steps = storage::stepTotals(model.steps);
   Validation out;
   out.window_calls = window_calls;
+  out.window_steps = by_step;
   std::vector<double> with, without;  // window means
   std::vector<double> window;
   Kind window_kind = Kind::None;
@@ -157,10 +167,11 @@ std::optional<Validation> validateRun(const storage::TraceReader& reader, const 
 std::string describe(const Validation& v) {
   const auto pct = [](double x) { return fmt::format("{:+.2f}%", 100 * x); };
   std::string text = fmt::format(
-      "step time with the plan {} [{}, {}] against without ({} windows with it, {} without, of {} calls a "
-      "communicator; {} and {} steps)",
+      "step time with the plan {} [{}, {}] against without ({} windows with it, {} without, of {} {}; {} and "
+      "{} "
+      "steps)",
       pct(v.change), pct(v.change_low), pct(v.change_high), v.windows_with, v.windows_without, v.window_calls,
-      v.steps_with, v.steps_without);
+      v.window_steps ? "steps" : "calls a communicator", v.steps_with, v.steps_without);
   if (!v.predicted_change) return text + "; no prediction (the plan's rules carry no times)";
   const bool inside = v.change >= *v.predicted_low && v.change <= *v.predicted_high;
   const bool overlap = v.change_high >= *v.predicted_low && v.change_low <= *v.predicted_high;
@@ -177,17 +188,12 @@ std::string describe(const Validation& v) {
 }
 
 std::string validationJson(const Validation& v) {
-  nlohmann::json json = {{"window_calls", v.window_calls},
-                         {"steps_with", v.steps_with},
-                         {"steps_without", v.steps_without},
-                         {"steps_left_out", v.steps_left_out},
-                         {"windows_with", v.windows_with},
-                         {"windows_without", v.windows_without},
-                         {"step_with_ns", v.step_with_ns},
-                         {"step_without_ns", v.step_without_ns},
-                         {"change", v.change},
-                         {"change_low", v.change_low},
-                         {"change_high", v.change_high}};
+  nlohmann::json json = {{"window_calls", v.window_calls},       {"window_steps", v.window_steps},
+                         {"steps_with", v.steps_with},           {"steps_without", v.steps_without},
+                         {"steps_left_out", v.steps_left_out},   {"windows_with", v.windows_with},
+                         {"windows_without", v.windows_without}, {"step_with_ns", v.step_with_ns},
+                         {"step_without_ns", v.step_without_ns}, {"change", v.change},
+                         {"change_low", v.change_low},           {"change_high", v.change_high}};
   if (v.predicted_change)
     json["predicted"] = {
         {"change", *v.predicted_change}, {"low", *v.predicted_low}, {"high", *v.predicted_high}};
@@ -200,6 +206,7 @@ std::optional<Validation> parseValidation(const std::string& json_text) {
   Validation v;
   try {
     v.window_calls = json.value("window_calls", std::int64_t{0});
+    v.window_steps = json.value("window_steps", false);
     v.steps_with = json.value("steps_with", std::int64_t{0});
     v.steps_without = json.value("steps_without", std::int64_t{0});
     v.steps_left_out = json.value("steps_left_out", std::int64_t{0});

@@ -1,8 +1,10 @@
 #pragma once
 
 // Proof in the job (docs/tuner.md, "Proof in the job"). `gradscope run --mode apply --validate N` has
-// the agent follow the plan in alternate windows of N calls of each communicator (GRADSCOPE_VALIDATE_WINDOW:
-// seq / N even, the plan; odd, the job's own calls), the same on every rank. This compares the steps run
+// the agent follow the plan in alternate windows (GRADSCOPE_VALIDATE_WINDOW: even windows, the plan; odd,
+// the job's own calls), the same on every rank: of N steps, switched between two steps, when the job marks
+// its steps (GRADSCOPE_STEP_CALLS, GRADSCOPE_STEP_NVTX; the run's configuration says so), else of N calls
+// of each communicator (seq / N). This compares the steps run
 // with the plan against those run without, and the change measured against the one the plan predicts.
 //
 // - A step is *with* the plan when every one of its calls that a rule of the plan covers ran in an even
@@ -29,7 +31,8 @@
 namespace gradscope::tuner {
 
 struct Validation {
-  std::int64_t window_calls = 0;
+  std::int64_t window_calls = 0;  // N of --validate: calls of each communicator, or steps (window_steps)
+  bool window_steps = false;  // the job marked its steps: the windows were N steps, switched between steps
   std::int64_t steps_with = 0, steps_without = 0, steps_left_out = 0;
   int windows_with = 0, windows_without = 0;  // counted, the left-out first ones excluded
   double step_with_ns = 0, step_without_ns = 0;
