@@ -23,9 +23,9 @@
 // not record yet). A blocking send that waits for its receiver (rendezvous) is exposed, not waiting. The
 // threads of one rank share its timeline.
 //
-// Cost: one pass over the calls (TraceReader::forEachCall) keeping 64 bytes per MPI call, the
+// Cost: one pass over the calls (TraceReader::forEachCall) keeping 72 bytes per MPI call, the
 // point-to-point matching of peers.h when the trace has such calls, and a sort per rank: O(n log n) time,
-// about 70 bytes per call of memory.
+// about 80 bytes per MPI call of memory.
 
 #include <cstdint>
 #include <functional>
