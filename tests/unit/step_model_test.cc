@@ -253,7 +253,8 @@ TEST(StepModel, MergeStoresTheRowsAndTheReportShowsThem) {
   EXPECT_NE(report.find("Steps (3 steps on 2 ranks;"), std::string::npos) << report;
   EXPECT_NE(report.find("median (#0)"), std::string::npos) << report;
   EXPECT_NE(report.find("the ranks lost 300 ns waiting for the last to arrive"), std::string::npos) << report;
-  EXPECT_NE(report.find("rank 0 was last in 3 of 3 steps, costing the others 300 ns: a slow rank or node"), std::string::npos)
+  EXPECT_NE(report.find("rank 0 was last in 3 of 3 steps, costing the others 300 ns: a slow rank or node"),
+            std::string::npos)
       << report;
 }
 
