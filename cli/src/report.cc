@@ -740,11 +740,40 @@ void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& r
   if (steps.empty()) return;
   int ranks = 0;
   for (const auto& step : steps) ranks = std::max(ranks, step.ranks);
+  // GPU ranks: their breakdown comes from the sampled windows' kernels, for the steps inside one.
+  std::int64_t gpu_rows = 0, gpu_measured = 0, gpu_idle_ns = 0, gpu_span_ns = 0;
+  for (const storage::StepRecord& row : rows) {
+    if (row.basis == storage::StepBasis::Host) continue;
+    ++gpu_rows;
+    if (row.basis != storage::StepBasis::Gpu) continue;
+    ++gpu_measured;
+    gpu_idle_ns += row.idle_ns;
+    gpu_span_ns += row.end_ns - row.start_ns;
+  }
+  std::int64_t measured_steps = 0;
+  for (const auto& step : steps) measured_steps += step.measured > 0 ? 1 : 0;
   out << fmt::format(
       "\nSteps ({} step{} on {} rank{}; a rank's step runs from its first call to the next step's; means "
       "over "
       "the ranks)\n",
       steps.size(), steps.size() == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+  if (gpu_rows > 0)
+    out << fmt::format(
+        "  GPU ranks: measured on the GPU in {} of {} rank steps (the agent's sampled windows, {}); there a "
+        "step runs from its first NCCL kernel to the next step's, and exposed communication is NCCL kernel "
+        "time not overlapped by compute kernels\n",
+        gpu_measured, gpu_rows, env::kGpuWindows);
+  if (measured_steps == 0) {
+    std::vector<std::int64_t> spans;
+    for (const auto& step : steps) spans.push_back(step.span_ns);
+    std::sort(spans.begin(), spans.end());
+    out << fmt::format(
+        "  step time: median {}, worst {}; no breakdown: NCCL runs on the GPU and no step lay inside a "
+        "sampled GPU window (no CUPTI, {}=0, or steps longer than the windows: {})\n",
+        env::kCupti, env::kGpuWindows, formatDuration(static_cast<double>(spans[spans.size() / 2])),
+        formatDuration(static_cast<double>(spans.back())));
+    return;
+  }
   out << fmt::format("  {:<14} {:>10} {:>17} {:>17} {:>17} {:>14}\n", "step", "time", "compute",
                      "exposed comm.", "of it waiting", "hidden comm.");
   const auto line = [&](std::string_view label, const storage::StepTotals& step) {
@@ -756,14 +785,21 @@ void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& r
                        formatDuration(static_cast<double>(step.span_ns)), part(step.compute_ns),
                        part(step.exposed_ns), part(step.waiting_ns), formatDuration(step.hidden_ns));
   };
+  // The median and worst of the steps with a breakdown (GPU steps outside the windows have none).
   std::vector<const storage::StepTotals*> by_time;
-  for (const auto& step : steps) by_time.push_back(&step);
+  for (const auto& step : steps)
+    if (step.measured > 0) by_time.push_back(&step);
   std::stable_sort(by_time.begin(), by_time.end(),
                    [](const auto* a, const auto* b) { return a->span_ns < b->span_ns; });
   const storage::StepTotals& median = *by_time[by_time.size() / 2];
   const storage::StepTotals& worst = *by_time.back();
   line(fmt::format("median (#{})", median.step), median);
   if (&worst != &median) line(fmt::format("worst (#{})", worst.step), worst);
+  if (gpu_measured > 0)
+    out << fmt::format(
+        "  GPU idle (no kernel running: the host launched too little) in the measured steps: "
+        "{} of their time\n",
+        percent(static_cast<double>(gpu_idle_ns), static_cast<double>(gpu_span_ns)));
 
   const storage::Stragglers late = storage::stragglers(rows);
   if (late.lost_ns <= 0) {

@@ -127,6 +127,8 @@ StepParts StepBreakdown::parts(int step_index, std::optional<int> rank_index) co
 std::optional<double> StepBreakdown::value(int rank_index, int step_index, StepFigure figure) const {
   const storage::StepRecord* row = cell(rank_index, step_index);
   if (row == nullptr) return std::nullopt;
+  // A GPU step outside the sampled windows has its time only: its other cells stay blank.
+  if (row->basis == storage::StepBasis::GpuUnsampled && figure != StepFigure::StepTime) return std::nullopt;
   switch (figure) {
     case StepFigure::Exposed: return static_cast<double>(row->exposed_ns);
     case StepFigure::Waiting: return static_cast<double>(row->waiting_ns);
@@ -271,10 +273,22 @@ QString StepBreakdownModel::cellToolTip(int rank_index, int step_index) const {
   if (row == nullptr) return {};
   const std::int64_t step = breakdown_.steps[static_cast<std::size_t>(step_index)];
   const std::optional<double> v = breakdown_.value(rank_index, step_index, figure_);
+  if (row->basis == storage::StepBasis::GpuUnsampled)
+    return QStringLiteral(
+               "<b>%1, step %2</b><br>step time %3<br>%4 calls<hr>outside the agent's sampled GPU windows: "
+               "no breakdown (GRADSCOPE_GPU_WINDOWS)<br><i>click: show it on the timeline</i>")
+        .arg(breakdown_.rankLabel(rank_index).toHtmlEscaped())
+        .arg(step)
+        .arg(durationText(static_cast<double>(row->end_ns - row->start_ns)))
+        .arg(row->calls);
+  const QString gpu = row->basis == storage::StepBasis::Gpu
+                          ? QStringLiteral("<br>measured on the GPU: idle %1 (no kernel running)")
+                                .arg(durationText(static_cast<double>(row->idle_ns)))
+                          : QString();
   return QStringLiteral(
              "<b>%1, step %2</b><br>%3: <b>%4</b><hr>step time %5<br>compute %6<br>exposed communication %7 "
-             "(waiting %8)<br>hidden communication %9<br>made others wait %10<br>%11 calls<br><i>click: show "
-             "it on the timeline</i>")
+             "(waiting %8)<br>hidden communication %9<br>made others wait %10<br>%11 calls%12<br><i>click: "
+             "show it on the timeline</i>")
       .arg(breakdown_.rankLabel(rank_index).toHtmlEscaped())
       .arg(step)
       .arg(stepFigureName(figure_), durationText(v.value_or(0)),
@@ -284,7 +298,8 @@ QString StepBreakdownModel::cellToolTip(int rank_index, int step_index) const {
            durationText(static_cast<double>(row->waiting_ns)),
            durationText(static_cast<double>(row->hidden_ns)),
            durationText(static_cast<double>(row->caused_ns)))
-      .arg(row->calls);
+      .arg(row->calls)
+      .arg(gpu);
 }
 
 QString StepBreakdownModel::barToolTip(int step_index, std::optional<int> rank_index) const {

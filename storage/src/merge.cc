@@ -447,6 +447,14 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
         recommendation.run_id = run_ids.count(recommendation.run_id) ? run_ids[recommendation.run_id] : 0;
         writer.addRecommendation(recommendation);
       }
+      std::vector<GpuActivityRecord> gpu = source.reader.gpuActivity();
+      for (GpuActivityRecord& row : gpu) {
+        const std::int64_t shift = rank_shift.count(row.rank_id) ? rank_shift[row.rank_id] : 0;
+        row.rank_id = remapRank(row.rank_id);
+        row.start_ns += shift;
+        row.end_ns += shift;
+      }
+      writer.appendGpuActivity(gpu);
       for (const DropRecord& drop : source.reader.drops())
         writer.addDrops(remapRank(drop.rank_id), drop.kind, drop.count);
       summary.ranks += static_cast<int>(source.ranks.size());

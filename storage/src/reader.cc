@@ -622,6 +622,10 @@ std::vector<StepRecord> TraceReader::steps() const {
   return readAll(impl_->db, detail::kSteps, "rank_id, step");
 }
 
+std::vector<GpuActivityRecord> TraceReader::gpuActivity() const {
+  return readAll(impl_->db, detail::kGpuActivity, "rank_id, start_ns, kind");
+}
+
 std::vector<AppliedCall> TraceReader::appliedCalls() const {
   return readAll(impl_->db, detail::kAppliedCalls, "call_id");
 }

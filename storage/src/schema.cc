@@ -127,6 +127,18 @@ void migrateV5ToV6(sql::Database& db) {
   db.exec(detail::kSteps.ddl());
 }
 
+void migrateV6ToV7(sql::Database& db) {
+  // steps gains basis and idle_ns: its rows are derived, so a v6 file's are dropped with the table and
+  // derived again by their readers (storage/step_model.h readOrComputeSteps) or a new merge.
+  if (db.queryInt("SELECT count(*) FROM pragma_table_info('steps') WHERE name = 'basis'") == 0) {
+    db.exec("DROP TABLE IF EXISTS steps");
+    db.exec(detail::kSteps.ddl());
+  }
+  // gpu_activity is new: older agents sampled no kernels.
+  if (db.queryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'gpu_activity'") == 0)
+    db.exec(detail::kGpuActivity.ddl());
+}
+
 }  // namespace
 
 std::span<const std::string_view> tableNames() {
@@ -161,6 +173,7 @@ void migrate(sql::Database& db, int from) {
   if (from <= 3) migrateV3ToV4(db);
   if (from <= 4) migrateV4ToV5(db);
   if (from <= 5) migrateV5ToV6(db);
+  if (from <= 6) migrateV6ToV7(db);
   db.exec("DROP VIEW IF EXISTS call_view");
   db.exec(kCallView);
   db.exec("PRAGMA legacy_alter_table = OFF");

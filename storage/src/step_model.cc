@@ -46,6 +46,34 @@ void unite(std::vector<Interval>& spans) {
   spans.resize(out);
 }
 
+// The time in both of two sets of disjoint, sorted intervals, as such a set.
+std::vector<Interval> intersect(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  std::vector<Interval> out;
+  for (std::size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    const std::int64_t begin = std::max(a[i].begin, b[j].begin), end = std::min(a[i].end, b[j].end);
+    if (begin < end) out.push_back({begin, end});
+    if (a[i].end < b[j].end) ++i;
+    else ++j;
+  }
+  return out;
+}
+
+// The time in `a` and not in `b` (both disjoint and sorted), as such a set.
+std::vector<Interval> subtract(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  std::vector<Interval> out;
+  std::size_t j = 0;
+  for (Interval rest : a) {
+    while (j < b.size() && b[j].end <= rest.begin) ++j;
+    for (std::size_t k = j; k < b.size() && b[k].begin < rest.end; ++k) {
+      if (b[k].begin > rest.begin) out.push_back({rest.begin, b[k].begin});
+      rest.begin = std::max(rest.begin, b[k].end);
+      if (rest.begin >= rest.end) break;
+    }
+    if (rest.begin < rest.end) out.push_back(rest);
+  }
+  return out;
+}
+
 // One rank's steps: their spans are consecutive, [begin of step i, begin of step i + 1).
 struct RankSteps {
   std::vector<StepRecord> rows;  // by step
@@ -71,6 +99,108 @@ struct RankSteps {
     }
   }
 };
+
+// The steps of the GPU ranks (with NCCL calls that have steps), from the kernels of the agent's sampled
+// windows (gpu_activity). A GPU step runs from its first NCCL call's GPU start to the next step's, as a
+// host step does from posting to posting. Inside a window: exposed = NCCL kernels' time not overlapped by
+// compute kernels, hidden = the overlapped part, idle = neither running, waiting = exposed time of an NCCL
+// call before the last rank's kernel of it started (charged to that rank as caused_ns). Outside: the
+// span only (StepBasis::GpuUnsampled). `steps` holds the host rows, replaced here for GPU ranks.
+void gpuSteps(const TraceReader& reader, const std::vector<std::int64_t>& offsets,
+              const std::unordered_map<std::int64_t, std::uint32_t>& rank_index,
+              std::vector<std::map<std::int64_t, StepRecord>>& gpu_bounds, std::vector<Call>& gpu_calls,
+              std::vector<RankSteps>& steps) {
+  if (gpu_calls.empty()) return;
+  std::vector<std::vector<Interval>> windows(offsets.size()), compute(offsets.size()), nccl(offsets.size());
+  for (const GpuActivityRecord& row : reader.gpuActivity()) {
+    const auto rank = rank_index.find(row.rank_id);
+    if (rank == rank_index.end()) continue;
+    auto& into = row.kind == GpuActivityKind::Window    ? windows
+                 : row.kind == GpuActivityKind::Compute ? compute
+                                                        : nccl;
+    into[rank->second].push_back({row.start_ns, row.end_ns});
+  }
+  // Who started each NCCL call last, on rank 0's clock: its kernels wait for that rank's.
+  struct Arrival {
+    std::int64_t last = 0;
+    std::uint32_t rank = 0;
+    int ranks = 0;
+  };
+  std::map<std::tuple<std::int32_t, std::int64_t, std::uint16_t>, Arrival> arrivals;
+  const auto keyOf = [](const Call& call) { return std::tuple(call.comm, call.seq, call.replay); };
+  for (const Call& call : gpu_calls) {
+    if (call.comm < 0) continue;
+    Arrival& arrival = arrivals[keyOf(call)];
+    const std::int64_t started = call.start + offsets[call.rank];
+    if (arrival.ranks++ == 0 || started > arrival.last) arrival.last = started, arrival.rank = call.rank;
+  }
+  std::vector<std::vector<Interval>> waiting(offsets.size()), exposed(offsets.size());
+  for (const Call& call : gpu_calls) {
+    const auto arrival = call.comm < 0 ? arrivals.end() : arrivals.find(keyOf(call));
+    if (arrival == arrivals.end() || arrival->second.ranks < 2 || arrival->second.rank == call.rank) continue;
+    const std::int64_t last = arrival->second.last - offsets[call.rank];
+    if (std::min(call.end, last) > call.start)
+      waiting[call.rank].push_back({call.start, std::min(call.end, last)});
+  }
+  std::vector<RankSteps> gpu(offsets.size());
+  for (std::size_t r = 0; r < offsets.size(); ++r) {
+    if (gpu_bounds[r].empty()) continue;
+    for (auto& [step, row] : gpu_bounds[r]) gpu[r].rows.push_back(row);
+    auto& rows = gpu[r].rows;
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const StepRecord& a, const StepRecord& b) { return a.start_ns < b.start_ns; });
+    for (std::size_t i = 0; i + 1 < rows.size(); ++i)
+      rows[i].end_ns = std::max(rows[i].start_ns, rows[i + 1].start_ns);
+    unite(windows[r]), unite(compute[r]), unite(nccl[r]), unite(waiting[r]);
+    const std::vector<Interval> hidden = intersect(nccl[r], compute[r]);
+    exposed[r] = subtract(nccl[r], compute[r]);
+    std::vector<Interval> busy = compute[r];
+    busy.insert(busy.end(), nccl[r].begin(), nccl[r].end());
+    unite(busy);
+    RankSteps& measured = gpu[r];
+    measured.add(exposed[r], &StepRecord::exposed_ns);
+    measured.add(hidden, &StepRecord::hidden_ns);
+    measured.add(intersect(waiting[r], exposed[r]), &StepRecord::waiting_ns);
+    measured.add(busy, &StepRecord::idle_ns);  // busy, for now
+    for (StepRecord& row : rows) {
+      const std::int64_t span = row.end_ns - row.start_ns;
+      row.compute_ns = span - row.exposed_ns;
+      row.idle_ns = span - row.idle_ns;
+    }
+  }
+  // The last rank is charged the others' exposed waiting, in its step that holds its arrival.
+  for (const Call& call : gpu_calls) {
+    const auto arrival = call.comm < 0 ? arrivals.end() : arrivals.find(keyOf(call));
+    if (arrival == arrivals.end() || arrival->second.ranks < 2 || arrival->second.rank == call.rank) continue;
+    const std::int64_t last = arrival->second.last - offsets[call.rank];
+    if (std::min(call.end, last) <= call.start) continue;
+    std::int64_t waited = 0;
+    for (const Interval& part : intersect({{call.start, std::min(call.end, last)}}, exposed[call.rank]))
+      waited += part.end - part.begin;
+    const std::uint32_t late = arrival->second.rank;
+    if (StepRecord* row = gpu[late].at(arrival->second.last - offsets[late])) row->caused_ns += waited;
+  }
+  // A step is measured when its GPU span lies inside one window; the host rows of a GPU rank give way.
+  for (std::size_t r = 0; r < offsets.size(); ++r) {
+    if (gpu[r].rows.empty()) continue;
+    std::map<std::int64_t, const StepRecord*> sampled;
+    for (const StepRecord& row : gpu[r].rows) {
+      const auto window = std::upper_bound(windows[r].begin(), windows[r].end(), row.start_ns,
+                                           [](std::int64_t t, const Interval& w) { return t < w.begin; });
+      if (window != windows[r].begin() && row.end_ns <= std::prev(window)->end) sampled[row.step] = &row;
+    }
+    for (StepRecord& row : steps[r].rows) {
+      if (const auto it = sampled.find(row.step); it != sampled.end()) {
+        const std::int64_t calls = row.calls;
+        row = *it->second;
+        row.calls = calls;
+      } else {
+        row.basis = StepBasis::GpuUnsampled;
+        row.compute_ns = row.exposed_ns = row.waiting_ns = row.hidden_ns = row.caused_ns = row.idle_ns = 0;
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -101,7 +231,9 @@ StepModel computeStepModel(const TraceReader& reader,
 
   // One pass: the steps' bounds and call counts on every rank, and the MPI calls.
   std::vector<std::map<std::int64_t, StepRecord>> bounds(rank_ids.size());
-  std::vector<Call> calls;
+  // GPU ranks (NCCL calls with steps): the same bounds from the calls' GPU spans, and the calls.
+  std::vector<std::map<std::int64_t, StepRecord>> gpu_bounds(rank_ids.size());
+  std::vector<Call> calls, gpu_calls;
   bool any_peer = false;
   reader.forEachCall([&](const CallRecord& record) {
     const auto rank = rank_index.find(record.rank_id);
@@ -119,7 +251,29 @@ StepModel computeStepModel(const TraceReader& reader,
       row.end_ns = std::max(row.end_ns, finish);
       ++row.calls;
     }
-    if (!host) return true;
+    if (!host) {
+      if (record.step < 0 || record.end_ns <= record.start_ns) return true;
+      auto [it, inserted] = gpu_bounds[rank->second].try_emplace(record.step);
+      StepRecord& row = it->second;
+      if (inserted) {
+        row.rank_id = record.rank_id, row.step = record.step, row.basis = StepBasis::Gpu;
+        row.start_ns = record.start_ns, row.end_ns = record.end_ns;
+      }
+      row.start_ns = std::min(row.start_ns, record.start_ns);
+      row.end_ns = std::max(row.end_ns, record.end_ns);
+      ++row.calls;
+      Call call;
+      call.id = record.id;
+      call.enqueue = call.start = call.last = record.start_ns;
+      call.end = record.end_ns;
+      call.seq = record.seq;
+      call.rank = rank->second;
+      if (const auto comm = comm_key.find(record.comm_id); comm != comm_key.end()) call.comm = comm->second;
+      call.api = record.api;
+      call.replay = static_cast<std::uint16_t>(std::min<std::int64_t>(record.graph_replay, 0xffff));
+      gpu_calls.push_back(call);
+      return true;
+    }
     Call call;
     call.id = record.id;
     // A blocking call is posted as it starts (the agent writes enqueue = start; a trace that says
@@ -248,6 +402,7 @@ StepModel computeStepModel(const TraceReader& reader,
   }
   for (const Charge& charge : charged)
     if (StepRecord* row = steps[charge.rank].at(charge.at)) row->caused_ns += charge.waited;
+  gpuSteps(reader, offsets, rank_index, gpu_bounds, gpu_calls, steps);
   for (RankSteps& rank : steps) {
     std::sort(rank.rows.begin(), rank.rows.end(),
               [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });
@@ -287,6 +442,9 @@ std::vector<StepTotals> stepTotals(std::span<const StepRecord> rows) {
     totals.step = row.step;
     ++totals.ranks;
     totals.span_ns = std::max(totals.span_ns, row.end_ns - row.start_ns);
+    if (row.basis == StepBasis::GpuUnsampled) continue;
+    ++totals.measured;
+    if (row.basis == StepBasis::Gpu) ++totals.gpu;
     totals.compute_ns += static_cast<double>(row.compute_ns);
     totals.exposed_ns += static_cast<double>(row.exposed_ns);
     totals.waiting_ns += static_cast<double>(row.waiting_ns);
@@ -299,7 +457,7 @@ std::vector<StepTotals> stepTotals(std::span<const StepRecord> rows) {
   }
   std::vector<StepTotals> out;
   for (auto& [step, totals] : by_step) {
-    const double ranks = totals.ranks;
+    const double ranks = std::max(totals.measured, 1);
     totals.compute_ns /= ranks, totals.exposed_ns /= ranks, totals.waiting_ns /= ranks,
         totals.hidden_ns /= ranks;
     out.push_back(totals);

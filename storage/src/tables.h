@@ -274,11 +274,33 @@ inline constexpr auto kSteps = table(
                                    "nonblocking communication in flight while not blocked"),
     column<&StepRecord::caused_ns>("caused_ns", "INTEGER NOT NULL",
                                    "other ranks' waiting in calls this rank arrived at last"),
-    column<&StepRecord::calls>("calls", "INTEGER NOT NULL", "calls posted in the step"));
+    column<&StepRecord::calls>("calls", "INTEGER NOT NULL", "calls posted in the step"),
+    column<&StepRecord::basis>("basis", "INTEGER NOT NULL",
+                               "0 host calls; 1 GPU kernels (a sampled window); 2 GPU, not sampled:\n"
+                               "span and calls only, the breakdown columns 0"),
+    column<&StepRecord::idle_ns>("idle_ns", "INTEGER NOT NULL",
+                                 "basis 1: of compute_ns, the GPU ran no kernel; else 0"));
+
+// GPU work the agent sampled (agent/core/cupti_tracer.h, "Windows"); the step model reads it at merge.
+inline constexpr auto kGpuActivity = table(
+    {.name = "gpu_activity",
+     .about = "GPU kernels inside the agent's sampled windows (CUPTI), as intervals per kind; merge derives\n"
+              "the GPU steps' breakdown from them (docs/schema.md, \"GPU activity\").",
+     .comment_at = 19,
+     .indexes = "CREATE INDEX gpu_activity_by_rank ON gpu_activity (rank_id, start_ns);"},
+    column<&GpuActivityRecord::rank_id>("rank_id", "INTEGER NOT NULL REFERENCES ranks(id)"),
+    column<&GpuActivityRecord::kind>("kind", "INTEGER NOT NULL",
+                                     "0 a window; 1 compute kernels; 2 NCCL kernels"),
+    column<&GpuActivityRecord::start_ns>("start_ns", "INTEGER NOT NULL", "GPU time"),
+    column<&GpuActivityRecord::end_ns>("end_ns", "INTEGER NOT NULL", "GPU time"),
+    column<&GpuActivityRecord::kernels>("kernels", "INTEGER NOT NULL",
+                                        "kernels merged into the interval (they overlap or touch); 0: a\n"
+                                        "window"));
 
 // Every table, in the order a new file creates them.
 inline constexpr std::tuple kAllTables{
-    &kNames, &kRuns,      &kRanks,    &kComms,     &kMeasurements, &kRecommendations, &kDrops,
-    &kCalls, &kCallTiles, &kGpuCalls, &kPeerCalls, &kConsensus,    &kAppliedCalls,    &kSteps};
+    &kNames,           &kRuns,      &kRanks,        &kComms,     &kMeasurements,
+    &kRecommendations, &kDrops,     &kCalls,        &kCallTiles, &kGpuCalls,
+    &kPeerCalls,       &kConsensus, &kAppliedCalls, &kSteps,     &kGpuActivity};
 
 }  // namespace gradscope::storage::detail

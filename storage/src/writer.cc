@@ -379,6 +379,16 @@ void TraceWriter::appendSteps(std::span<const StepRecord> rows) {
   }
 }
 
+void TraceWriter::appendGpuActivity(std::span<const GpuActivityRecord> rows) {
+  if (rows.empty()) return;
+  impl_->begin();
+  sql::Statement insert(impl_->db, detail::kGpuActivity.insertSql());
+  for (const GpuActivityRecord& row : rows) {
+    detail::kGpuActivity.bind(insert, 1, row);
+    insert.run();
+  }
+}
+
 std::int64_t TraceWriter::addRecommendation(const RecommendationRecord& recommendation) {
   impl_->begin();
   return insertRecommendation(impl_->db, recommendation);

@@ -66,6 +66,18 @@ class StepTraceBuilder {
     call.recv_bytes = 1024;
     add(call);
   }
+  // An NCCL all-reduce made at `enqueue` whose kernel ran from `start` to `end` on the GPU.
+  void gpuCollective(int rank, std::int64_t seq, std::int64_t step, std::int64_t enqueue, std::int64_t start,
+                     std::int64_t end) {
+    CallRecord call = base(rank, step, Api::NcclAllReduce, enqueue, start, end);
+    call.seq = seq;
+    call.op = ReduceOp::Sum;
+    add(call);
+  }
+  void activity(int rank, GpuActivityKind kind, std::int64_t start, std::int64_t end) {
+    const GpuActivityRecord row{rank, kind, start, end, kind == GpuActivityKind::Window ? 0 : 1};
+    writer_.appendGpuActivity(std::span<const GpuActivityRecord>(&row, 1));
+  }
   void setClockOffset(int rank, std::int64_t offset_ns) { writer_.setClockOffset(rank, offset_ns); }
   void finish() { writer_.finish(1'000'000); }
 
@@ -234,6 +246,104 @@ TEST(StepModel, TotalsAndStragglers) {
   const Stragglers noise = stragglers(rows);
   EXPECT_EQ(noise.ranks[0].steps_last, 3);
   EXPECT_FALSE(noise.persistent);
+}
+
+// Two GPU ranks, three steps of 1,000 ns, one NCCL all-reduce a step: rank 1's kernel starts at +100 and
+// waits for rank 0's, which starts at +300; both end at +600. Compute kernels: rank 0 [+0, +400), rank 1
+// [+0, +200). Both ranks' window covers [0, 2400): each rank's last step ends past it.
+void writeGpuSteps(const std::string& path) {
+  StepTraceBuilder trace(path, 2);
+  for (std::int64_t step = 0; step < 3; ++step) {
+    const std::int64_t t = step * 1000;
+    trace.gpuCollective(0, step, step, t + 250, t + 300, t + 600);
+    trace.gpuCollective(1, step, step, t + 50, t + 100, t + 600);
+    trace.activity(0, GpuActivityKind::Compute, t, t + 400);
+    trace.activity(1, GpuActivityKind::Compute, t, t + 200);
+    trace.activity(0, GpuActivityKind::Nccl, t + 300, t + 600);
+    trace.activity(1, GpuActivityKind::Nccl, t + 100, t + 600);
+  }
+  trace.activity(0, GpuActivityKind::Window, 0, 2400);
+  trace.activity(1, GpuActivityKind::Window, 0, 2400);
+  trace.finish();
+}
+
+TEST(StepModel, GpuStepsFromTheSampledWindowsKernels) {
+  TempDir dir;
+  const std::string path = dir.file("gpu.db");
+  writeGpuSteps(path);
+  const StepModel model = computeStepModel(TraceReader::open(path));
+  // Rank 0, step 0 [300, 1300): NCCL [300, 600) of which [300, 400) beside compute: hidden 100, exposed
+  // 200; the GPU runs [300, 600) and [1000, 1300): idle 400. It arrived last: rank 1's exposed waiting
+  // ([200, 300): before that, rank 1's own compute hid it) is charged to it, 100 a step.
+  // Rank 1, step 0 [100, 1100): NCCL [100, 600), hidden [100, 200), exposed 400 of which [200, 300)
+  // waiting; busy [100, 600) and [1000, 1100): idle 400.
+  // Step 2 of both ends past the window: span only.
+  auto gpu = [](std::int64_t rank, std::int64_t step, std::int64_t start, std::int64_t compute,
+                std::int64_t exposed, std::int64_t waiting, std::int64_t caused) {
+    StepRecord want = row(rank, step, start, start + 1000, compute, exposed, waiting, 100, caused);
+    want.calls = 1;
+    return want;
+  };
+  ASSERT_EQ(model.steps.size(), 6u);
+  expectRows({model.steps[0], model.steps[1], model.steps[3], model.steps[4]},
+             {gpu(0, 0, 300, 800, 200, 0, 100), gpu(0, 1, 1300, 800, 200, 0, 100),
+              gpu(1, 0, 100, 600, 400, 100, 0), gpu(1, 1, 1100, 600, 400, 100, 0)});
+  for (const std::size_t i : {0u, 1u, 3u, 4u}) {
+    EXPECT_EQ(model.steps[i].basis, StepBasis::Gpu) << i;
+    EXPECT_EQ(model.steps[i].idle_ns, 400) << i;
+  }
+  for (const std::size_t i : {2u, 5u}) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(model.steps[i].step, 2);
+    EXPECT_EQ(model.steps[i].basis, StepBasis::GpuUnsampled);
+    EXPECT_EQ(model.steps[i].calls, 1);
+    EXPECT_EQ(model.steps[i].compute_ns + model.steps[i].exposed_ns + model.steps[i].hidden_ns +
+                  model.steps[i].idle_ns + model.steps[i].caused_ns,
+              0);
+  }
+  // The totals average the measured rows only; the step's time is still the longest span.
+  const std::vector<StepTotals> totals = stepTotals(model.steps);
+  ASSERT_EQ(totals.size(), 3u);
+  EXPECT_EQ(totals[0].measured, 2);
+  EXPECT_EQ(totals[0].gpu, 2);
+  EXPECT_DOUBLE_EQ(totals[0].exposed_ns, 300);
+  EXPECT_EQ(totals[2].measured, 0);
+  EXPECT_DOUBLE_EQ(totals[2].exposed_ns, 0);
+
+  // Merged, the report says where the breakdown comes from and how idle the GPU was.
+  const std::string merged = dir.file("merged.db");
+  mergeTraces({path}, merged, {});
+  const TraceReader reader = TraceReader::open(merged);
+  EXPECT_EQ(reader.gpuActivity().size(), 14u);
+  std::ostringstream text;
+  cli::writeReport(reader, text, {});
+  const std::string report = text.str();
+  EXPECT_NE(report.find("GPU ranks: measured on the GPU in 4 of 6 rank steps"), std::string::npos) << report;
+  EXPECT_NE(report.find("GPU idle (no kernel running: the host launched too little) in the measured steps: "
+                        "40.0% of their time"),
+            std::string::npos)
+      << report;
+}
+
+// Without windows (no CUPTI) a GPU rank's steps have their spans and no breakdown, and the report says why.
+TEST(StepModel, GpuStepsWithoutWindowsHaveNoBreakdown) {
+  TempDir dir;
+  const std::string path = dir.file("gpu.db");
+  {
+    StepTraceBuilder trace(path, 1);
+    for (std::int64_t step = 0; step < 3; ++step)
+      trace.gpuCollective(0, step, step, step * 1000, step * 1000 + 50, step * 1000 + 300);
+    trace.finish();
+  }
+  const TraceReader reader = TraceReader::open(path);
+  const StepModel model = computeStepModel(reader);
+  ASSERT_EQ(model.steps.size(), 3u);
+  for (const StepRecord& step : model.steps) EXPECT_EQ(step.basis, StepBasis::GpuUnsampled);
+  std::ostringstream text;
+  cli::writeReport(reader, text, {});
+  EXPECT_NE(text.str().find("no breakdown: NCCL runs on the GPU and no step lay inside a sampled GPU window"),
+            std::string::npos)
+      << text.str();
 }
 
 TEST(StepModel, MergeStoresTheRowsAndTheReportShowsThem) {

@@ -1210,6 +1210,59 @@ TEST(StorageMigration, OpeningAV4TraceAddsPeerCalls) {
   EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
 }
 
+// A v6 file, made from the frozen v6 DDL, opens as v7: its derived steps rows are dropped with the table
+// (readers derive them again), gpu_activity is added, and it stores the definitions a new file does.
+TEST(StorageMigration, OpeningAV6TraceRebuildsStepsAndAddsGpuActivity) {
+  TempDir dir;
+  const std::string path = dir.file("v6.db");
+  {
+    RawDb db(path);
+    db.exec(test::readFile(test::goldenPath("schema_v6.sql")));
+    db.exec(R"sql(
+      INSERT INTO runs VALUES (1, 'v6-run', 'old job', 'observe', 1, 1, 'h0', '{}', '0.0.6', 1795000000000000000, 0,
+                               900000000);
+      INSERT INTO ranks VALUES (0, 1, 0, 'h0', 10, 'cpu', 0);
+      INSERT INTO comms VALUES (1, 0, 'world', 1, 1, 0);
+      INSERT INTO calls VALUES (1, 0, 1, 0, 3, 1, 7, 0, 256, 1024, 100, 110, 900);
+      INSERT INTO steps VALUES (0, 0, 100, 900, 10, 790, 0, 0, 0, 1);
+      PRAGMA application_id = 1196639056;
+      PRAGMA user_version = 6;
+    )sql");
+  }
+  const TraceReader reader = TraceReader::open(path);
+  EXPECT_EQ(reader.schemaVersion(), kSchemaVersion);
+  EXPECT_TRUE(reader.steps().empty());
+  EXPECT_TRUE(reader.gpuActivity().empty());
+  EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
+}
+
+// GPU activity rows come back as written.
+TEST(StorageRoundTrip, GpuActivity) {
+  TempDir dir;
+  const std::string path = dir.file("gpu.db");
+  const std::vector<GpuActivityRecord> written = {{0, GpuActivityKind::Window, 100, 900, 0},
+                                                  {0, GpuActivityKind::Compute, 120, 400, 3},
+                                                  {0, GpuActivityKind::Nccl, 300, 500, 1}};
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    RunInfo run;
+    run.uuid = "gpu-run";
+    run.epoch_ns = 1;
+    const std::int64_t run_id = writer.addRun(run);
+    writer.addRank({0, run_id, 0, "h0", 1, "cuda:0", 0});
+    writer.appendGpuActivity(written);
+    writer.finish();
+  }
+  const std::vector<GpuActivityRecord> read = TraceReader::open(path).gpuActivity();
+  ASSERT_EQ(read.size(), written.size());
+  for (std::size_t i = 0; i < read.size(); ++i) {
+    EXPECT_EQ(read[i].kind, written[i].kind) << i;
+    EXPECT_EQ(read[i].start_ns, written[i].start_ns) << i;
+    EXPECT_EQ(read[i].end_ns, written[i].end_ns) << i;
+    EXPECT_EQ(read[i].kernels, written[i].kernels) << i;
+  }
+}
+
 // Point-to-point facts go to peer_calls and come back with their calls; calls without any have no row.
 TEST(StorageRoundTrip, PeersOfPointToPointCallsAndTheSpreadOfAllToAlls) {
   TempDir dir;

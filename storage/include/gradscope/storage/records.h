@@ -121,6 +121,13 @@ struct ConsensusRecord {
 
 // Where one rank's training step went (storage/step_model.h): the step's span on the rank's clock and its
 // split. exposed_ns + compute_ns = end_ns - start_ns; waiting_ns is part of exposed_ns.
+// What a step row's breakdown was measured from.
+enum class StepBasis : std::uint8_t {
+  Host = 0,          // the host's calls (MPI; storage/step_model.h)
+  Gpu = 1,           // the GPU's kernels, the step lying inside a sampled window (NCCL with CUPTI)
+  GpuUnsampled = 2,  // a GPU rank's step outside the windows: its span and calls, no breakdown
+};
+
 struct StepRecord {
   std::int64_t rank_id = 0;
   std::int64_t step = 0;
@@ -132,6 +139,23 @@ struct StepRecord {
   std::int64_t hidden_ns = 0;   // nonblocking communication in flight while the rank was not blocked
   std::int64_t caused_ns = 0;   // other ranks' waiting_ns in calls this rank arrived at last
   std::int64_t calls = 0;       // calls posted in the span
+  StepBasis basis = StepBasis::Host;
+  std::int64_t idle_ns = 0;  // basis Gpu: the GPU ran no kernel (of compute_ns); 0 otherwise
+};
+
+// GPU work the agent sampled: CUPTI's kernel records inside its windows (docs/schema.md, "GPU activity").
+// Times are Unix-epoch ns in a rank's file, run-relative once merged, like the calls'.
+enum class GpuActivityKind : std::uint8_t {
+  Window = 0,   // a window: every kernel that started inside it is in the other rows
+  Compute = 1,  // kernels other than NCCL's, merged where they overlap or touch
+  Nccl = 2,     // NCCL's kernels, the same way
+};
+struct GpuActivityRecord {
+  std::int64_t rank_id = 0;
+  GpuActivityKind kind = GpuActivityKind::Window;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::int64_t kernels = 0;  // kernels merged into the interval; 0 for a window
 };
 
 // A call that apply mode replaced with a recommended strategy (calls without one ran as issued).

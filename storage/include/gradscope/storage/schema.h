@@ -18,8 +18,9 @@ inline constexpr std::int32_t kApplicationId = 0x47534350;
 // v2 = GPU facts moved to gpu_calls and the index replaced by call_tiles; v3 = consensus.call_id and
 // applied_calls, for the agent's explore and apply modes; v4 = gpu_calls.replay, the GPU executions of
 // graph-captured calls; v5 = peer_calls, the peers of point-to-point calls and the spread of all-to-alls
-// (see docs/schema.md); v6 = steps, where each rank's step went (the step model, written by merge).
-inline constexpr int kSchemaVersion = 6;
+// (see docs/schema.md); v6 = steps, where each rank's step went (the step model, written by merge);
+// v7 = gpu_activity, the GPU kernels of the agent's sampled windows, and steps.basis/idle_ns, GPU steps.
+inline constexpr int kSchemaVersion = 7;
 inline constexpr int kOldestMigratableVersion = 1;
 
 // Tile levels of call_tiles: a level-L tile spans 2^L ns (4.2 ms up to 4.6 minutes, a factor 16 apart).

@@ -18,10 +18,16 @@
 //   faster transport cannot remove waiting; the rank that arrived last is charged it as caused_ns, in its
 //   own step that holds its arrival.
 //
-// What it does not see: NCCL calls return to the host at once and run on the GPU, so they mark steps and
-// count as calls but add no exposed time (their exposure needs the compute kernels, which the trace does
-// not record yet). A blocking send that waits for its receiver (rendezvous) is exposed, not waiting. The
-// threads of one rank share its timeline.
+// GPU ranks (NCCL calls with steps): NCCL calls return to the host at once and run on the GPU, so their
+// steps are measured on the GPU, from the kernels of the agent's sampled windows (gpu_activity, schema
+// v7): a step spans from its first NCCL call's GPU start to the next step's; exposed = NCCL kernels'
+// time not overlapped by compute kernels, hidden = the overlapped part, idle_ns = the GPU ran neither,
+// waiting = the exposed time of a call before the last rank's kernel of it started (that rank is charged
+// caused_ns). Such a row has StepBasis::Gpu. A GPU step not inside one window keeps its span and calls,
+// with StepBasis::GpuUnsampled and the breakdown columns 0.
+//
+// What it does not see: a blocking send that waits for its receiver (rendezvous) is exposed, not waiting.
+// The threads of one rank share its timeline.
 //
 // Cost: one pass over the calls (TraceReader::forEachCall) keeping 72 bytes per MPI call, the
 // point-to-point matching of peers.h when the trace has such calls, and a sort per rank: O(n log n) time,
@@ -70,8 +76,10 @@ std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader);
 struct StepTotals {
   std::int64_t step = 0;
   int ranks = 0;
+  int measured = 0;          // ranks whose row has a breakdown (not StepBasis::GpuUnsampled)
+  int gpu = 0;               // of them, measured on the GPU (StepBasis::Gpu)
   std::int64_t span_ns = 0;  // the longest rank's span: the step's time
-  // Means over the ranks.
+  // Means over the measured ranks (0 when none).
   double compute_ns = 0, exposed_ns = 0, waiting_ns = 0, hidden_ns = 0;
   std::int64_t lost_ns = 0;        // every rank's waiting, summed: what the slowest arrivals cost
   std::int64_t last_rank_id = -1;  // the rank charged the most caused_ns; -1 when nobody waited
