@@ -99,6 +99,13 @@ inline std::int64_t joinSeq(Api api, std::int64_t seq) {
 // One GPU execution (CUDA graph replay) of a graph-captured call, named by the call's communicator
 // (CommRegistry index) and joinSeq of its sequence number: what the GPU timer hands the background
 // thread.
+// A row of a sampled GPU window (storage::GpuActivityRecord's), from the CUPTI tracer.
+struct GpuActivitySpan {
+  std::uint8_t kind = 0;  // storage::GpuActivityKind
+  std::int64_t start_epoch_ns = 0, end_epoch_ns = 0;
+  std::int64_t kernels = 0;
+};
+
 struct ReplaySpan {
   std::uint32_t comm = 0;
   std::int64_t seq = 0;

@@ -191,6 +191,33 @@ void readStepNvtx(std::string_view value, Config& config, const Errors& errors) 
   else config.step_nvtx = value;
 }
 
+// "off", "S/N" (steps) or "D/P" (durations, e.g. 1s/20s); a value sets its form and keeps the other's
+// default.
+void readGpuWindows(std::string_view value, Config& config, const Errors& errors) {
+  constexpr std::string_view kAccepted =
+      "off, STEPS/EVERY (e.g. 4/100: steps 1-4 of every 100 marked steps) or DURATION/PERIOD (e.g. 1s/20s, "
+      "the period at most 1h)";
+  if (value == "off") {
+    config.gpu_windows.off = true;
+    return;
+  }
+  const std::size_t slash = value.find('/');
+  if (slash == std::string_view::npos) return errors.bad(env::kGpuWindows, value, kAccepted);
+  const std::string_view first = value.substr(0, slash), second = value.substr(slash + 1);
+  if (const auto steps = parseInteger(first), every = parseInteger(second); steps && every) {
+    if (*steps < 1 || *every < *steps || *every > 1'000'000'000)
+      return errors.bad(env::kGpuWindows, value, kAccepted);
+    config.gpu_windows.steps = *steps;
+    config.gpu_windows.every_steps = *every;
+    return;
+  }
+  const auto time = parseDuration(first), period = parseDuration(second);
+  if (!time || !period || *time < 1'000'000 || *period < *time || *period > 3'600'000'000'000)
+    return errors.bad(env::kGpuWindows, value, kAccepted);
+  config.gpu_windows.time_ns = *time;
+  config.gpu_windows.every_ns = *period;
+}
+
 }  // namespace
 
 Config parseConfig(const Environment& env, std::vector<std::string>& errors) {

@@ -32,6 +32,19 @@ struct ExploreConfig {
 // consecutive calls is recorded whole at any rate.
 inline constexpr std::int64_t kCallRateWindowNs = 100'000'000;
 
+// GRADSCOPE_GPU_WINDOWS: when the agent keeps the GPU's kernels for the step model (cupti_tracer.h,
+// "Windows"). Marked steps: `steps` steps from step 1 of every `every_steps` (1..steps, every+1..); not
+// marked: the first `time_ns` of every `every_ns` of the Unix epoch. "off": never.
+struct GpuWindowConfig {
+  bool off = false;
+  std::int64_t steps = 4, every_steps = 100;
+  std::int64_t time_ns = 1'000'000'000, every_ns = 20'000'000'000;
+  // Whether marked step `step` is inside a window.
+  bool stepSampled(std::int64_t step) const { return !off && step >= 1 && (step - 1) % every_steps < steps; }
+  // Whether Unix-epoch time `epoch_ns` is inside a window.
+  bool timeSampled(std::int64_t epoch_ns) const { return !off && epoch_ns % every_ns < time_ns; }
+};
+
 struct Config {
   bool disabled = false;                        // GRADSCOPE_DISABLE=1
   Mode mode = Mode::Observe;                    // GRADSCOPE_MODE
@@ -43,6 +56,7 @@ struct Config {
   std::int64_t max_call_rate = 50'000;          // GRADSCOPE_MAX_CALL_RATE (calls/s/thread, 0 = all)
   std::int64_t step_calls = 0;                  // GRADSCOPE_STEP_CALLS, 0 = not set
   std::string step_nvtx;                        // GRADSCOPE_STEP_NVTX, empty = not set
+  GpuWindowConfig gpu_windows;                  // GRADSCOPE_GPU_WINDOWS
   bool writer_any_cpu = true;                   // GRADSCOPE_WRITER_CPUS=any (true) or rank
   std::optional<int> env_rank, env_world_size;  // from the launcher's variables (detectLaunch), if any
   ExploreConfig explore;

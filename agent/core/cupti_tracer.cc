@@ -138,8 +138,69 @@ void KernelSpans::takeReplays(std::uint64_t last_flush, std::vector<Replay>& out
                    [](const Replay& a, const Replay& b) { return a.launch < b.launch; });
 }
 
+// ---- WindowKernels ----------------------------------------------------------------------------------------
+
+bool WindowKernels::open(std::uint64_t at) {
+  if (isOpen() || windows_.size() >= kMaxWindows) return false;
+  Window& window = windows_.emplace_back();
+  window.open = at;
+  return true;
+}
+
+void WindowKernels::close(std::uint64_t at, std::uint64_t flush) {
+  if (!isOpen()) return;
+  windows_.back().close = std::max(at, windows_.back().open);
+  windows_.back().closed_in_flush = flush;
+}
+
+void WindowKernels::addKernel(std::uint64_t start, std::uint64_t end, bool nccl) {
+  // The newest window the kernel overlaps (kernels arrive in bursts of recent ones): one that was running
+  // when the window opened belongs to it too, as the first sampled step's span may hold part of it.
+  for (auto it = windows_.rbegin(); it != windows_.rend(); ++it) {
+    if (std::max(start, end) < it->open) continue;
+    if (start >= it->close) return;
+    if (kernels_ >= kMaxKernels) {
+      ++drops_;
+      return;
+    }
+    it->kernels.push_back({start, std::max(start, end), nccl});
+    ++kernels_;
+    return;
+  }
+}
+
+void WindowKernels::take(std::uint64_t last_flush, std::vector<Row>& out) {
+  std::size_t kept = 0;
+  for (Window& window : windows_) {
+    if (window.close == kOpen || window.closed_in_flush > last_flush) {
+      if (&windows_[kept] != &window) windows_[kept] = std::move(window);  // (never onto itself)
+      ++kept;
+      continue;
+    }
+    out.push_back({storage::GpuActivityKind::Window, window.open, window.close, 0});
+    kernels_ -= window.kernels.size();
+    std::sort(window.kernels.begin(), window.kernels.end(),
+              [](const Kernel& a, const Kernel& b) { return a.start < b.start; });
+    // The unions of each kind, in time order: an interval grows while the next kernel starts inside it.
+    for (const bool nccl : {false, true}) {
+      const std::size_t first = out.size();
+      for (const Kernel& kernel : window.kernels) {
+        if (kernel.nccl != nccl) continue;
+        if (out.size() > first && kernel.start <= out.back().end) {
+          out.back().end = std::max(out.back().end, kernel.end);
+          ++out.back().kernels;
+        } else {
+          out.push_back({nccl ? storage::GpuActivityKind::Nccl : storage::GpuActivityKind::Compute,
+                         kernel.start, kernel.end, 1});
+        }
+      }
+    }
+  }
+  windows_.resize(kept);
+}
+
 int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std::size_t valid_bytes,
-                        KernelSpans& spans, std::uint64_t flush) {
+                        KernelSpans& spans, std::uint64_t flush, WindowKernels* windows) {
   int records = 0;
   cupti::CUpti_Activity* record = nullptr;
   while (library.activityGetNextRecord(buffer, valid_bytes, &record) == cupti::CUPTI_SUCCESS) {
@@ -149,7 +210,9 @@ int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std
       cupti::KernelRecordHead kernel;
       std::memcpy(&kernel, record, sizeof kernel);
       // NCCL's kernels are ncclDevKernel_* (ncclKernel_* before 2.19); other kernels never carry our ids.
-      if (kernel.name == nullptr || std::strncmp(kernel.name, "nccl", 4) != 0) continue;
+      const bool nccl = kernel.name != nullptr && std::strncmp(kernel.name, "nccl", 4) == 0;
+      if (windows != nullptr) windows->addKernel(kernel.start, kernel.end, nccl);
+      if (!nccl) continue;
       if (kernel.graphNodeId != 0)
         spans.addGraphKernel(kernel.graphNodeId, kernel.correlationId, kernel.start, kernel.end, flush);
       else spans.addKernel(kernel.correlationId, kernel.start, kernel.end);
@@ -168,7 +231,7 @@ int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std
 CuptiTracer::CuptiTracer(const cupti::Library& library)
     : library_(library), pool_(new std::uint8_t[kBuffers * kBufferBytes + 8]) {}
 
-CuptiTracer* CuptiTracer::start(std::string& why) {
+CuptiTracer* CuptiTracer::start(std::string& why, bool spans) {
   if (g_tracer.load(std::memory_order_acquire) != nullptr) {
     why = "CUPTI is in use already";
     return nullptr;
@@ -187,6 +250,7 @@ CuptiTracer* CuptiTracer::start(std::string& why) {
   cupti::Library library;
   if (!cupti::resolve(handle, library, why)) return nullptr;
   auto* tracer = new CuptiTracer(library);  // lives as long as the process: CUPTI may still call back
+  tracer->spans_on_ = spans;
   if (!tracer->measureOffset()) {
     why = "cuptiGetTimestamp failed";
     return nullptr;
@@ -204,6 +268,7 @@ CuptiTracer* CuptiTracer::start(std::string& why) {
   if (const CUptiResult rc = library.activityEnable(cupti::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
       rc != cupti::CUPTI_SUCCESS)
     return failed("cuptiActivityEnable(EXTERNAL_CORRELATION)", rc);
+  if (!spans) return tracer;  // kernel records while a window is open only; no calls to correlate
   if (const CUptiResult rc = library.activityEnable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
       rc != cupti::CUPTI_SUCCESS)
     return failed("cuptiActivityEnable(CONCURRENT_KERNEL)", rc);
@@ -350,7 +415,8 @@ void CuptiTracer::completeBuffer(cuda::CUcontext context, std::uint32_t stream, 
     const std::lock_guard lock(tracer->mutex_);
     if (valid > 0)
       parseActivityBuffer(tracer->library_, buffer, valid, tracer->spans_,
-                          tracer->flushes_.load(std::memory_order_acquire));
+                          tracer->flushes_.load(std::memory_order_acquire),
+                          tracer->windows_on_.load(std::memory_order_relaxed) ? &tracer->windows_ : nullptr);
   }
   const auto index = static_cast<std::size_t>(buffer - tracer->pool_.get()) / kBufferBytes;
   if (index < kBuffers) tracer->free_.fetch_or(1u << index, std::memory_order_acq_rel);
@@ -368,6 +434,73 @@ void CuptiTracer::flush() {
   library_.activityFlushAll(0);
   countDropped(nullptr, 0);  // the global queue (the completion callback reads each buffer's own)
   flushes_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void CuptiTracer::useWindows(const GpuWindowConfig& windows, bool steps_marked) {
+  window_config_ = windows;
+  windows_by_step_ = steps_marked;
+  windows_on_.store(!windows.off, std::memory_order_release);
+}
+
+void CuptiTracer::onStep(std::int64_t step) {
+  // Open through the step after the last sampled one: the last one's span ends at that step's first NCCL
+  // kernel, which starts after its call began the step on the host. Kernel records (when they are not on
+  // throughout) from the step before the first: the first one's span holds kernels launched before its
+  // first NCCL call, and CUPTI records only the launches made while they are on.
+  if (!windows_by_step_ || !windows_on_.load(std::memory_order_acquire)) return;
+  const GpuWindowConfig& c = window_config_;
+  const bool open = c.stepSampled(step) || c.stepSampled(step - 1);
+  setWindow(open || c.stepSampled(step + 1), open);
+}
+
+void CuptiTracer::onPoll(std::int64_t epoch_ns) {
+  // Kernel records from a tenth of the period before the window, for the same reason.
+  if (windows_by_step_ || !windows_on_.load(std::memory_order_acquire)) return;
+  const GpuWindowConfig& c = window_config_;
+  const bool open = c.timeSampled(epoch_ns);
+  setWindow(open || c.timeSampled(epoch_ns + c.every_ns / 10), open);
+}
+
+void CuptiTracer::setWindow(bool records, bool open) {
+  if (window_open_.load(std::memory_order_relaxed) == open &&
+      records_on_.load(std::memory_order_relaxed) == records)
+    return;
+  const std::lock_guard lock(mutex_);
+  if (!spans_on_ && records_on_.load(std::memory_order_relaxed) != records) {
+    if (records) library_.activityEnable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    // The records of kernels that ran until now stay in CUPTI's buffers, delivered at the next flush.
+    else library_.activityDisable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  }
+  records_on_.store(records, std::memory_order_relaxed);
+  if (window_open_.load(std::memory_order_relaxed) == open) return;  // another thread was first
+  window_open_.store(open, std::memory_order_relaxed);
+  std::uint64_t now = 0;
+  if (library_.getTimestamp(&now) != cupti::CUPTI_SUCCESS) return;
+  if (open) windows_.open(now);
+  else windows_.close(now, flushes_.load(std::memory_order_acquire));
+}
+
+void CuptiTracer::takeActivity(std::vector<GpuActivitySpan>& out, bool final) {
+  if (!windows_on_.load(std::memory_order_acquire)) return;
+  window_rows_.clear();
+  std::uint64_t drops = 0;
+  {
+    const std::lock_guard lock(mutex_);
+    if (final && windows_.isOpen()) {
+      std::uint64_t now = 0;
+      if (library_.getTimestamp(&now) == cupti::CUPTI_SUCCESS)
+        windows_.close(now, flushes_.load(std::memory_order_acquire));
+    }
+    // A window closed during flush n may still get kernels at flushes n + 1 and n + 2 (as replays do).
+    const std::uint64_t done = flushes_.load(std::memory_order_acquire);
+    windows_.take(final ? UINT64_MAX : (done >= kGraceFlushes ? done - kGraceFlushes : 0), window_rows_);
+    drops = windows_.drops() - window_drops_counted_;
+    window_drops_counted_ = windows_.drops();
+  }
+  for (std::uint64_t i = 0; i < drops; ++i) countDrop(DropKind::GpuKernel);
+  for (const WindowKernels::Row& row : window_rows_)
+    out.push_back({static_cast<std::uint8_t>(row.kind), static_cast<std::int64_t>(row.start) + offset_ns_,
+                   static_cast<std::int64_t>(row.end) + offset_ns_, row.kernels});
 }
 
 bool CuptiTracer::span(std::uint64_t id, std::int64_t& start_epoch_ns, std::int64_t& end_epoch_ns) {

@@ -30,6 +30,18 @@
 // a call's kernels, min start .. max end. A replay is complete once a whole flush has passed without a
 // kernel of it; takeReplays() hands the complete ones over, in launch order, one per captured call.
 //
+// Windows (the step model's GPU side, storage/step_model.h). The job's compute kernels are kept only
+// inside sampled windows (config.h GpuWindowConfig): a few marked steps every N (onStep, on the thread that
+// starts a step), or, when the job marks no steps, a fixed time every period aligned to the Unix epoch
+// (onPoll, background thread), so that every rank samples the same steps or the same seconds. A kernel
+// belongs to a window when it runs between its opening and its closing (CUPTI's clock); its window is
+// handed over (takeActivity) as intervals once it has closed and kGraceFlushes flushes have delivered
+// what ran inside it. CUPTI's kernel records cost the job on every launch: when CUPTI times the NCCL calls
+// (the default) they are on throughout and the windows only choose what is kept; with GRADSCOPE_CUPTI=
+// windows the calls are timed with events and the kernel records are enabled only around a window: from
+// the step before it (a tenth of the period before, for time windows), since CUPTI records only the
+// launches made while they are on and a window's first step holds kernels launched before it began.
+//
 // Not loaded into a process that does not use CUDA: the timer starts it at the first NCCL communicator
 // of a process that has loaded the driver, and libcupti is dlopen'ed (never linked).
 
@@ -43,7 +55,9 @@
 #include <vector>
 
 #include "core/call_event.h"
+#include "core/config.h"
 #include "core/cupti_abi.h"
+#include "gradscope/storage/records.h"
 
 namespace gradscope::agent {
 
@@ -110,11 +124,50 @@ class KernelSpans {
   std::uint64_t replay_drops_ = 0;
 };
 
+// The kernels of the sampled windows (the design above; pure: unit-tested without CUPTI). Times are CUPTI's.
+class WindowKernels {
+ public:
+  static constexpr std::size_t kMaxKernels = std::size_t{1} << 18;  // kept, over the windows not yet taken
+  static constexpr std::size_t kMaxWindows = 64;                    // open or not yet taken
+  struct Row {
+    storage::GpuActivityKind kind = storage::GpuActivityKind::Window;
+    std::uint64_t start = 0, end = 0;
+    std::int64_t kernels = 0;
+  };
+  // Opens a window at `at`; false (and nothing opens) while one is open or kMaxWindows wait to be taken.
+  bool open(std::uint64_t at);
+  // Closes the open window at `at`, during flush number `flush` (its kernels may arrive until later).
+  void close(std::uint64_t at, std::uint64_t flush);
+  bool isOpen() const { return !windows_.empty() && windows_.back().close == kOpen; }
+  // A kernel record: kept when it ran while a window was open (from before its opening on), else ignored.
+  void addKernel(std::uint64_t start, std::uint64_t end, bool nccl);
+  // Appends the windows closed during a flush numbered `last_flush` or earlier, each as its window row then
+  // the unions of its compute and of its NCCL kernels (in time order), and forgets them.
+  void take(std::uint64_t last_flush, std::vector<Row>& out);
+  // Kernels not kept because kMaxKernels were.
+  std::uint64_t drops() const { return drops_; }
+
+ private:
+  static constexpr std::uint64_t kOpen = UINT64_MAX;
+  struct Kernel {
+    std::uint64_t start = 0, end = 0;
+    bool nccl = false;
+  };
+  struct Window {
+    std::uint64_t open = 0, close = kOpen, closed_in_flush = 0;
+    std::vector<Kernel> kernels;
+  };
+  std::vector<Window> windows_;  // by opening time
+  std::size_t kernels_ = 0;
+  std::uint64_t drops_ = 0;
+};
+
 // Reads the records of one completed CUPTI buffer into `spans`: kernels whose name starts with "nccl"
 // and CUSTOM0 external correlations. Returns the number of records read.
-// Kernels launched by a graph go to the replays (delivered during flush `flush`).
+// Kernels launched by a graph go to the replays (delivered during flush `flush`). With `windows`, every
+// kernel (NCCL's or not) is offered to it as well.
 int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std::size_t valid_bytes,
-                        KernelSpans& spans, std::uint64_t flush = 0);
+                        KernelSpans& spans, std::uint64_t flush = 0, WindowKernels* windows = nullptr);
 
 class CuptiTracer {
  public:
@@ -122,12 +175,27 @@ class CuptiTracer {
   // Big enough that a flush every few ms never fills the pool (~4800 kernel records a buffer), small
   // enough that the pool costs little (kineto uses buffers of the same order).
   static constexpr std::size_t kBufferBytes = 1u << 20;
+  // Flushes after a window closed before its kernels are taken (a record can come a flush late).
+  static constexpr std::uint64_t kGraceFlushes = 2;
 
   // Loads libcupti (libcupti.so.13, then libcupti.so), registers the buffer callbacks and enables the
   // kernel and external-correlation records. nullptr on any failure (the caller then times with events
   // only), with the reason in `why`, empty when there is no libcupti to load. At most one per process:
   // CUPTI's callbacks are process-wide.
-  static CuptiTracer* start(std::string& why);
+  // `spans`: CUPTI times the NCCL calls (kernel records on throughout); false: only the windows' kernels
+  // are wanted (kernel records on while a window is open).
+  static CuptiTracer* start(std::string& why, bool spans = true);
+
+  // Windows (the design above). Before the first call: the configuration, and whether the job marks its
+  // steps (then onStep decides, else onPoll).
+  void useWindows(const GpuWindowConfig& windows, bool steps_marked);
+  // A marked step began (any job thread; takes mutex_ only when a window opens or closes).
+  void onStep(std::int64_t step);
+  // Background thread, at each flush: time windows; `epoch_ns` now.
+  void onPoll(std::int64_t epoch_ns);
+  // Background thread, after flush(): the windows complete so far (all of them when `final`), as rows in
+  // Unix-epoch ns.
+  void takeActivity(std::vector<GpuActivitySpan>& out, bool final);
 
   // Hot path, around the real NCCL call.
   void push(std::uint64_t id) const {
@@ -169,6 +237,8 @@ class CuptiTracer {
   static void onCallback(void* userdata, cupti::CUpti_CallbackDomain domain, cupti::CUpti_CallbackId cbid,
                          const void* data);
   bool subscribeToGraphNodes(std::string& why);
+  // `records`: CUPTI's kernel records wanted (switched when they are not on throughout); `open`: the window.
+  void setWindow(bool records, bool open);
   bool measureOffset();
   void countDropped(cuda::CUcontext context, std::uint32_t stream);
 
@@ -185,7 +255,16 @@ class CuptiTracer {
   std::mutex captures_mutex_;  // captures_
   std::unordered_map<std::uint32_t, std::vector<CapturedCall>> captures_;
   std::vector<KernelSpans::Replay> taken_;  // background thread
-  std::uint64_t replay_drops_counted_ = 0;  // mutex_
+  bool spans_on_ = true;                    // the kernel records are on throughout
+  GpuWindowConfig window_config_;
+  bool windows_by_step_ = false;
+  std::atomic<bool> windows_on_{false};
+  std::atomic<bool> window_open_{false};         // what the host asked for last
+  std::atomic<bool> records_on_{false};          // the same for the kernel records
+  WindowKernels windows_;                        // mutex_
+  std::uint64_t window_drops_counted_ = 0;       // mutex_
+  std::vector<WindowKernels::Row> window_rows_;  // background thread
+  std::uint64_t replay_drops_counted_ = 0;       // mutex_
 };
 
 }  // namespace gradscope::agent

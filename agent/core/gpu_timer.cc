@@ -334,7 +334,8 @@ void CudaEventTimer::release(std::uint32_t slot) {
 }
 
 void CudaEventTimer::poll() {
-  if (cupti_ != nullptr) cupti_->flush();
+  if (windows_ != nullptr) windows_->onPoll(realtimeNs());
+  if (CuptiTracer* tracer = cupti_ != nullptr ? cupti_ : windows_) tracer->flush();
   const int n = domain_count_.load(std::memory_order_acquire);
   const std::int64_t now = monotonicNs();
   for (int i = 0; i < n; ++i) {

@@ -298,6 +298,7 @@ class Flusher {
       }
       resolveGpu(timer, final);
       if (timer != nullptr) addGraphReplays(*timer, final);
+      if (timer != nullptr) addGpuActivity(*timer, final);
       if (!any_extra_) {
         std::stable_sort(calls_.begin(), calls_.end(),
                          [](const storage::CallRecord& a, const storage::CallRecord& b) {
@@ -439,6 +440,19 @@ class Flusher {
           [this](Captured& captured, ReplaySpan&& replay) { addReplay(captured, replay); },
           [](ReplaySpan&&) {});
     if (final) replays_.drain([](ReplaySpan&&) {});
+  }
+
+  // The sampled GPU windows' rows, as they complete (cupti_tracer.h, "Windows").
+  void addGpuActivity(GpuTimer& timer, bool final) {
+    gpu_spans_.clear();
+    timer.takeGpuActivity(gpu_spans_, final);
+    if (gpu_spans_.empty()) return;
+    gpu_rows_.clear();
+    for (const GpuActivitySpan& span : gpu_spans_)
+      gpu_rows_.push_back({output_.rankId(), static_cast<storage::GpuActivityKind>(span.kind),
+                           span.start_epoch_ns - output_.epochNs(), span.end_epoch_ns - output_.epochNs(),
+                           span.kernels});
+    output_.appendGpuActivity(gpu_rows_);
   }
 
   void addReplay(Captured& captured, const ReplaySpan& span) {
@@ -648,6 +662,8 @@ class Flusher {
                                                                                     DropKind::NcclProfile};
   BoundedCorrelator<CommSeq, Captured, ReplaySpan, CommSeqHash> replays_{kMaxCaptured, DropKind::GraphReplay};
   std::vector<ReplaySpan> replay_spans_;
+  std::vector<GpuActivitySpan> gpu_spans_;
+  std::vector<storage::GpuActivityRecord> gpu_rows_;
   // Keyed by (communicator index, seq), as explorations name their call: the call's row id.
   BoundedCorrelator<CommSeq, std::int64_t, ExploreRecord, CommSeqHash> explorations_{kMaxPendingExplorations,
                                                                                      DropKind::ExploreLink};
@@ -749,11 +765,33 @@ ThreadBuffer* claimThreadBuffer() {
   return buffer;
 }
 
+namespace {
+std::atomic<StepListener> g_step_listener{nullptr};
+void stepBegan(std::int64_t step) {
+  if (const StepListener listener = g_step_listener.load(std::memory_order_acquire)) listener(step);
+}
+}  // namespace
+
+void setStepListener(StepListener listener) {
+  g_step_listener.store(listener, std::memory_order_release);
+}
+
+std::int64_t currentStep() {
+  if (g_config.step_calls > 0) {
+    const std::int64_t calls = g_step_call_counter.load(std::memory_order_relaxed);
+    return calls == 0 ? -1 : (calls - 1) / g_config.step_calls;
+  }
+  if (!g_config.step_nvtx.empty()) return g_nvtx_steps.load(std::memory_order_relaxed) - 1;
+  return -1;
+}
+
 std::int64_t stepForCallSlow(Api api) {
   if (g_config.step_calls > 0) {
     if (familyOf(api) != ApiFamily::Collective)
       return g_step_call_counter.load(std::memory_order_relaxed) / g_config.step_calls;
-    return g_step_call_counter.fetch_add(1, std::memory_order_relaxed) / g_config.step_calls;
+    const std::int64_t call = g_step_call_counter.fetch_add(1, std::memory_order_relaxed);
+    if (call % g_config.step_calls == 0) stepBegan(call / g_config.step_calls);
+    return call / g_config.step_calls;
   }
   if (!g_config.step_nvtx.empty()) return g_nvtx_steps.load(std::memory_order_relaxed) - 1;
   return -1;
@@ -761,7 +799,7 @@ std::int64_t stepForCallSlow(Api api) {
 
 void nvtxRangePushed(const char* name) {
   if (name != nullptr && !g_config.step_nvtx.empty() && g_config.step_nvtx == name)
-    g_nvtx_steps.fetch_add(1, std::memory_order_relaxed);
+    stepBegan(g_nvtx_steps.fetch_add(1, std::memory_order_relaxed));
 }
 
 const Config& config() {

@@ -94,6 +94,13 @@ inline std::int64_t stepForCall(Api api) {
 }
 // An NVTX range push: starts a new step when `name` is the configured marker.
 void nvtxRangePushed(const char* name);
+// Told of every marked step as it begins (its number), on the thread that began it: the NCCL side opens
+// and closes its GPU windows there (cupti_tracer.h). Set before the first call; nullptr: none.
+using StepListener = void (*)(std::int64_t step);
+void setStepListener(StepListener listener);
+// The marked step in progress (-1 before the first, or when steps are not marked): where a listener set
+// meanwhile starts from.
+std::int64_t currentStep();
 
 // Created when the library loads (before any interposed call) and never destroyed: job threads may
 // still look communicators up while the process exits.
@@ -144,6 +151,12 @@ class GpuTimer {
   // Background thread, after poll(): the GPU executions of graph-captured calls complete so far (all of
   // them when `final`), in launch order.
   virtual void takeGraphReplays(std::vector<ReplaySpan>& out, bool final) {
+    (void)out;
+    (void) final;
+  }
+  // Background thread, after poll(): the rows of the sampled GPU windows complete so far (all of them
+  // when `final`).
+  virtual void takeGpuActivity(std::vector<GpuActivitySpan>& out, bool final) {
     (void)out;
     (void) final;
   }

@@ -58,6 +58,9 @@ class TraceOutput {
   // TraceWriter's, for the calls of a batch: the id of the first.
   std::int64_t appendCalls(std::span<const storage::CallRecord> calls) { return writer_.appendCalls(calls); }
   void appendApplied(std::span<const storage::AppliedCall> rows) { writer_.appendApplied(rows); }
+  void appendGpuActivity(std::span<const storage::GpuActivityRecord> rows) {
+    writer_.appendGpuActivity(rows);
+  }
   void setNcclInfo(std::int64_t call_id, const NcclInfoPayload& info) {
     writer_.setNcclInfo(call_id, info.algo, info.proto, info.channels);
   }

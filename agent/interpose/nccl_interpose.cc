@@ -88,6 +88,8 @@ StreamTable g_streams;
 cuda::Driver g_driver;
 // Set once (before any stream is given a domain); read on the hot path after a domain.
 std::atomic<CudaEventTimer*> g_timer{nullptr};
+// The tracer of the sampled GPU windows, told of marked steps (cupti_tracer.h, "Windows").
+std::atomic<CuptiTracer*> g_window_tracer{nullptr};
 
 void logTimingOff(const std::string& why) {
   static std::atomic<bool> logged{false};
@@ -102,15 +104,27 @@ CudaEventTimer* gpuTimer() {
       return nullptr;
     }
     auto* created = new CudaEventTimer(g_driver);  // lives as long as the process: records may refer to it
-    // CUPTI's kernel records give exact spans; GRADSCOPE_CUPTI=0 keeps to the events.
+    // CUPTI's kernel records give exact spans and the sampled windows' kernels; GRADSCOPE_CUPTI=windows
+    // keeps to the events for the calls and takes kernel records inside the windows only; 0: no CUPTI.
     const char* cupti = std::getenv(env::kCupti);
     if (cupti == nullptr || std::strcmp(cupti, "0") != 0) {
+      const bool spans = cupti == nullptr || std::strcmp(cupti, "windows") != 0;
       std::string cupti_why;
-      CuptiTracer* tracer = CuptiTracer::start(cupti_why);
-      if (tracer != nullptr) created->useCupti(tracer);
+      CuptiTracer* tracer = CuptiTracer::start(cupti_why, spans);
+      if (tracer != nullptr) {
+        if (spans) created->useCupti(tracer);
+        tracer->useWindows(config().gpu_windows, g_step_marker != StepMarker::None);
+        created->useWindows(tracer);
+        g_window_tracer.store(tracer, std::memory_order_release);
+        setStepListener([](std::int64_t step) {
+          if (CuptiTracer* windows = g_window_tracer.load(std::memory_order_acquire)) windows->onStep(step);
+        });
+        // The timer comes with the job's first GPU-timed call, inside a step that has begun already.
+        if (const std::int64_t step = currentStep(); step >= 0) tracer->onStep(step);
+      }
       if (tracer == nullptr && !cupti_why.empty())
-        log("no CUPTI kernel spans ({}); NCCL calls are timed with CUDA events (GRADSCOPE_CUPTI=0 "
-            "silences this)",
+        log("no CUPTI kernel spans ({}); NCCL calls are timed with CUDA events and steps are not broken "
+            "down on the GPU (GRADSCOPE_CUPTI=0 silences this)",
             cupti_why);
     }
     g_timer.store(created, std::memory_order_release);

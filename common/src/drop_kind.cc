@@ -40,6 +40,9 @@ constexpr Entry kEntries[kDropKinds] = {
     {"recording_stopped", true,
      "calls not recorded: recording stopped after an error in the agent (its line on the job's stderr says "
      "which)"},
+    {"gpu_kernel", false,
+     "GPU kernels of a sampled window not kept (the agent's table of window kernels was full): the steps "
+     "of that window have no GPU breakdown (GRADSCOPE_GPU_WINDOWS)"},
 };
 
 }  // namespace

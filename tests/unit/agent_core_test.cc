@@ -117,7 +117,13 @@ TEST(AgentConfig, EveryBadValueIsOneLineNamingTheVariable) {
       {"GRADSCOPE_STEP_NVTX", ""},
       {"GRADSCOPE_VALIDATE_WINDOW", "-1"},
       {"GRADSCOPE_VALIDATE_WINDOW", "wide"},
-      {"GRADSCOPE_VALIDATE_WINDOW", "20"}};  // without apply mode
+      {"GRADSCOPE_VALIDATE_WINDOW", "20"},  // without apply mode
+      {"GRADSCOPE_GPU_WINDOWS", "on"},
+      {"GRADSCOPE_GPU_WINDOWS", "5/4"},
+      {"GRADSCOPE_GPU_WINDOWS", "0/10"},
+      {"GRADSCOPE_GPU_WINDOWS", "1s/500ms"},
+      {"GRADSCOPE_GPU_WINDOWS", "1us/1s"},
+      {"GRADSCOPE_GPU_WINDOWS", "1s/2h"}};
   for (const auto& [name, value] : bad) {
     std::vector<std::string> errors;
     parse({{name, value}}, errors);
@@ -265,6 +271,29 @@ TEST(ExplorePlan, LighterKeysDeferToAHeavierOneWaitingForTheBudget) {
     ++deferred;
   }
   EXPECT_EQ(deferred, ExplorePlan::kMaxDeferrals);
+}
+
+// GRADSCOPE_GPU_WINDOWS: marked steps 1..S of every N (and the steps after them kept open by the tracer);
+// otherwise the first D of every P of the Unix epoch; each form keeps the other's default.
+TEST(AgentConfig, GpuWindows) {
+  std::vector<std::string> errors;
+  const GpuWindowConfig defaults = parse({}, errors).gpu_windows;
+  EXPECT_FALSE(defaults.off);
+  EXPECT_TRUE(defaults.stepSampled(1) && defaults.stepSampled(4) && defaults.stepSampled(101));
+  EXPECT_FALSE(defaults.stepSampled(0) || defaults.stepSampled(5) || defaults.stepSampled(100));
+  const GpuWindowConfig steps = parse({{"GRADSCOPE_GPU_WINDOWS", "2/4"}}, errors).gpu_windows;
+  std::vector<std::int64_t> sampled;
+  for (std::int64_t step = 0; step < 12; ++step)
+    if (steps.stepSampled(step)) sampled.push_back(step);
+  EXPECT_EQ(sampled, (std::vector<std::int64_t>{1, 2, 5, 6, 9, 10}));
+  EXPECT_EQ(steps.time_ns, defaults.time_ns);
+  const GpuWindowConfig time = parse({{"GRADSCOPE_GPU_WINDOWS", "500ms/10s"}}, errors).gpu_windows;
+  EXPECT_EQ(time.steps, defaults.steps);
+  EXPECT_TRUE(time.timeSampled(1'795'000'000'000'000'000 + 499'999'999));
+  EXPECT_FALSE(time.timeSampled(1'795'000'000'000'000'000 + 500'000'000));
+  EXPECT_TRUE(parse({{"GRADSCOPE_GPU_WINDOWS", "off"}}, errors).gpu_windows.off);
+  EXPECT_FALSE(parse({{"GRADSCOPE_GPU_WINDOWS", "off"}}, errors).gpu_windows.stepSampled(1));
+  EXPECT_TRUE(errors.empty()) << errors.front();
 }
 
 TEST(AgentConfig, BothStepMarkersAreRefused) {

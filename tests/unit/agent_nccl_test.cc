@@ -781,10 +781,10 @@ struct ActivityBuffer {
     std::memcpy(bytes + used, &record, sizeof record);
     used += cupti::kKernelRecordSize;
   }
-  int parse(KernelSpans& spans, std::uint64_t flush = 0) {
+  int parse(KernelSpans& spans, std::uint64_t flush = 0, WindowKernels* windows = nullptr) {
     cupti::Library library;
     library.activityGetNextRecord = &nextRecord;
-    return parseActivityBuffer(library, bytes, used, spans, flush);
+    return parseActivityBuffer(library, bytes, used, spans, flush, windows);
   }
 };
 
@@ -885,6 +885,99 @@ TEST(AgentCuptiGraphs, GraphKernelsInABufferGoToTheReplays) {
   std::uint64_t start = 0, end = 0;
   ASSERT_TRUE(spans.span(77, start, end));
   EXPECT_EQ(start, 300u);
+}
+
+// ---- the sampled windows' kernels (cupti_tracer.h, "Windows") -------------------------------------------
+
+using Row = WindowKernels::Row;
+std::vector<std::tuple<storage::GpuActivityKind, std::uint64_t, std::uint64_t, std::int64_t>> rowsOf(
+    const std::vector<Row>& rows) {
+  std::vector<std::tuple<storage::GpuActivityKind, std::uint64_t, std::uint64_t, std::int64_t>> out;
+  for (const Row& row : rows) out.emplace_back(row.kind, row.start, row.end, row.kernels);
+  return out;
+}
+constexpr auto kWindow = storage::GpuActivityKind::Window, kCompute = storage::GpuActivityKind::Compute,
+               kNccl = storage::GpuActivityKind::Nccl;
+
+TEST(AgentCuptiWindows, KeepsTheKernelsThatRanInsideAWindowAsUnionsPerKind) {
+  WindowKernels windows;
+  windows.addKernel(10, 20, false);  // before any window
+  ASSERT_TRUE(windows.open(100));
+  EXPECT_FALSE(windows.open(110));     // one at a time
+  windows.addKernel(90, 150, false);   // running when it opened: kept
+  windows.addKernel(160, 200, false);  // touches the next: one interval of two kernels
+  windows.addKernel(200, 260, false);
+  windows.addKernel(300, 320, false);
+  windows.addKernel(150, 210, true);
+  windows.addKernel(180, 190, true);  // inside the previous
+  windows.close(400, /*flush=*/5);
+  windows.addKernel(390, 450, true);   // started before the close: kept whole
+  windows.addKernel(400, 420, false);  // after it: not
+  std::vector<Row> rows;
+  windows.take(4, rows);  // its last kernels may still come
+  EXPECT_TRUE(rows.empty());
+  windows.take(5, rows);
+  EXPECT_EQ(rowsOf(rows), (decltype(rowsOf(rows)){{kWindow, 100, 400, 0},
+                                                  {kCompute, 90, 150, 1},
+                                                  {kCompute, 160, 260, 2},
+                                                  {kCompute, 300, 320, 1},
+                                                  {kNccl, 150, 210, 2},
+                                                  {kNccl, 390, 450, 1}}));
+  rows.clear();
+  windows.take(100, rows);
+  EXPECT_TRUE(rows.empty());  // taken once
+  EXPECT_EQ(windows.drops(), 0u);
+}
+
+TEST(AgentCuptiWindows, KernelsGoToTheWindowTheyRanInAndTheTableIsBounded) {
+  WindowKernels windows;
+  ASSERT_TRUE(windows.open(100));
+  windows.close(200, 1);
+  ASSERT_TRUE(windows.open(300));
+  windows.addKernel(150, 160, false);  // the first window's, delivered late
+  windows.addKernel(250, 260, false);  // between the two: neither's
+  windows.addKernel(310, 320, true);
+  windows.close(400, 2);
+  std::vector<Row> rows;
+  windows.take(1, rows);
+  EXPECT_EQ(rowsOf(rows), (decltype(rowsOf(rows)){{kWindow, 100, 200, 0}, {kCompute, 150, 160, 1}}));
+  rows.clear();
+  windows.take(2, rows);
+  EXPECT_EQ(rowsOf(rows), (decltype(rowsOf(rows)){{kWindow, 300, 400, 0}, {kNccl, 310, 320, 1}}));
+
+  // At most kMaxKernels kept over the windows not yet taken: the rest are counted.
+  ASSERT_TRUE(windows.open(1000));
+  for (std::size_t i = 0; i < WindowKernels::kMaxKernels + 3; ++i)
+    windows.addKernel(1000 + i, 1001 + i, false);
+  EXPECT_EQ(windows.drops(), 3u);
+  // At most kMaxWindows open or waiting: a window over the bound is not opened.
+  windows.close(5'000'000, 3);
+  for (std::size_t i = 1; i < WindowKernels::kMaxWindows; ++i) {
+    ASSERT_TRUE(windows.open(10'000'000 + i * 10));
+    windows.close(10'000'000 + i * 10 + 5, 3);
+  }
+  EXPECT_FALSE(windows.open(20'000'000));
+  rows.clear();
+  windows.take(3, rows);
+  EXPECT_EQ(std::count_if(rows.begin(), rows.end(), [](const Row& row) { return row.kind == kWindow; }),
+            static_cast<std::ptrdiff_t>(WindowKernels::kMaxWindows));
+  EXPECT_TRUE(windows.open(20'000'000));
+}
+
+// In a buffer, every kernel (NCCL's or not) is offered to the windows; only NCCL's make call spans.
+TEST(AgentCuptiWindows, ABufferOffersEveryKernelToTheWindows) {
+  ActivityBuffer buffer;
+  buffer.kernel(1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 200);
+  buffer.kernel(2, "vectorAdd", 50, 900);
+  KernelSpans spans;
+  WindowKernels windows;
+  ASSERT_TRUE(windows.open(0));
+  windows.close(1000, 0);
+  EXPECT_EQ(buffer.parse(spans, 0, &windows), 2);
+  std::vector<Row> rows;
+  windows.take(0, rows);
+  EXPECT_EQ(rowsOf(rows),
+            (decltype(rowsOf(rows)){{kWindow, 0, 1000, 0}, {kCompute, 50, 900, 1}, {kNccl, 100, 200, 1}}));
 }
 
 }  // namespace

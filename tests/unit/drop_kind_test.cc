@@ -18,11 +18,11 @@ namespace gradscope {
 namespace {
 
 TEST(DropKinds, StoredNamesNeverChange) {
-  const std::vector<std::string_view> stored = {"call",           "call_rate",    "thread_buffer",
-                                                "comm_table",     "gpu_timing",   "iallreduce_table",
-                                                "stream_table",   "group_table",  "cupti_record",
-                                                "explore_result", "explore_link", "nccl_profile",
-                                                "graph_capture",  "graph_replay", "recording_stopped"};
+  const std::vector<std::string_view> stored = {
+      "call",          "call_rate",        "thread_buffer",     "comm_table",
+      "gpu_timing",    "iallreduce_table", "stream_table",      "group_table",
+      "cupti_record",  "explore_result",   "explore_link",      "nccl_profile",
+      "graph_capture", "graph_replay",     "recording_stopped", "gpu_kernel"};
   ASSERT_EQ(stored.size(), kDropKinds);
   for (std::size_t i = 0; i < kDropKinds; ++i) {
     const auto kind = static_cast<DropKind>(i);

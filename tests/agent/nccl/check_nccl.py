@@ -63,6 +63,9 @@
                                               applied_calls rows; the sum/reduce_bcast rule is refused,
                                               one line says so, its call runs untouched; the
                                               sum/nccl.* rule is left to the tuner plugin
+  check_nccl.py TOOLS --workdir DIR gpu-steps  gpu_steps_job.cc (--gpu-steps-job) under the fake CUPTI:
+                                              the sampled windows' kernels, merged into GPU steps with
+                                              the job's known split (check_gpu_steps says what is checked)
   check_nccl.py TOOLS --workdir DIR real      the job on the real NCCL and a GPU (scripts/gpu_check.sh):
                                               the same calls, keys from NCCL's random unique ids, GPU
                                               spans that start after their call, 3 graph replays of the
@@ -548,6 +551,68 @@ def check_cupti(args, workdir):
                                 GRADSCOPE_FAKE_CUPTI_HOLD="1")
     _, drops, _ = check_gpu(args, where, "cupti-dry", env)
     check(drops.get("cupti_record", 0) > 0, f"cupti-dry: no cupti_record drops counted: {drops}")
+
+
+GPU_STEPS, GPU_COMPUTE_MS, GPU_PERIOD_MS, GPU_NCCL_NS = 13, 6, 14, 2_000_000
+
+
+def check_gpu_steps(args, workdir):
+    """gpu_steps_job.cc's known step, through the sampled windows (GRADSCOPE_GPU_WINDOWS=2/4, steps marked by
+    GRADSCOPE_STEP_CALLS=2) and merge's step model: steps 1, 2, 5, 6, 9, 10 are inside a window (StepBasis
+    Gpu), the others only have their spans; a sampled step's NCCL time is one kernel exposed (after the
+    compute kernel on its stream) and one hidden (beside it), to the nanosecond, and the GPU idles for the
+    rest of the period. With CUPTI timing the calls and with GRADSCOPE_CUPTI=windows."""
+    if not check(args.gpu_steps_job and args.gradscope and args.fake_cuda and args.fake_cupti,
+                 "gpu-steps: --gpu-steps-job, --gradscope, --fake-cuda and --fake-cupti are required"):
+        return
+    library_path = os.path.dirname(args.fake_cupti)
+    for cupti in ("1", "windows"):
+        where = os.path.join(workdir, cupti)
+        os.makedirs(where)
+        env = dict(base_environment(), GRADSCOPE_FAKE_CUDA=args.fake_cuda, GRADSCOPE_FAKE_KERNEL_NS=str(GPU_NCCL_NS),
+                   LD_LIBRARY_PATH=library_path, GRADSCOPE_CUPTI=cupti, GRADSCOPE_STEP_CALLS="2",
+                   GRADSCOPE_GPU_WINDOWS="2/4")
+        command = [args.gpu_steps_job, str(GPU_STEPS), str(GPU_COMPUTE_MS), str(GPU_PERIOD_MS)]
+        plain = run(command, env, where)
+        traced = run(command, dict(env, LD_PRELOAD=preload(args.agent),
+                                   GRADSCOPE_OUTPUT=os.path.join(where, "trace-%p.db")), where)
+        label = f"gpu-steps (GRADSCOPE_CUPTI={cupti})"
+        check(plain.returncode == 0 and traced.returncode == 0 and plain.stdout == traced.stdout,
+              f"{label}: the job's output differs under the agent: {traced.stdout} {traced.stderr[-600:]} / {plain.stdout}")
+        check("gradscope: " not in traced.stderr, f"{label}: the agent wrote to stderr: {traced.stderr[-600:]}")
+        files = sorted(f for f in os.listdir(where) if f.startswith("trace-") and f.endswith(".db"))
+        if not check(len(files) == 1, f"{label}: expected one trace, found {files}"):
+            continue
+        merged = os.path.join(where, "merged.db")
+        result = run([args.gradscope, "merge", os.path.join(where, files[0]), "-o", merged], env, where)
+        if not check(result.returncode == 0, f"{label}: merge failed: {result.stderr}"):
+            continue
+        db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+        windows = db.execute("SELECT count(*) FROM gpu_activity WHERE kind = 0").fetchone()[0]
+        compute_kernels = db.execute("SELECT coalesce(sum(kernels), 0) FROM gpu_activity WHERE kind = 1").fetchone()[0]
+        rows = db.execute("SELECT step, basis, end_ns - start_ns, compute_ns, exposed_ns, hidden_ns, waiting_ns, "
+                          "idle_ns, calls FROM steps ORDER BY step").fetchall()
+        db.close()
+        check(windows == 3, f"{label}: {windows} windows, expected 3 (steps 1-3, 5-7, 9-11)")
+        # Each window keeps the compute kernels of its steps and of the step after (open through it).
+        check(compute_kernels >= 6, f"{label}: {compute_kernels} compute kernels kept")
+        sampled = [r[0] for r in rows if r[1] == 1]
+        check(sampled == [1, 2, 5, 6, 9, 10], f"{label}: steps measured on the GPU {sampled}, expected [1, 2, 5, 6, 9, 10]")
+        check(all(r[1] == 2 for r in rows if r[0] not in sampled), f"{label}: unsampled rows {rows}")
+        check(len(rows) == GPU_STEPS and all(r[8] == 2 for r in rows), f"{label}: steps {rows}")
+        for step, basis, span, compute, exposed, hidden, waiting, idle, _ in rows:
+            if basis != 1:
+                check(compute == exposed == hidden == idle == 0, f"{label}: step {step} unsampled with a breakdown")
+                continue
+            where_step = f"{label}: step {step}"
+            check(exposed == GPU_NCCL_NS, f"{where_step}: exposed {exposed} ns, expected one NCCL kernel {GPU_NCCL_NS}")
+            check(hidden == GPU_NCCL_NS, f"{where_step}: hidden {hidden} ns, expected one NCCL kernel {GPU_NCCL_NS}")
+            check(compute + exposed == span and waiting == 0, f"{where_step}: {compute} + {exposed} != {span}")
+            busy = GPU_COMPUTE_MS * 1_000_000 + GPU_NCCL_NS
+            check(abs(idle - (span - busy)) < 1_000_000, f"{where_step}: idle {idle} ns in a span of {span} ns, "
+                  f"expected about {span - busy}")
+        report = run([args.gradscope, "report", merged], env, where)
+        check(report.returncode == 0 and "GPU" in report.stdout, f"{label}: report: {report.stdout[-800:]}")
 
 
 def check_nvtx(args, workdir):
@@ -1351,16 +1416,17 @@ def main():
     parser.add_argument("--profiler", help="libnccl-profiler-gradscope.so")
     parser.add_argument("--tuner", help="libnccl-tuner-gradscope.so")
     parser.add_argument("--nvtx", action="store_true", help="the job marks steps with NVTX")
+    parser.add_argument("--gpu-steps-job", help="gpu_steps_job.cc's executable")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("mode", choices=["host", "gpu", "cupti", "nvtx", "disabled", "old-nccl", "profiler",
                                          "profiler-agent",
                                          "profiler-unset", "tuner-profiler", "tuner-apply", "tuner-explore",
                                          "tuner-malformed", "shadow-explore", "shadow-apply", "real",
                                          "real-nvtx", "real-pair", "real-pair-shadow",
-                                         "real-pair-explore"])
+                                         "real-pair-explore", "gpu-steps"])
     args = parser.parse_args()
     for name in ("agent", "job", "fake_cuda", "fake_cupti", "fake_extension", "old_nccl", "gradscope", "profiler",
-                 "tuner", "workdir"):
+                 "tuner", "workdir", "gpu_steps_job"):
         if getattr(args, name):
             setattr(args, name, os.path.abspath(getattr(args, name)))
     shutil.rmtree(args.workdir, ignore_errors=True)
@@ -1374,7 +1440,7 @@ def main():
      "real": check_real,
      "real-nvtx": lambda a, w: check_real(a, w, nvtx=True),
      "real-pair": check_real_pair, "real-pair-explore": check_real_pair_explore,
-     "real-pair-shadow": check_real_pair_shadow}[args.mode](args, args.workdir)
+     "real-pair-shadow": check_real_pair_shadow, "gpu-steps": check_gpu_steps}[args.mode](args, args.workdir)
     for failure in failures:
         print(f"check_nccl: FAIL: {failure}")
     if not failures:

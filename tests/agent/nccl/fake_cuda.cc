@@ -119,9 +119,9 @@ bool completed(const CUevent_st& event) {
 
 // Told of every kernel queued, on the launching thread: the fake CUPTI (fake_cupti.cc) installs it.
 // `node` and `launch` are 0 for a kernel launched directly, else the executable graph's node and the
-// graph launch (numbered from 1).
+// graph launch (numbered from 1). `name`: the kernel's (fakeCudaLaunchNamed), nullptr for NCCL's.
 using KernelHook = void (*)(CUstream stream, std::int64_t start_ns, std::int64_t end_ns, std::uint64_t node,
-                            std::uint64_t launch);
+                            std::uint64_t launch, const char* name);
 std::atomic<KernelHook> g_kernel_hook{nullptr};
 // Told of every graph node created (original nullptr) and copied into an executable graph, with its
 // CUgraphNodeType.
@@ -143,7 +143,8 @@ FAKE_EXPORT std::uint64_t fakeCudaGraphNodeId(CUgraphNode node) {
 
 namespace {
 
-void queueKernel(CUstream stream, std::int64_t duration_ns, std::uint64_t node, std::uint64_t launch) {
+void queueKernel(CUstream stream, std::int64_t duration_ns, std::uint64_t node, std::uint64_t launch,
+                 const char* name = nullptr) {
   std::int64_t start = 0, end = 0;
   {
     const std::lock_guard lock(g_mutex);
@@ -151,10 +152,16 @@ void queueKernel(CUstream stream, std::int64_t duration_ns, std::uint64_t node, 
     start = std::max(nowNs(), state.cursor_ns);
     end = state.cursor_ns = start + duration_ns;
   }
-  if (const KernelHook hook = g_kernel_hook.load()) hook(stream, start, end, node, launch);
+  if (const KernelHook hook = g_kernel_hook.load()) hook(stream, start, end, node, launch, name);
 }
 
 }  // namespace
+
+// A job's own (compute) kernel named `name` (a string that outlives the process's CUPTI flushes), queued
+// like NCCL's: the step model's tests launch them beside NCCL calls.
+FAKE_EXPORT void fakeCudaLaunchNamed(CUstream stream, std::int64_t duration_ns, const char* name) {
+  queueKernel(stream, duration_ns, 0, 0, name);
+}
 
 FAKE_EXPORT void fakeCudaLaunch(CUstream stream, std::int64_t duration_ns) {
   CUgraph graph = nullptr;

@@ -5,8 +5,9 @@
 // its start and end on the fake GPU's clock, CLOCK_MONOTONIC, which is also cuptiGetTimestamp's here.
 // For each kernel the fake writes, on the launching thread, an EXTERNAL_CORRELATION record when a
 // CUSTOM0 id is pushed on that thread (ready at once) and a CONCURRENT_KERNEL record named
-// "ncclDevKernel_Fake" (ready when the kernel has ended). cuptiActivityFlushAll(0) copies the ready
-// records into buffers asked for through the registered request callback and hands them back through
+// "ncclDevKernel_Fake", or the job's name for its own kernels (fakeCudaLaunchNamed), ready when the kernel
+// has ended. Kernel records are written only while that kind is enabled. cuptiActivityFlushAll(0) copies the
+// ready records into buffers asked for through the registered request callback and hands them back through
 // the completion callback; a record finding no buffer is dropped and counted.
 //
 // Graphs: the callback API's one subscriber gets the resource domain's GRAPHNODE_CREATED and
@@ -100,7 +101,7 @@ const char kKernelName[] = "ncclDevKernel_Fake";
 
 // Called by the fake driver, on the launching thread, for every kernel it queues.
 void onKernel(gradscope::agent::cuda::CUstream, std::int64_t start, std::int64_t end, std::uint64_t node,
-              std::uint64_t launch) {
+              std::uint64_t launch, const char* name) {
   const std::lock_guard lock(g_state.mutex);
   const std::uint64_t id = t_ids.empty() || node != 0 ? 0 : t_ids.back();
   g_state.log.push_back({id, start, end, node});
@@ -129,7 +130,7 @@ void onKernel(gradscope::agent::cuda::CUstream, std::int64_t start, std::int64_t
   kernel.end = static_cast<std::uint64_t>(end);
   kernel.completed = kernel.end;
   kernel.correlationId = correlation;
-  kernel.name = kKernelName;
+  kernel.name = name != nullptr ? name : kKernelName;
   kernel.graphNodeId = node;
   Record record{std::vector<std::uint8_t>(kKernelRecordSize), end};
   std::memcpy(record.bytes.data(), &kernel, sizeof kernel);
@@ -164,8 +165,8 @@ void onGraphNode(gradscope::agent::cuda::CUgraph graph, gradscope::agent::cuda::
 void installHook() {
   static std::once_flag once;
   std::call_once(once, [] {
-    using Hook =
-        void (*)(gradscope::agent::cuda::CUstream, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
+    using Hook = void (*)(gradscope::agent::cuda::CUstream, std::int64_t, std::int64_t, std::uint64_t,
+                          std::uint64_t, const char*);
     using GraphHook = void (*)(gradscope::agent::cuda::CUgraph, gradscope::agent::cuda::CUgraphNode,
                                gradscope::agent::cuda::CUgraphNode, int);
     // The fake driver is loaded RTLD_GLOBAL by the fake NCCL before the agent starts CUPTI.

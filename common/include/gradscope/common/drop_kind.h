@@ -28,8 +28,9 @@ enum class DropKind : std::uint8_t {
   GraphCapture,      // the table of graph-captured calls was full
   GraphReplay,       // a graph replay found no captured call
   RecordingStopped,  // calls after recording stopped on an error
+  GpuKernel,         // a sampled window's kernel: the agent's table of window kernels was full
 };
-inline constexpr std::size_t kDropKinds = 15;
+inline constexpr std::size_t kDropKinds = 16;
 
 // "call", "call_rate", "thread_buffer", ...: the names in the trace, which never change.
 std::string_view name(DropKind kind);
