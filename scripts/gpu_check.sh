@@ -9,7 +9,8 @@
 # one rank), nccl_strategies-np2.log and -np3.log (every strategy on NCCL with 2 and 3 ranks, checked),
 # the agent on real NCCL jobs (agent_build.log, agent_nccl.log; agent_nccl/ and
 # agent_nccl-nvtx/ with the trace and its report; agent_nccl-pair*/ for two ranks on the one GPU with the
-# NCCL plugins; agent_ddp/ and agent_ddp2/ for PyTorch DDP, one rank and two, where torch is installed),
+# NCCL plugins; agent_ddp/ and agent_ddp2/ for PyTorch DDP, one rank and two, where torch is installed,
+# agent_windows/ for the step model's GPU windows on it: their cost per step and the GPU-measured steps),
 # nccl_compare.txt (gradscope bench against an nccl-tests-style loop), gpu_timing_costs.txt and
 # summary.txt.
 #
@@ -343,6 +344,54 @@ PYTHON
       tail -n 10 "$ddp_dir/ddp.log" >&2
       say "agent DDP job FAILED (exit $ddp_status); see $ddp_dir/ddp.log"
       echo "agent:  PyTorch DDP FAILED (exit $ddp_status; agent_ddp/ddp.log)" >>"$out_dir/summary.txt"
+      status=1
+    fi
+
+    # The step model's GPU windows on samples/pytorch_ddp (one rank, NVTX-marked steps): the ms per step bare,
+    # under the agent with kernel records only around the windows (GRADSCOPE_CUPTI=windows) and with CUPTI
+    # timing every call (the default), 5 rounds interleaved; the merged trace must hold GPU-measured steps.
+    say "step model: GPU windows on a one-rank PyTorch DDP job"
+    win_dir=$out_dir/agent_windows
+    rm -rf "$win_dir" && mkdir -p "$win_dir"
+    win_status=0
+    for round in 1 2 3 4 5; do
+      for kind in bare windows cupti; do
+        mkdir -p "$win_dir/$kind-$round"
+        case $kind in
+          bare) agent_env=() ;;
+          windows) agent_env=(LD_PRELOAD="$agent_so" NVTX_INJECTION64_PATH="$agent_so" GRADSCOPE_CUPTI=windows) ;;
+          cupti) agent_env=(LD_PRELOAD="$agent_so" NVTX_INJECTION64_PATH="$agent_so") ;;
+        esac
+        env "${agent_env[@]}" GRADSCOPE_OUTPUT="$win_dir/$kind-$round/trace-%p.db" GRADSCOPE_STEP_NVTX=train_step \
+          GRADSCOPE_GPU_WINDOWS=4/50 \
+          torchrun --nproc_per_node=1 samples/pytorch_ddp/train.py --steps 400 --print-every 0 \
+          >"$win_dir/$kind-$round/train.log" 2>&1 || win_status=1
+      done
+    done
+    "$gradscope_bin" merge "$win_dir"/windows-1/trace-*.db -o "$win_dir/windows.db" >/dev/null 2>&1 || win_status=1
+    if [ "$win_status" -eq 0 ] && python3 - "$win_dir" >"$win_dir/summary.txt" 2>&1 <<'PYTHON'
+import glob, re, sqlite3, statistics, sys
+d = sys.argv[1]
+ms = {}
+for kind in ("bare", "windows", "cupti"):
+    for log in sorted(glob.glob(f"{d}/{kind}-*/train.log")):
+        ms.setdefault(kind, []).append(float(re.search(r"\(([0-9.]+) ms per step\)", open(log).read()).group(1)))
+bare = statistics.median(ms["bare"])
+for kind in ("windows", "cupti"):
+    ratios = [a / b for a, b in zip(ms[kind], ms["bare"])]
+    print(f"{kind}: {statistics.median(ms[kind]):.3f} ms per step against {bare:.3f} bare; ratio median "
+          f"{statistics.median(ratios):.4f} (min {min(ratios):.4f}, max {max(ratios):.4f})")
+db = sqlite3.connect(f"{d}/windows.db")
+rows = db.execute("SELECT basis, count(*), avg(exposed_ns), avg(hidden_ns), avg(idle_ns), avg(end_ns - start_ns) "
+                  "FROM steps GROUP BY basis").fetchall()
+print("steps by basis (basis, rows, mean exposed, hidden, idle, span ns):", rows)
+sys.exit(0 if any(r[0] == 1 and r[1] >= 8 for r in rows) else 1)
+PYTHON
+    then
+      echo "agent:  step model GPU windows ok: $(head -n 2 "$win_dir/summary.txt" | tr '\n' ';') (agent_windows/summary.txt)" >>"$out_dir/summary.txt"
+    else
+      say "step model GPU windows check FAILED; see $win_dir"
+      echo "agent:  step model GPU windows FAILED (agent_windows/)" >>"$out_dir/summary.txt"
       status=1
     fi
 

@@ -208,6 +208,23 @@ class StepsTest : public QObject {
     QCOMPARE(b.stepRange(0), (TimeRange{100, 3200}));
   }
 
+  // GPU rows: a step outside the sampled windows has its time only (blank cells for the other figures, a
+  // tooltip that says why); a measured one says the GPU was idle.
+  void gpuSteps() {
+    StepBreakdown b = handMade(2, 3);
+    for (storage::StepRecord& row : b.rows) {
+      row.basis = row.step == 1 ? storage::StepBasis::GpuUnsampled : storage::StepBasis::Gpu;
+      row.idle_ns = 250'000;
+    }
+    StepBreakdownModel model;
+    model.setBreakdown(std::move(b));
+    QVERIFY(!model.breakdown().value(0, 1, StepFigure::Exposed));
+    QCOMPARE(*model.breakdown().value(0, 1, StepFigure::StepTime), 1e6);
+    QVERIFY(model.breakdown().value(1, 2, StepFigure::Exposed).has_value());
+    QVERIFY(model.cellToolTip(0, 1).contains(QStringLiteral("outside the agent's sampled GPU windows")));
+    QVERIFY(model.cellToolTip(1, 2).contains(QStringLiteral("measured on the GPU: idle 250")));
+  }
+
   // The scene: bars over the heatmap in shared columns, every rank labelled with its host when rows are
   // tall; at 1024 ranks a pixel row each, labels that do not touch; without steps, a message.
   void sceneLayout() {
