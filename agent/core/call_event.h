@@ -9,6 +9,7 @@
 // the key the background thread joins on) with its shape; the payload says what the record adds.
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "gradscope/common/types.h"
@@ -104,6 +105,7 @@ struct GpuActivitySpan {
   std::uint8_t kind = 0;  // storage::GpuActivityKind
   std::int64_t start_epoch_ns = 0, end_epoch_ns = 0;
   std::int64_t kernels = 0;
+  std::string range;  // compute kernels: the job's NVTX range they were launched in, if any
 };
 
 struct ReplaySpan {

@@ -31,7 +31,8 @@ enum CUpti_ActivityKind {
 
 // cupti_activity.h `typedef enum {...} CUpti_ExternalCorrelationKind;`.
 enum CUpti_ExternalCorrelationKind {
-  CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 = 3,
+  CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 = 3,  // the agent's NCCL calls
+  CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1 = 4,  // the job's NVTX ranges, inside the GPU step windows
 };
 
 // cupti_activity.h: every record starts with its kind (`CUpti_Activity`); records are 8-byte aligned

@@ -140,6 +140,12 @@ void KernelSpans::takeReplays(std::uint64_t last_flush, std::vector<Replay>& out
 
 // ---- WindowKernels ----------------------------------------------------------------------------------------
 
+WindowKernels::WindowKernels() : ranges_(new RangeOf[kRangeCorrelations]) {}
+
+void WindowKernels::addRange(std::uint32_t correlation, std::uint32_t range) {
+  ranges_[correlation % kRangeCorrelations] = {correlation, range};
+}
+
 bool WindowKernels::open(std::uint64_t at) {
   if (isOpen() || windows_.size() >= kMaxWindows) return false;
   Window& window = windows_.emplace_back();
@@ -153,7 +159,7 @@ void WindowKernels::close(std::uint64_t at, std::uint64_t flush) {
   windows_.back().closed_in_flush = flush;
 }
 
-void WindowKernels::addKernel(std::uint64_t start, std::uint64_t end, bool nccl) {
+void WindowKernels::addKernel(std::uint64_t start, std::uint64_t end, bool nccl, std::uint32_t correlation) {
   // The newest window the kernel overlaps (kernels arrive in bursts of recent ones): one that was running
   // when the window opened belongs to it too, as the first sampled step's span may hold part of it.
   for (auto it = windows_.rbegin(); it != windows_.rend(); ++it) {
@@ -163,7 +169,7 @@ void WindowKernels::addKernel(std::uint64_t start, std::uint64_t end, bool nccl)
       ++drops_;
       return;
     }
-    it->kernels.push_back({start, std::max(start, end), nccl});
+    it->kernels.push_back({start, std::max(start, end), correlation, nccl});
     ++kernels_;
     return;
   }
@@ -177,22 +183,31 @@ void WindowKernels::take(std::uint64_t last_flush, std::vector<Row>& out) {
       ++kept;
       continue;
     }
-    out.push_back({storage::GpuActivityKind::Window, window.open, window.close, 0});
+    out.push_back({storage::GpuActivityKind::Window, window.open, window.close, 0, 0});
     kernels_ -= window.kernels.size();
-    std::sort(window.kernels.begin(), window.kernels.end(),
-              [](const Kernel& a, const Kernel& b) { return a.start < b.start; });
-    // The unions of each kind, in time order: an interval grows while the next kernel starts inside it.
-    for (const bool nccl : {false, true}) {
-      const std::size_t first = out.size();
-      for (const Kernel& kernel : window.kernels) {
-        if (kernel.nccl != nccl) continue;
-        if (out.size() > first && kernel.start <= out.back().end) {
-          out.back().end = std::max(out.back().end, kernel.end);
-          ++out.back().kernels;
-        } else {
-          out.push_back({nccl ? storage::GpuActivityKind::Nccl : storage::GpuActivityKind::Compute,
-                         kernel.start, kernel.end, 1});
-        }
+    // Each kernel's NVTX range, now that its window's records have all arrived (NCCL's kernels have none).
+    std::vector<std::pair<std::uint32_t, Kernel>> keyed;  // (nccl ? UINT32_MAX : range, kernel)
+    keyed.reserve(window.kernels.size());
+    for (const Kernel& kernel : window.kernels) {
+      const RangeOf& named = ranges_[kernel.correlation % kRangeCorrelations];
+      const std::uint32_t range =
+          kernel.correlation != 0 && named.correlation == kernel.correlation ? named.range : 0;
+      keyed.emplace_back(kernel.nccl ? UINT32_MAX : range, kernel);
+    }
+    std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second.start < b.second.start;
+    });
+    // The unions of each kind (and range), in time order: an interval grows while the next kernel starts
+    // inside it.
+    for (std::size_t i = 0; i < keyed.size(); ++i) {
+      const auto& [key, kernel] = keyed[i];
+      if (i > 0 && keyed[i - 1].first == key && kernel.start <= out.back().end) {
+        out.back().end = std::max(out.back().end, kernel.end);
+        ++out.back().kernels;
+      } else if (kernel.nccl) {
+        out.push_back({storage::GpuActivityKind::Nccl, kernel.start, kernel.end, 1, 0});
+      } else {
+        out.push_back({storage::GpuActivityKind::Compute, kernel.start, kernel.end, 1, key});
       }
     }
   }
@@ -211,7 +226,7 @@ int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std
       std::memcpy(&kernel, record, sizeof kernel);
       // NCCL's kernels are ncclDevKernel_* (ncclKernel_* before 2.19); other kernels never carry our ids.
       const bool nccl = kernel.name != nullptr && std::strncmp(kernel.name, "nccl", 4) == 0;
-      if (windows != nullptr) windows->addKernel(kernel.start, kernel.end, nccl);
+      if (windows != nullptr) windows->addKernel(kernel.start, kernel.end, nccl, kernel.correlationId);
       if (!nccl) continue;
       if (kernel.graphNodeId != 0)
         spans.addGraphKernel(kernel.graphNodeId, kernel.correlationId, kernel.start, kernel.end, flush);
@@ -221,6 +236,8 @@ int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std
       std::memcpy(&external, record, sizeof external);
       if (external.externalKind == cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
         spans.addExternal(external.correlationId, external.externalId);
+      else if (external.externalKind == cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1 && windows != nullptr)
+        windows->addRange(external.correlationId, static_cast<std::uint32_t>(external.externalId));
     }
   }
   return records;
@@ -498,9 +515,54 @@ void CuptiTracer::takeActivity(std::vector<GpuActivitySpan>& out, bool final) {
     window_drops_counted_ = windows_.drops();
   }
   for (std::uint64_t i = 0; i < drops; ++i) countDrop(DropKind::GpuKernel);
+  const std::lock_guard lock(names_mutex_);
   for (const WindowKernels::Row& row : window_rows_)
     out.push_back({static_cast<std::uint8_t>(row.kind), static_cast<std::int64_t>(row.start) + offset_ns_,
-                   static_cast<std::int64_t>(row.end) + offset_ns_, row.kernels});
+                   static_cast<std::int64_t>(row.end) + offset_ns_, row.kernels,
+                   row.range < names_.size() ? names_[row.range] : std::string()});
+}
+
+namespace {
+// The calling thread's NVTX nesting: its depth, and which of its first 64 levels pushed a CUSTOM1 id.
+struct RangeStack {
+  std::uint32_t depth = 0;
+  std::uint64_t pushed = 0;
+};
+thread_local RangeStack t_ranges;
+}  // namespace
+
+void CuptiTracer::rangePushed(const char* name) {
+  RangeStack& stack = t_ranges;
+  const std::uint32_t level = stack.depth++;
+  if (level >= 64 || name == nullptr || !windows_on_.load(std::memory_order_relaxed)) return;
+  // Only while kernel records are wanted for a window: outside, a push costs the job nothing more.
+  if (!window_open_.load(std::memory_order_relaxed) && !records_on_.load(std::memory_order_relaxed)) return;
+  std::uint32_t id = 0;
+  {
+    const std::lock_guard lock(names_mutex_);
+    const auto [it, inserted] = name_ids_.try_emplace(name, static_cast<std::uint32_t>(names_.size()));
+    if (inserted) {
+      if (names_.size() > kMaxRangeNames) {
+        name_ids_.erase(it);
+        return;
+      }
+      names_.emplace_back(name);
+    }
+    id = it->second;
+  }
+  if (library_.activityPushExternalCorrelationId(cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1, id) ==
+      cupti::CUPTI_SUCCESS)
+    stack.pushed |= std::uint64_t{1} << level;
+}
+
+void CuptiTracer::rangePopped() {
+  RangeStack& stack = t_ranges;
+  if (stack.depth == 0) return;  // a pop without its push (the job's, or one made before the agent)
+  const std::uint32_t level = --stack.depth;
+  if (level >= 64 || (stack.pushed & (std::uint64_t{1} << level)) == 0) return;
+  stack.pushed &= ~(std::uint64_t{1} << level);
+  std::uint64_t last = 0;
+  library_.activityPopExternalCorrelationId(cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1, &last);
 }
 
 bool CuptiTracer::span(std::uint64_t id, std::int64_t& start_epoch_ns, std::int64_t& end_epoch_ns) {

@@ -129,20 +129,28 @@ class WindowKernels {
  public:
   static constexpr std::size_t kMaxKernels = std::size_t{1} << 18;  // kept, over the windows not yet taken
   static constexpr std::size_t kMaxWindows = 64;                    // open or not yet taken
+  static constexpr std::uint32_t kRangeCorrelations = 1u << 16;  // correlationId → NVTX range, direct-mapped
   struct Row {
     storage::GpuActivityKind kind = storage::GpuActivityKind::Window;
     std::uint64_t start = 0, end = 0;
     std::int64_t kernels = 0;
+    std::uint32_t range = 0;  // compute rows: the NVTX range's id (CuptiTracer's names), 0 none
   };
+  WindowKernels();
   // Opens a window at `at`; false (and nothing opens) while one is open or kMaxWindows wait to be taken.
   bool open(std::uint64_t at);
   // Closes the open window at `at`, during flush number `flush` (its kernels may arrive until later).
   void close(std::uint64_t at, std::uint64_t flush);
   bool isOpen() const { return !windows_.empty() && windows_.back().close == kOpen; }
   // A kernel record: kept when it ran while a window was open (from before its opening on), else ignored.
-  void addKernel(std::uint64_t start, std::uint64_t end, bool nccl);
+  // `correlation`: its launch's, which names its NVTX range (addRange).
+  void addKernel(std::uint64_t start, std::uint64_t end, bool nccl, std::uint32_t correlation = 0);
+  // A launch made inside NVTX range `range` (a CUSTOM1 external correlation record). A kernel's range is
+  // looked up when its window is taken, when every record of it has arrived.
+  void addRange(std::uint32_t correlation, std::uint32_t range);
   // Appends the windows closed during a flush numbered `last_flush` or earlier, each as its window row then
-  // the unions of its compute and of its NCCL kernels (in time order), and forgets them.
+  // the unions of its compute kernels per NVTX range and of its NCCL kernels (in time order), and forgets
+  // them.
   void take(std::uint64_t last_flush, std::vector<Row>& out);
   // Kernels not kept because kMaxKernels were.
   std::uint64_t drops() const { return drops_; }
@@ -151,8 +159,14 @@ class WindowKernels {
   static constexpr std::uint64_t kOpen = UINT64_MAX;
   struct Kernel {
     std::uint64_t start = 0, end = 0;
+    std::uint32_t correlation = 0;
     bool nccl = false;
   };
+  struct RangeOf {
+    std::uint32_t correlation = 0;
+    std::uint32_t range = 0;
+  };
+  std::unique_ptr<RangeOf[]> ranges_;
   struct Window {
     std::uint64_t open = 0, close = kOpen, closed_in_flush = 0;
     std::vector<Kernel> kernels;
@@ -166,6 +180,7 @@ class WindowKernels {
 // and CUSTOM0 external correlations. Returns the number of records read.
 // Kernels launched by a graph go to the replays (delivered during flush `flush`). With `windows`, every
 // kernel (NCCL's or not) is offered to it as well.
+// (and CUSTOM1 external correlations, the job's NVTX ranges).
 int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std::size_t valid_bytes,
                         KernelSpans& spans, std::uint64_t flush = 0, WindowKernels* windows = nullptr);
 
@@ -196,6 +211,12 @@ class CuptiTracer {
   // Background thread, after flush(): the windows complete so far (all of them when `final`), as rows in
   // Unix-epoch ns.
   void takeActivity(std::vector<GpuActivitySpan>& out, bool final);
+  // The job's NVTX range pushes and pops (the agent's NVTX injection), on the job's thread. While kernel
+  // records are wanted for a window, a push makes its name CUPTI's CUSTOM1 external correlation on the
+  // thread, so that the kernels launched inside it carry it; pops undo exactly the pushes that did.
+  static constexpr std::uint32_t kMaxRangeNames = 1024;  // distinct names; beyond: kernels unnamed
+  void rangePushed(const char* name);
+  void rangePopped();
 
   // Hot path, around the real NCCL call.
   void push(std::uint64_t id) const {
@@ -264,7 +285,10 @@ class CuptiTracer {
   WindowKernels windows_;                        // mutex_
   std::uint64_t window_drops_counted_ = 0;       // mutex_
   std::vector<WindowKernels::Row> window_rows_;  // background thread
-  std::uint64_t replay_drops_counted_ = 0;       // mutex_
+  std::mutex names_mutex_;                       // names_, name_ids_
+  std::vector<std::string> names_{""};           // by range id; 0: none
+  std::unordered_map<std::string, std::uint32_t> name_ids_;
+  std::uint64_t replay_drops_counted_ = 0;  // mutex_
 };
 
 }  // namespace gradscope::agent

@@ -451,7 +451,8 @@ class Flusher {
     for (const GpuActivitySpan& span : gpu_spans_)
       gpu_rows_.push_back({output_.rankId(), static_cast<storage::GpuActivityKind>(span.kind),
                            span.start_epoch_ns - output_.epochNs(), span.end_epoch_ns - output_.epochNs(),
-                           span.kernels});
+                           span.kernels,
+                           span.range.empty() ? std::nullopt : std::optional<std::string>(span.range)});
     output_.appendGpuActivity(gpu_rows_);
   }
 
@@ -797,9 +798,28 @@ std::int64_t stepForCallSlow(Api api) {
   return -1;
 }
 
+namespace {
+std::atomic<void (*)(const char*)> g_range_pushed{nullptr};
+std::atomic<void (*)()> g_range_popped{nullptr};
+}  // namespace
+
+void setNvtxRangeListener(NvtxRangeListener listener) {
+  g_range_popped.store(listener.popped, std::memory_order_release);
+  g_range_pushed.store(listener.pushed, std::memory_order_release);
+}
+
+bool wantsNvtx() {
+  return !g_config.disabled && (!g_config.step_nvtx.empty() || !g_config.gpu_windows.off);
+}
+
 void nvtxRangePushed(const char* name) {
   if (name != nullptr && !g_config.step_nvtx.empty() && g_config.step_nvtx == name)
     stepBegan(g_nvtx_steps.fetch_add(1, std::memory_order_relaxed));
+  if (const auto pushed = g_range_pushed.load(std::memory_order_acquire)) pushed(name);
+}
+
+void nvtxRangePopped() {
+  if (const auto popped = g_range_popped.load(std::memory_order_acquire)) popped();
 }
 
 const Config& config() {

@@ -92,8 +92,20 @@ std::int64_t stepForCallSlow(Api api);
 inline std::int64_t stepForCall(Api api) {
   return g_step_marker == StepMarker::None ? -1 : stepForCallSlow(api);
 }
-// An NVTX range push: starts a new step when `name` is the configured marker.
+// An NVTX range push: starts a new step when `name` is the configured marker, and is told to the range
+// listener; a pop is told to it too (the agent's NVTX injection calls these on the job's threads).
 void nvtxRangePushed(const char* name);
+void nvtxRangePopped();
+// Told of the job's NVTX range pushes and pops: the GPU windows name the kernels launched inside a range
+// (cupti_tracer.h). Set with the tracer; nullptr: none.
+struct NvtxRangeListener {
+  void (*pushed)(const char* name) = nullptr;
+  void (*popped)() = nullptr;
+};
+void setNvtxRangeListener(NvtxRangeListener listener);
+// Whether the agent wants the job's NVTX ranges (a step marker, or GPU windows): its NVTX injection
+// attaches only then.
+bool wantsNvtx();
 // Told of every marked step as it begins (its number), on the thread that began it: the NCCL side opens
 // and closes its GPU windows there (cupti_tracer.h). Set before the first call; nullptr: none.
 using StepListener = void (*)(std::int64_t step);

@@ -119,6 +119,14 @@ CudaEventTimer* gpuTimer() {
         setStepListener([](std::int64_t step) {
           if (CuptiTracer* windows = g_window_tracer.load(std::memory_order_acquire)) windows->onStep(step);
         });
+        setNvtxRangeListener({[](const char* name) {
+                                if (CuptiTracer* windows = g_window_tracer.load(std::memory_order_acquire))
+                                  windows->rangePushed(name);
+                              },
+                              [] {
+                                if (CuptiTracer* windows = g_window_tracer.load(std::memory_order_acquire))
+                                  windows->rangePopped();
+                              }});
         // The timer comes with the job's first GPU-timed call, inside a step that has begun already.
         if (const std::int64_t step = currentStep(); step >= 0) tracer->onStep(step);
       }

@@ -24,12 +24,14 @@ inline constexpr std::uint32_t kExportTableVersionInfo = 3;
 // nvtxTypes.h NvtxCallbackModule: NVTX_CB_MODULE_CORE = 1, NVTX_CB_MODULE_CORE2 = 5.
 enum CallbackModule { kModuleCore = 1, kModuleCore2 = 5 };
 
-// nvtxTypes.h NvtxCallbackIdCore: RangePushEx = 8, RangePushA = 9, RangePushW = 10;
-// NvtxCallbackIdCore2: DomainRangePushEx = 4.
+// nvtxTypes.h NvtxCallbackIdCore: RangePushEx = 8, RangePushA = 9, RangePushW = 10, RangePop = 11;
+// NvtxCallbackIdCore2: DomainRangePushEx = 4, DomainRangePop = 5.
 inline constexpr unsigned kCoreRangePushEx = 8;
 inline constexpr unsigned kCoreRangePushA = 9;
 inline constexpr unsigned kCoreRangePushW = 10;
+inline constexpr unsigned kCoreRangePop = 11;
 inline constexpr unsigned kCore2DomainRangePushEx = 4;
+inline constexpr unsigned kCore2DomainRangePop = 5;
 
 // nvtxTypes.h NvtxExportTableCallbacks.
 struct ExportTableCallbacks {

@@ -1,15 +1,16 @@
-// The agent as an NVTX injection library, for the explicit step marker GRADSCOPE_STEP_NVTX=<range>.
+// The agent as an NVTX injection library, for the explicit step marker GRADSCOPE_STEP_NVTX=<range> and the
+// names of the GPU windows' kernels (the job's ranges; agent/core/cupti_tracer.h).
 //
 // NVTX v3 is header-only: the first NVTX call in a process loads the library named by
 // NVTX_INJECTION64_PATH and calls its InitializeInjectionNvtx2. `gradscope run` points that variable at
 // the agent when GRADSCOPE_STEP_NVTX is given; the library is then the agent already preloaded (the
 // dynamic loader recognises the same file), so the hooks below reach the recorder's state.
 //
-// The agent hooks the range pushes only (ASCII, wide and attribute forms, global and domain): a push of
-// the configured name starts a step. It does not count levels, so pushes return
-// NVTX_NO_PUSH_POP_TRACKING, as NVTX's own pops do for a tool that leaves them unhooked. Messages
-// given as registered string handles are not resolved (their pushes do not start steps). Every NVTX
-// function the agent leaves alone stays a no-op, as without a tool.
+// The agent hooks the range pushes (ASCII, wide and attribute forms, global and domain): a push of the
+// configured name starts a step; and the pops, so that the GPU windows know each thread's innermost range.
+// It does not count levels for NVTX, so pushes and pops return NVTX_NO_PUSH_POP_TRACKING. Messages given
+// as registered string handles are not resolved (their pushes neither start steps nor name kernels).
+// Every NVTX function the agent leaves alone stays a no-op, as without a tool.
 
 #include <cstdint>
 #include <cwchar>
@@ -35,13 +36,16 @@ const char* asciiOf(const wchar_t* message, char (&buffer)[256]) {
 
 void pushedWide(const wchar_t* message) {
   char buffer[256];
-  if (const char* ascii = asciiOf(message, buffer)) nvtxRangePushed(ascii);
+  const char* ascii = asciiOf(message, buffer);
+  nvtxRangePushed(ascii);  // (nullptr: a range all the same, without a name)
 }
 
 void pushedAttributes(const nvtx::EventAttributes* attributes) {
-  if (attributes == nullptr) return;
-  if (attributes->messageType == nvtx::kMessageAscii) nvtxRangePushed(attributes->message.ascii);
-  else if (attributes->messageType == nvtx::kMessageUnicode) pushedWide(attributes->message.unicode);
+  if (attributes != nullptr && attributes->messageType == nvtx::kMessageAscii)
+    nvtxRangePushed(attributes->message.ascii);
+  else if (attributes != nullptr && attributes->messageType == nvtx::kMessageUnicode)
+    pushedWide(attributes->message.unicode);
+  else nvtxRangePushed(nullptr);  // a range all the same: its pop comes
 }
 
 int rangePushA(const char* message) {
@@ -64,6 +68,16 @@ int domainRangePushEx(void* /*domain*/, const nvtx::EventAttributes* attributes)
   return nvtx::kNoPushPopTracking;
 }
 
+int rangePop() {
+  nvtxRangePopped();
+  return nvtx::kNoPushPopTracking;
+}
+
+int domainRangePop(void* /*domain*/) {
+  nvtxRangePopped();
+  return nvtx::kNoPushPopTracking;
+}
+
 // Writes `function` into slot `id` of a module's table, if the table has it.
 template <typename Function>
 void hook(nvtx::FunctionTable table, unsigned size, unsigned id, Function function) {
@@ -80,7 +94,7 @@ using namespace gradscope::agent;
 // agent stays preloaded).
 extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     nvtx::GetExportTable get_export_table) {
-  if (get_export_table == nullptr || config().disabled || config().step_nvtx.empty()) return 0;
+  if (get_export_table == nullptr || !wantsNvtx()) return 0;
   const auto* callbacks =
       static_cast<const nvtx::ExportTableCallbacks*>(get_export_table(nvtx::kExportTableCallbacks));
   if (callbacks == nullptr || callbacks->GetModuleFunctionTable == nullptr) return 0;
@@ -90,10 +104,13 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
   hook(core, core_size, nvtx::kCoreRangePushA, &rangePushA);
   hook(core, core_size, nvtx::kCoreRangePushW, &rangePushW);
   hook(core, core_size, nvtx::kCoreRangePushEx, &rangePushEx);
+  hook(core, core_size, nvtx::kCoreRangePop, &rangePop);
   nvtx::FunctionTable core2 = nullptr;
   unsigned core2_size = 0;
-  if (callbacks->GetModuleFunctionTable(nvtx::kModuleCore2, &core2, &core2_size) != 0)
+  if (callbacks->GetModuleFunctionTable(nvtx::kModuleCore2, &core2, &core2_size) != 0) {
     hook(core2, core2_size, nvtx::kCore2DomainRangePushEx, &domainRangePushEx);
+    hook(core2, core2_size, nvtx::kCore2DomainRangePop, &domainRangePop);
+  }
   const auto* version =
       static_cast<const nvtx::ExportTableVersionInfo*>(get_export_table(nvtx::kExportTableVersionInfo));
   if (version != nullptr && version->struct_size >= sizeof(nvtx::ExportTableVersionInfo) &&

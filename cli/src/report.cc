@@ -828,6 +828,23 @@ void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& r
   out << "\n";
 }
 
+// The GPU-measured steps' compute by the job's NVTX ranges, when the agent saw any.
+void writeGpuRanges(const storage::GpuRanges& gpu, std::ostream& out) {
+  const bool named = std::any_of(gpu.ranges.begin(), gpu.ranges.end(),
+                                 [](const storage::GpuRangeTime& r) { return !r.range.empty(); });
+  if (gpu.steps == 0 || !named) return;
+  out << "  GPU compute by NVTX range (kernels launched inside it, mean per measured step):";
+  constexpr std::size_t kShown = 6;
+  for (std::size_t i = 0; i < gpu.ranges.size() && i < kShown; ++i) {
+    const storage::GpuRangeTime& range = gpu.ranges[i];
+    out << fmt::format("{} {} {} ({})", i == 0 ? "" : ",", range.range.empty() ? "(no range)" : range.range,
+                       formatDuration(static_cast<double>(range.ns) / static_cast<double>(gpu.steps)),
+                       percent(static_cast<double>(range.ns), static_cast<double>(gpu.span_ns)));
+  }
+  if (gpu.ranges.size() > kShown) out << fmt::format(", {} more", gpu.ranges.size() - kShown);
+  out << "\n";
+}
+
 void writeReport(const storage::TraceReader& reader, std::ostream& out, const ReportOptions& options) {
   const auto runs = reader.runs();
   const auto ranks = reader.ranks();
@@ -997,7 +1014,11 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     }
   }
 
-  writeSteps(storage::readOrComputeSteps(reader), rankLabel, out);
+  {
+    const std::vector<storage::StepRecord> step_rows = storage::readOrComputeSteps(reader);
+    writeSteps(step_rows, rankLabel, out);
+    writeGpuRanges(storage::gpuRangeTimes(reader, step_rows), out);
+  }
 
   // Who talked to whom, read only when the trace has such calls (the scans of peer_calls are cheap then).
   const auto has = [&stats](auto&& wanted) {

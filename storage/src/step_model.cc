@@ -491,4 +491,38 @@ Stragglers stragglers(std::span<const StepRecord> rows) {
   return out;
 }
 
+GpuRanges gpuRangeTimes(const TraceReader& reader, std::span<const StepRecord> rows) {
+  GpuRanges out;
+  std::map<std::int64_t, std::vector<const StepRecord*>> measured;  // by rank id, in time order
+  for (const StepRecord& row : rows)
+    if (row.basis == StepBasis::Gpu) {
+      measured[row.rank_id].push_back(&row);
+      ++out.steps;
+      out.span_ns += row.end_ns - row.start_ns;
+    }
+  if (measured.empty()) return out;
+  for (auto& [rank, steps] : measured)
+    std::sort(steps.begin(), steps.end(),
+              [](const StepRecord* a, const StepRecord* b) { return a->start_ns < b->start_ns; });
+  std::map<std::string, std::int64_t> by_range;
+  for (const GpuActivityRecord& row : reader.gpuActivity()) {
+    if (row.kind != GpuActivityKind::Compute) continue;
+    const auto rank = measured.find(row.rank_id);
+    if (rank == measured.end()) continue;
+    const auto& steps = rank->second;
+    auto it = std::upper_bound(steps.begin(), steps.end(), row.start_ns,
+                               [](std::int64_t t, const StepRecord* step) { return t < step->start_ns; });
+    if (it != steps.begin()) --it;
+    std::int64_t& ns = by_range[row.range.value_or("")];
+    for (; it != steps.end() && (*it)->start_ns < row.end_ns; ++it)
+      ns += std::max<std::int64_t>(
+          0, std::min(row.end_ns, (*it)->end_ns) - std::max(row.start_ns, (*it)->start_ns));
+  }
+  for (const auto& [range, ns] : by_range)
+    if (ns > 0) out.ranges.push_back({range, ns});
+  std::sort(out.ranges.begin(), out.ranges.end(),
+            [](const GpuRangeTime& a, const GpuRangeTime& b) { return a.ns > b.ns; });
+  return out;
+}
+
 }  // namespace gradscope::storage

@@ -285,7 +285,7 @@ inline constexpr auto kSteps = table(
 inline constexpr auto kGpuActivity = table(
     {.name = "gpu_activity",
      .about = "GPU kernels inside the agent's sampled windows (CUPTI), as intervals per kind; merge derives\n"
-              "the GPU steps' breakdown from them (docs/schema.md, \"GPU activity\").",
+              "the GPU steps' breakdown from them (docs/schema.md, \"GPU steps\").",
      .comment_at = 19,
      .indexes = "CREATE INDEX gpu_activity_by_rank ON gpu_activity (rank_id, start_ns);"},
     column<&GpuActivityRecord::rank_id>("rank_id", "INTEGER NOT NULL REFERENCES ranks(id)"),
@@ -295,7 +295,10 @@ inline constexpr auto kGpuActivity = table(
     column<&GpuActivityRecord::end_ns>("end_ns", "INTEGER NOT NULL", "GPU time"),
     column<&GpuActivityRecord::kernels>("kernels", "INTEGER NOT NULL",
                                         "kernels merged into the interval (they overlap or touch); 0: a\n"
-                                        "window"));
+                                        "window"),
+    column<&GpuActivityRecord::range>("nvtx_range", "TEXT",
+                                      "compute kernels: the job's innermost NVTX range on the thread that\n"
+                                      "launched them; NULL: none, or not a compute row"));
 
 // Every table, in the order a new file creates them.
 inline constexpr std::tuple kAllTables{

@@ -193,14 +193,16 @@ CREATE TABLE steps (
 ) WITHOUT ROWID;
 
 -- GPU kernels inside the agent's sampled windows (CUPTI), as intervals per kind; merge derives
--- the GPU steps' breakdown from them (docs/schema.md, "GPU activity").
+-- the GPU steps' breakdown from them (docs/schema.md, "GPU steps").
 CREATE TABLE gpu_activity (
-  rank_id  INTEGER NOT NULL REFERENCES ranks(id),
-  kind     INTEGER NOT NULL,  -- 0 a window; 1 compute kernels; 2 NCCL kernels
-  start_ns INTEGER NOT NULL,  -- GPU time
-  end_ns   INTEGER NOT NULL,  -- GPU time
-  kernels  INTEGER NOT NULL   -- kernels merged into the interval (they overlap or touch); 0: a
-                              -- window
+  rank_id    INTEGER NOT NULL REFERENCES ranks(id),
+  kind       INTEGER NOT NULL,  -- 0 a window; 1 compute kernels; 2 NCCL kernels
+  start_ns   INTEGER NOT NULL,  -- GPU time
+  end_ns     INTEGER NOT NULL,  -- GPU time
+  kernels    INTEGER NOT NULL,  -- kernels merged into the interval (they overlap or touch); 0: a
+                                -- window
+  nvtx_range TEXT               -- compute kernels: the job's innermost NVTX range on the thread that
+                                -- launched them; NULL: none, or not a compute row
 );
 CREATE INDEX gpu_activity_by_rank ON gpu_activity (rank_id, start_ns);
 

@@ -964,6 +964,28 @@ TEST(AgentCuptiWindows, KernelsGoToTheWindowTheyRanInAndTheTableIsBounded) {
   EXPECT_TRUE(windows.open(20'000'000));
 }
 
+// A compute kernel takes the NVTX range its launch was made in (a CUSTOM1 correlation, which may arrive
+// after the kernel): one union per range; unnamed kernels and NCCL's have range 0.
+TEST(AgentCuptiWindows, ComputeKernelsAreUnitedPerNvtxRange) {
+  WindowKernels windows;
+  ASSERT_TRUE(windows.open(0));
+  windows.addKernel(10, 20, false, /*correlation=*/1);
+  windows.addKernel(20, 30, false, 2);
+  windows.addKernel(25, 40, false, 3);  // unnamed, overlapping the others
+  windows.addKernel(50, 60, true, 4);
+  windows.addRange(1, 7);
+  windows.addRange(2, 7);
+  windows.addRange(4, 9);  // NCCL's kernels keep no range
+  windows.close(100, 0);
+  std::vector<Row> rows;
+  windows.take(0, rows);
+  std::vector<std::tuple<storage::GpuActivityKind, std::uint64_t, std::uint64_t, std::uint32_t>> got;
+  for (const Row& row : rows) got.emplace_back(row.kind, row.start, row.end, row.range);
+  EXPECT_EQ(got,
+            (decltype(got){
+                {kWindow, 0, 100, 0}, {kCompute, 25, 40, 0}, {kCompute, 10, 30, 7}, {kNccl, 50, 60, 0}}));
+}
+
 // In a buffer, every kernel (NCCL's or not) is offered to the windows; only NCCL's make call spans.
 TEST(AgentCuptiWindows, ABufferOffersEveryKernelToTheWindows) {
   ActivityBuffer buffer;

@@ -75,7 +75,8 @@ class StepTraceBuilder {
     add(call);
   }
   void activity(int rank, GpuActivityKind kind, std::int64_t start, std::int64_t end) {
-    const GpuActivityRecord row{rank, kind, start, end, kind == GpuActivityKind::Window ? 0 : 1};
+    const GpuActivityRecord row{rank,        kind, start, end, kind == GpuActivityKind::Window ? 0 : 1,
+                                std::nullopt};
     writer_.appendGpuActivity(std::span<const GpuActivityRecord>(&row, 1));
   }
   void setClockOffset(int rank, std::int64_t offset_ns) { writer_.setClockOffset(rank, offset_ns); }

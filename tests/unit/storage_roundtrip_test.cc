@@ -1240,9 +1240,9 @@ TEST(StorageMigration, OpeningAV6TraceRebuildsStepsAndAddsGpuActivity) {
 TEST(StorageRoundTrip, GpuActivity) {
   TempDir dir;
   const std::string path = dir.file("gpu.db");
-  const std::vector<GpuActivityRecord> written = {{0, GpuActivityKind::Window, 100, 900, 0},
-                                                  {0, GpuActivityKind::Compute, 120, 400, 3},
-                                                  {0, GpuActivityKind::Nccl, 300, 500, 1}};
+  const std::vector<GpuActivityRecord> written = {{0, GpuActivityKind::Window, 100, 900, 0, std::nullopt},
+                                                  {0, GpuActivityKind::Compute, 120, 400, 3, "forward"},
+                                                  {0, GpuActivityKind::Nccl, 300, 500, 1, std::nullopt}};
   {
     TraceWriter writer = TraceWriter::create(path);
     RunInfo run;
@@ -1260,6 +1260,7 @@ TEST(StorageRoundTrip, GpuActivity) {
     EXPECT_EQ(read[i].start_ns, written[i].start_ns) << i;
     EXPECT_EQ(read[i].end_ns, written[i].end_ns) << i;
     EXPECT_EQ(read[i].kernels, written[i].kernels) << i;
+    EXPECT_EQ(read[i].range, written[i].range) << i;
   }
 }
 

@@ -561,7 +561,9 @@ def check_gpu_steps(args, workdir):
     GRADSCOPE_STEP_CALLS=2) and merge's step model: steps 1, 2, 5, 6, 9, 10 are inside a window (StepBasis
     Gpu), the others only have their spans; a sampled step's NCCL time is one kernel exposed (after the
     compute kernel on its stream) and one hidden (beside it), to the nanosecond, and the GPU idles for the
-    rest of the period. With CUPTI timing the calls and with GRADSCOPE_CUPTI=windows."""
+    rest of the period. With CUPTI timing the calls and with GRADSCOPE_CUPTI=windows. Built with NVTX (--nvtx),
+    the job launches its compute kernels inside a range "forward", which names them (the agent as its NVTX
+    injection library)."""
     if not check(args.gpu_steps_job and args.gradscope and args.fake_cuda and args.fake_cupti,
                  "gpu-steps: --gpu-steps-job, --gradscope, --fake-cuda and --fake-cupti are required"):
         return
@@ -574,7 +576,7 @@ def check_gpu_steps(args, workdir):
                    GRADSCOPE_GPU_WINDOWS="2/4")
         command = [args.gpu_steps_job, str(GPU_STEPS), str(GPU_COMPUTE_MS), str(GPU_PERIOD_MS)]
         plain = run(command, env, where)
-        traced = run(command, dict(env, LD_PRELOAD=preload(args.agent),
+        traced = run(command, dict(env, LD_PRELOAD=preload(args.agent), NVTX_INJECTION64_PATH=args.agent,
                                    GRADSCOPE_OUTPUT=os.path.join(where, "trace-%p.db")), where)
         label = f"gpu-steps (GRADSCOPE_CUPTI={cupti})"
         check(plain.returncode == 0 and traced.returncode == 0 and plain.stdout == traced.stdout,
@@ -590,6 +592,7 @@ def check_gpu_steps(args, workdir):
         db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
         windows = db.execute("SELECT count(*) FROM gpu_activity WHERE kind = 0").fetchone()[0]
         compute_kernels = db.execute("SELECT coalesce(sum(kernels), 0) FROM gpu_activity WHERE kind = 1").fetchone()[0]
+        ranges = db.execute("SELECT DISTINCT coalesce(nvtx_range, '') FROM gpu_activity WHERE kind = 1").fetchall()
         rows = db.execute("SELECT step, basis, end_ns - start_ns, compute_ns, exposed_ns, hidden_ns, waiting_ns, "
                           "idle_ns, calls FROM steps ORDER BY step").fetchall()
         db.close()
@@ -612,7 +615,11 @@ def check_gpu_steps(args, workdir):
             check(abs(idle - (span - busy)) < 1_000_000, f"{where_step}: idle {idle} ns in a span of {span} ns, "
                   f"expected about {span - busy}")
         report = run([args.gradscope, "report", merged], env, where)
-        check(report.returncode == 0 and "GPU" in report.stdout, f"{label}: report: {report.stdout[-800:]}")
+        check(report.returncode == 0 and "GPU idle" in report.stdout, f"{label}: report: {report.stdout[-800:]}")
+        if args.nvtx:
+            check(ranges == [("forward",)], f"{label}: the compute kernels' NVTX ranges {ranges}, expected forward")
+            check("GPU compute by NVTX range (kernels launched inside it, mean per measured step): forward 6.00 ms"
+                  in report.stdout, f"{label}: no NVTX range in the report: {report.stdout[-800:]}")
 
 
 def check_nvtx(args, workdir):

@@ -3,12 +3,12 @@
 //
 // Model: the fake driver (fake_cuda.cc) reports every fake kernel it queues (fakeCudaSetKernelHook) with
 // its start and end on the fake GPU's clock, CLOCK_MONOTONIC, which is also cuptiGetTimestamp's here.
-// For each kernel the fake writes, on the launching thread, an EXTERNAL_CORRELATION record when a
-// CUSTOM0 id is pushed on that thread (ready at once) and a CONCURRENT_KERNEL record named
-// "ncclDevKernel_Fake", or the job's name for its own kernels (fakeCudaLaunchNamed), ready when the kernel
-// has ended. Kernel records are written only while that kind is enabled. cuptiActivityFlushAll(0) copies the
-// ready records into buffers asked for through the registered request callback and hands them back through
-// the completion callback; a record finding no buffer is dropped and counted.
+// For each kernel the fake writes, on the launching thread, an EXTERNAL_CORRELATION record for each of
+// the CUSTOM0 and CUSTOM1 kinds with an id pushed on that thread (ready at once) and a CONCURRENT_KERNEL
+// record named "ncclDevKernel_Fake", or the job's name for its own kernels (fakeCudaLaunchNamed), ready when
+// the kernel has ended. Kernel records are written only while that kind is enabled. cuptiActivityFlushAll(0)
+// copies the ready records into buffers asked for through the registered request callback and hands them back
+// through the completion callback; a record finding no buffer is dropped and counted.
 //
 // Graphs: the callback API's one subscriber gets the resource domain's GRAPHNODE_CREATED and
 // GRAPHNODE_CLONED callbacks it enabled, on the thread that made the node (fakeCudaSetGraphHook), and
@@ -85,6 +85,8 @@ struct LogWriter {
   }
 } g_log_writer;
 thread_local std::vector<std::uint64_t> t_ids;
+// The CUSTOM1 ids pushed on this thread (the agent's NVTX range names).
+thread_local std::vector<std::uint64_t> t_range_ids;
 
 std::int64_t nowNs() {
   timespec ts;
@@ -114,16 +116,19 @@ void onKernel(gradscope::agent::cuda::CUstream, std::int64_t start, std::int64_t
   } else {
     correlation = ++g_state.next_correlation;
   }
-  if (id != 0 && g_state.externals) {
-    CUpti_ActivityExternalCorrelation external{};
-    external.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
-    external.externalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
-    external.externalId = id;
-    external.correlationId = correlation;
-    Record record{std::vector<std::uint8_t>(sizeof external), 0};
-    std::memcpy(record.bytes.data(), &external, sizeof external);
+  const auto external = [&](CUpti_ExternalCorrelationKind kind, std::uint64_t external_id) {
+    CUpti_ActivityExternalCorrelation row{};
+    row.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+    row.externalKind = kind;
+    row.externalId = external_id;
+    row.correlationId = correlation;
+    Record record{std::vector<std::uint8_t>(sizeof row), 0};
+    std::memcpy(record.bytes.data(), &row, sizeof row);
     g_state.pending.push_back(std::move(record));
-  }
+  };
+  if (id != 0 && g_state.externals) external(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+  if (!t_range_ids.empty() && node == 0 && g_state.externals)
+    external(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1, t_range_ids.back());
   KernelRecordHead kernel{};
   kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
   kernel.start = static_cast<std::uint64_t>(start);
@@ -274,16 +279,20 @@ FAKE_EXPORT CUptiResult cuptiActivityFlushAll(std::uint32_t) {
 
 FAKE_EXPORT CUptiResult cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
                                                                std::uint64_t id) {
-  if (kind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) return CUPTI_ERROR_UNKNOWN;
-  t_ids.push_back(id);
+  if (kind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1) t_range_ids.push_back(id);
+  else if (kind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) t_ids.push_back(id);
+  else return CUPTI_ERROR_UNKNOWN;
   return CUPTI_SUCCESS;
 }
 
 FAKE_EXPORT CUptiResult cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
                                                               std::uint64_t* last) {
-  if (kind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 || t_ids.empty()) return CUPTI_ERROR_UNKNOWN;
-  *last = t_ids.back();
-  t_ids.pop_back();
+  std::vector<std::uint64_t>& ids = kind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1 ? t_range_ids : t_ids;
+  if ((kind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 && kind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1) ||
+      ids.empty())
+    return CUPTI_ERROR_UNKNOWN;
+  *last = ids.back();
+  ids.pop_back();
   return CUPTI_SUCCESS;
 }
 

@@ -6,7 +6,8 @@
 // Every step, on the fake GPU: a compute kernel "gemm_fake" of COMPUTE_MS on stream A; an all-reduce on
 // stream B, launched with it (hidden behind it); an all-reduce on stream A, after it (exposed). NCCL's
 // kernels last GRADSCOPE_FAKE_KERNEL_NS each. The host then sleeps until PERIOD_MS after the step began,
-// so that the GPU idles for the rest of the step. Prints one checksum line and "gpu_steps_job: done";
+// so that the GPU idles for the rest of the step. Built with NVTX v3 (GRADSCOPE_JOB_NVTX), the compute
+// kernel is launched inside an NVTX range "forward". Prints one checksum line and "gpu_steps_job: done";
 // exit status 0, or 1 with the failing call on stderr.
 
 #include <dlfcn.h>
@@ -16,6 +17,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#ifdef GRADSCOPE_JOB_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
 
 #include "core/nccl_types.h"
 using namespace gradscope::agent::nccl;
@@ -78,7 +83,13 @@ int main(int argc, char** argv) {
     const std::int64_t began = nowNs();
     for (std::size_t i = 0; i < kCount; ++i)
       gradients[i] = static_cast<float>(static_cast<std::size_t>(step + 1) * (i % 7));
+#ifdef GRADSCOPE_JOB_NVTX
+    nvtxRangePushA("forward");
+#endif
     if (launch != nullptr) launch(compute_stream, compute_ns, "gemm_fake");
+#ifdef GRADSCOPE_JOB_NVTX
+    nvtxRangePop();
+#endif
     check(ncclAllReduce(gradients.data(), first.data(), kCount, ncclFloat32, ncclSum, comm, side_stream),
           "ncclAllReduce (side stream)");
     check(ncclAllReduce(gradients.data(), second.data(), kCount, ncclFloat32, ncclSum, comm, compute_stream),

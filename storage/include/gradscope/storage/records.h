@@ -143,7 +143,7 @@ struct StepRecord {
   std::int64_t idle_ns = 0;  // basis Gpu: the GPU ran no kernel (of compute_ns); 0 otherwise
 };
 
-// GPU work the agent sampled: CUPTI's kernel records inside its windows (docs/schema.md, "GPU activity").
+// GPU work the agent sampled: CUPTI's kernel records inside its windows (docs/schema.md, "GPU steps").
 // Times are Unix-epoch ns in a rank's file, run-relative once merged, like the calls'.
 enum class GpuActivityKind : std::uint8_t {
   Window = 0,   // a window: every kernel that started inside it is in the other rows
@@ -156,6 +156,8 @@ struct GpuActivityRecord {
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::int64_t kernels = 0;  // kernels merged into the interval; 0 for a window
+  // Compute kernels: the job's innermost NVTX range on the launching thread, when it had one.
+  std::optional<std::string> range;
 };
 
 // A call that apply mode replaced with a recommended strategy (calls without one ran as issued).

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gradscope/common/types.h"
@@ -103,5 +104,19 @@ struct Stragglers {
   bool persistent = false;
 };
 Stragglers stragglers(std::span<const StepRecord> rows);
+
+// Where the GPU-measured steps' (StepBasis::Gpu rows of `rows`) compute went, by the job's NVTX ranges
+// (gpu_activity.nvtx_range): per range, the time its compute kernels ran inside those steps, summed over
+// them (kernels of ranges that ran side by side both count).
+struct GpuRangeTime {
+  std::string range;  // empty: kernels launched outside any range
+  std::int64_t ns = 0;
+};
+struct GpuRanges {
+  std::int64_t steps = 0;            // GPU-measured rank steps
+  std::int64_t span_ns = 0;          // their spans, summed
+  std::vector<GpuRangeTime> ranges;  // most time first
+};
+GpuRanges gpuRangeTimes(const TraceReader& reader, std::span<const StepRecord> rows);
 
 }  // namespace gradscope::storage
