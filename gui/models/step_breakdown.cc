@@ -482,9 +482,21 @@ StepsScene buildStepsScene(const StepBreakdownModel& model, QSize size, const Te
   // ---- bars
   double largest = 0;
   std::vector<StepParts> parts;
+  // GPU steps outside the sampled windows have no breakdown: their time (the slowest rank's, or the
+  // rank's) is drawn as an outline instead, 0 for a step with a breakdown.
+  std::vector<double> time_only(static_cast<std::size_t>(scene.steps), 0.0);
   for (int s = 0; s < scene.steps; ++s) {
     parts.push_back(data.parts(s, bar_rank));
     largest = std::max(largest, parts.back().total());
+    const auto index = static_cast<std::size_t>(s);
+    if (bar_rank) {
+      if (const storage::StepRecord* row = data.cell(*bar_rank, s);
+          row != nullptr && row->basis == storage::StepBasis::GpuUnsampled)
+        time_only[index] = static_cast<double>(row->end_ns - row->start_ns);
+    } else if (data.totals[index].ranks > 0 && data.totals[index].measured == 0) {
+      time_only[index] = static_cast<double>(data.totals[index].span_ns);
+    }
+    largest = std::max(largest, time_only[index]);
   }
   const ValueAxisTicks axis = niceValueAxis(0, std::max(largest, 1.0), 5, 0.02);
   const auto y_of = [&](double ns) {
@@ -515,9 +527,14 @@ StepsScene buildStepsScene(const StepBreakdownModel& model, QSize size, const Te
       base += std::max(values[p], 0.0);
       const int y_high = y_of(base);
       if (y_low > y_high)
-        scene.segments.push_back({QRect(x0, y_high, width, y_low - y_high), part_colours[p]});
+        scene.segments.push_back({QRect(x0, y_high, width, y_low - y_high), part_colours[p], false});
+    }
+    if (const double only = time_only[static_cast<std::size_t>(s)]; only > 0) {
+      const int y_high = y_of(only);
+      scene.segments.push_back({QRect(x0, y_high, width, y_of(0) - y_high), computeColour(), true});
     }
   }
+  const bool any_time_only = std::any_of(time_only.begin(), time_only.end(), [](double v) { return v > 0; });
   scene.bar_title = SceneText{QRect(kStepsMargin, kStepsMargin, 0, text.height),
                               bar_rank ? QStringLiteral("Per step, %1:").arg(data.rankLabel(*bar_rank))
                                        : QStringLiteral("Per step, mean over %1 ranks:").arg(scene.ranks),
@@ -531,6 +548,12 @@ StepsScene buildStepsScene(const StepBreakdownModel& model, QSize size, const Te
     scene.bar_legend.push_back({part_colours[p], SceneText{QRect(x + 16, kStepsMargin, width, text.height),
                                                            legend_texts[p], false}});
     x += 16 + width + 14;
+  }
+  if (any_time_only) {
+    const QString label = QStringLiteral("outside the GPU windows: time only");
+    scene.outline_legend =
+        SceneText{QRect(x + 16, kStepsMargin, text.width(label) + 4, text.height), label, false};
+    scene.outline_colour = computeColour();
   }
 
   // ---- heatmap

@@ -133,6 +133,8 @@ inline constexpr int kStepsMinBarsHeight = 150;
 struct StepBarSegment {
   QRect rect;
   QRgb colour = 0;
+  // A GPU step outside the agent's sampled windows: its time only, drawn as an outline.
+  bool outline = false;
 };
 
 struct StepsScene {
@@ -151,6 +153,8 @@ struct StepsScene {
   std::vector<int> bar_grid_y;             // their grid lines
   SceneText bar_title;
   std::vector<std::pair<QRgb, SceneText>> bar_legend;  // swatch colour, its text
+  std::optional<SceneText> outline_legend;             // the outline bars' entry, when there are any
+  QRgb outline_colour = 0;
 
   QRect heatmap;  // ranks × steps
   int row_height = 1;

@@ -96,8 +96,14 @@ void StepsWidget::paintEvent(QPaintEvent*) {
   // Bars: grid lines, then the segments, then the axis labels and the legend.
   painter.setPen(kGrid);
   for (const int y : scene.bar_grid_y) painter.drawLine(scene.bars.left(), y, scene.bars.right(), y);
-  for (const StepBarSegment& segment : scene.segments)
-    painter.fillRect(segment.rect, QColor::fromRgb(segment.colour));
+  for (const StepBarSegment& segment : scene.segments) {
+    if (!segment.outline) {
+      painter.fillRect(segment.rect, QColor::fromRgb(segment.colour));
+      continue;
+    }
+    painter.setPen(QPen(QColor::fromRgb(segment.colour).darker(130), 1, Qt::DashLine));
+    painter.drawRect(segment.rect.adjusted(0, 0, -1, -1));
+  }
   painter.setPen(kMuted);
   painter.drawLine(scene.bars.left(), scene.bars.bottom() + 1, scene.bars.right(), scene.bars.bottom() + 1);
   for (const SceneText& label : scene.bar_axis_labels) drawSceneText(painter, label);
@@ -107,6 +113,14 @@ void StepsWidget::paintEvent(QPaintEvent*) {
     const QRect swatch(label.rect.left() - 16, label.rect.center().y() - 5, 11, 11);
     painter.fillRect(swatch, QColor::fromRgb(colour));
     drawSceneText(painter, label);
+  }
+  if (scene.outline_legend) {
+    const QRect swatch(scene.outline_legend->rect.left() - 16, scene.outline_legend->rect.center().y() - 5,
+                       10, 10);
+    painter.setPen(QPen(QColor::fromRgb(scene.outline_colour).darker(130), 1, Qt::DashLine));
+    painter.drawRect(swatch);
+    painter.setPen(kText);
+    drawSceneText(painter, *scene.outline_legend);
   }
 
   // Heatmap: missing cells grey, then the cells, the rank labels and ticks, the step labels.
@@ -306,8 +320,16 @@ QString StepsView::noteText() const {
         "was detected in them. Per-rank files get their steps when merged: <tt>gradscope merge DIR -o "
         "merged.db</tt> detects each rank's steps (docs/schema.md, \"Steps\").");
   }
+  // Over the steps with a breakdown (GPU steps outside the sampled windows have their time only).
   double span = 0, compute = 0, exposed = 0, waiting = 0;
+  std::size_t measured = 0, gpu_rows = 0, gpu_measured = 0;
+  for (const storage::StepRecord& row : breakdown.rows) {
+    gpu_rows += row.basis != storage::StepBasis::Host ? 1 : 0;
+    gpu_measured += row.basis == storage::StepBasis::Gpu ? 1 : 0;
+  }
   for (std::size_t s = 0; s < breakdown.steps.size(); ++s) {
+    if (breakdown.totals[s].measured == 0) continue;
+    ++measured;
     const StepParts parts = breakdown.parts(static_cast<int>(s));
     span += parts.total();
     compute += parts.compute_ns;
@@ -329,8 +351,14 @@ QString StepsView::noteText() const {
           .arg(breakdown.hosts.size())
           .arg(breakdown.hosts.size() == 1 ? QString() : QStringLiteral("s"),
                hosts.join(QStringLiteral(", ")),
-               durationText(span / static_cast<double>(breakdown.steps.size())), share(compute),
+               durationText(measured > 0 ? span / static_cast<double>(measured) : 0.0), share(compute),
                share(exposed), share(waiting));
+  if (gpu_rows > 0)
+    text += QStringLiteral(
+                " Measured on the GPU in %1 of %2 rank steps (the agent's sampled windows); the others show "
+                "their time only.")
+                .arg(gpu_measured)
+                .arg(gpu_rows);
   const storage::Stragglers stragglers = storage::stragglers(breakdown.rows);
   if (!stragglers.ranks.empty() && stragglers.steps > 0) {
     const storage::StragglerRank& first = stragglers.ranks.front();

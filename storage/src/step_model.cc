@@ -469,6 +469,7 @@ Stragglers stragglers(std::span<const StepRecord> rows) {
   Stragglers out;
   std::map<std::int64_t, StragglerRank> ranks;
   for (const StepRecord& row : rows) {
+    if (row.basis == StepBasis::GpuUnsampled) continue;  // its waiting is not measured either
     out.rank_time_ns += row.end_ns - row.start_ns;
     if (row.caused_ns > 0) {
       StragglerRank& rank = ranks[row.rank_id];

@@ -211,13 +211,26 @@ class StepsTest : public QObject {
   // GPU rows: a step outside the sampled windows has its time only (blank cells for the other figures, a
   // tooltip that says why); a measured one says the GPU was idle.
   void gpuSteps() {
-    StepBreakdown b = handMade(2, 3);
-    for (storage::StepRecord& row : b.rows) {
+    std::vector<storage::StepRecord> rows = handMade(2, 3).rows;
+    for (storage::StepRecord& row : rows) {
       row.basis = row.step == 1 ? storage::StepBasis::GpuUnsampled : storage::StepBasis::Gpu;
       row.idle_ns = 250'000;
+      if (row.step == 1) row.compute_ns = row.exposed_ns = 0;
     }
+    std::vector<storage::RankInfo> infos(2);
+    for (int r = 0; r < 2; ++r)
+      infos[static_cast<std::size_t>(r)].id = infos[static_cast<std::size_t>(r)].rank = r;
     StepBreakdownModel model;
-    model.setBreakdown(std::move(b));
+    model.setBreakdown(buildStepBreakdown(std::move(infos), std::move(rows)));
+    // The bars: step 1's time as an outline, with its legend entry; the others stacked.
+    const StepsScene scene = buildStepsScene(model, {1200, 800}, fixedText());
+    const auto outlines = std::count_if(scene.segments.begin(), scene.segments.end(),
+                                        [](const StepBarSegment& segment) { return segment.outline; });
+    QCOMPARE(outlines, 1);
+    QVERIFY(scene.outline_legend.has_value());
+    const auto outline = std::find_if(scene.segments.begin(), scene.segments.end(),
+                                      [](const StepBarSegment& segment) { return segment.outline; });
+    QVERIFY(outline->rect.left() >= scene.columnLeft(1) && outline->rect.right() <= scene.columnRight(1));
     QVERIFY(!model.breakdown().value(0, 1, StepFigure::Exposed));
     QCOMPARE(*model.breakdown().value(0, 1, StepFigure::StepTime), 1e6);
     QVERIFY(model.breakdown().value(1, 2, StepFigure::Exposed).has_value());

@@ -1,7 +1,9 @@
 #include "synthetic_trace.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -117,7 +119,45 @@ void writeSyntheticRank(const std::string& path, const SyntheticJob& job, int ra
     call.end_ns -= rank * 1'000'000ll;
   }
   writer.appendCalls(calls);
+  if (job.gpu) writer.appendGpuActivity(syntheticGpuActivity(job, calls));
   writer.finish(calls.empty() ? 0 : calls.back().end_ns + 10'000'000);
+}
+
+std::vector<storage::GpuActivityRecord> syntheticGpuActivity(const SyntheticJob& job,
+                                                             const std::vector<storage::CallRecord>& calls) {
+  std::vector<storage::GpuActivityRecord> rows;
+  if (!job.gpu || calls.empty()) return rows;
+  const std::int64_t rank_id = calls.front().rank_id;
+  const auto row = [&](storage::GpuActivityKind kind, std::int64_t start, std::int64_t end,
+                       std::int64_t kernels, std::optional<std::string> range = std::nullopt) {
+    rows.push_back({rank_id, kind, start, end, kernels, std::move(range)});
+  };
+  // Each step's calls: [first, last] indices; its compute phase ends where its first call begins.
+  constexpr int kFirstSampled = 1, kAfterSampled = 6;  // steps 1..5 lie inside the window
+  std::int64_t window_start = -1, window_end = -1, previous_end = 0;
+  for (std::size_t i = 0; i < calls.size();) {
+    const std::int64_t step = calls[i].step;
+    std::size_t last = i;
+    while (last + 1 < calls.size() && calls[last + 1].step == step) ++last;
+    const std::int64_t compute_end = calls[i].start_ns,
+                       compute_start = std::max(previous_end, compute_end - 30'000'000);
+    if (step == kFirstSampled) window_start = compute_start;
+    if (step == kAfterSampled) window_end = calls[i].start_ns + 1;
+    if (step >= kFirstSampled && step <= kAfterSampled) {
+      const std::int64_t forward_end = std::min(compute_end, compute_start + 10'000'000);
+      row(storage::GpuActivityKind::Compute, compute_start, forward_end, 40, "forward");
+      row(storage::GpuActivityKind::Compute, forward_end, calls[i].end_ns, 80, "backward");
+      for (std::size_t k = i; k <= last; ++k)
+        row(storage::GpuActivityKind::Nccl, calls[k].start_ns, calls[k].end_ns, 1);
+    }
+    previous_end = calls[last].end_ns;
+    i = last + 1;
+  }
+  if (window_start < 0) return {};
+  if (window_end < 0) window_end = previous_end + 1;
+  rows.insert(rows.begin(),
+              {rank_id, storage::GpuActivityKind::Window, window_start, window_end, 0, std::nullopt});
+  return rows;
 }
 
 std::vector<storage::CallRecord> manyCalls(std::size_t count, std::int64_t rank_id, std::int64_t comm_id,

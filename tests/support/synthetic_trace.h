@@ -26,8 +26,16 @@ struct SyntheticJob {
   bool gpu = false;                        // NCCL calls with stream/algorithm facts instead of MPI calls
 };
 
-// Writes the file one rank of `job` would write (what the agent writes per rank).
+// Writes the file one rank of `job` would write (what the agent writes per rank); a GPU job's file also
+// has the GPU windows the agent's default sampling would keep (syntheticGpuActivity).
 void writeSyntheticRank(const std::string& path, const SyntheticJob& job, int rank);
+
+// A GPU job's sampled kernels for one rank's `calls` (syntheticRankCalls'): one window over steps 1 to 5
+// (the agent's default, marked steps 1-4 of every 100 and the step after), and in each step the compute
+// kernels of NVTX ranges "forward" (the first 10 ms of the compute phase) and "backward" (the rest, until
+// the first bucket's all-reduce ends: that bucket is hidden), and the NCCL kernels, the calls' spans.
+std::vector<storage::GpuActivityRecord> syntheticGpuActivity(const SyntheticJob& job,
+                                                             const std::vector<storage::CallRecord>& calls);
 
 // The calls of one rank, ids unset (0), for rank id `rank_id` and communicator id `comm_id`.
 std::vector<storage::CallRecord> syntheticRankCalls(const SyntheticJob& job, int rank, std::int64_t rank_id,
