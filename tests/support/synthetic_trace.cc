@@ -1,6 +1,7 @@
 #include "synthetic_trace.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <random>
 #include <string>
@@ -134,7 +135,9 @@ std::vector<storage::GpuActivityRecord> syntheticGpuActivity(const SyntheticJob&
   };
   // Each step's calls: [first, last] indices; its compute phase ends where its first call begins.
   constexpr int kFirstSampled = 1, kAfterSampled = 6;  // steps 1..5 lie inside the window
-  std::int64_t window_start = -1, window_end = -1, previous_end = 0;
+  // (A rank's times may be negative: its own time origin comes after the job's first rank's.)
+  std::optional<std::int64_t> window_start, window_end;
+  std::int64_t previous_end = INT64_MIN;
   for (std::size_t i = 0; i < calls.size();) {
     const std::int64_t step = calls[i].step;
     std::size_t last = i;
@@ -153,10 +156,9 @@ std::vector<storage::GpuActivityRecord> syntheticGpuActivity(const SyntheticJob&
     previous_end = calls[last].end_ns;
     i = last + 1;
   }
-  if (window_start < 0) return {};
-  if (window_end < 0) window_end = previous_end + 1;
-  rows.insert(rows.begin(),
-              {rank_id, storage::GpuActivityKind::Window, window_start, window_end, 0, std::nullopt});
+  if (!window_start) return {};
+  rows.insert(rows.begin(), {rank_id, storage::GpuActivityKind::Window, *window_start,
+                             window_end.value_or(previous_end + 1), 0, std::nullopt});
   return rows;
 }
 

@@ -16,6 +16,7 @@
 #include "gradscope/storage/merge.h"
 #include "gradscope/storage/reader.h"
 #include "gradscope/storage/writer.h"
+#include "synthetic_trace.h"
 #include "test_util.h"
 
 namespace gradscope::storage {
@@ -345,6 +346,33 @@ TEST(StepModel, GpuStepsWithoutWindowsHaveNoBreakdown) {
   EXPECT_NE(text.str().find("no breakdown: NCCL runs on the GPU and no step lay inside a sampled GPU window"),
             std::string::npos)
       << text.str();
+}
+
+// gradscope-synth --gpu: every rank's steps 1-5 are measured on the GPU (ranks 50 and up have negative
+// times in their own files: their clocks start after the first rank's), each with the straggler's waiting.
+TEST(StepModel, SyntheticGpuJobsAreMeasuredInTheirWindows) {
+  TempDir dir;
+  testing::SyntheticJob job;
+  job.ranks = 64;
+  job.steps = 8;
+  job.gpu = true;
+  std::vector<std::string> files;
+  for (int rank = 0; rank < job.ranks; ++rank) {
+    files.push_back(dir.file("rank" + std::to_string(rank) + ".db"));
+    testing::writeSyntheticRank(files.back(), job, rank);
+  }
+  const std::string merged = dir.file("merged.db");
+  mergeTraces(files, merged, {});
+  const std::vector<StepRecord> rows = TraceReader::open(merged).steps();
+  ASSERT_EQ(rows.size(), 64u * 8u);
+  for (const StepRecord& row : rows) {
+    SCOPED_TRACE(::testing::Message() << "rank id " << row.rank_id << " step " << row.step);
+    EXPECT_EQ(row.basis, row.step >= 1 && row.step <= 5 ? StepBasis::Gpu : StepBasis::GpuUnsampled);
+  }
+  const Stragglers late = stragglers(rows);
+  ASSERT_FALSE(late.ranks.empty());
+  EXPECT_TRUE(late.persistent);
+  EXPECT_EQ(late.steps, 5);
 }
 
 TEST(StepModel, MergeStoresTheRowsAndTheReportShowsThem) {
