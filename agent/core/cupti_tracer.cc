@@ -482,13 +482,18 @@ void CuptiTracer::setWindow(bool records, bool open) {
   if (window_open_.load(std::memory_order_relaxed) == open &&
       records_on_.load(std::memory_order_relaxed) == records)
     return;
-  const std::lock_guard lock(mutex_);
-  if (!spans_on_ && records_on_.load(std::memory_order_relaxed) != records) {
-    if (records) library_.activityEnable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    // The records of kernels that ran until now stay in CUPTI's buffers, delivered at the next flush.
-    else library_.activityDisable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  // CUPTI is switched under a lock of its own, never held by the buffer callbacks (which take mutex_): a
+  // CUPTI call that delivered buffers on this thread must not find mutex_ held here.
+  {
+    const std::lock_guard lock(records_mutex_);
+    if (!spans_on_ && records_on_.load(std::memory_order_relaxed) != records) {
+      if (records) library_.activityEnable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+      // The records of kernels that ran until now stay in CUPTI's buffers, delivered at the next flush.
+      else library_.activityDisable(cupti::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    }
+    records_on_.store(records, std::memory_order_relaxed);
   }
-  records_on_.store(records, std::memory_order_relaxed);
+  const std::lock_guard lock(mutex_);
   if (window_open_.load(std::memory_order_relaxed) == open) return;  // another thread was first
   window_open_.store(open, std::memory_order_relaxed);
   std::uint64_t now = 0;

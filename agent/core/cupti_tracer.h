@@ -18,7 +18,9 @@
 // callback: any thread CUPTI calls it on, lock-free. The completion callback: CUPTI's thread or the one
 // calling flush(); it takes `mutex_`, as do span() and forget() (background thread only). A job's thread
 // takes it only in the graph-node callbacks, while it captures or instantiates a graph (never around an
-// ordinary call), and `captures_mutex_` in endCapture.
+// ordinary call), when it begins a step that opens or closes a window (onStep; `records_mutex_` first,
+// which only guards switching CUPTI's kernel records), and `captures_mutex_` in endCapture;
+// `names_mutex_` in rangePushed while records are wanted for a window.
 //
 // Graph replays. A kernel of a CUDA graph carries the correlation of the graph's launch, not of the NCCL
 // call that was captured into the graph, and runs at every launch. So while a job thread captures an
@@ -282,6 +284,7 @@ class CuptiTracer {
   std::atomic<bool> windows_on_{false};
   std::atomic<bool> window_open_{false};         // what the host asked for last
   std::atomic<bool> records_on_{false};          // the same for the kernel records
+  std::mutex records_mutex_;                     // switching the kernel records (records_on_)
   WindowKernels windows_;                        // mutex_
   std::uint64_t window_drops_counted_ = 0;       // mutex_
   std::vector<WindowKernels::Row> window_rows_;  // background thread
