@@ -7,6 +7,7 @@
 #include <QItemSelectionModel>
 #include <QLabel>
 #include <QLineEdit>
+#include <QSignalBlocker>
 #include <QTableView>
 #include <QTimer>
 #include <QVBoxLayout>
@@ -87,6 +88,12 @@ CallsView::CallsView(ViewState* state, QWidget* parent)
   connect(step_, &QLineEdit::editingFinished, this, &CallsView::applyFilter);
   connect(window_only_, &QCheckBox::toggled, this, &CallsView::applyFilter);
   connect(state_, &ViewState::filterChanged, this, [this] {
+    // Set elsewhere (the Steps view picks a rank): the bar shows what is in force.
+    {
+      const QSignalBlocker block(rank_);
+      const int index = rank_->findData(QVariant::fromValue<qint64>(state_->filter().rank_id.value_or(-1)));
+      if (index >= 0) rank_->setCurrentIndex(index);
+    }
     CallsQuery query = model_->query();
     query.filter = state_->filter();
     query.window =

@@ -129,11 +129,17 @@ MainWindow::MainWindow(QWidget* parent)
       steps_->setTrace(*info_);
     }
   });
-  // A step clicked in the Steps tab: the timeline shows its time range, then comes to the front.
-  connect(steps_, &StepsView::showOnTimeline, this, [this](TimeRange range, std::int64_t, std::int64_t) {
-    state_->setWindow(range, true);
-    tabs_->setCurrentIndex(0);
-  });
+  // A step clicked in the Steps tab: the timeline shows its time range, then comes to the front, on the
+  // rank whose cell it was (the calls filter's rank: at 1024 ranks the user picks the lanes this way), or
+  // on every rank for a bar.
+  connect(steps_, &StepsView::showOnTimeline, this,
+          [this](TimeRange range, std::int64_t rank_id, std::int64_t) {
+            CallFilter filter = state_->filter();
+            filter.rank_id = rank_id >= 0 ? std::optional<std::int64_t>(rank_id) : std::nullopt;
+            state_->setFilter(filter);
+            state_->setWindow(range, true);
+            tabs_->setCurrentIndex(0);
+          });
 
   // The page shown without a trace, or with the message of one that cannot be opened.
   auto* message_page = new QWidget(this);

@@ -28,6 +28,7 @@
 #include "widgets/consensus_view.h"
 #include "widgets/recommendation_view.h"
 #include "widgets/runs_view.h"
+#include "widgets/steps_view.h"
 #include "widgets/strategies_view.h"
 #include "widgets/timeline_widget.h"
 
@@ -274,6 +275,26 @@ class MainWindowTest : public QObject {
     QVERIFY(!cell.isEmpty());
     const QImage table = view->runsTable()->viewport()->grab().toImage();
     QVERIFY(colouredPixels(table, cell) > 0);
+  }
+
+  // A heatmap cell of the Steps view opens the timeline on that rank's step (the calls filter's rank, shown
+  // by the calls bar); a bar opens it on every rank.
+  void aStepCellOpensTheTimelineOnItsRank() {
+    MainWindow window;
+    QVERIFY(showTrace(window, trace_));
+    window.tabs()->setCurrentWidget(window.steps());
+    QVERIFY(waitIdle(window));
+    QTRY_VERIFY(!window.steps()->model()->breakdown().empty());
+    const std::int64_t rank_id = window.steps()->model()->breakdown().ranks[2].rank_id;
+    const TimeRange extent = window.state()->extent();
+    const TimeRange step{extent.begin_ns + (extent.end_ns - extent.begin_ns) / 4,
+                         extent.begin_ns + (extent.end_ns - extent.begin_ns) / 2};
+    emit window.steps()->showOnTimeline(step, rank_id, 3);
+    QCOMPARE(window.tabs()->currentIndex(), 0);
+    QCOMPARE(window.state()->filter().rank_id, std::optional<std::int64_t>(rank_id));
+    QCOMPARE(window.state()->window(), step);
+    emit window.steps()->showOnTimeline(extent, -1, 3);
+    QVERIFY(!window.state()->filter().rank_id.has_value());
   }
 
   void timelineAndTableShareTheSelection() {
