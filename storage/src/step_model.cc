@@ -429,6 +429,13 @@ StepModel computeStepModel(const TraceReader& reader,
   return model;
 }
 
+double stepSavingNs(double faster_ns, double transport_ns, double exposed_ns) {
+  exposed_ns = std::max(0.0, exposed_ns);
+  if (faster_ns >= 0) return std::min(faster_ns, exposed_ns);
+  const double slack = std::max(0.0, transport_ns - exposed_ns);
+  return std::min(0.0, faster_ns + slack);
+}
+
 std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader) {
   std::vector<StepRecord> rows = reader.steps();
   return rows.empty() ? computeStepModel(reader).steps : rows;

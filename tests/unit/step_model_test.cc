@@ -375,6 +375,19 @@ TEST(StepModel, SyntheticGpuJobsAreMeasuredInTheirWindows) {
   EXPECT_EQ(late.steps, 5);
 }
 
+// A faster transport saves at most the exposed time; a slower one costs what the hidden part cannot absorb.
+TEST(StepModel, StepSavingOfAFasterOrSlowerTransport) {
+  // A blocking call: 200 of transport, all exposed.
+  EXPECT_DOUBLE_EQ(stepSavingNs(50, 200, 200), 50);
+  EXPECT_DOUBLE_EQ(stepSavingNs(300, 200, 200), 200);
+  EXPECT_DOUBLE_EQ(stepSavingNs(-80, 200, 200), -80);
+  // A nonblocking call: 300 of transport, 100 exposed: 200 hidden.
+  EXPECT_DOUBLE_EQ(stepSavingNs(150, 300, 100), 100);
+  EXPECT_DOUBLE_EQ(stepSavingNs(-150, 300, 100), 0);   // its slack absorbs it
+  EXPECT_DOUBLE_EQ(stepSavingNs(-250, 300, 100), -50);  // beyond the slack
+  EXPECT_DOUBLE_EQ(stepSavingNs(0, 300, 100), 0);
+}
+
 TEST(StepModel, MergeStoresTheRowsAndTheReportShowsThem) {
   TempDir dir;
   const std::string input = dir.file("in.db"), merged = dir.file("merged.db");

@@ -385,8 +385,8 @@ Result recommend(const Inputs& inputs, const RecommendOptions& options) {
     if (const auto exposed =
             exposedPerCall(inputs.exposure, row.api, row.dtype, row.min_bytes, row.max_bytes))
       row.step_saving_ns =
-          row.calls_per_step *
-          std::min(std::max(0.0, row.baseline->median_ns - row.best_time->median_ns), exposed->first);
+          row.calls_per_step * storage::stepSavingNs(row.baseline->median_ns - row.best_time->median_ns,
+                                                     exposed->second, exposed->first);
     any_extrapolated |= row.extrapolated;
     report.sizes.push_back(row);
   }

@@ -134,22 +134,25 @@ std::optional<Validation> validateRun(const storage::TraceReader& reader, const 
   out.change_low = percentile(ratios, 0.025);
   out.change_high = percentile(ratios, 0.975);
 
-  // The prediction: what each rule saves per step, capped by what its calls had exposed.
+  // The prediction: what each rule saves per step given how its calls were exposed (stepSavingNs: a faster
+  // transport saves at most the exposed time, a slower one costs what its hidden part cannot absorb).
   double saving = 0, saving_low = 0, saving_high = 0;
   bool predicted = false;
   for (const auto& [rule, count] : calls_without) {
     if (!rule->predicted || !rule->baseline || out.steps_without == 0) continue;
-    double calls = 0, exposed = 0;
+    double calls = 0, exposed = 0, transport = 0;
     for (const auto& entry : model.exposure)
       if (entry.api == rule->api && entry.dtype == rule->dtype && entry.bytes >= rule->min_bytes &&
           entry.bytes <= rule->max_bytes) {
         calls += static_cast<double>(entry.calls);
         exposed += entry.exposed_ns * static_cast<double>(entry.calls);
+        transport += entry.transport_ns * static_cast<double>(entry.calls);
       }
     if (calls <= 0) continue;
     exposed /= calls;
+    transport /= calls;
     const double per_step = static_cast<double>(count) / static_cast<double>(out.steps_without * ranks);
-    const auto capped = [&](double faster) { return per_step * std::clamp(faster, 0.0, exposed); };
+    const auto capped = [&](double faster) { return per_step * storage::stepSavingNs(faster, transport, exposed); };
     saving += capped(rule->baseline->median_ns - rule->predicted->median_ns);
     saving_low += capped(rule->baseline->low_ns - rule->predicted->high_ns);
     saving_high += capped(rule->baseline->high_ns - rule->predicted->low_ns);

@@ -59,6 +59,12 @@ struct CallExposure {
   double exposed_ns = 0;
 };
 
+// What a call saves on its step when its transport is `faster_ns` faster (negative: slower), given its
+// mean transport and exposed times (CallExposure): a faster one saves at most what was exposed; a slower
+// one first uses up the slack its hidden part left (a nonblocking call waited for later; a blocking call
+// has none) and costs the rest. Negative: the step gets longer.
+double stepSavingNs(double faster_ns, double transport_ns, double exposed_ns);
+
 struct StepModel {
   std::vector<StepRecord> steps;       // ordered by rank id, step
   std::vector<CallExposure> exposure;  // ordered by api, dtype, bytes
