@@ -554,6 +554,7 @@ StepsScene buildStepsScene(const StepBreakdownModel& model, QSize size, const Te
     scene.outline_legend =
         SceneText{QRect(x + 16, kStepsMargin, text.width(label) + 4, text.height), label, false};
     scene.outline_colour = computeColour();
+    scene.outline_filled = scene.column_width < 6;
   }
 
   // ---- heatmap

@@ -155,6 +155,8 @@ struct StepsScene {
   std::vector<std::pair<QRgb, SceneText>> bar_legend;  // swatch colour, its text
   std::optional<SceneText> outline_legend;             // the outline bars' entry, when there are any
   QRgb outline_colour = 0;
+  // Columns too narrow for a dashed outline (under 6 pixels): the time-only bars are filled, pale.
+  bool outline_filled = false;
 
   QRect heatmap;  // ranks × steps
   int row_height = 1;

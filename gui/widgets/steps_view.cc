@@ -101,6 +101,10 @@ void StepsWidget::paintEvent(QPaintEvent*) {
       painter.fillRect(segment.rect, QColor::fromRgb(segment.colour));
       continue;
     }
+    if (scene.outline_filled) {
+      painter.fillRect(segment.rect, QColor::fromRgb(segment.colour).lighter(125));
+      continue;
+    }
     painter.setPen(QPen(QColor::fromRgb(segment.colour).darker(130), 1, Qt::DashLine));
     painter.drawRect(segment.rect.adjusted(0, 0, -1, -1));
   }
@@ -117,8 +121,12 @@ void StepsWidget::paintEvent(QPaintEvent*) {
   if (scene.outline_legend) {
     const QRect swatch(scene.outline_legend->rect.left() - 16, scene.outline_legend->rect.center().y() - 5,
                        10, 10);
-    painter.setPen(QPen(QColor::fromRgb(scene.outline_colour).darker(130), 1, Qt::DashLine));
-    painter.drawRect(swatch);
+    if (scene.outline_filled) {
+      painter.fillRect(swatch, QColor::fromRgb(scene.outline_colour).lighter(125));
+    } else {
+      painter.setPen(QPen(QColor::fromRgb(scene.outline_colour).darker(130), 1, Qt::DashLine));
+      painter.drawRect(swatch);
+    }
     painter.setPen(kText);
     drawSceneText(painter, *scene.outline_legend);
   }
