@@ -100,6 +100,18 @@ struct RankSteps {
   }
 };
 
+// A rank's rows from their bounds (first posting, calls), in time order, each running to the next one's
+// start: the steps' numbers follow time unless markers went back, and the spans must not overlap.
+RankSteps consecutiveSpans(const std::map<std::int64_t, StepRecord>& bounds) {
+  RankSteps out;
+  for (const auto& [step, row] : bounds) out.rows.push_back(row);
+  std::stable_sort(out.rows.begin(), out.rows.end(),
+                   [](const StepRecord& a, const StepRecord& b) { return a.start_ns < b.start_ns; });
+  for (std::size_t i = 0; i + 1 < out.rows.size(); ++i)
+    out.rows[i].end_ns = std::max(out.rows[i].start_ns, out.rows[i + 1].start_ns);
+  return out;
+}
+
 // The steps of the GPU ranks (with NCCL calls that have steps), from the kernels of the agent's sampled
 // windows (gpu_activity). A GPU step runs from its first NCCL call's GPU start to the next step's, as a
 // host step does from posting to posting. Inside a window: exposed = NCCL kernels' time not overlapped by
@@ -145,12 +157,8 @@ void gpuSteps(const TraceReader& reader, const std::vector<std::int64_t>& offset
   std::vector<RankSteps> gpu(offsets.size());
   for (std::size_t r = 0; r < offsets.size(); ++r) {
     if (gpu_bounds[r].empty()) continue;
-    for (auto& [step, row] : gpu_bounds[r]) gpu[r].rows.push_back(row);
+    gpu[r] = consecutiveSpans(gpu_bounds[r]);
     auto& rows = gpu[r].rows;
-    std::stable_sort(rows.begin(), rows.end(),
-                     [](const StepRecord& a, const StepRecord& b) { return a.start_ns < b.start_ns; });
-    for (std::size_t i = 0; i + 1 < rows.size(); ++i)
-      rows[i].end_ns = std::max(rows[i].start_ns, rows[i + 1].start_ns);
     unite(windows[r]), unite(compute[r]), unite(nccl[r]), unite(waiting[r]);
     const std::vector<Interval> hidden = intersect(nccl[r], compute[r]);
     exposed[r] = subtract(nccl[r], compute[r]);
@@ -300,15 +308,7 @@ StepModel computeStepModel(const TraceReader& reader,
 
   // Each rank's spans: step i runs to the posting of step i + 1.
   std::vector<RankSteps> steps(rank_ids.size());
-  for (std::size_t r = 0; r < bounds.size(); ++r) {
-    for (auto& [step, row] : bounds[r]) steps[r].rows.push_back(row);
-    auto& rows = steps[r].rows;
-    // In time order (the steps' numbers follow it, unless markers went back): the spans must not overlap.
-    std::stable_sort(rows.begin(), rows.end(),
-                     [](const StepRecord& a, const StepRecord& b) { return a.start_ns < b.start_ns; });
-    for (std::size_t i = 0; i + 1 < rows.size(); ++i)
-      rows[i].end_ns = std::max(rows[i].start_ns, rows[i + 1].start_ns);
-  }
+  for (std::size_t r = 0; r < bounds.size(); ++r) steps[r] = consecutiveSpans(bounds[r]);
 
   // Who arrived last. Collectives: the latest posting among the ranks that issued the same (communicator,
   // seq, replay). Receives: their sender's posting.
