@@ -430,6 +430,7 @@ void CuptiTracer::completeBuffer(cuda::CUcontext context, std::uint32_t stream, 
   tracer->countDropped(context, stream);
   {
     const std::lock_guard lock(tracer->mutex_);
+    tracer->applyWindowEvents();
     if (valid > 0)
       parseActivityBuffer(tracer->library_, buffer, valid, tracer->spans_,
                           tracer->flushes_.load(std::memory_order_acquire),
@@ -493,13 +494,27 @@ void CuptiTracer::setWindow(bool records, bool open) {
     }
     records_on_.store(records, std::memory_order_relaxed);
   }
-  const std::lock_guard lock(mutex_);
-  if (window_open_.load(std::memory_order_relaxed) == open) return;  // another thread was first
-  window_open_.store(open, std::memory_order_relaxed);
+  // The opening or closing is queued, not applied: the thread that begins a step must not wait while the
+  // buffer callback parses a buffer under mutex_. The queue is applied before the next buffer is parsed
+  // (every record in it was written after the event) and before windows are taken.
   std::uint64_t now = 0;
   if (library_.getTimestamp(&now) != cupti::CUPTI_SUCCESS) return;
-  if (open) windows_.open(now);
-  else windows_.close(now, flushes_.load(std::memory_order_acquire));
+  const std::lock_guard lock(events_mutex_);
+  if (window_open_.load(std::memory_order_relaxed) == open) return;  // another thread was first
+  window_open_.store(open, std::memory_order_relaxed);
+  if (window_events_.size() < kMaxWindowEvents) window_events_.push_back({now, open});
+}
+
+void CuptiTracer::applyWindowEvents() {
+  {
+    const std::lock_guard lock(events_mutex_);
+    applying_.swap(window_events_);
+  }
+  for (const auto& [at, open] : applying_) {
+    if (open) windows_.open(at);
+    else windows_.close(at, flushes_.load(std::memory_order_acquire));
+  }
+  applying_.clear();
 }
 
 void CuptiTracer::takeActivity(std::vector<GpuActivitySpan>& out, bool final) {
@@ -508,6 +523,7 @@ void CuptiTracer::takeActivity(std::vector<GpuActivitySpan>& out, bool final) {
   std::uint64_t drops = 0;
   {
     const std::lock_guard lock(mutex_);
+    applyWindowEvents();
     if (final && windows_.isOpen()) {
       std::uint64_t now = 0;
       if (library_.getTimestamp(&now) == cupti::CUPTI_SUCCESS)

@@ -18,8 +18,9 @@
 // callback: any thread CUPTI calls it on, lock-free. The completion callback: CUPTI's thread or the one
 // calling flush(); it takes `mutex_`, as do span() and forget() (background thread only). A job's thread
 // takes it only in the graph-node callbacks, while it captures or instantiates a graph (never around an
-// ordinary call), when it begins a step that opens or closes a window (onStep; `records_mutex_` first,
-// which only guards switching CUPTI's kernel records), and `captures_mutex_` in endCapture;
+// ordinary call), and `captures_mutex_` in endCapture. Beginning a step that opens or closes a window
+// (onStep) takes `records_mutex_` (switching CUPTI's kernel records) and `events_mutex_` (queueing the
+// event, which the callback applies under `mutex_`), never `mutex_`;
 // `names_mutex_` in rangePushed while records are wanted for a window.
 //
 // Graph replays. A kernel of a CUDA graph carries the correlation of the graph's launch, not of the NCCL
@@ -54,6 +55,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/call_event.h"
@@ -220,6 +222,9 @@ class CuptiTracer {
   void rangePushed(const char* name);
   void rangePopped();
 
+  // Whether the kernel records are on now (throughout, or around a window): a call correlated now gets its
+  // span from them. Hot path: one load.
+  bool correlating() const { return spans_on_ || records_on_.load(std::memory_order_relaxed); }
   // Hot path, around the real NCCL call.
   void push(std::uint64_t id) const {
     library_.activityPushExternalCorrelationId(cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
@@ -262,6 +267,8 @@ class CuptiTracer {
   bool subscribeToGraphNodes(std::string& why);
   // `records`: CUPTI's kernel records wanted (switched when they are not on throughout); `open`: the window.
   void setWindow(bool records, bool open);
+  // Applies the queued openings and closings to windows_ (holding mutex_).
+  void applyWindowEvents();
   bool measureOffset();
   void countDropped(cuda::CUcontext context, std::uint32_t stream);
 
@@ -282,14 +289,18 @@ class CuptiTracer {
   GpuWindowConfig window_config_;
   bool windows_by_step_ = false;
   std::atomic<bool> windows_on_{false};
-  std::atomic<bool> window_open_{false};         // what the host asked for last
-  std::atomic<bool> records_on_{false};          // the same for the kernel records
-  std::mutex records_mutex_;                     // switching the kernel records (records_on_)
-  WindowKernels windows_;                        // mutex_
-  std::uint64_t window_drops_counted_ = 0;       // mutex_
-  std::vector<WindowKernels::Row> window_rows_;  // background thread
-  std::mutex names_mutex_;                       // names_, name_ids_
-  std::vector<std::string> names_{""};           // by range id; 0: none
+  std::atomic<bool> window_open_{false};                       // what the host asked for last
+  std::atomic<bool> records_on_{false};                        // the same for the kernel records
+  std::mutex records_mutex_;                                   // switching the kernel records (records_on_)
+  WindowKernels windows_;                                      // mutex_
+  static constexpr std::size_t kMaxWindowEvents = 256;         // queued between two buffers (never near it)
+  std::mutex events_mutex_;                                    // window_events_, window_open_'s changes
+  std::vector<std::pair<std::uint64_t, bool>> window_events_;  // (CUPTI time, opens)
+  std::vector<std::pair<std::uint64_t, bool>> applying_;       // mutex_
+  std::uint64_t window_drops_counted_ = 0;                     // mutex_
+  std::vector<WindowKernels::Row> window_rows_;                // background thread
+  std::mutex names_mutex_;                                     // names_, name_ids_
+  std::vector<std::string> names_{""};                         // by range id; 0: none
   std::unordered_map<std::string, std::uint32_t> name_ids_;
   std::uint64_t replay_drops_counted_ = 0;  // mutex_
 };

@@ -306,7 +306,7 @@ GpuTimer::Status CudaEventTimer::query(std::uint32_t slot, std::int64_t& start_e
     leader.start_ns = first;
     leader.end_ns = last;
     leader.resolved = true;
-    leader.settled = cupti_ == nullptr;
+    leader.settled = cupti_ == nullptr || !leader.correlated;
   }
   if (!leader.settled) {
     std::int64_t start = 0, end = 0;

@@ -25,9 +25,10 @@
 // error while setting a domain up leaves that context's calls host-timed (the caller logs it once);
 // an error while recording or querying makes that call host-timed ("gpu_timing" drop).
 //
-// CUPTI. With a CuptiTracer (useCupti), the pair's id (correlationOf) is pushed as CUPTI's external
-// correlation id around the real NCCL call (enterCall/leaveCall), and query() prefers the span of the
-// kernels CUPTI reports for it (exact, and from the kernels themselves rather than the events around
+// CUPTI. With a CuptiTracer (useCupti) whose kernel records are on (always, or around a GPU step window with
+// GRADSCOPE_CUPTI=windows), the pair's id (correlationOf) is pushed as CUPTI's external correlation id
+// around the real NCCL call (enterCall/leaveCall), and query() prefers the span of the kernels CUPTI
+// reports for it (exact, and from the kernels themselves rather than the events around
 // them). The events stay the fallback: when CUPTI dropped records since the call was made, or has no
 // kernel of it kGraceFlushes flushes after the events completed, the events' span is used.
 //
@@ -93,12 +94,18 @@ class CudaEventTimer final : public GpuTimer {
   // Records the end event of a start() that returned `gpu_slot` != 0, on the same stream.
   void stop(std::uint32_t gpu_slot, cuda::CUstream stream);
   // Hot path, around the real NCCL call (or the group's real ncclGroupEnd, with the leader): the call's
-  // CUPTI external correlation, when CUPTI is in use and the call is GPU-timed.
-  void enterCall(std::uint32_t gpu_slot) const {
-    if (cupti_ != nullptr && gpu_slot != 0) cupti_->push(correlationOf(gpu_slot - 1));
+  // CUPTI external correlation, when CUPTI is in use, its kernel records are on (throughout, or inside a
+  // GPU step window with GRADSCOPE_CUPTI=windows) and the call is GPU-timed. Returns whether it pushed one:
+  // only then does query() wait for CUPTI's span, and leaveCall pops it.
+  bool enterCall(std::uint32_t gpu_slot) {
+    if (gpu_slot == 0) return false;
+    const bool correlated = cupti_ != nullptr && cupti_->correlating();
+    pair(gpu_slot - 1).correlated = correlated;
+    if (correlated) cupti_->push(correlationOf(gpu_slot - 1));
+    return correlated;
   }
-  void leaveCall(std::uint32_t gpu_slot) const {
-    if (cupti_ != nullptr && gpu_slot != 0) cupti_->pop();
+  void leaveCall(bool correlated) const {
+    if (correlated) cupti_->pop();
   }
   // Before any call is timed. The timer does not own the tracer.
   void useCupti(CuptiTracer* tracer) { cupti_ = tracer; }
@@ -159,6 +166,7 @@ class CudaEventTimer final : public GpuTimer {
     bool settled = false;              // start_ns/end_ns are final (CUPTI's span, or the events' one)
     std::uint32_t generation = 0;      // claims of this pair so far
     std::uint64_t cupti_drops = 0;     // CUPTI's drop count when claimed
+    bool correlated = false;           // enterCall pushed its id: CUPTI may give its span
     std::uint64_t cupti_deadline = 0;  // CUPTI flush count after which the events' span is used
     std::int64_t start_ns = 0, end_ns = 0;
     int siblings = 0;

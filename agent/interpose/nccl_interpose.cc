@@ -112,7 +112,9 @@ CudaEventTimer* gpuTimer() {
       std::string cupti_why;
       CuptiTracer* tracer = CuptiTracer::start(cupti_why, spans);
       if (tracer != nullptr) {
-        if (spans) created->useCupti(tracer);
+        // With windows only, the calls made while the records are on still get their spans from them (the
+        // windows' kernels and those spans then share CUPTI's clock); the others keep their events'.
+        created->useCupti(tracer);
         tracer->useWindows(config().gpu_windows, g_step_marker != StepMarker::None);
         created->useWindows(tracer);
         g_window_tracer.store(tracer, std::memory_order_release);
@@ -189,14 +191,14 @@ ncclResult_t timed(CallEvent& event, CommSlot* slot, cudaStream_t stream, Call&&
   bool captured = false;
   CudaEventTimer* const timer = domain >= 0 ? g_timer.load(std::memory_order_relaxed) : nullptr;
   std::uint32_t gpu_slot = timer != nullptr ? timer->start(domain, stream, captured) : 0;
-  if (timer != nullptr) timer->enterCall(gpu_slot);
+  const bool correlated = timer != nullptr && timer->enterCall(gpu_slot);
   // Captured into a graph: the nodes NCCL creates meanwhile stand for the call at every replay.
   const std::uint32_t capture = captured ? timer->beginCapture() : 0;
   // NCCL launches the call inside: the profiler plugin's report for it arrives on this thread meanwhile.
   t_nccl_in_flight.setSingle(&event);
   const ncclResult_t rc = call();
   t_nccl_in_flight.clear();
-  if (timer != nullptr) timer->leaveCall(gpu_slot);
+  if (timer != nullptr) timer->leaveCall(correlated);
   if (captured) {
     const CuptiTracer::CapturedCall call_id{event.header.comm, joinSeq(event.header.api, event.header.seq)};
     timer->endCapture(capture,
@@ -737,12 +739,12 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
   CudaEventTimer::Group timing;
   if (timer != nullptr) timer->startGroup(timing, domains, streams, n);
   const std::uint64_t start = ticks();
-  if (timer != nullptr) timer->enterCall(timing.leader);
+  const bool correlated = timer != nullptr && timer->enterCall(timing.leader);
   const std::uint32_t capture = timing.captured ? timer->beginCapture() : 0;
   t_nccl_in_flight.setGroup(members);  // the profiler plugin's reports for them arrive meanwhile
   const ncclResult_t rc = real_ncclGroupEnd();
   t_nccl_in_flight.clear();
-  if (timer != nullptr) timer->leaveCall(timing.leader);
+  if (timer != nullptr) timer->leaveCall(correlated);
   if (timing.captured) {
     // Every replay of the graph is a replay of each member and of the launch.
     std::vector<CuptiTracer::CapturedCall> captured;

@@ -5,8 +5,8 @@
 //
 // Every step, on the fake GPU: a compute kernel "gemm_fake" of COMPUTE_MS on stream A; an all-reduce on
 // stream B, launched with it (hidden behind it); an all-reduce on stream A, after it (exposed). NCCL's
-// kernels last GRADSCOPE_FAKE_KERNEL_NS each. The host then sleeps until PERIOD_MS after the step began,
-// so that the GPU idles for the rest of the step. Built with NVTX v3 (GRADSCOPE_JOB_NVTX), the compute
+// kernels last GRADSCOPE_FAKE_KERNEL_NS each. The host then waits for both streams and sleeps until
+// PERIOD_MS after the step began, so that the GPU idles for the rest of the step. Built with NVTX v3 (GRADSCOPE_JOB_NVTX), the compute
 // kernel is launched inside an NVTX range "forward". Prints one checksum line and "gpu_steps_job: done";
 // exit status 0, or 1 with the failing call on stderr.
 
@@ -76,6 +76,8 @@ int main(int argc, char** argv) {
   // (there is no GPU to run them on).
   using LaunchNamed = void (*)(cudaStream_t, std::int64_t, const char*);
   const auto launch = reinterpret_cast<LaunchNamed>(dlsym(RTLD_DEFAULT, "fakeCudaLaunchNamed"));
+  using Synchronize = int (*)(cudaStream_t);
+  const auto synchronize = reinterpret_cast<Synchronize>(dlsym(RTLD_DEFAULT, "cuStreamSynchronize"));
   constexpr std::size_t kCount = 1024;
   std::vector<float> gradients(kCount), first(kCount), second(kCount);
   double checksum = 0;
@@ -95,6 +97,9 @@ int main(int argc, char** argv) {
     check(ncclAllReduce(gradients.data(), second.data(), kCount, ncclFloat32, ncclSum, comm, compute_stream),
           "ncclAllReduce (compute stream)");
     for (std::size_t i = 0; i < kCount; ++i) checksum += static_cast<double>(first[i] + second[i]);
+    // The step's kernels end before the next step's are launched, however late this step's launches came
+    // (the first calls set the agent's timing up, which takes long under a sanitizer).
+    if (synchronize != nullptr) synchronize(compute_stream), synchronize(side_stream);
     sleepUntil(began + period_ns);
   }
   check(ncclCommDestroy(comm), "ncclCommDestroy");
