@@ -478,6 +478,25 @@ TEST(CheckRuns, TwoObservedRunsOfTheSameJobPass) {
   EXPECT_EQ(json["runs"][0]["figure"], "step time");
 }
 
+// A GPU job: the step's time over every step, its breakdown over the steps the agent's windows measured.
+TEST(CheckRuns, AGpuJobsBreakdownComesFromItsMeasuredSteps) {
+  TempDir dir;
+  testing::SyntheticJob job;
+  job.steps = 40;
+  job.gpu = true;
+  const std::string before = writeObservedJob(dir, "before", job);
+  job.seed = 7;
+  const std::string after = writeObservedJob(dir, "after", job);
+  const CheckResult result = checkTraces(before, after);
+  ASSERT_GE(result.runs.size(), 4u);
+  EXPECT_EQ(result.runs[0].what, "step time");
+  EXPECT_EQ(result.runs[0].baseline_steps, 40);
+  EXPECT_EQ(result.runs[2].what, "exposed communication");
+  EXPECT_EQ(result.runs[2].baseline_steps, 5);  // steps 1-5, inside the window
+  EXPECT_GT(result.runs[2].baseline_ns, 0);
+  EXPECT_EQ(result.count(Verdict::Regression), 0);
+}
+
 TEST(CheckRuns, MoreGradientBytesMakeTheStepARegression) {
   TempDir dir;
   testing::SyntheticJob job;

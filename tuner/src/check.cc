@@ -100,7 +100,8 @@ struct RunFigures {
 
 // The step model's figures (the step's time, the ranks' mean compute, exposed and waiting) and the time
 // per step in each API and size (the calls' durations summed over the ranks, divided by the ranks).
-// Empty when the trace has no steps.
+// Empty when the trace has no steps. The breakdown comes from the steps that have one (a GPU job's steps
+// outside the agent's sampled windows have their time only), and is left out when none has.
 RunFigures runFigures(const storage::TraceReader& reader) {
   RunFigures run;
   const std::vector<storage::StepTotals> steps = storage::stepTotals(storage::readOrComputeSteps(reader));
@@ -111,13 +112,16 @@ RunFigures runFigures(const storage::TraceReader& reader) {
   for (const auto& step : steps) {
     index.emplace(step.step, time.size());
     time.push_back(static_cast<double>(step.span_ns));
+    if (step.measured == 0) continue;
     compute.push_back(step.compute_ns);
     exposed.push_back(step.exposed_ns);
     waiting.push_back(step.waiting_ns);
   }
   run.median_step_ns = median(time);
-  run.figures = {
-      {"step time", time}, {"compute", compute}, {"exposed communication", exposed}, {"waiting", waiting}};
+  run.figures = {{"step time", time}};
+  if (!compute.empty())
+    run.figures.insert(run.figures.end(),
+                       {{"compute", compute}, {"exposed communication", exposed}, {"waiting", waiting}});
   std::map<std::pair<Api, int>, std::vector<double>> per_api;
   std::int64_t ranks = 0;
   for (const auto& step : steps) ranks = std::max<std::int64_t>(ranks, step.ranks);
