@@ -383,7 +383,7 @@ TEST(StepModel, StepSavingOfAFasterOrSlowerTransport) {
   EXPECT_DOUBLE_EQ(stepSavingNs(-80, 200, 200), -80);
   // A nonblocking call: 300 of transport, 100 exposed: 200 hidden.
   EXPECT_DOUBLE_EQ(stepSavingNs(150, 300, 100), 100);
-  EXPECT_DOUBLE_EQ(stepSavingNs(-150, 300, 100), 0);   // its slack absorbs it
+  EXPECT_DOUBLE_EQ(stepSavingNs(-150, 300, 100), 0);    // its slack absorbs it
   EXPECT_DOUBLE_EQ(stepSavingNs(-250, 300, 100), -50);  // beyond the slack
   EXPECT_DOUBLE_EQ(stepSavingNs(0, 300, 100), 0);
 }

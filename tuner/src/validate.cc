@@ -152,7 +152,9 @@ std::optional<Validation> validateRun(const storage::TraceReader& reader, const 
     exposed /= calls;
     transport /= calls;
     const double per_step = static_cast<double>(count) / static_cast<double>(out.steps_without * ranks);
-    const auto capped = [&](double faster) { return per_step * storage::stepSavingNs(faster, transport, exposed); };
+    const auto capped = [&](double faster) {
+      return per_step * storage::stepSavingNs(faster, transport, exposed);
+    };
     saving += capped(rule->baseline->median_ns - rule->predicted->median_ns);
     saving_low += capped(rule->baseline->low_ns - rule->predicted->high_ns);
     saving_high += capped(rule->baseline->high_ns - rule->predicted->low_ns);

@@ -6,9 +6,9 @@
 // Every step, on the fake GPU: a compute kernel "gemm_fake" of COMPUTE_MS on stream A; an all-reduce on
 // stream B, launched with it (hidden behind it); an all-reduce on stream A, after it (exposed). NCCL's
 // kernels last GRADSCOPE_FAKE_KERNEL_NS each. The host then waits for both streams and sleeps until
-// PERIOD_MS after the step began, so that the GPU idles for the rest of the step. Built with NVTX v3 (GRADSCOPE_JOB_NVTX), the compute
-// kernel is launched inside an NVTX range "forward". Prints one checksum line and "gpu_steps_job: done";
-// exit status 0, or 1 with the failing call on stderr.
+// PERIOD_MS after the step began, so that the GPU idles for the rest of the step. Built with NVTX v3
+// (GRADSCOPE_JOB_NVTX), the compute kernel is launched inside an NVTX range "forward". Prints one checksum
+// line and "gpu_steps_job: done"; exit status 0, or 1 with the failing call on stderr.
 
 #include <dlfcn.h>
 #include <time.h>
