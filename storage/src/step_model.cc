@@ -112,6 +112,49 @@ RankSteps consecutiveSpans(const std::map<std::int64_t, StepRecord>& bounds) {
   return out;
 }
 
+// A collective: a call every rank of its communicator makes under the same (key, seq, replay).
+bool isCollective(const Call& call) {
+  return call.comm >= 0 && !numberedApart(call.api);
+}
+
+// Who posted each collective among `calls` last (its enqueue, compared on rank 0's clock: `offsets`). Sets
+// every such call's `last` to that time on its own clock and returns, per call, the rank that was last;
+// -1 for a call that is not a collective or that no other rank made.
+std::vector<std::int32_t> markLastArrivals(std::vector<Call>& calls,
+                                           const std::vector<std::int64_t>& offsets) {
+  struct Key {
+    std::int64_t comm, seq, replay;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const {
+      return std::hash<std::int64_t>()((key.comm << 40) ^ key.seq ^ (key.replay << 20));
+    }
+  };
+  struct Arrival {
+    std::int64_t last = 0;  // aligned
+    std::uint32_t rank = 0;
+    std::int32_t ranks = 0;
+  };
+  std::unordered_map<Key, Arrival, KeyHash> arrivals;
+  const auto keyOf = [](const Call& call) { return Key{call.comm, call.seq, call.replay}; };
+  for (const Call& call : calls) {
+    if (!isCollective(call)) continue;
+    Arrival& arrival = arrivals[keyOf(call)];
+    const std::int64_t posted = call.enqueue + offsets[call.rank];
+    if (arrival.ranks++ == 0 || posted > arrival.last) arrival.last = posted, arrival.rank = call.rank;
+  }
+  std::vector<std::int32_t> late(calls.size(), -1);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (!isCollective(calls[i])) continue;
+    const Arrival& arrival = arrivals.at(keyOf(calls[i]));
+    if (arrival.ranks < 2) continue;
+    calls[i].last = arrival.last - offsets[calls[i].rank];
+    late[i] = static_cast<std::int32_t>(arrival.rank);
+  }
+  return late;
+}
+
 // The steps of the GPU ranks (with NCCL calls that have steps), from the kernels of the agent's sampled
 // windows (gpu_activity). A GPU step runs from its first NCCL call's GPU start to the next step's, as a
 // host step does from posting to posting. Inside a window: exposed = NCCL kernels' time not overlapped by
@@ -132,28 +175,18 @@ void gpuSteps(const TraceReader& reader, const std::vector<std::int64_t>& offset
                                                         : nccl;
     into[rank->second].push_back({row.start_ns, row.end_ns});
   }
-  // Who started each NCCL call last, on rank 0's clock: its kernels wait for that rank's.
-  struct Arrival {
-    std::int64_t last = 0;
-    std::uint32_t rank = 0;
-    int ranks = 0;
+  // Who started each NCCL collective last (a GPU call is posted as its kernel starts): its kernels wait
+  // for that rank's.
+  const std::vector<std::int32_t> late = markLastArrivals(gpu_calls, offsets);
+  const auto waits = [&](std::size_t i) {
+    return late[i] >= 0 && static_cast<std::uint32_t>(late[i]) != gpu_calls[i].rank &&
+           std::min(gpu_calls[i].end, gpu_calls[i].last) > gpu_calls[i].start;
   };
-  std::map<std::tuple<std::int32_t, std::int64_t, std::uint16_t>, Arrival> arrivals;
-  const auto keyOf = [](const Call& call) { return std::tuple(call.comm, call.seq, call.replay); };
-  for (const Call& call : gpu_calls) {
-    if (call.comm < 0) continue;
-    Arrival& arrival = arrivals[keyOf(call)];
-    const std::int64_t started = call.start + offsets[call.rank];
-    if (arrival.ranks++ == 0 || started > arrival.last) arrival.last = started, arrival.rank = call.rank;
-  }
   std::vector<std::vector<Interval>> waiting(offsets.size()), exposed(offsets.size());
-  for (const Call& call : gpu_calls) {
-    const auto arrival = call.comm < 0 ? arrivals.end() : arrivals.find(keyOf(call));
-    if (arrival == arrivals.end() || arrival->second.ranks < 2 || arrival->second.rank == call.rank) continue;
-    const std::int64_t last = arrival->second.last - offsets[call.rank];
-    if (std::min(call.end, last) > call.start)
-      waiting[call.rank].push_back({call.start, std::min(call.end, last)});
-  }
+  for (std::size_t i = 0; i < gpu_calls.size(); ++i)
+    if (waits(i))
+      waiting[gpu_calls[i].rank].push_back(
+          {gpu_calls[i].start, std::min(gpu_calls[i].end, gpu_calls[i].last)});
   std::vector<RankSteps> gpu(offsets.size());
   for (std::size_t r = 0; r < offsets.size(); ++r) {
     if (gpu_bounds[r].empty()) continue;
@@ -177,16 +210,15 @@ void gpuSteps(const TraceReader& reader, const std::vector<std::int64_t>& offset
     }
   }
   // The last rank is charged the others' exposed waiting, in its step that holds its arrival.
-  for (const Call& call : gpu_calls) {
-    const auto arrival = call.comm < 0 ? arrivals.end() : arrivals.find(keyOf(call));
-    if (arrival == arrivals.end() || arrival->second.ranks < 2 || arrival->second.rank == call.rank) continue;
-    const std::int64_t last = arrival->second.last - offsets[call.rank];
-    if (std::min(call.end, last) <= call.start) continue;
+  for (std::size_t i = 0; i < gpu_calls.size(); ++i) {
+    if (!waits(i)) continue;
+    const Call& call = gpu_calls[i];
     std::int64_t waited = 0;
-    for (const Interval& part : intersect({{call.start, std::min(call.end, last)}}, exposed[call.rank]))
+    for (const Interval& part : intersect({{call.start, std::min(call.end, call.last)}}, exposed[call.rank]))
       waited += part.end - part.begin;
-    const std::uint32_t late = arrival->second.rank;
-    if (StepRecord* row = gpu[late].at(arrival->second.last - offsets[late])) row->caused_ns += waited;
+    const auto rank = static_cast<std::uint32_t>(late[i]);
+    if (StepRecord* row = gpu[rank].at(call.last + offsets[call.rank] - offsets[rank]))
+      row->caused_ns += waited;
   }
   // A step is measured when its GPU span lies inside one window; the host rows of a GPU rank give way.
   for (std::size_t r = 0; r < offsets.size(); ++r) {
@@ -314,53 +346,21 @@ StepModel computeStepModel(const TraceReader& reader,
   // seq, replay). Receives: their sender's posting.
   const auto aligned = [&](const Call& call, std::int64_t t) { return t + offsets[call.rank]; };
   const auto local = [&](const Call& call, std::int64_t t) { return t - offsets[call.rank]; };
-  struct Key {
-    std::int64_t comm, seq, replay;
-    bool operator==(const Key&) const = default;
-  };
-  struct KeyHash {
-    std::size_t operator()(const Key& key) const {
-      return std::hash<std::int64_t>()((key.comm << 40) ^ key.seq ^ (key.replay << 20));
-    }
-  };
-  struct Arrival {
-    std::int64_t last = 0;  // aligned
-    std::uint32_t rank = 0;
-    std::int32_t ranks = 0;
-  };
-  std::unordered_map<Key, Arrival, KeyHash> arrivals;
-  const auto keyOf = [](const Call& call) { return Key{call.comm, call.seq, call.replay}; };
-  const auto isCollective = [](const Call& call) { return call.comm >= 0 && !numberedApart(call.api); };
-  for (const Call& call : calls) {
-    if (!isCollective(call)) continue;
-    Arrival& arrival = arrivals[keyOf(call)];
-    const std::int64_t posted = aligned(call, call.enqueue);
-    if (arrival.ranks++ == 0 || posted > arrival.last) arrival.last = posted, arrival.rank = call.rank;
-  }
-  // Who caused it: (rank, its local arrival, other ranks' waiting) per collective or message.
+  const std::vector<std::int32_t> late = markLastArrivals(calls, offsets);
+  // Who caused it: (rank, its local arrival, another rank's waiting) per call that waited.
   struct Charge {
     std::uint32_t rank = 0;
     std::int64_t at = 0;
     std::int64_t waited = 0;
   };
-  std::unordered_map<Key, Charge, KeyHash> charges;
-  for (Call& call : calls) {
-    if (!isCollective(call)) continue;
-    const Arrival& arrival = arrivals.at(keyOf(call));
-    if (arrival.ranks < 2) continue;
-    call.last = local(call, arrival.last);
-    if (call.rank == arrival.rank) continue;
-    const std::int64_t waited = std::min(call.end, call.last) - call.start;
-    if (waited <= 0) continue;
-    Charge& charge = charges[keyOf(call)];
-    charge.rank = arrival.rank;
-    charge.waited += waited;
-  }
   std::vector<Charge> charged;
-  for (const Call& call : calls)
-    if (isCollective(call) && call.rank == arrivals.at(keyOf(call)).rank)
-      if (const auto it = charges.find(keyOf(call)); it != charges.end())
-        charged.push_back({call.rank, call.enqueue, it->second.waited});
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const Call& call = calls[i];
+    if (late[i] < 0 || static_cast<std::uint32_t>(late[i]) == call.rank) continue;
+    const std::int64_t waited = std::min(call.end, call.last) - call.start;
+    const auto rank = static_cast<std::uint32_t>(late[i]);
+    if (waited > 0) charged.push_back({rank, aligned(call, call.last) - offsets[rank], waited});
+  }
   if (any_peer) {
     std::unordered_map<std::int64_t, std::size_t> by_id;
     for (std::size_t i = 0; i < calls.size(); ++i)

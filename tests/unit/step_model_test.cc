@@ -69,8 +69,8 @@ class StepTraceBuilder {
   }
   // An NCCL all-reduce made at `enqueue` whose kernel ran from `start` to `end` on the GPU.
   void gpuCollective(int rank, std::int64_t seq, std::int64_t step, std::int64_t enqueue, std::int64_t start,
-                     std::int64_t end) {
-    CallRecord call = base(rank, step, Api::NcclAllReduce, enqueue, start, end);
+                     std::int64_t end, Api api = Api::NcclAllReduce) {
+    CallRecord call = base(rank, step, api, enqueue, start, end);
     call.seq = seq;
     call.op = ReduceOp::Sum;
     add(call);
@@ -325,6 +325,31 @@ TEST(StepModel, GpuStepsFromTheSampledWindowsKernels) {
                         "40.0% of their time"),
             std::string::npos)
       << report;
+}
+
+// NCCL sends and receives are numbered apart on each rank: equal numbers are not one collective, and a
+// receive is not charged as waiting for a "late" send.
+TEST(StepModel, GpuPointToPointCallsAreNotCollectives) {
+  TempDir dir;
+  const std::string path = dir.file("gpu-p2p.db");
+  {
+    StepTraceBuilder trace(path, 2);
+    for (std::int64_t step = 0; step < 2; ++step) {
+      const std::int64_t t = step * 1000;
+      trace.gpuCollective(0, step, step, t, t + 100, t + 200, Api::NcclSend);
+      trace.gpuCollective(1, step, step, t, t + 400, t + 500, Api::NcclRecv);
+      trace.activity(0, GpuActivityKind::Nccl, t + 100, t + 200);
+      trace.activity(1, GpuActivityKind::Nccl, t + 400, t + 500);
+    }
+    trace.activity(0, GpuActivityKind::Window, 0, 3000);
+    trace.activity(1, GpuActivityKind::Window, 0, 3000);
+    trace.finish();
+  }
+  for (const StepRecord& row : computeStepModel(TraceReader::open(path)).steps) {
+    SCOPED_TRACE(::testing::Message() << "rank " << row.rank_id << " step " << row.step);
+    EXPECT_EQ(row.waiting_ns, 0);
+    EXPECT_EQ(row.caused_ns, 0);
+  }
 }
 
 // Without windows (no CUPTI) a GPU rank's steps have their spans and no breakdown, and the report says why.
