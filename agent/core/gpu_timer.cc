@@ -334,8 +334,10 @@ void CudaEventTimer::release(std::uint32_t slot) {
 }
 
 void CudaEventTimer::poll() {
-  if (windows_ != nullptr) windows_->onPoll(realtimeNs());
-  if (CuptiTracer* tracer = cupti_ != nullptr ? cupti_ : windows_) tracer->flush();
+  if (cupti_ != nullptr) {
+    cupti_->onPoll(realtimeNs());
+    cupti_->flush();
+  }
   const int n = domain_count_.load(std::memory_order_acquire);
   const std::int64_t now = monotonicNs();
   for (int i = 0; i < n; ++i) {

@@ -143,11 +143,9 @@ class CudaEventTimer final : public GpuTimer {
   void takeGraphReplays(std::vector<ReplaySpan>& out, bool final) override {
     if (cupti_ != nullptr) cupti_->takeReplays(out, final);
   }
-  // The tracer whose sampled windows poll() drives and takeGpuActivity() hands over (the span tracer of
-  // useCupti, or one started for the windows only). Before any call is timed.
-  void useWindows(CuptiTracer* tracer) { windows_ = tracer; }
+  // The tracer's sampled GPU windows (cupti_tracer.h), which poll() drives.
   void takeGpuActivity(std::vector<GpuActivitySpan>& out, bool final) override {
-    if (windows_ != nullptr) windows_->takeActivity(out, final);
+    if (cupti_ != nullptr) cupti_->takeActivity(out, final);
   }
 
   // Pairs not in the pool now (claimed, or carried by records not yet released). For tests.
@@ -210,7 +208,6 @@ class CudaEventTimer final : public GpuTimer {
   cuda::CUcontext background_context_ = nullptr;
   bool background_relaxed_ = false;
   CuptiTracer* cupti_ = nullptr;
-  CuptiTracer* windows_ = nullptr;
 };
 
 }  // namespace gradscope::agent

@@ -116,7 +116,6 @@ CudaEventTimer* gpuTimer() {
         // windows' kernels and those spans then share CUPTI's clock); the others keep their events'.
         created->useCupti(tracer);
         tracer->useWindows(config().gpu_windows, g_step_marker != StepMarker::None);
-        created->useWindows(tracer);
         g_window_tracer.store(tracer, std::memory_order_release);
         setStepListener([](std::int64_t step) {
           if (CuptiTracer* windows = g_window_tracer.load(std::memory_order_acquire)) windows->onStep(step);
