@@ -1059,9 +1059,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
   writeApplied(reader.appliedSummary(), apply_mode, out);
   // A validated apply run (gradscope run --validate): what the plan measurably saved on the step.
   for (const auto& run : runs) {
-    const auto config = nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
-    if (!config.is_object() || !config.contains("validation")) continue;
-    if (const auto validation = tuner::parseValidation(config["validation"].dump()))
+    if (const auto validation = tuner::storedValidation(run))
       out << fmt::format("\nValidation (apply mode, the plan in alternate windows)\n  {}\n",
                          tuner::describe(*validation));
   }

@@ -805,11 +805,8 @@ namespace {
 // The step-gain gate: the validation stored in `path` (gradscope run --validate) against `min_gain`.
 bool stepGainHolds(const std::string& path, double min_gain, std::ostream& out) {
   std::optional<Validation> validation;
-  for (const auto& run : storage::TraceReader::open(path).runs()) {
-    const auto config = nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
-    if (config.is_object() && config.contains("validation"))
-      validation = parseValidation(config["validation"].dump());
-  }
+  for (const auto& run : storage::TraceReader::open(path).runs())
+    if (auto stored = storedValidation(run)) validation = std::move(stored);
   if (!validation)
     fail(
         "{}: no validation of a plan in this trace (record one with gradscope run --mode apply "

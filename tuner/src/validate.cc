@@ -233,4 +233,10 @@ std::optional<Validation> parseValidation(const std::string& json_text) {
   return v;
 }
 
+std::optional<Validation> storedValidation(const storage::RunInfo& run) {
+  const auto config = nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object() || !config.contains("validation")) return std::nullopt;
+  return parseValidation(config["validation"].dump());
+}
+
 }  // namespace gradscope::tuner

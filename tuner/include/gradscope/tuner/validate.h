@@ -15,11 +15,12 @@
 //   up). Measured change = mean step time with / mean step time without − 1; its 95% interval is the
 //   2.5th..97.5th percentile of the same ratio over 2,000 bootstrap resamples of the windows (seeded: the
 //   same file gives the same interval).
-// - Predicted change: for each rule, its calls per step (in the steps without the plan) × min(baseline −
-//   predicted, the exposed time of such a call in those steps) (storage/step_model.h), summed, over the
-//   mean step time without; its interval from the rule's intervals (baseline low − predicted high ..
-//   baseline high − predicted low, each capped by the exposure). Rules acting inside NCCL (sum/nccl.*,
-//   through the tuner plugin) are not switched by windows and are left out of both.
+// - Predicted change: for each rule, its calls per step (in the steps without the plan) × what a call
+//   whose transport is baseline − predicted faster saves on the step, given how such calls were exposed in
+//   those steps (storage::stepSavingNs: at most the exposed time; a slower strategy costs what the call's
+//   hidden slack cannot absorb), summed, over the mean step time without; its interval from the rule's
+//   intervals (baseline low − predicted high .. baseline high − predicted low). Rules acting inside NCCL
+//   (sum/nccl.*, through the tuner plugin) are not switched by windows and are left out of both.
 
 #include <cstdint>
 #include <optional>
@@ -54,5 +55,7 @@ std::string describe(const Validation& validation);
 // text that is not a validation.
 std::string validationJson(const Validation& validation);
 std::optional<Validation> parseValidation(const std::string& json_text);
+// The validation stored in a run's configuration, if any.
+std::optional<Validation> storedValidation(const storage::RunInfo& run);
 
 }  // namespace gradscope::tuner
