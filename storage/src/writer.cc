@@ -43,6 +43,16 @@ std::int64_t insertRow(sql::Database& db, const Table& table, const typename Tab
 }
 
 // created_ns 0 means now.
+// Inserts every row of a table whose columns are all written as given (no key to assign).
+template <typename Table>
+void insertRows(sql::Database& db, const Table& table, std::span<const typename Table::record_type> rows) {
+  sql::Statement insert(db, table.insertSql());
+  for (const auto& row : rows) {
+    table.bind(insert, 1, row);
+    insert.run();
+  }
+}
+
 std::int64_t insertRecommendation(sql::Database& db, const RecommendationRecord& recommendation) {
   RecommendationRecord row = recommendation;
   if (row.created_ns == 0) row.created_ns = unixTimeNs();
@@ -362,31 +372,19 @@ void TraceWriter::appendConsensus(std::span<const ConsensusRecord> rows) {
 void TraceWriter::appendApplied(std::span<const AppliedCall> rows) {
   if (rows.empty()) return;
   impl_->begin();
-  sql::Statement insert(impl_->db, detail::kAppliedCalls.insertSql());
-  for (const AppliedCall& row : rows) {
-    detail::kAppliedCalls.bind(insert, 1, row);
-    insert.run();
-  }
+  insertRows(impl_->db, detail::kAppliedCalls, rows);
 }
 
 void TraceWriter::appendSteps(std::span<const StepRecord> rows) {
   if (rows.empty()) return;
   impl_->begin();
-  sql::Statement insert(impl_->db, detail::kSteps.insertSql());
-  for (const StepRecord& row : rows) {
-    detail::kSteps.bind(insert, 1, row);
-    insert.run();
-  }
+  insertRows(impl_->db, detail::kSteps, rows);
 }
 
 void TraceWriter::appendGpuActivity(std::span<const GpuActivityRecord> rows) {
   if (rows.empty()) return;
   impl_->begin();
-  sql::Statement insert(impl_->db, detail::kGpuActivity.insertSql());
-  for (const GpuActivityRecord& row : rows) {
-    detail::kGpuActivity.bind(insert, 1, row);
-    insert.run();
-  }
+  insertRows(impl_->db, detail::kGpuActivity, rows);
 }
 
 std::int64_t TraceWriter::addRecommendation(const RecommendationRecord& recommendation) {
