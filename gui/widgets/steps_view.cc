@@ -96,17 +96,18 @@ void StepsWidget::paintEvent(QPaintEvent*) {
   // Bars: grid lines, then the segments, then the axis labels and the legend.
   painter.setPen(kGrid);
   for (const int y : scene.bar_grid_y) painter.drawLine(scene.bars.left(), y, scene.bars.right(), y);
-  for (const StepBarSegment& segment : scene.segments) {
-    if (!segment.outline) {
-      painter.fillRect(segment.rect, QColor::fromRgb(segment.colour));
-      continue;
-    }
+  // A step with its time only (outside the GPU windows): a dashed outline, or a pale fill in narrow columns.
+  const auto drawTimeOnly = [&](const QRect& rect, QRgb colour) {
     if (scene.outline_filled) {
-      painter.fillRect(segment.rect, QColor::fromRgb(segment.colour).lighter(125));
-      continue;
+      painter.fillRect(rect, QColor::fromRgb(colour).lighter(125));
+      return;
     }
-    painter.setPen(QPen(QColor::fromRgb(segment.colour).darker(130), 1, Qt::DashLine));
-    painter.drawRect(segment.rect.adjusted(0, 0, -1, -1));
+    painter.setPen(QPen(QColor::fromRgb(colour).darker(130), 1, Qt::DashLine));
+    painter.drawRect(rect.adjusted(0, 0, -1, -1));
+  };
+  for (const StepBarSegment& segment : scene.segments) {
+    if (segment.outline) drawTimeOnly(segment.rect, segment.colour);
+    else painter.fillRect(segment.rect, QColor::fromRgb(segment.colour));
   }
   painter.setPen(kMuted);
   painter.drawLine(scene.bars.left(), scene.bars.bottom() + 1, scene.bars.right(), scene.bars.bottom() + 1);
@@ -119,14 +120,9 @@ void StepsWidget::paintEvent(QPaintEvent*) {
     drawSceneText(painter, label);
   }
   if (scene.outline_legend) {
-    const QRect swatch(scene.outline_legend->rect.left() - 16, scene.outline_legend->rect.center().y() - 5,
-                       10, 10);
-    if (scene.outline_filled) {
-      painter.fillRect(swatch, QColor::fromRgb(scene.outline_colour).lighter(125));
-    } else {
-      painter.setPen(QPen(QColor::fromRgb(scene.outline_colour).darker(130), 1, Qt::DashLine));
-      painter.drawRect(swatch);
-    }
+    drawTimeOnly(
+        QRect(scene.outline_legend->rect.left() - 16, scene.outline_legend->rect.center().y() - 5, 11, 11),
+        scene.outline_colour);
     painter.setPen(kText);
     drawSceneText(painter, *scene.outline_legend);
   }
