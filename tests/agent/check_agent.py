@@ -449,6 +449,21 @@ def find_merged_trace(directory, ranks):
     return None
 
 
+def gradscope_run_environment(args):
+    """The environment of `gradscope run` with the agent under test, named as docs/agent.md says (without
+    --agent, gradscope finds the build tree's <build>/agent/libgradscope-agent.so itself). An ASan build's
+    agent needs its runtime first in LD_PRELOAD: gradscope run keeps a sanitizer runtime it finds there
+    ahead of the agent; mpiexec then runs with ASan too, and Open MPI leaks by design."""
+    env = base_environment()
+    if args.agent:
+        env["GRADSCOPE_AGENT_PATH"] = args.agent
+    runtime = sanitizer_runtime(args.agent) if args.agent else None
+    if runtime and "libasan" in runtime:
+        env["LD_PRELOAD"] = runtime
+        env["ASAN_OPTIONS"] = ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"), "detect_leaks=0"]))
+    return env
+
+
 def check_gradscope_run(args, where):
     """run-outer / run-inner: `gradscope run` around the launcher or inside it, 2 ranks."""
     label, np = f"gradscope run ({where})", 2
@@ -463,17 +478,7 @@ def check_gradscope_run(args, where):
             return [args.gradscope, "run", "-o", output, "--"] + mpiexec(args, np, job)
         return mpiexec(args, np, [args.gradscope, "run", "-o", output, "--"] + job)
 
-    # The agent under test, named as docs/agent.md says; without --agent, gradscope finds the build
-    # tree's <build>/agent/libgradscope-agent.so itself.
-    env = base_environment()
-    if args.agent:
-        env["GRADSCOPE_AGENT_PATH"] = args.agent
-    # An ASan build's agent needs its runtime first in LD_PRELOAD: gradscope run keeps a sanitizer runtime
-    # it finds there ahead of the agent. mpiexec then runs with ASan too, and Open MPI leaks by design.
-    runtime = sanitizer_runtime(args.agent) if args.agent else None
-    if runtime and "libasan" in runtime:
-        env["LD_PRELOAD"] = runtime
-        env["ASAN_OPTIONS"] = ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"), "detect_leaks=0"]))
+    env = gradscope_run_environment(args)
     output = os.path.join(args.workdir, "out")
     code, out, err = run(command(output), env, args.workdir)
     check(code == 0, f"{label}: exit {code}: {tail(err)}")
@@ -1112,9 +1117,7 @@ def check_parallel_sample(args, kind):
     the job did: the pipeline's two stages, each rank's receives and the bubble, or the all-to-all's uneven
     spread over the experts."""
     np = args.np
-    env = base_environment()
-    if args.agent:
-        env["GRADSCOPE_AGENT_PATH"] = args.agent
+    env = gradscope_run_environment(args)
     runs = ([[args.pipeline, "--schedule", schedule, "--steps", "4"] for schedule in ("gpipe", "1f1b")]
             if kind == "pipeline" else [[args.moe, "--steps", "4"]])
     for index, program in enumerate(runs):

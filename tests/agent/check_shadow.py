@@ -316,7 +316,7 @@ def check_validate(args):
     command = [args.gradscope, "run", "-o", out_dir, "--mode", "apply", "--recommendation", plan, "--validate",
                str(window), "--", args.mpiexec, "--oversubscribe", "-np", str(np), args.sample, "--blocking",
                "--steps", "120", "--print-every", "0"]
-    code, out, err = ca.run(command, ca.base_environment(), args.workdir)
+    code, out, err = ca.run(command, ca.gradscope_run_environment(args), args.workdir)
     if not check(code == 0, f"{label}: exit {code}: {tail(err)}"):
         return
     check("Validation (apply mode, the plan in alternate windows)" in err,
@@ -354,7 +354,8 @@ def check_validate(args):
     out_dir = os.path.join(args.workdir, "run-steps")
     command[command.index("-o") + 1] = out_dir
     command[command.index("--validate") + 1] = "3"
-    code, out, err = ca.run(command, {**ca.base_environment(), "GRADSCOPE_STEP_CALLS": "7"}, args.workdir)
+    code, out, err = ca.run(command, {**ca.gradscope_run_environment(args), "GRADSCOPE_STEP_CALLS": "7"},
+                            args.workdir)
     if not check(code == 0, f"{label}: exit {code}: {tail(err)}"):
         return
     db = sqlite3.connect(f"file:{os.path.join(out_dir, 'trace.db')}?mode=ro", uri=True)
