@@ -5,6 +5,8 @@
 #include <string_view>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "gradscope/comm/mpi.h"
 #include "gradscope/common/error.h"
 
@@ -51,6 +53,15 @@ Communicator::Hierarchy Communicator::hierarchy() {
   // Only the node leaders use theirs; the other ranks' communicator just completes the collective split.
   made.leaders = split(made.node->rank() == 0 ? 0 : 1, rank());
   return made;
+}
+
+std::unique_ptr<Communicator> Communicator::concurrentCopy(std::string& why_not) {
+  why_not =
+      memory() == Memory::Device
+          ? fmt::format("the async strategies run on host memory ({} keeps its buffers on the GPU)",
+                        gradscope::name(backend()))
+          : fmt::format("{} cannot run collectives from a second thread here", gradscope::name(backend()));
+  return nullptr;
 }
 
 namespace {

@@ -726,12 +726,35 @@ class MpiCommunicator final : public Communicator {
   // MPI_THREAD_MULTIPLE, where Open MPI 4.1 can deadlock when two threads create communicators at once
   // (its CID agreement; open-mpi/ompi#2025) and the job's threads may create theirs at any moment: the
   // agent seals a communicator inside the job's own creation call (mpiDuplicateOf).
-  void seal() {
+  // `concurrent`: also the copy concurrentCopy() hands out (the async strategies' worker).
+  void seal(bool concurrent) {
     Sealed made;
     Hierarchy hierarchy = MpiCommunicator::hierarchy();
     made.node.reset(static_cast<MpiCommunicator*>(hierarchy.node.release()));
     made.leaders.reset(static_cast<MpiCommunicator*>(hierarchy.leaders.release()));
+    if (concurrent) made.concurrent = std::make_unique<MpiCommunicator>(privateCopy(comm_), nodes_);
     sealed_ = std::move(made);
+  }
+
+  // Two threads may use two communicators at once only at MPI_THREAD_MULTIPLE. Each call makes its own
+  // copy, but a sealed communicator's: that one is made once, at seal(), and handed out once.
+  std::unique_ptr<Communicator> concurrentCopy(std::string& why_not) override {
+    int level = MPI_THREAD_SINGLE;
+    check(MPI_Query_thread(&level), "MPI_Query_thread");
+    if (level != MPI_THREAD_MULTIPLE) {
+      why_not =
+          "MPI runs below MPI_THREAD_MULTIPLE, so no second thread may reduce (apply mode asks for it "
+          "at MPI_Init when the recommendation has async rules)";
+      return nullptr;
+    }
+    if (sealed_) {
+      if (!sealed_->concurrent) {
+        why_not = "this communicator was sealed without a concurrent copy (comm/mpi.h, mpiDuplicateOf)";
+        return nullptr;
+      }
+      return std::move(sealed_->concurrent);
+    }
+    return std::make_unique<MpiCommunicator>(privateCopy(comm_), nodes_);
   }
 
   std::unique_ptr<Communicator> withAlgorithm(int algorithm, int protocol) override {
@@ -846,6 +869,7 @@ class MpiCommunicator final : public Communicator {
   // seal(): what was made then, handed out by hierarchy(); empty in the sealed communicators handed out.
   struct Sealed {
     std::unique_ptr<MpiCommunicator> node, leaders;
+    std::unique_ptr<MpiCommunicator> concurrent;  // until concurrentCopy() hands it out
   };
   std::optional<Sealed> sealed_;
 
@@ -891,7 +915,7 @@ std::unique_ptr<Communicator> mpiWorld(MpiThreads threads) {
   return std::make_unique<MpiCommunicator>(privateCopy(MPI_COMM_WORLD), /*of_world=*/true);
 }
 
-std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle, bool sealed) {
+std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle, bool sealed, bool concurrent) {
   if (comm_handle == nullptr) fail("MPI: no communicator to duplicate");
   int initialized = 0;
   check(MPI_Initialized(&initialized), "MPI_Initialized");
@@ -903,7 +927,7 @@ std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle, bool seale
   int same = MPI_UNEQUAL;
   check(MPI_Comm_compare(comm, MPI_COMM_WORLD, &same), "MPI_Comm_compare");
   auto copy = std::make_unique<MpiCommunicator>(privateCopy(comm), same == MPI_IDENT);
-  if (sealed) copy->seal();
+  if (sealed) copy->seal(concurrent);
   return copy;
 }
 

@@ -20,7 +20,7 @@ std::unique_ptr<Communicator> mpiWorld(MpiThreads) {
   fail("MPI: {}", kReason);
 }
 
-std::unique_ptr<Communicator> mpiDuplicateOf(const void*, bool) {
+std::unique_ptr<Communicator> mpiDuplicateOf(const void*, bool, bool) {
   fail("MPI: {}", kReason);
 }
 

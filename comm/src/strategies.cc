@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "adaptive_scalars.h"
+#include "gradscope/comm/async.h"
 #include "gradscope/comm/strategy.h"
 #include "gradscope/common/error.h"
 #include "pipelined_rs_ag.h"
@@ -440,6 +441,13 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyName& name, Communicator& c
       fail("{} needs the {} backend, not {}", name.text(), gradscope::name(name.engine),
            gradscope::name(comm.backend()));
   }
+  if (name.aggregator == Aggregator::Async) {
+    if (name.wire || name.transport != Transport::Native)
+      fail("{}: async takes no transport or wire", name.text());
+    auto worker = options.async_worker ? options.async_worker
+                                       : std::make_shared<AsyncWorker>(comm, options.async_thread_start);
+    return std::make_unique<AsyncStrategy>(name, dtype, std::move(worker));
+  }
   if (name.aggregator != Aggregator::Sum && name.wire)
     fail("{}: adacons and adasum take no wire precision", name.text());
   if (name.aggregator == Aggregator::AdaSum && name.transport != Transport::Native)
@@ -453,6 +461,7 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyName& name, Communicator& c
       return std::make_unique<SumStrategy>(name, comm, dtype, options);
     case Aggregator::AdaCons: return std::make_unique<AdaConsStrategy>(name, comm, options);
     case Aggregator::AdaSum: return std::make_unique<AdaSumStrategy>(name, comm);
+    case Aggregator::Async: break;  // above
   }
   fail("unknown aggregator in strategy name");
 }

@@ -13,7 +13,7 @@ namespace {
 constexpr std::array<std::string_view, kMpiAlgorithmCount + 1> kMpiAlgorithms = {
     "", "basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner"};
 
-constexpr std::string_view kAggregatorNames[] = {"sum", "adacons", "adasum"};  // by Aggregator value
+constexpr std::string_view kAggregatorNames[] = {"sum", "adacons", "adasum", "async"};  // by Aggregator value
 
 std::string lowerCase(std::string_view text) {
   std::string lower(text);
@@ -37,9 +37,11 @@ const std::string& validForms() {
       wires += name(kWireFormats[i]);
     }
     return fmt::format(
-        "valid: sum/<transport>[/<wire>], adacons/<transport>, adasum/native; transport native, rs_ag, "
+        "valid: sum/<transport>[/<wire>], adacons/<transport>, adasum/native, async/stale<K>, async/dga<K> "
+        "(K 1 to {}); transport native, rs_ag, "
         "reduce_bcast, hier, nccl.<{}>.<{}> or mpi.<{}>; wire {}",
-        alternatives(0, kNcclAlgoCount, ncclAlgoName), alternatives(0, kNcclProtoCount, ncclProtoName),
+        kMaxStaleness, alternatives(0, kNcclAlgoCount, ncclAlgoName),
+        alternatives(0, kNcclProtoCount, ncclProtoName),
         alternatives(1, kMpiAlgorithmCount + 1, mpiAlgorithmName), wires);
   }();
   return text;
@@ -71,6 +73,18 @@ bool parseTransport(std::string_view text, StrategyName& name) {
   } else {
     return false;
   }
+  return true;
+}
+
+// Fills the delay of an async name from "stale2", "dga1", ...; false when unknown or K is out of range.
+bool parseDelay(std::string_view text, StrategyName& name) {
+  std::string_view digits;
+  if (text.starts_with("stale")) name.delay = StrategyName::Delay::Stale, digits = text.substr(5);
+  else if (text.starts_with("dga")) name.delay = StrategyName::Delay::Dga, digits = text.substr(3);
+  else return false;
+  if (digits.size() != 1 || digits[0] < '1' || digits[0] > '0' + kMaxStaleness) return false;
+  name.staleness = digits[0] - '0';
+  name.transport = Transport::Native;
   return true;
 }
 
@@ -107,6 +121,8 @@ std::optional<int> parseMpiAlgorithm(std::string_view name) {
 
 std::string StrategyName::text() const {
   std::string text = fmt::format("{}/", name(aggregator));
+  if (aggregator == Aggregator::Async)
+    return text + fmt::format("{}{}", delay == Delay::Dga ? "dga" : "stale", staleness);
   switch (transport) {
     case Transport::Native: text += "native"; break;
     case Transport::RsAg: text += "rs_ag"; break;
@@ -144,6 +160,12 @@ std::optional<StrategyName> parseStrategyName(std::string_view text, std::string
   const std::optional<Aggregator> aggregator = parseAggregator(parts->aggregator);
   if (!aggregator) return refuse(text, fmt::format("unknown aggregator '{}'", parts->aggregator), error);
   name.aggregator = *aggregator;
+  if (name.aggregator == Aggregator::Async) {
+    if (!parseDelay(parts->transport, name))
+      return refuse(text, fmt::format("unknown delay '{}'", parts->transport), error);
+    if (parts->wire) return refuse(text, "async takes no wire precision", error);
+    return name;
+  }
   if (!parseTransport(parts->transport, name))
     return refuse(text, fmt::format("unknown transport '{}'", parts->transport), error);
   // "native" is the job's own dtype, which the printed form leaves out.

@@ -362,6 +362,7 @@ TEST(Strategies, EveryApplicableStrategyOnFp32) {
             checkAdaCons(comm, *strategy, count, in_place, seed, reference_state);
             break;
           case Aggregator::AdaSum: checkAdaSum(comm, *strategy, count, in_place, seed); break;
+          case Aggregator::Async: ADD_FAILURE() << "async strategies are not applicable ones"; break;
         }
       }
   }

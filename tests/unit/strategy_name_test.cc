@@ -168,12 +168,35 @@ TEST(StrategyNames, MpiAlgorithmIdsAreOpenMpiValues) {
 }
 
 TEST(StrategyNames, AggregatorNames) {
-  for (Aggregator aggregator : {Aggregator::Sum, Aggregator::AdaCons, Aggregator::AdaSum}) {
+  for (Aggregator aggregator :
+       {Aggregator::Sum, Aggregator::AdaCons, Aggregator::AdaSum, Aggregator::Async}) {
     EXPECT_EQ(parseAggregator(name(aggregator)), aggregator);
     EXPECT_EQ(parseAggregator(upperCase(std::string(name(aggregator)))), aggregator);
   }
   EXPECT_FALSE(parseAggregator("mean"));
   EXPECT_FALSE(parseAggregator(""));
+}
+
+// async/stale<K> and async/dga<K> (docs/async.md): K from 1 to 4, no transport or wire of their own, and
+// semantic like AdaCons (they change what the job computes).
+TEST(StrategyNames, AsyncNames) {
+  for (int k = 1; k <= kMaxStaleness; ++k)
+    for (const char* delay : {"stale", "dga"}) {
+      const std::string text = fmt::format("async/{}{}", delay, k);
+      const auto name = parseStrategyName(upperCase(text));
+      ASSERT_TRUE(name) << text;
+      EXPECT_EQ(name->aggregator, Aggregator::Async);
+      EXPECT_EQ(name->staleness, k);
+      EXPECT_EQ(name->delay, delay[0] == 's' ? StrategyName::Delay::Stale : StrategyName::Delay::Dga);
+      EXPECT_EQ(name->text(), text);
+      EXPECT_EQ(strategyErrorClass(text), ErrorClass::Semantic);
+    }
+  for (const char* bad : {"async/stale0", "async/stale5", "async/dga", "async/native", "async/stale1/bf16",
+                          "async/stale12", "async/rs_ag"}) {
+    std::string error;
+    EXPECT_FALSE(parseStrategyName(bad, &error)) << bad;
+    EXPECT_NE(error.find("async/stale<K>"), std::string::npos) << error;
+  }
 }
 
 TEST(NcclNames, BothSpellingsMeetInOneCode) {

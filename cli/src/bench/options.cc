@@ -187,7 +187,13 @@ void checkStrategyNames(const std::vector<std::string>& names, Backend backend) 
           text);
     if (!local_name) {
       std::string why;
-      if (!parseStrategyName(text, &why)) throw Error(why);
+      const auto name = parseStrategyName(text, &why);
+      if (!name) throw Error(why);
+      if (name->aggregator == Aggregator::Async)
+        fail(
+            "{} returns an earlier step's sum: its time is the step's, not the call's; explore it in the job "
+            "(gradscope run --mode explore; docs/async.md)",
+            text);
     }
     if (backend == Backend::Local && !local_name)
       fail("{} is a distributed strategy; run it with --backend mpi or nccl", text);

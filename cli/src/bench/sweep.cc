@@ -261,7 +261,8 @@ const std::vector<double>& referenceFor(const References& refs, Aggregator aggre
   switch (aggregator) {
     case Aggregator::AdaCons: return refs.adacons;
     case Aggregator::AdaSum: return refs.adasum;
-    case Aggregator::Sum: break;
+    case Aggregator::Sum:
+    case Aggregator::Async: break;
   }
   return refs.sum;
 }

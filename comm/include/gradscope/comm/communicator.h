@@ -176,6 +176,12 @@ class Communicator {
   // Collective. Throws gradscope::Error when the backend cannot force it (and says why).
   virtual std::unique_ptr<Communicator> withAlgorithm(int algorithm, int protocol) = 0;
 
+  // A communicator over the same ranks whose collectives may run on another thread while this one's run
+  // (the async strategies' worker thread, async.h). Collective. nullptr, with one line in `why_not`, where
+  // this process cannot: MPI below MPI_THREAD_MULTIPLE, a sealed MPI communicator not sealed with one
+  // (mpiDuplicateOf), device memory (the async strategies' host-side buffers).
+  virtual std::unique_ptr<Communicator> concurrentCopy(std::string& why_not);
+
   virtual LocalOps& local() = 0;
   // One line for reports: "MPI, 2 ranks on 1 node (Open MPI 4.1.4)", "NCCL 2.28.9, 1 rank, NVIDIA H100".
   virtual std::string description() const = 0;

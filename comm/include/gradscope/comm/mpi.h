@@ -46,8 +46,10 @@ std::unique_ptr<Communicator> mpiWorld(MpiThreads threads = MpiThreads::Single);
 // and the leaders' split of sum/hier), and from then on it creates none: for a job at
 // MPI_THREAD_MULTIPLE, where Open MPI 4.1 can deadlock when two threads create communicators at once
 // (open-mpi/ompi#2025) and the job's threads may create theirs at any moment, the agent makes its
-// copies only inside the job's own creation calls, and seals them.
-std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle, bool sealed = false);
+// copies only inside the job's own creation calls, and seals them. `concurrent` (sealed only): also the
+// copy that concurrentCopy() hands out once, for the async strategies' worker thread.
+std::unique_ptr<Communicator> mpiDuplicateOf(const void* comm_handle, bool sealed = false,
+                                             bool concurrent = false);
 
 // Forcing Open MPI's all-reduce algorithm (Communicator::withAlgorithm) sets a process-wide MPI_T
 // variable while a communicator is created: a communicator another thread creates meanwhile gets the

@@ -11,13 +11,15 @@
 //             ranks' vectors in rank order whenever the fp32 sum of the gradients is exact, the aggregate
 //             within (N+2)·2^-24·Σ_i|c_i·g_i| of it (docs/methods.md);
 //   adasum/*  the AdaSum aggregate in adaptive.h's tree order, bit-identical to methods::adasum over the
-//             ranks' vectors in rank order, for any number of ranks.
+//             ranks' vectors in rank order, for any number of ranks;
+//   async/*   one call site's stale (or corrected) sums, async.h: not a function of this run's inputs.
 // Every strategy works for any count (0 is a no-op without communication that leaves AdaCons' momentum
 // alone; 1; not divisible by the number of ranks), in place (send == recv) and out of place, on every
 // rank, and leaves `send` unchanged when out of place.
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,12 +35,18 @@
 
 namespace gradscope::comm {
 
+class AsyncWorker;
+
 struct StrategyOptions {
   std::size_t fp8_block = 128;  // scaling block of fp8 wire formats on backends with scaled blocks
   // false: RunStats::wire stays 0. Apply mode reads no statistics, and on NCCL counting costs a host
   // synchronisation per run (the counters are read back), which would stall the job's thread.
   bool wire_stats = true;
   methods::AdaConsOptions adacons{.beta = 0.9, .epsilon = 1e-8, .scale = methods::AdaConsScale::MatchSumNorm};
+  // async/*: the worker the call site hands its sums to (one per communicator serves all its sites); null:
+  // the strategy makes its own, collectively, and `async_thread_start` runs first on its thread.
+  std::shared_ptr<AsyncWorker> async_worker;
+  std::function<void()> async_thread_start;
 };
 
 // What one run did beyond the result.
@@ -81,6 +89,7 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyName& name, Communicator& c
                                        const StrategyOptions& options = {});
 
 // Every strategy that applies to `dtype` on `comm`, in a stable order (the default of gradscope bench).
+// Not the async ones: their time is the step's, not the call's (docs/async.md).
 std::vector<StrategyName> applicableStrategies(const Communicator& comm, DType dtype);
 
 }  // namespace gradscope::comm

@@ -14,8 +14,10 @@
 
 namespace gradscope {
 
-enum class Aggregator : std::uint8_t { Sum, AdaCons, AdaSum };
-std::string_view name(Aggregator aggregator);  // "sum", "adacons", "adasum"
+// Async: the job stops waiting for the other ranks (docs/async.md); its "transport" part names how
+// stale the result is, and the reduction runs on the backend's own all-reduce.
+enum class Aggregator : std::uint8_t { Sum, AdaCons, AdaSum, Async };
+std::string_view name(Aggregator aggregator);  // "sum", "adacons", "adasum", "async"
 // Case-insensitive, like the look-ups of types.h; nullopt for anything else.
 std::optional<Aggregator> parseAggregator(std::string_view text);
 
@@ -31,6 +33,14 @@ struct StrategyName {
   int algorithm = -1;                 // Engine: Open MPI tuned id (mpiAlgorithmName), or NCCL algorithm code
   int protocol = -1;                  // Engine with NCCL: protocol code
   std::optional<WireFormat> wire;     // unset: the job's own dtype
+  // Aggregator::Async (transport Native): at step t >= K a call site returns
+  //   Stale: the sum of the same call site at step t-K (every rank the same value),
+  //   Dga:   that sum corrected by this rank's own gradients, sum[t-K] + N * (g[t] - g[t-K]) (delayed
+  //          gradient averaging, Zhu et al., NeurIPS 2021);
+  // and steps t < K are synchronous. Written "async/stale<K>", "async/dga<K>", K from 1 to kMaxStaleness.
+  enum class Delay : std::uint8_t { None, Stale, Dga };
+  Delay delay = Delay::None;
+  int staleness = 0;
 
   // The canonical spelling: "sum/native", "sum/rs_ag/bf16", "sum/nccl.tree.ll128", "sum/mpi.ring".
   std::string text() const;
@@ -47,10 +57,13 @@ struct StrategyParts {
 };
 std::optional<StrategyParts> splitStrategyName(std::string_view text);
 
+inline constexpr int kMaxStaleness = 4;
+
 // Parses a strategy name in any letter case; a wire part "native" is the job's dtype (left unset).
 // NCCL algorithms and protocols are taken in either of NCCL's spellings (parseNcclAlgo). Refused, with
 // nullopt and one line in `error` that lists the valid forms: unknown parts, a wire precision for
-// adacons or adasum (they need the gradients themselves), adasum over anything but native.
+// adacons or adasum (they need the gradients themselves), adasum over anything but native, an async name
+// other than stale<K> or dga<K> with K from 1 to kMaxStaleness.
 std::optional<StrategyName> parseStrategyName(std::string_view text, std::string* error = nullptr);
 
 // The Open MPI tuned all-reduce algorithms a strategy can force, by their coll_tuned_allreduce_algorithm

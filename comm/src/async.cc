@@ -1,0 +1,200 @@
+// The async strategies of async.h: a worker thread that sums in the order it is handed sums, and the
+// call sites that hand them over and return stale (or corrected) results.
+
+#include "gradscope/comm/async.h"
+
+#include <cstring>
+#include <utility>
+
+#include "gradscope/common/error.h"
+#include "gradscope/methods/numeric.h"
+
+namespace gradscope::comm {
+
+// ---- AsyncWorker ------------------------------------------------------------------------------------------
+
+AsyncWorker::AsyncWorker(Communicator& comm, std::function<void()> on_start) {
+  std::string why_not;
+  comm_ = comm.concurrentCopy(why_not);
+  if (!comm_) fail("{}", why_not);
+  ranks_ = comm_->size();
+  thread_ = std::thread([this, on_start = std::move(on_start)] { loop(on_start); });
+}
+
+AsyncWorker::~AsyncWorker() {
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  posted_.notify_one();
+  thread_.join();
+}
+
+AsyncWorker::Ticket AsyncWorker::post(const void* send, void* recv, std::size_t count, DType dtype) {
+  Ticket ticket = 0;
+  {
+    const std::lock_guard lock(mutex_);
+    tasks_.push_back({send, recv, count, dtype});
+    ticket = ++next_;
+  }
+  posted_.notify_one();
+  return ticket;
+}
+
+void AsyncWorker::wait(Ticket ticket) {
+  std::unique_lock lock(mutex_);
+  completed_.wait(lock, [&] { return done_ >= ticket; });
+  if (!failure_.empty()) fail("{}", failure_);
+}
+
+// Tasks run one at a time, in order; after a failure the rest are only marked complete (each wait()
+// throws), since the ranks may no longer agree on which sums were made.
+void AsyncWorker::loop(const std::function<void()>& on_start) {
+  if (on_start) on_start();
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    posted_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;  // stopping, and everything handed over is done
+    const Task task = tasks_.front();
+    tasks_.pop_front();
+    const bool failed = !failure_.empty();
+    lock.unlock();
+    std::string failure;
+    if (!failed) {
+      try {
+        comm_->allReduce(task.send, task.recv, task.count, Element{task.dtype}, ReduceOp::Sum);
+        comm_->synchronize();
+      } catch (const std::exception& error) {
+        failure = error.what();
+      }
+    }
+    lock.lock();
+    if (!failure.empty() && failure_.empty()) failure_ = std::move(failure);
+    ++done_;
+    completed_.notify_all();
+  }
+}
+
+// ---- AsyncStrategy ----------------------------------------------------------------------------------------
+
+namespace {
+
+double loadValue(DType dtype, const std::byte* data, std::size_t i) {
+  switch (dtype) {
+    case DType::Fp64: {
+      double v;
+      std::memcpy(&v, data + i * 8, 8);
+      return v;
+    }
+    case DType::Fp16:
+    case DType::Bf16: {
+      std::uint16_t v;
+      std::memcpy(&v, data + i * 2, 2);
+      return dtype == DType::Fp16 ? methods::fp16ToFp32(v) : methods::bf16ToFp32(v);
+    }
+    default: {
+      float v;
+      std::memcpy(&v, data + i * 4, 4);
+      return v;
+    }
+  }
+}
+
+void storeValue(DType dtype, std::byte* data, std::size_t i, double value) {
+  switch (dtype) {
+    case DType::Fp64: std::memcpy(data + i * 8, &value, 8); break;
+    case DType::Fp16:
+    case DType::Bf16: {
+      const auto single = static_cast<float>(value);
+      const std::uint16_t v =
+          dtype == DType::Fp16 ? methods::fp32ToFp16(single) : methods::fp32ToBf16(single);
+      std::memcpy(data + i * 2, &v, 2);
+      break;
+    }
+    default: {
+      const auto v = static_cast<float>(value);
+      std::memcpy(data + i * 4, &v, 4);
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+AsyncStrategy::AsyncStrategy(const StrategyName& name, DType dtype, std::shared_ptr<AsyncWorker> worker)
+    : Strategy(name), dtype_(dtype), worker_(std::move(worker)) {
+  if (name.aggregator != Aggregator::Async || name.staleness < 1 || name.staleness > kMaxStaleness)
+    fail("{} is not an async strategy", name.text());
+  if (dtype != DType::Fp32 && dtype != DType::Fp64 && dtype != DType::Fp16 && dtype != DType::Bf16)
+    fail("{} takes fp32, fp64, fp16 or bf16 input, not {}", name.text(), gradscope::name(dtype));
+  slots_.resize(static_cast<std::size_t>(name.staleness));
+}
+
+AsyncStrategy::~AsyncStrategy() {
+  for (Slot& slot : slots_) {
+    try {
+      waitFor(slot);
+    } catch (const std::exception&) {
+      // The worker failed: nothing of ours is still being written.
+    }
+  }
+}
+
+void AsyncStrategy::waitFor(Slot& slot) {
+  if (!slot.pending) return;
+  slot.pending = false;
+  worker_->wait(slot.ticket);
+}
+
+void AsyncStrategy::restart(std::size_t count) {
+  for (Slot& slot : slots_) waitFor(slot);
+  const std::size_t bytes = count * sizeOf(dtype_);
+  for (Slot& slot : slots_) {
+    slot.input.assign(bytes, std::byte{0});
+    slot.sum.assign(bytes, std::byte{0});
+  }
+  count_ = count;
+  step_ = 0;
+}
+
+void AsyncStrategy::correct(const void* send, Slot& slot, void* recv) const {
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  const auto ranks = static_cast<double>(worker_->ranks());
+  for (std::size_t i = 0; i < count_; ++i) {
+    const double gradient = loadValue(dtype_, in, i);
+    const double older = loadValue(dtype_, slot.input.data(), i);
+    const double sum = loadValue(dtype_, slot.sum.data(), i);
+    storeValue(dtype_, slot.input.data(), i, gradient);
+    storeValue(dtype_, out, i, sum + ranks * (gradient - older));
+  }
+}
+
+RunStats AsyncStrategy::run(const void* send, void* recv, std::size_t count) {
+  if (count == 0) return {};
+  if (count != count_) restart(count);
+  const std::size_t bytes = count * sizeOf(dtype_);
+  Slot& slot = slots_[static_cast<std::size_t>(step_ % static_cast<std::int64_t>(slots_.size()))];
+  if (step_ < static_cast<std::int64_t>(slots_.size())) {
+    // Synchronous: the sum of this step, also kept for step t + K.
+    std::memcpy(slot.input.data(), send, bytes);
+    slot.ticket = worker_->post(slot.input.data(), slot.sum.data(), count, dtype_);
+    slot.pending = true;
+    waitFor(slot);
+    std::memcpy(recv, slot.sum.data(), bytes);
+  } else {
+    waitFor(slot);  // the sum of step t - K, normally long done
+    if (name().delay == StrategyName::Delay::Dga) {
+      correct(send, slot, recv);
+    } else {
+      std::memcpy(slot.input.data(), send, bytes);  // first: send may be recv
+      std::memcpy(recv, slot.sum.data(), bytes);
+    }
+    slot.ticket = worker_->post(slot.input.data(), slot.sum.data(), count, dtype_);
+    slot.pending = true;
+  }
+  ++step_;
+  return {};
+}
+
+}  // namespace gradscope::comm
