@@ -28,11 +28,20 @@
 #include <string>
 #include <vector>
 
+#include "core/call_sites.h"
 #include "gradscope/common/types.h"
 
 namespace gradscope::agent {
 
-inline constexpr int kExtensionAbi = 3;
+// What the agent lends the extension (gradscope_agent_extension).
+struct AgentHooks {
+  void (*log)(const char* line) = nullptr;  // one line the agent's way ("gradscope: rank R: ...")
+  // Marks the calling thread as the agent's own for the rest of its life: the wrappers pass its MPI and
+  // NCCL calls straight to the library. A thread the extension starts calls it first.
+  void (*own_thread)() = nullptr;
+};
+
+inline constexpr int kExtensionAbi = 4;
 
 // The element types explore and apply take (sums of floating point the references can widen to fp64).
 inline bool explorableDType(DType dtype) {
@@ -51,6 +60,7 @@ struct ShadowCall {
   std::int64_t seq = 0;
   int comm_size = 1;
   int comm_rank = 0;
+  CallSite site;  // which call of its step it is (call_sites.h): the async strategies' identity of a call
 };
 
 struct ExploreSettings {
@@ -145,6 +155,16 @@ class Extension {
   virtual bool apply(const ShadowCall& call, const void* send, void* recv, const std::string& strategy,
                      std::string& error) = 0;
 
+  // Explore, the async strategies' errors (docs/async.md). Local: whether the call continues a call site
+  // whose last steps an exploration kept (a pure function of the sites' sequence and of agreed outcomes:
+  // the same on every rank). The agent then captures the call as for explore() and calls follow().
+  virtual bool follows(const ShadowCall& call) = 0;
+  // Collective over the call's communicator, after the job's call: agrees on going ahead (every rank
+  // captured, no rank over the budget), computes this step's fp64 sum and, for each async strategy
+  // explored, the relative error of what it would have returned against it (timings with no
+  // repetitions), and keeps the step for the ones after it.
+  virtual ExploreResult follow(const ShadowCall& call, const BudgetState& budget) = 0;
+
   // The job frees the communicator (MPI_Comm_free, which every member calls): free the duplicate
   // and the strategies built on it.
   virtual void forget(std::uint32_t comm_index) = 0;
@@ -155,6 +175,7 @@ class Extension {
 
 }  // namespace gradscope::agent
 
-// The extension library's one entry point: a new Extension, or nullptr when `abi` is not its own.
-// `log` prints one line the agent's way ("gradscope: rank R: ...").
-extern "C" gradscope::agent::Extension* gradscope_agent_extension(int abi, void (*log)(const char* line));
+// The extension library's one entry point: a new Extension, or nullptr when `abi` is not its own. `hooks`
+// outlives it.
+extern "C" gradscope::agent::Extension* gradscope_agent_extension(int abi,
+                                                                  const gradscope::agent::AgentHooks* hooks);

@@ -2,12 +2,14 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <bit>
 #include <filesystem>
 #include <set>
 
 #include "core/clock.h"
 #include "core/recorder.h"
+#include "gradscope/common/strategy_name.h"
 
 namespace gradscope::agent {
 
@@ -40,6 +42,7 @@ std::set<std::string> g_reported;
 
 struct Counters {
   std::atomic<std::int64_t> explored{0}, skipped_budget{0}, skipped_other{0}, applied{0}, apply_failed{0};
+  std::atomic<std::int64_t> followed{0};
   std::atomic<std::int64_t> untouched[kUntouchedReasons] = {};
 } g_counters;
 
@@ -56,6 +59,12 @@ std::string extensionPath(Backend backend) {
 void logFromExtension(const char* line) {
   logLine(line);
 }
+
+void ownThread() {
+  t_internal = true;
+}
+
+constexpr AgentHooks kHooks{&logFromExtension, &ownThread};
 
 // This rank's reason not to take part in apply mode, or empty.
 std::string loadRecommendationFile(Backend backend, int world_size) {
@@ -182,9 +191,9 @@ void startShadow(Backend backend, int world_size, bool recording) {
         why != nullptr ? why : "not found", name(backend));
     return;
   }
-  using Entry = Extension* (*)(int, void (*)(const char*));
+  using Entry = Extension* (*)(int, const AgentHooks*);
   const auto entry = reinterpret_cast<Entry>(dlsym(library, "gradscope_agent_extension"));
-  Extension* extension = entry != nullptr ? entry(kExtensionAbi, &logFromExtension) : nullptr;
+  Extension* extension = entry != nullptr ? entry(kExtensionAbi, &kHooks) : nullptr;
   if (extension == nullptr) {
     log("{} is from another gradscope version; {} mode is off, the job runs in observe mode", path,
         modeName(cfg.mode));
@@ -239,6 +248,21 @@ void startShadow(Backend backend, int world_size, bool recording) {
   g_mode[slot].store(mode, std::memory_order_release);
 }
 
+bool applyNeedsMpiThreads() {
+  const Config& cfg = config();
+  if (cfg.disabled || cfg.mode != Mode::Apply || configHasErrors() || cfg.recommendation.empty())
+    return false;
+  try {
+    const Recommendation recommendation = loadRecommendation(cfg.recommendation);
+    return std::any_of(recommendation.rules.begin(), recommendation.rules.end(), [](const auto& rule) {
+      const auto name = parseStrategyName(rule.strategy);
+      return name && name->aggregator == Aggregator::Async;
+    });
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void stopShadow(Backend backend) {
   Extension* const extension = g_extension[slotOf(backend)].load(std::memory_order_acquire);
   if (extension == nullptr) return;
@@ -283,7 +307,10 @@ void addSpentNs(std::int64_t ns) {
 }
 
 void submitExplore(ExploreRecord record) {
-  if (record.result.explored) g_counters.explored.fetch_add(1, std::memory_order_relaxed);
+  // A follow that did not happen (over budget, no room) only ends the following: nothing to say.
+  if (record.follow && !record.result.explored) return;
+  if (record.result.explored)
+    (record.follow ? g_counters.followed : g_counters.explored).fetch_add(1, std::memory_order_relaxed);
   else if (record.result.over_budget) g_counters.skipped_budget.fetch_add(1, std::memory_order_relaxed);
   else if (g_counters.skipped_other.fetch_add(1, std::memory_order_relaxed) == 0)
     log("explore: an exploration was skipped: {} (said once; the job is not affected)",
@@ -344,6 +371,7 @@ void countUntouched(Untouched reason) {
 ShadowStats shadowStats() {
   ShadowStats stats;
   stats.explored = g_counters.explored.load(std::memory_order_relaxed);
+  stats.followed = g_counters.followed.load(std::memory_order_relaxed);
   stats.skipped_budget = g_counters.skipped_budget.load(std::memory_order_relaxed);
   stats.skipped_other = g_counters.skipped_other.load(std::memory_order_relaxed);
   stats.applied = g_counters.applied.load(std::memory_order_relaxed);

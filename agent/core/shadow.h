@@ -120,6 +120,10 @@ std::string appliedStrategyName(std::uint16_t index);
 // one line and leaves the mode Off when anything fails. Apply: a recommendation made for another backend, or
 // naming another world size, is refused too.
 void startShadow(Backend backend, int world_size, bool recording);
+// Apply mode with a recommendation that names an async strategy (docs/async.md): their sums run on a
+// thread of their own, so the agent asks MPI_Init for MPI_THREAD_MULTIPLE. Reads the file before MPI_Init;
+// one that does not load is reported by startShadow.
+bool applyNeedsMpiThreads();
 // MPI_Finalize: frees the MPI extension's communicators first.
 void stopShadow(Backend backend);
 // The backend's extension, or nullptr when none was loaded.
@@ -142,6 +146,7 @@ struct ExploreRecord {
   DType dtype = DType::Other;
   std::int64_t bytes = 0;
   int world = 1;
+  bool follow = false;  // Extension::follow's (the async errors of a followed call site), not explore's
   ExploreResult result;
 };
 void submitExplore(ExploreRecord record);
@@ -163,6 +168,7 @@ void countUntouched(Untouched reason);
 // Counters for the run's statistics (runs.config_json "agent").
 struct ShadowStats {
   std::int64_t explored = 0, skipped_budget = 0, skipped_other = 0, applied = 0, apply_failed = 0;
+  std::int64_t followed = 0;  // calls whose async errors were measured (Extension::follow)
   std::int64_t spent_ns = 0;
   std::int64_t untouched[kUntouchedReasons] = {};
 };

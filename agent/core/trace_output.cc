@@ -138,6 +138,7 @@ void TraceOutput::finish(const AgentStatistics& stats, std::int64_t end_epoch_ns
     config["agent"]["shadow"] = {
         {"mode", shadowModeName()},
         {"explored", shadow.explored},
+        {"followed", shadow.followed},
         {"skipped_budget", shadow.skipped_budget},
         {"skipped_other", shadow.skipped_other},
         {"explore_ns", shadow.spent_ns},

@@ -97,7 +97,8 @@ class MpiExtension final : public StrategyExtension {
   std::unique_ptr<comm::Communicator> duplicate(const ShadowCall& call, bool, bool at_creation) override {
     if (multiple_ && !at_creation)
       fail("a communicator not prepared when the job created it, in a job at MPI_THREAD_MULTIPLE");
-    return comm::mpiDuplicateOf(call.comm, /*sealed=*/multiple_);
+    // The async strategies' worker needs a copy of its own, made now where nothing may be made later.
+    return comm::mpiDuplicateOf(call.comm, /*sealed=*/multiple_, /*concurrent=*/multiple_ && appliesAsync());
   }
 
   bool preparesAtCreation() const override { return multiple_; }
@@ -151,9 +152,9 @@ class MpiExtension final : public StrategyExtension {
 }  // namespace gradscope::agent
 
 extern "C" __attribute__((visibility("default"))) gradscope::agent::Extension* gradscope_agent_extension(
-    int abi, void (*log)(const char* line)) {
+    int abi, const gradscope::agent::AgentHooks* hooks) {
   if (abi != gradscope::agent::kExtensionAbi) return nullptr;
   // Never destroyed: job threads may be inside it while the process exits, and its communicators
   // must not be freed after MPI_Finalize.
-  return new gradscope::agent::MpiExtension(log);
+  return new gradscope::agent::MpiExtension(*hooks);
 }

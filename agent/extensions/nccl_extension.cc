@@ -216,9 +216,9 @@ class NcclExtension final : public StrategyExtension {
 }  // namespace gradscope::agent
 
 extern "C" __attribute__((visibility("default"))) gradscope::agent::Extension* gradscope_agent_extension(
-    int abi, void (*log)(const char* line)) {
+    int abi, const gradscope::agent::AgentHooks* hooks) {
   if (abi != gradscope::agent::kExtensionAbi) return nullptr;
   // Never destroyed: job threads may be inside it while the process exits, and NCCL communicators must
   // not be destroyed from an exit handler.
-  return new gradscope::agent::NcclExtension(log);
+  return new gradscope::agent::NcclExtension(*hooks);
 }

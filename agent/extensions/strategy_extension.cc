@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -23,6 +24,39 @@ namespace gradscope::agent {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The async strategies whose errors explore measures when no names are given (docs/async.md).
+constexpr const char* kDefaultAsyncStrategies[] = {"async/stale1", "async/stale2", "async/dga1"};
+
+// "async/..." in any letter case, without parsing the rest (apply asks at every call).
+bool isAsyncName(const std::string& strategy) {
+  constexpr std::string_view kPrefix = "async/";
+  if (strategy.size() < kPrefix.size()) return false;
+  for (std::size_t i = 0; i < kPrefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(strategy[i])) != kPrefix[i]) return false;
+  return true;
+}
+
+// A dtype's element from a double, rounded once (what an async strategy would have returned).
+void storeFromDouble(DType dtype, std::byte* data, std::size_t i, double value) {
+  switch (dtype) {
+    case DType::Fp32: {
+      const auto v = static_cast<float>(value);
+      std::memcpy(data + i * 4, &v, 4);
+      break;
+    }
+    case DType::Fp64: std::memcpy(data + i * 8, &value, 8); break;
+    case DType::Fp16:
+    case DType::Bf16: {
+      const auto single = static_cast<float>(value);
+      const std::uint16_t v =
+          dtype == DType::Fp16 ? methods::fp32ToFp16(single) : methods::fp32ToBf16(single);
+      std::memcpy(data + i * 2, &v, 2);
+      break;
+    }
+    default: break;
+  }
+}
 
 // A dtype's values as doubles (the fp64 reference and the consensus products).
 double loadAsDouble(DType dtype, const std::byte* data, std::size_t i) {
@@ -140,14 +174,21 @@ Capture Capture::layout(std::byte* base, std::byte* host_base, std::size_t input
 bool StrategyExtension::start(const ExploreSettings& settings, const std::string& local_problem,
                               std::string& error) {
   settings_ = settings;
-  // Names that do not parse are left out on every rank (the same names everywhere); said once.
+  // Names that do not parse are left out on every rank (the same names everywhere); said once. Async names
+  // are not built: explore measures their errors from the sums of a site's consecutive steps.
   settings_.strategies.clear();
+  async_names_.clear();
   std::vector<std::string> unknown;
   for (const std::string& text : settings.strategies) {
-    if (parseStrategyName(text)) settings_.strategies.push_back(text);
-    else unknown.push_back(text);
+    if (const auto name = parseStrategyName(text); !name) unknown.push_back(text);
+    else if (name->aggregator == Aggregator::Async) async_names_.push_back(*name);
+    else settings_.strategies.push_back(text);
   }
   if (!settings.strategies.empty() && settings_.strategies.empty()) settings_.strategies = {"sum/native"};
+  if (settings.strategies.empty())
+    for (const char* text : kDefaultAsyncStrategies) async_names_.push_back(*parseStrategyName(text));
+  async_depth_ = 0;
+  for (const StrategyName& name : async_names_) async_depth_ = std::max(async_depth_, name.staleness);
   std::string local_error = local_problem;
   if (local_error.empty() && !reserve(settings.shadow_bytes))
     local_error = fmt::format("cannot allocate the {}-byte shadow arena (GRADSCOPE_SHADOW_BYTES)",
@@ -313,6 +354,7 @@ bool StrategyExtension::apply(const ShadowCall& call, const void* send, void* re
   }
   try {
     comm::Communicator& comm = duplicateOf(state, call);
+    if (isAsyncName(strategy)) return applyAsync(state, comm, call, strategy, send, recv, error);
     const bool adacons = strategy.starts_with("adacons/");
     const auto key = std::make_tuple(call.dtype, strategy, adacons ? call.count : std::size_t{0});
     auto it = state.applied.find(key);
@@ -371,7 +413,7 @@ void StrategyExtension::stop() {
 }
 
 void StrategyExtension::log(const std::string& line) const {
-  if (log_ != nullptr) log_(line.c_str());
+  if (hooks_.log != nullptr) hooks_.log(line.c_str());
 }
 
 StrategyExtension::CommState& StrategyExtension::stateOf(std::uint32_t index) {
@@ -467,6 +509,21 @@ std::vector<StrategyExtension::Prepared*> StrategyExtension::strategiesFor(CommS
   return chosen;
 }
 
+// The fp64 reference: every rank's values widened, summed in fp64 (its own rounding, about N·2^-53
+// relative, is far below any error it measures).
+void StrategyExtension::computeReference(comm::Communicator& comm, const ShadowCall& call,
+                                         const Capture& capture) {
+  const std::size_t count = call.count;
+  const Capture::Side& host = capture.host;
+  const Capture::Side& mem = capture.comm;
+  toHost(comm, host.input, mem.input, count * sizeOf(call.dtype));
+  for (std::size_t i = 0; i < count; ++i) host.reference[i] = loadAsDouble(call.dtype, host.input, i);
+  fromHost(comm, mem.reference, host.reference, count * sizeof(double));
+  comm.allReduce(mem.reference, mem.reference, count, comm::Element{DType::Fp64}, ReduceOp::Sum);
+  comm.synchronize();
+  toHost(comm, host.reference, mem.reference, count * sizeof(double));
+}
+
 std::size_t StrategyExtension::run(CommState& state, comm::Communicator& comm, const ShadowCall& call,
                                    const Capture& capture, bool adaptive_references, bool with_engines,
                                    int reps, int warmup_reps, ExploreResult& result) {
@@ -476,15 +533,8 @@ std::size_t StrategyExtension::run(CommState& state, comm::Communicator& comm, c
   const int ranks = comm.size();
   const Capture::Side& host = capture.host;
   const Capture::Side& mem = capture.comm;
-  toHost(comm, host.input, mem.input, bytes);
 
-  // The fp64 reference: every rank's values widened, summed in fp64 (its own rounding, about
-  // N·2^-53 relative, is far below any error it measures).
-  for (std::size_t i = 0; i < count; ++i) host.reference[i] = loadAsDouble(dtype, host.input, i);
-  fromHost(comm, mem.reference, host.reference, count * sizeof(double));
-  comm.allReduce(mem.reference, mem.reference, count, comm::Element{DType::Fp64}, ReduceOp::Sum);
-  comm.synchronize();
-  toHost(comm, host.reference, mem.reference, count * sizeof(double));
+  computeReference(comm, call, capture);
 
   // Consensus diagnostics of this buffer (fp32 gradients): α, cosine to the sum, diversity.
   const auto* input_f32 = reinterpret_cast<const float*>(host.input);
@@ -589,7 +639,191 @@ std::size_t StrategyExtension::run(CommState& state, comm::Communicator& comm, c
     }
     result.timings.push_back(std::move(timing));
   }
+  if (!async_names_.empty()) asyncErrors(state, call, capture, /*sampled=*/true, result);
   return strategies.size();
+}
+
+// ---- explore: the async strategies' errors
+// ------------------------------------------------------------------
+
+void StrategyExtension::dropHistory(CommState& state, std::uint32_t ordinal) {
+  const auto found = state.histories.find(ordinal);
+  if (found == state.histories.end()) return;
+  for (const auto& step : found->second.steps)
+    history_bytes_.fetch_sub((step.sum.size() + step.input.size()) * sizeof(double),
+                             std::memory_order_relaxed);
+  state.histories.erase(found);
+}
+
+// What each async strategy would have returned at this step is computed from the steps kept: stale<K> the
+// sum of step t-K, dga<K> that sum plus N·(g[t] - g[t-K]), both rounded once to the dtype (a sum by the
+// job's own transport would differ from the fp64 sum by its rounding alone, far below these errors). The
+// error is against this step's fp64 sum, as every strategy's is. A site that skipped a step, changed
+// shape or whose history would exceed the memory allowed (the shadow arena's size) keeps nothing.
+void StrategyExtension::asyncErrors(CommState& state, const ShadowCall& call, const Capture& capture,
+                                    bool sampled, ExploreResult& result) {
+  const std::uint32_t ordinal = call.site.ordinal;
+  CommState::History& history = state.histories[ordinal];
+  if (history.dtype != call.dtype || history.count != call.count || call.site.changed || call.site.reshaped ||
+      call.site.step != history.last_step + 1) {
+    dropHistory(state, ordinal);
+    CommState::History& fresh = state.histories[ordinal];
+    fresh.dtype = call.dtype;
+    fresh.count = call.count;
+  }
+  CommState::History& site = state.histories[ordinal];
+  const std::size_t count = call.count;
+  const Capture::Side& host = capture.host;
+  const double ranks = call.comm_size;
+  std::vector<std::byte> returned(count * sizeOf(call.dtype));
+  for (const StrategyName& name : async_names_) {
+    const auto kept = std::find_if(site.steps.begin(), site.steps.end(), [&](const auto& step) {
+      return step.step == call.site.step - name.staleness;
+    });
+    if (kept == site.steps.end()) continue;
+    const bool dga = name.delay == StrategyName::Delay::Dga;
+    for (std::size_t i = 0; i < count; ++i) {
+      const double value =
+          dga ? kept->sum[i] + ranks * (loadAsDouble(call.dtype, host.input, i) - kept->input[i])
+              : kept->sum[i];
+      storeFromDouble(call.dtype, returned.data(), i, value);
+    }
+    const auto metrics = methods::compareToReference(call.dtype, returned.data(), host.reference, count);
+    StrategyTiming timing;
+    timing.strategy = name.text();
+    timing.rel_l2_error = metrics.rel_l2;
+    timing.max_abs_error = metrics.max_abs;
+    timing.cosine = metrics.cosine;
+    timing.overflow_count = static_cast<std::int64_t>(metrics.overflow + metrics.nan);
+    result.timings.push_back(std::move(timing));
+  }
+  // Keep this step, within the memory allowed.
+  const std::size_t bytes = 2 * count * sizeof(double);
+  if (history_bytes_.load(std::memory_order_relaxed) + bytes > settings_.shadow_bytes) {
+    dropHistory(state, ordinal);
+    return;
+  }
+  CommState::History::Step step;
+  step.step = call.site.step;
+  step.sum.assign(host.reference, host.reference + count);
+  step.input.resize(count);
+  for (std::size_t i = 0; i < count; ++i) step.input[i] = loadAsDouble(call.dtype, host.input, i);
+  history_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  site.steps.push_front(std::move(step));
+  while (site.steps.size() > static_cast<std::size_t>(async_depth_)) {
+    const auto& oldest = site.steps.back();
+    history_bytes_.fetch_sub((oldest.sum.size() + oldest.input.size()) * sizeof(double),
+                             std::memory_order_relaxed);
+    site.steps.pop_back();
+  }
+  site.last_step = call.site.step;
+  site.follows_left = sampled ? async_depth_ : site.follows_left - 1;
+  if (site.follows_left <= 0) dropHistory(state, ordinal);
+}
+
+bool StrategyExtension::follows(const ShadowCall& call) {
+  if (async_names_.empty()) return false;
+  CommState& state = stateOf(call.comm_index);
+  const std::lock_guard lock(state.mutex);
+  const auto found = state.histories.find(call.site.ordinal);
+  if (found == state.histories.end()) return false;
+  const CommState::History& history = found->second;
+  if (history.follows_left > 0 && history.dtype == call.dtype && history.count == call.count &&
+      !call.site.changed && !call.site.reshaped && call.site.step == history.last_step + 1)
+    return true;
+  dropHistory(state, call.site.ordinal);  // the site moved on without us
+  return false;
+}
+
+ExploreResult StrategyExtension::follow(const ShadowCall& call, const BudgetState& budget) {
+  CommState& state = stateOf(call.comm_index);
+  const std::lock_guard lock(state.mutex);
+  ExploreResult result;
+  Capture capture = state.capture;
+  state.capture = {};
+  try {
+    comm::Communicator& comm = duplicateOf(state, call);
+    // One agreement: every rank captured, and none is over its budget (a follow costs one fp64 sum).
+    double agreed[2] = {
+        capture.slice == nullptr ? 1.0 : 0.0,
+        budget.fraction < 1.0 && budget.spent_ns > budget.fraction * budget.elapsed_ns ? 1.0 : 0.0};
+    maxOverRanks(comm, state, agreed, 2);
+    if (agreed[0] != 0 || agreed[1] != 0) {
+      dropHistory(state, call.site.ordinal);
+      result.over_budget = agreed[1] != 0;
+      result.skipped = agreed[0] != 0 ? "a rank had no room in its shadow arena" : "over budget";
+    } else {
+      afterJob(call, comm);
+      computeReference(comm, call, capture);
+      asyncErrors(state, call, capture, /*sampled=*/false, result);
+      result.explored = true;
+    }
+  } catch (const std::exception& failure) {
+    dropHistory(state, call.site.ordinal);
+    result.explored = false;
+    result.timings.clear();
+    result.skipped = failure.what();
+  }
+  give(capture);
+  return result;
+}
+
+// ---- apply: the async strategies
+// ----------------------------------------------------------------------------
+
+bool StrategyExtension::appliesAsync() const {
+  return std::any_of(settings_.apply_strategies.begin(), settings_.apply_strategies.end(), isAsyncName);
+}
+
+// A call site runs its own strategy instance (its steps and buffers), restarted (its first K steps
+// synchronous again) when it changes: another strategy, dtype or size, a step skipped (a validation
+// window without the plan), or a step of another shape. A change the job did not ask for is said once.
+bool StrategyExtension::applyAsync(CommState& state, comm::Communicator& comm, const ShadowCall& call,
+                                   const std::string& strategy, const void* send, void* recv,
+                                   std::string& error) {
+  if (!state.async_worker) {
+    // Made with agreement: a rank that cannot run a second thread in MPI refuses for every rank.
+    std::string local_error;
+    try {
+      state.async_worker = std::make_shared<comm::AsyncWorker>(comm, hooks_.own_thread);
+    } catch (const std::exception& failure) {
+      local_error = failure.what();
+    }
+    const auto failed = comm.allGatherScalars(local_error.empty() ? 0.0 : 1.0);
+    if (const auto first = std::find(failed.begin(), failed.end(), 1.0); first != failed.end()) {
+      const auto rank = first - failed.begin();
+      error = rank == comm.rank() ? local_error : fmt::format("{} cannot run on rank {}", strategy, rank);
+      state.async_worker.reset();
+      state.refused[{call.dtype, strategy}] = error;
+      return false;
+    }
+  }
+  if (call.site.reshaped)
+    for (auto& [ordinal, site] : state.async_sites) site.strategy.reset();
+  CommState::AsyncSite& site = state.async_sites[call.site.ordinal];
+  const bool moved = call.site.changed || call.site.reshaped;
+  if (!site.strategy || site.text != strategy || site.dtype != call.dtype || site.count != call.count ||
+      call.site.step != site.last_step + 1 || moved) {
+    std::string parse_error;
+    const auto name = parseStrategyName(strategy, &parse_error);
+    if (!name) fail("{}", parse_error);
+    if (moved && speaksForAll() && !reported_moved_.exchange(true))
+      log(fmt::format(
+          "apply: {}: call {} of a step changed size or the steps changed shape; its sums restart, "
+          "synchronous for {} step(s) (said once; if the job's steps are not detected, mark them with "
+          "GRADSCOPE_STEP_CALLS or GRADSCOPE_STEP_NVTX)",
+          strategy, call.site.ordinal, name->staleness));
+    site.strategy.reset();
+    comm::StrategyOptions options;
+    options.async_worker = state.async_worker;
+    site.strategy = comm::makeStrategy(*name, comm, call.dtype, options);
+    site.text = strategy;
+    site.dtype = call.dtype;
+    site.count = call.count;
+  }
+  site.last_step = call.site.step;
+  site.strategy->run(send != nullptr ? send : recv, recv, call.count);
+  return true;
 }
 
 }  // namespace gradscope::agent

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "core/extension.h"
+#include "gradscope/comm/async.h"
 #include "gradscope/comm/communicator.h"
 #include "gradscope/comm/strategy.h"
 
@@ -77,7 +79,7 @@ struct Capture {
 
 class StrategyExtension : public Extension {
  public:
-  explicit StrategyExtension(void (*log_line)(const char*)) : log_(log_line) {}
+  explicit StrategyExtension(const AgentHooks& hooks) : hooks_(hooks) {}
 
   bool start(const ExploreSettings& settings, const std::string& local_problem, std::string& error) override;
   bool join(const ShadowCall& call, std::string& error) override;
@@ -85,6 +87,8 @@ class StrategyExtension : public Extension {
   bool preparesAtCreation() const override { return false; }
   bool capture(const ShadowCall& call, const void* input) override;
   ExploreResult explore(const ShadowCall& call, const BudgetState& budget) override;
+  bool follows(const ShadowCall& call) override;
+  ExploreResult follow(const ShadowCall& call, const BudgetState& budget) override;
   bool apply(const ShadowCall& call, const void* send, void* recv, const std::string& strategy,
              std::string& error) override;
   void forget(std::uint32_t comm_index) override;
@@ -120,6 +124,8 @@ class StrategyExtension : public Extension {
   void log(const std::string& line) const;
   // The settings start() was given (its strategy names filtered to those that parse).
   const ExploreSettings& settings() const { return settings_; }
+  // Apply: some rule names an async strategy (their worker needs a concurrent copy of each communicator).
+  bool appliesAsync() const;
   // The engine strategies' one-off setup was paid at start (the budget reserves none for it later).
   void notePreparedEngines() { engines_prepared_.store(true, std::memory_order_relaxed); }
 
@@ -144,6 +150,31 @@ class StrategyExtension : public Extension {
     // that a layer's weights are smoothed with its own history (docs/agent.md, "Apply mode").
     std::map<std::tuple<DType, std::string, std::size_t>, std::unique_ptr<comm::Strategy>> applied;
     std::map<std::pair<DType, std::string>, std::string> refused;  // agreed failures, with the reason
+    // Apply, async/*: one worker per communicator (made at its first async call, with agreement), and
+    // one strategy per call site, by ordinal (call_sites.h).
+    std::shared_ptr<comm::AsyncWorker> async_worker;
+    struct AsyncSite {
+      std::unique_ptr<comm::Strategy> strategy;
+      std::string text;
+      DType dtype = DType::Other;
+      std::size_t count = 0;
+      std::int64_t last_step = -1;
+    };
+    std::map<std::uint32_t, AsyncSite> async_sites;
+    // Explore, async/*: the last steps of the call sites an exploration follows (follows()), by ordinal.
+    struct History {
+      struct Step {
+        std::int64_t step = 0;
+        std::vector<double> sum;    // the fp64 sum over ranks
+        std::vector<double> input;  // this rank's gradient
+      };
+      DType dtype = DType::Other;
+      std::size_t count = 0;
+      std::int64_t last_step = -1;
+      int follows_left = 0;
+      std::deque<Step> steps;  // newest first, at most the largest K explored
+    };
+    std::map<std::uint32_t, History> histories;
     Capture capture;
     double cost_per_strategy_byte_ns = 0;  // of this rank's last exploration here (predicts the next one)
     // The job's quickest call seen at this communicator's explorations, per (dtype, ⌊log2 bytes⌋): one
@@ -153,6 +184,17 @@ class StrategyExtension : public Extension {
   };
 
   static void maxOverRanks(comm::Communicator& comm, CommState& state, double* values, std::size_t n);
+
+  // The fp64 sum over ranks of the captured input, into the capture's host reference (collective).
+  static void computeReference(comm::Communicator& comm, const ShadowCall& call, const Capture& capture);
+  // Explore: the async strategies' errors at this step of the call's site, from the steps kept before it
+  // (timings without repetitions, into `result`), then keeps this step. `sampled`: an exploration, which
+  // (re)starts following the site for the largest K.
+  void asyncErrors(CommState& state, const ShadowCall& call, const Capture& capture, bool sampled,
+                   ExploreResult& result);
+  void dropHistory(CommState& state, std::uint32_t ordinal);
+  bool applyAsync(CommState& state, comm::Communicator& comm, const ShadowCall& call,
+                  const std::string& strategy, const void* send, void* recv, std::string& error);
 
   CommState& stateOf(std::uint32_t index);
   comm::Communicator& duplicateOf(CommState& state, const ShadowCall& call, bool at_creation = false);
@@ -178,8 +220,15 @@ class StrategyExtension : public Extension {
   // Fewest timed repetitions an exploration squeezed into the budget runs (a median of 3).
   static constexpr int kMinReps = 3;
 
-  void (*log_)(const char*);
+  AgentHooks hooks_;
   ExploreSettings settings_;
+  // Explore: the async strategies whose errors are measured (settings' names, or the default set); not
+  // built as strategies. The largest K among them is how many steps a followed site keeps.
+  std::vector<StrategyName> async_names_;
+  int async_depth_ = 0;
+  // Bytes the histories hold, over every communicator: at most the shadow arena's size again.
+  std::atomic<std::size_t> history_bytes_{0};
+  std::atomic<bool> reported_moved_{false};  // apply: an async site's restart was said
   bool started_ = false;
   // Process-wide, read and set by explorations of different communicators on different threads. A hint
   // for the budget's prediction only (the decision it feeds is agreed over the ranks): relaxed.

@@ -735,6 +735,8 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
   call.comm_size = slot->size;
   call.comm_rank = slot->rank;
   const std::int64_t step = stepForCall(api);
+  if (op_code == ReduceOp::Sum && explorableDType(type.dtype))
+    call.site = callSites().next(slot->index, step, call.count, type.dtype, op_code);
   CallEvent event;
   fillHostCall(event, api, slot->index, type.dtype, op_code, count, bytes, call.seq, step, 0, 0);
   const auto finish_record = [&](int rc) {
@@ -775,8 +777,14 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
     return finish_record(rc);
   }
 
-  // Explore.
-  if (!explorePlan().sample(slot->index, api, type.dtype, op_code, bytes)) {
+  // Explore: a sampled call, or the next step of a call site an exploration follows (the async errors).
+  const bool sampled = explorePlan().sample(slot->index, api, type.dtype, op_code, bytes);
+  bool following = false;
+  if (!sampled) {
+    InternalScope internal;
+    following = extension(Backend::Mpi)->follows(call);
+  }
+  if (!sampled && !following) {
     event.call.enqueue = event.call.start = ticks();
     return finish_record(real());
   }
@@ -794,10 +802,12 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
     ExploreRecord record;
     {
       InternalScope internal;
-      record.result = extension(Backend::Mpi)->explore(call, budget);
+      record.result = sampled ? extension(Backend::Mpi)->explore(call, budget)
+                              : extension(Backend::Mpi)->follow(call, budget);
     }
-    explorePlan().done(slot->index, api, type.dtype, bytes, record.result.explored,
-                       record.result.over_budget);
+    if (sampled)
+      explorePlan().done(slot->index, api, type.dtype, bytes, record.result.explored,
+                         record.result.over_budget);
     record.comm = slot->index;
     record.seq = call.seq;
     record.step = step;
@@ -805,6 +815,7 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
     record.dtype = type.dtype;
     record.bytes = bytes;
     record.world = slot->size;
+    record.follow = !sampled;
     submitExplore(std::move(record));
   };
   std::int64_t spent = monotonicNs() - t0;
@@ -1209,10 +1220,20 @@ GS_EXPORT int MPI_Request_free(MPI_Request* request) {
 }
 // ---- initialisation and finalisation -----------------------------------------------------------------
 
+// Apply mode with async rules asks for MPI_THREAD_MULTIPLE (shadow.h, applyNeedsMpiThreads): MPI may
+// provide more than a job requires, and the job learns the level it got from `provided`.
 GS_EXPORT int MPI_Init(int* argc, char*** argv) {
   GS_REAL(MPI_Init);
   if (real_MPI_Init == nullptr) return missingFunction("PMPI_Init");
-  const int rc = real_MPI_Init(argc, argv);
+  int rc = MPI_SUCCESS;
+  if (applyNeedsMpiThreads()) {
+    GS_REAL(MPI_Init_thread);
+    int provided = MPI_THREAD_SINGLE;
+    rc = real_MPI_Init_thread != nullptr ? real_MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided)
+                                         : real_MPI_Init(argc, argv);
+  } else {
+    rc = real_MPI_Init(argc, argv);
+  }
   if (rc == MPI_SUCCESS) activateFromWorld();
   return rc;
 }
@@ -1220,6 +1241,7 @@ GS_EXPORT int MPI_Init(int* argc, char*** argv) {
 GS_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
   GS_REAL(MPI_Init_thread);
   if (real_MPI_Init_thread == nullptr) return missingFunction("PMPI_Init_thread");
+  if (applyNeedsMpiThreads()) required = MPI_THREAD_MULTIPLE;
   const int rc = real_MPI_Init_thread(argc, argv, required, provided);
   if (rc == MPI_SUCCESS) activateFromWorld();
   return rc;
@@ -1305,6 +1327,7 @@ GS_EXPORT int MPI_Comm_free(MPI_Comm* comm) {
   if (shadowMode(Backend::Mpi) != ShadowMode::Off) {
     InternalScope internal;
     extension(Backend::Mpi)->forget(slot->index);
+    callSites().forget(slot->index);
   }
   comms().retire(*slot);
   return rc;

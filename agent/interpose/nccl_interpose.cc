@@ -368,6 +368,7 @@ void forgetComm(ncclComm_t comm) {
     InternalScope internal;
     extension->forget(slot->index);
   }
+  callSites().forget(slot->index);
   const std::lock_guard lock(g_joins_mutex);
   g_joins.erase(slot->index);
 }
@@ -382,17 +383,20 @@ bool capturing(cudaStream_t stream) {
          status != cuda::CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-void exploreNow(const ShadowCall& call, std::int64_t step) {
+// `sampled`: an exploration the plan chose; else the next step of a site one follows (follows()).
+void exploreNow(const ShadowCall& call, std::int64_t step, bool sampled) {
   const std::int64_t t0 = monotonicNs();
   const auto bytes = static_cast<std::int64_t>(call.count * sizeOf(call.dtype));
   ExploreRecord record;
   {
     InternalScope internal;
     // The job's call time is not known on the host (NCCL returns once it is enqueued): 0.
-    record.result = extension(Backend::Nccl)->explore(call, budgetNow(0));
+    record.result = sampled ? extension(Backend::Nccl)->explore(call, budgetNow(0))
+                            : extension(Backend::Nccl)->follow(call, budgetNow(0));
   }
-  explorePlan().done(call.comm_index, call.api, call.dtype, bytes, record.result.explored,
-                     record.result.over_budget);
+  if (sampled)
+    explorePlan().done(call.comm_index, call.api, call.dtype, bytes, record.result.explored,
+                       record.result.over_budget);
   record.comm = call.comm_index;
   record.seq = call.seq;
   record.step = step;
@@ -400,6 +404,7 @@ void exploreNow(const ShadowCall& call, std::int64_t step) {
   record.dtype = call.dtype;
   record.bytes = bytes;
   record.world = call.comm_size;
+  record.follow = !sampled;
   submitExplore(std::move(record));
   addSpentNs(monotonicNs() - t0);
 }
@@ -433,6 +438,7 @@ struct DeferredShadow {
   const void* send = nullptr;
   void* recv = nullptr;
   const RecommendationRule* rule = nullptr;
+  bool sampled = true;  // Explore: sampled by the plan, or a followed site's next step
 };
 thread_local std::vector<DeferredShadow> t_deferred;
 
@@ -452,7 +458,7 @@ void runDeferred() {
     switch (item.kind) {
       case DeferredShadow::Kind::Join: break;
       case DeferredShadow::Kind::Explore:
-        if (joined == JoinState::Joined) exploreNow(item.call, item.event.call.step);
+        if (joined == JoinState::Joined) exploreNow(item.call, item.event.call.step, item.sampled);
         break;
       case DeferredShadow::Kind::Apply: {
         // Outside the group now: timed like a call of its own.
@@ -500,6 +506,7 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
   call.seq = event.header.seq;
   call.comm_size = slot->size;
   call.comm_rank = slot->rank;
+  call.site = callSites().next(slot->index, event.call.step, count, call.dtype, call.op);
   const bool in_group = t_group.depth() > 0;
   JoinState joined = joinState(slot->index);
   if (joined == JoinState::Unknown) {
@@ -532,10 +539,16 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
     return apply_or_run();
   }
 
-  // Explore: the input copy goes onto the stream ahead of the call; the exploration follows the call.
-  if (!explorePlan().sample(slot->index, event.header.api, event.header.dtype, event.header.op,
-                            event.call.bytes))
-    return plain();
+  // Explore: the input copy goes onto the stream ahead of the call; the exploration follows the call. A
+  // call the plan did not sample may be the next step of a site an exploration follows (async errors).
+  const bool sampled = explorePlan().sample(slot->index, event.header.api, event.header.dtype,
+                                            event.header.op, event.call.bytes);
+  bool following = false;
+  if (!sampled) {
+    InternalScope internal;
+    following = extension(Backend::Nccl)->follows(call);
+  }
+  if (!sampled && !following) return plain();
   const std::int64_t t0 = monotonicNs();
   {
     InternalScope internal;
@@ -546,9 +559,10 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
   const ncclResult_t rc = plain();
   if (in_group) {
     defer(DeferredShadow::Kind::Explore, call, comm, event);
+    t_deferred.back().sampled = sampled;
     return rc;
   }
-  exploreNow(call, event.call.step);
+  exploreNow(call, event.call.step, sampled);
   return rc;
 }
 

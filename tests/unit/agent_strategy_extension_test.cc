@@ -81,7 +81,7 @@ class LoopbackCommunicator final : public comm::Communicator {
 // The backend half, as NCCL's: a "device" arena and a host arena of the same size, distinct slices.
 class TestExtension final : public StrategyExtension {
  public:
-  TestExtension() : StrategyExtension(nullptr) {}
+  TestExtension() : StrategyExtension(AgentHooks{}) {}
 
   int joins = 0, copies = 0, after = 0, before = 0, synchronizations = 0;
   bool refuse_duplicate = false;
@@ -269,6 +269,128 @@ TEST(AgentStrategyExtension, ARankThatCouldNotStartStillJoinsWithoutJoining) {
   EXPECT_EQ(error, "plan.json: not found");
   EXPECT_FALSE(extension.join(fp32Call(16, 0), error));
   EXPECT_EQ(extension.joins, 1);  // it took part in the split (join = false there)
+}
+
+}  // namespace
+}  // namespace gradscope::agent
+
+namespace gradscope::agent {
+namespace {
+
+// A call site's step t of a 1000-element fp32 gradient, different in every step.
+std::vector<float> stepGradient(std::int64_t step, std::size_t count) {
+  std::vector<float> values(count);
+  for (std::size_t i = 0; i < count; ++i)
+    values[i] =
+        static_cast<float>((static_cast<int>((i * 7 + static_cast<std::size_t>(step) * 13) % 11) - 5)) *
+        0.125f;
+  return values;
+}
+
+// ‖a - b‖ / ‖b‖ in fp64.
+double relativeL2(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    diff += d * d;
+    norm += static_cast<double>(b[i]) * static_cast<double>(b[i]);
+  }
+  return std::sqrt(diff) / std::sqrt(norm);
+}
+
+const StrategyTiming* timingOf(const ExploreResult& result, const std::string& name) {
+  for (const StrategyTiming& timing : result.timings)
+    if (timing.strategy == name) return &timing;
+  return nullptr;
+}
+
+// One rank: the sum of a step is its gradient, so stale<K> returns g[t-K] and its error against this
+// step's sum is ‖g[t-K] - g[t]‖ / ‖g[t]‖; dga<K> returns g[t-K] + (g[t] - g[t-K]) = g[t] (error 0).
+TEST(AgentStrategyExtension, AsyncErrorsFollowACallSiteStepByStep) {
+  TestExtension extension;
+  std::string error;
+  ASSERT_TRUE(
+      extension.start(settings({"sum/native", "async/stale1", "async/stale2", "async/dga1"}), "", error))
+      << error;
+  BudgetState budget;
+  budget.fraction = 1.0;
+  constexpr std::size_t kCount = 1000;
+  std::vector<std::vector<float>> inputs;
+  for (std::int64_t step = 0; step < 4; ++step) {
+    ShadowCall call = fp32Call(kCount, 10 + step);
+    call.site.ordinal = 3;
+    call.site.step = step;
+    inputs.push_back(stepGradient(step, kCount));
+    if (step == 0) {
+      ASSERT_TRUE(extension.join(call, error)) << error;
+      EXPECT_FALSE(extension.follows(call));  // nothing kept yet
+      ASSERT_TRUE(extension.capture(call, inputs.back().data()));
+      const ExploreResult explored = extension.explore(call, budget);
+      ASSERT_TRUE(explored.explored) << explored.skipped;
+      EXPECT_EQ(timingOf(explored, "async/stale1"), nullptr);  // no earlier step
+      continue;
+    }
+    // Followed for the largest K (2) after the exploration, then left.
+    ASSERT_EQ(extension.follows(call), step <= 2) << "step " << step;
+    if (step > 2) break;
+    ASSERT_TRUE(extension.capture(call, inputs.back().data()));
+    const ExploreResult followed = extension.follow(call, budget);
+    ASSERT_TRUE(followed.explored) << followed.skipped;
+    const StrategyTiming* stale1 = timingOf(followed, "async/stale1");
+    const StrategyTiming* dga1 = timingOf(followed, "async/dga1");
+    ASSERT_NE(stale1, nullptr);
+    ASSERT_NE(dga1, nullptr);
+    EXPECT_EQ(stale1->reps, 0);
+    const auto at = static_cast<std::size_t>(step);
+    EXPECT_NEAR(*stale1->rel_l2_error, relativeL2(inputs[at - 1], inputs[at]), 1e-12);
+    EXPECT_EQ(*dga1->rel_l2_error, 0.0);
+    const StrategyTiming* stale2 = timingOf(followed, "async/stale2");
+    if (step == 2) {
+      ASSERT_NE(stale2, nullptr);
+      EXPECT_NEAR(*stale2->rel_l2_error, relativeL2(inputs[0], inputs[2]), 1e-12);
+    } else {
+      EXPECT_EQ(stale2, nullptr);
+    }
+  }
+}
+
+// A step skipped, or a site that changed size, ends the following: nothing kept can be compared.
+TEST(AgentStrategyExtension, AsyncFollowingEndsWhenTheSiteSkipsOrChanges) {
+  TestExtension extension;
+  std::string error;
+  ASSERT_TRUE(extension.start(settings({"sum/native", "async/stale1"}), "", error)) << error;
+  BudgetState budget;
+  budget.fraction = 1.0;
+  ShadowCall call = fp32Call(64, 0);
+  ASSERT_TRUE(extension.join(call, error)) << error;
+  const std::vector<float> input = stepGradient(0, 64);
+  ASSERT_TRUE(extension.capture(call, input.data()));
+  ASSERT_TRUE(extension.explore(call, budget).explored);
+  ShadowCall skipped = call;
+  skipped.site.step = 2;
+  EXPECT_FALSE(extension.follows(skipped));
+  skipped.site.step = 1;
+  EXPECT_FALSE(extension.follows(skipped));  // dropped at the skip
+
+  ASSERT_TRUE(extension.capture(call, input.data()));
+  ASSERT_TRUE(extension.explore(call, budget).explored);
+  ShadowCall resized = fp32Call(65, 1);
+  resized.site.step = 1;
+  EXPECT_FALSE(extension.follows(resized));
+}
+
+// The async strategies keep host buffers and a worker thread: on a communicator of device memory (NCCL)
+// they are refused with the reason, and the refusal is remembered.
+TEST(AgentStrategyExtension, AsyncIsRefusedOnDeviceMemory) {
+  TestExtension extension;
+  std::string error;
+  ASSERT_TRUE(extension.start(settings({}, 0), "", error)) << error;
+  const ShadowCall call = fp32Call(16, 0);
+  ASSERT_TRUE(extension.join(call, error)) << error;
+  const std::vector<float> send = stepGradient(0, 16);
+  std::vector<float> recv(16);
+  EXPECT_FALSE(extension.apply(call, send.data(), recv.data(), "async/stale1", error));
+  EXPECT_NE(error.find("host memory"), std::string::npos) << error;
 }
 
 }  // namespace

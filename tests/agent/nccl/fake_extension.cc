@@ -167,6 +167,8 @@ class FakeNcclExtension final : public Extension {
   }
 
   void stop() override { note("stop"); }
+  bool follows(const ShadowCall&) override { return false; }
+  ExploreResult follow(const ShadowCall&, const BudgetState&) override { return {}; }
 
  private:
   void run(const ShadowCall& call, const void* in, void* out, ncclComm_t duplicate) {
@@ -184,7 +186,7 @@ class FakeNcclExtension final : public Extension {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) Extension* gradscope_agent_extension(
-    int abi, void (*)(const char*)) {
+    int abi, const gradscope::agent::AgentHooks*) {
   if (abi != kExtensionAbi) return nullptr;
   return new FakeNcclExtension;
 }
