@@ -29,6 +29,15 @@
 // libraries), every rank starts from w = 0, and the reductions are deterministic for a fixed
 // communicator size. Rank 0 ends with the held-out loss in hexadecimal floating point and an FNV-1a hash
 // of the final weights, so that two runs can be compared bit for bit.
+//
+// For experiments with slow ranks and replicas that may drift apart:
+//   --straggler R:F   rank R busy-waits F times its gradient computation in every step, before the
+//                     aggregation; any:F slows one rank per step, drawn from (--seed, step) alike on every
+//                     rank. Only the timing changes: the weights and the loss stay the same to the bit.
+//   --loss-csv PATH   rank 0 writes step,loss,seconds for every loss it prints and for the last step.
+//   --check-replicas  after the last step rank 0 broadcasts its weights, every rank compares its own
+//                     with them, and rank 0 gathers the largest differences and prints the largest.
+// Without them the job makes exactly the collectives described above.
 
 #include <algorithm>
 #include <cerrno>
@@ -37,8 +46,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +67,13 @@ constexpr char kProgram[] = "gradscope-sample-linreg";
 
 enum class Aggregator { Mean, AdaCons, AdaSum };
 
+// --straggler: which rank a step slows, and by how much of its own computation.
+struct Straggler {
+  double fraction = 0;    // F, the busy wait over the step's gradient computation; 0: no straggler
+  bool any_rank = false;  // any:F: a rank drawn anew every step (slowedRank)
+  int rank = 0;           // R, when not any_rank
+};
+
 struct Options {
   int steps = 1000;
   int batch = 16;  // samples per rank and step
@@ -69,6 +87,9 @@ struct Options {
   std::uint64_t seed = 1;
   int print_every = 100;  // 0: only the final line
   bool timing = false;
+  Straggler straggler;
+  std::string loss_csv;  // empty: no CSV
+  bool check_replicas = false;
 };
 
 std::string_view aggregatorName(Aggregator aggregator) {
@@ -84,6 +105,7 @@ void printUsage(std::FILE* stream) {
   std::fprintf(stream,
                "usage: %s [--aggregator mean|adacons|adasum] [--steps N] [--batch B] [--dim D]\n"
                "          [--lr R] [--noise S] [--noise-spread F] [--seed X] [--print-every K] [--timing]\n"
+               "          [--straggler R:F | any:F] [--loss-csv PATH] [--check-replicas]\n"
                "  --aggregator A    mean: MPI_Allreduce of the gradients, divided by the ranks;\n"
                "                    adacons, adasum: gradscope's adacons/native or adasum/native strategy\n"
                "                    standing in for the sum, also divided by the ranks (default mean)\n"
@@ -98,7 +120,14 @@ void printUsage(std::FILE* stream) {
                "  --print-every K   rank 0 prints the held-out loss every K steps; 0: only at the end\n"
                "                    (default 100)\n"
                "  --timing          rank 0 prints to stderr the time of the steps and of the aggregation\n"
-               "                    calls in them (which includes waiting for the slowest rank)\n",
+               "                    calls in them (which includes waiting for the slowest rank)\n"
+               "  --straggler R:F   in every step rank R busy-waits F times as long as its gradient\n"
+               "                    took, before the aggregation (0 < F <= 10); any:F: one rank per step,\n"
+               "                    drawn from --seed and the step. The results stay the same to the bit\n"
+               "  --loss-csv PATH   rank 0 writes step,loss,seconds (since the first step) to PATH for\n"
+               "                    every loss it prints and for the last step\n"
+               "  --check-replicas  rank 0 prints how far any rank's final weights are from its own,\n"
+               "                    absolute and relative to its largest weight\n",
                kProgram);
 }
 
@@ -135,6 +164,27 @@ bool parseReal(const char* text, double low, double high, bool open_low, double&
   return true;
 }
 
+constexpr int kMaxRank = 1'000'000;
+
+// --straggler's value, R:F or any:F. Returns an empty string on success, else what is wrong with it.
+// Whether R is a rank of this job is checked once the job's size is known (stragglerRankError).
+std::string parseStraggler(const char* text, Straggler& straggler) {
+  const std::string_view value = text != nullptr ? text : "";
+  const std::size_t colon = value.find(':');
+  if (colon == std::string_view::npos)
+    return "--straggler needs R:F, a rank (or any) and the fraction of its compute to add, 0 < F <= 10 (e.g. "
+           "--straggler 3:0.5 or --straggler any:0.5)";
+  const std::string rank(value.substr(0, colon));
+  const std::string fraction(value.substr(colon + 1));
+  straggler.any_rank = rank == "any";
+  if (!straggler.any_rank && !parseInt(rank.c_str(), 0, kMaxRank, straggler.rank))
+    return "--straggler " + std::string(value) + ": R must be a rank >= 0 or any (e.g. --straggler 3:0.5)";
+  if (!parseReal(fraction.c_str(), 0.0, 10.0, true, straggler.fraction))
+    return "--straggler " + std::string(value) + ": F must be a number with 0 < F <= 10 (e.g. --straggler " +
+           rank + ":0.5)";
+  return {};
+}
+
 // Returns an empty string on success, else one line: what is wrong and what to pass instead.
 std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
   for (int i = 1; i < argc; ++i) {
@@ -145,6 +195,14 @@ std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
       help = true;
     } else if (arg == "--timing") {
       options.timing = true;
+    } else if (arg == "--check-replicas") {
+      options.check_replicas = true;
+    } else if (arg == "--straggler") {
+      if (std::string error = parseStraggler(value, options.straggler); !error.empty()) return error;
+      ++i;
+    } else if (arg == "--loss-csv") {
+      if (!take() || *value == '\0') return "--loss-csv needs a file path (e.g. --loss-csv loss.csv)";
+      options.loss_csv = value;
     } else if (arg == "--aggregator") {
       const std::string_view name = value != nullptr ? value : "";
       if (name == "mean") options.aggregator = Aggregator::Mean;
@@ -186,6 +244,14 @@ std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
     return "--batch x --dim must be at most 67108864 (256 MiB of inputs per rank); pass a smaller --batch or "
            "--dim";
   return {};
+}
+
+// The part of --straggler that needs the job's size: R must be one of its ranks.
+std::string stragglerRankError(const Straggler& straggler, int world) {
+  if (straggler.fraction == 0 || straggler.any_rank || straggler.rank < world) return {};
+  return "--straggler " + std::to_string(straggler.rank) + ":F: rank " + std::to_string(straggler.rank) +
+         " is not a rank of this " + std::to_string(world) + "-rank job; give R from 0 to " +
+         std::to_string(world - 1) + ", or any";
 }
 
 // SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, and the same numbers on every platform.
@@ -230,6 +296,7 @@ std::uint64_t streamSeed(std::uint64_t seed, std::uint64_t stream) {
 constexpr std::uint64_t kTruthStream = 0;
 constexpr std::uint64_t kHeldOutStream = 1;
 constexpr std::uint64_t kFirstRankStream = 2;
+constexpr std::uint64_t kStragglerStream = 1ULL << 63;  // far from any rank's stream
 constexpr std::size_t kHeldOutSamples = 1024;
 
 // w*: entries uniform in [-1, 1), so the loss at w = 0 is about D/3.
@@ -302,6 +369,15 @@ class Worker {
   float noise_ = 0;
 };
 
+// The rank --straggler slows in `step`: R, or for any:F one drawn from (--seed, step), which every rank
+// computes alike without communicating: jitter that moves from rank to rank, not one slow rank.
+int slowedRank(const Straggler& straggler, std::uint64_t seed, int step, int world) {
+  if (!straggler.any_rank) return straggler.rank;
+  // SplitMix64 used as a hash of a counter: consecutive states give independent draws.
+  Rng rng(streamSeed(seed, kStragglerStream) + static_cast<std::uint64_t>(step));
+  return static_cast<int>(rng.next() % static_cast<std::uint64_t>(world));
+}
+
 // FNV-1a, 64 bits, over the bytes of the weights: equal hashes mean (all but certainly) equal weights.
 std::uint64_t fnv1a64(std::span<const float> values) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;
@@ -327,8 +403,88 @@ double seconds(Clock::duration duration) {
   return std::chrono::duration<double>(duration).count();
 }
 
+// Busy-waits for `length`, spinning on the steady clock rather than sleeping: the core stays as busy as
+// it would be computing, as on a slower rank.
+void spinFor(std::chrono::duration<double> length) {
+  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(length);
+  while (Clock::now() < end) {
+  }
+}
+
+// --loss-csv: rank 0's loss curve, "step,loss,seconds" with the seconds since the training loop started.
+// Opened before training, so that a path rank 0 cannot write stops the job before its first step.
+class LossCsv {
+ public:
+  // Opens `path` and writes the header; error() says why not when it failed.
+  explicit LossCsv(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
+    if (file_ == nullptr) error_ = std::strerror(errno);
+    else std::fputs("step,loss,seconds\n", file_);
+  }
+  LossCsv(const LossCsv&) = delete;
+  LossCsv& operator=(const LossCsv&) = delete;
+  ~LossCsv() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+
+  bool opened() const { return file_ != nullptr; }
+  const std::string& path() const { return path_; }
+  const std::string& error() const { return error_; }
+  int lastStep() const { return last_step_; }
+
+  // One row, flushed at once (as the printed losses are), so that a job ended early keeps its curve.
+  void write(int step, double loss, double seconds) {
+    std::fprintf(file_, "%d,%.9g,%.6f\n", step, loss, seconds);
+    std::fflush(file_);
+    last_step_ = step;
+  }
+
+  // Closes the file; false (and error()) when a row could not be written.
+  bool close() {
+    const bool failed = std::ferror(file_) != 0;
+    const int errno_write = errno;
+    const bool closed = std::fclose(file_) == 0;
+    file_ = nullptr;
+    if (failed || !closed) error_ = std::strerror(failed ? errno_write : errno);
+    return !failed && closed;
+  }
+
+ private:
+  std::string path_;
+  std::string error_;
+  std::FILE* file_ = nullptr;
+  int last_step_ = -1;
+};
+
+// --check-replicas: the largest |w_r - w_0| over every rank r and weight, on rank 0 (0 on the others).
+// Collective: rank 0 broadcasts its weights, every rank compares its own with them in double (the
+// difference of two floats, rounded once), and rank 0 gathers each rank's largest. A NaN difference stays
+// NaN instead of vanishing in a max.
+double replicaSpread(std::span<const float> weights, int rank, int world) {
+  std::vector<float> reference(weights.begin(), weights.end());
+  MPI_Bcast(reference.data(), static_cast<int>(reference.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  const auto largest = [](double a, double b) { return std::isnan(a) || a > b ? a : b; };
+  double mine = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i)
+    mine = largest(std::fabs(static_cast<double>(weights[i]) - static_cast<double>(reference[i])), mine);
+  std::vector<double> spreads(rank == 0 ? static_cast<std::size_t>(world) : 0);
+  MPI_Gather(&mine, 1, MPI_DOUBLE, spreads.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  double spread = 0;
+  for (const double s : spreads) spread = largest(s, spread);
+  return spread;
+}
+
+// Rank 0's line for --check-replicas: the spread, and the spread over rank 0's largest weight.
+void printReplicaSpread(double spread, std::span<const float> weights) {
+  double reference = 0;
+  for (const float w : weights) reference = std::max(reference, std::fabs(static_cast<double>(w)));
+  std::printf("replicas: max |w_r - w_0| = %.9g, relative %.9g\n", spread,
+              spread / std::max(reference, 1e-30));
+  std::fflush(stdout);
+}
+
 // The training loop; returns the exit status. Collective: every rank runs it with the same options.
-int train(const Options& options, int rank, int world) {
+// `csv` is rank 0's --loss-csv, or null.
+int train(const Options& options, int rank, int world, LossCsv* csv) {
   const auto dim = static_cast<std::size_t>(options.dim);
   const std::vector<float> truth = makeTruth(options.seed, dim);
   Worker worker(options, truth, rank, world);
@@ -364,7 +520,10 @@ int train(const Options& options, int rank, int world) {
   Clock::duration aggregation{};
   const Clock::time_point start = Clock::now();
   for (int step = 0; step < options.steps; ++step) {
+    const Clock::time_point computing = Clock::now();
     worker.gradient(weights, gradient);
+    if (options.straggler.fraction > 0 && slowedRank(options.straggler, options.seed, step, world) == rank)
+      spinFor(options.straggler.fraction * (Clock::now() - computing));
     const Clock::time_point before = Clock::now();
     if (strategy == nullptr) {
       MPI_Allreduce(MPI_IN_PLACE, gradient.data(), options.dim, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -384,18 +543,31 @@ int train(const Options& options, int rank, int world) {
     // of two) by the number of workers, as a mean.
     for (std::size_t i = 0; i < dim; ++i) weights[i] -= learning_rate * (gradient[i] / workers);
     if (rank == 0 && options.print_every > 0 && (step + 1) % options.print_every == 0) {
-      std::printf("step %d loss %.6g\n", step + 1, heldOutLoss(options.seed, truth, weights));
+      const Clock::duration elapsed = Clock::now() - start;
+      const double loss = heldOutLoss(options.seed, truth, weights);
+      std::printf("step %d loss %.6g\n", step + 1, loss);
       std::fflush(stdout);
+      if (csv != nullptr) csv->write(step + 1, loss, seconds(elapsed));
     }
   }
   const Clock::duration total = Clock::now() - start;
 
+  const double spread = options.check_replicas ? replicaSpread(weights, rank, world) : 0.0;
+  int status = 0;
   if (rank == 0) {
     const double loss = heldOutLoss(options.seed, truth, weights);
+    // The last step's row, unless it was printed: the curve always ends where training did.
+    if (csv != nullptr && csv->lastStep() != options.steps) csv->write(options.steps, loss, seconds(total));
     std::printf("final loss %.6g (%a) aggregator %s workers %d batch %d weights fnv1a64 %016llx\n", loss,
                 loss, std::string(aggregatorName(options.aggregator)).c_str(), world, options.batch,
                 static_cast<unsigned long long>(fnv1a64(weights)));
     std::fflush(stdout);
+    if (options.check_replicas) printReplicaSpread(spread, weights);
+    if (csv != nullptr && !csv->close()) {
+      std::fprintf(stderr, "%s: could not write the loss CSV '%s' (%s)\n", kProgram, csv->path().c_str(),
+                   csv->error().c_str());
+      status = 1;
+    }
     if (options.timing) {
       const double steps = std::max(options.steps, 1);
       std::fprintf(stderr, "%s: rank 0: %d steps in %.3f s, aggregation %.3f s (%.1f us per step)\n",
@@ -406,10 +578,10 @@ int train(const Options& options, int rank, int world) {
       std::fprintf(stderr,
                    "%s: the weights diverged (farther from w* than at the start); try a smaller --lr\n",
                    kProgram);
-      return 1;
+      status = 1;
     }
   }
-  return 0;
+  return status;
 }
 
 }  // namespace
@@ -422,7 +594,8 @@ int main(int argc, char** argv) {
 
   Options options;
   bool help = false;
-  const std::string error = parseOptions(argc, argv, options, help);
+  std::string error = parseOptions(argc, argv, options, help);
+  if (error.empty()) error = stragglerRankError(options.straggler, world);
   if (help || !error.empty()) {
     if (rank == 0) {
       if (error.empty()) printUsage(stdout);
@@ -432,9 +605,28 @@ int main(int argc, char** argv) {
     return error.empty() ? 0 : 2;
   }
 
+  // --loss-csv: rank 0 opens the file and tells the others whether it could, so that a path it cannot
+  // write ends every rank alike before the first step. Without it there is no broadcast.
+  std::optional<LossCsv> csv;
+  if (!options.loss_csv.empty()) {
+    int opened = 0;
+    if (rank == 0) {
+      csv.emplace(options.loss_csv);
+      opened = csv->opened() ? 1 : 0;
+      if (!csv->opened())
+        std::fprintf(stderr, "%s: cannot write the loss CSV '%s' (%s): give --loss-csv a writable path\n",
+                     kProgram, options.loss_csv.c_str(), csv->error().c_str());
+    }
+    MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (opened == 0) {
+      MPI_Finalize();
+      return 2;
+    }
+  }
+
   int status = 0;
   try {
-    status = train(options, rank, world);
+    status = train(options, rank, world, csv ? &*csv : nullptr);
   } catch (const std::exception& failure) {
     // gradscope::comm throws on every rank alike (a step AdaCons cannot normalise, say, once the
     // weights diverge), so every rank gets here and MPI can still be finalised in step.

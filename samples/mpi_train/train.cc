@@ -23,6 +23,17 @@
 // libraries), and MPI's reductions are deterministic for a fixed communicator size. Rank 0 prints the
 // final loss in hexadecimal floating point and an FNV-1a hash of the final weights, so two runs can be
 // compared bit for bit — with and without a profiler, for example.
+//
+// For experiments with slow ranks and replicas that may drift apart:
+//   --straggler R:F   rank R computes as if 1 + F times slower: each stretch of gradient computation
+//                     (forward pass, loss and layer 3's backward pass; layer 2's; layer 1's) is followed
+//                     by a busy wait F times as long, before the reductions that follow it. any:F slows one
+//                     rank per step, drawn from the step alike on every rank. Only the timing changes.
+//   --loss-csv PATH   rank 0 writes step,loss,seconds for every loss it prints and for the last step
+//                     (one MPI_Bcast of an int before the weights', for whether rank 0 could open it).
+//   --check-replicas  after the last step an MPI_Bcast of rank 0's parameters and an MPI_Gather of one
+//                     double per rank: rank 0 prints the largest difference of any rank's from its own.
+// Without them the job makes exactly the collectives listed above.
 
 #include <unistd.h>
 
@@ -34,7 +45,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,6 +60,13 @@ namespace {
 
 constexpr char kProgram[] = "gradscope-sample-mpi-train";
 
+// --straggler: which rank a step slows, and by how much of its own computation.
+struct Straggler {
+  double fraction = 0;    // F, the busy wait over the step's gradient computation; 0: no straggler
+  bool any_rank = false;  // any:F: a rank drawn anew every step (slowedRank)
+  int rank = 0;           // R, when not any_rank
+};
+
 struct Options {
   int steps = 20;
   int width = 1;        // multiplier of the hidden layer widths
@@ -57,13 +77,17 @@ struct Options {
   int exit_code = 0;      // returned after MPI_Finalize
   int hang_at_step = -1;  // -1: never; else hang_rank stops for good at the start of this step
   int hang_rank = 0;
+  Straggler straggler;
+  std::string loss_csv;  // empty: no CSV
+  bool check_replicas = false;
 };
 
 void printUsage(std::FILE* stream) {
   std::fprintf(stream,
                "usage: %s [--steps N] [--width W] [--sleep-ms M] [--print-every K]\n"
                "          [--nonblocking | --blocking] [--print-pid] [--exit-code C]\n"
-               "          [--hang-at-step S [--hang-rank R]]\n"
+               "          [--hang-at-step S [--hang-rank R]] [--straggler R:F | any:F]\n"
+               "          [--loss-csv PATH] [--check-replicas]\n"
                "  --steps N        training steps (default 20)\n"
                "  --width W        hidden layers of 128W and 32W units, W from 1 to 64 (default 1)\n"
                "  --sleep-ms M     sleep M ms in every step (default 0)\n"
@@ -75,7 +99,14 @@ void printUsage(std::FILE* stream) {
                "  --hang-at-step S rank R stops for good at the start of step S (counted from 0), before\n"
                "                   its reductions, and the other ranks wait in that step's first\n"
                "                   collective: a hung job, to test what ends it (a signal ends it)\n"
-               "  --hang-rank R    the rank that hangs (default 0)\n",
+               "  --hang-rank R    the rank that hangs (default 0)\n"
+               "  --straggler R:F  rank R busy-waits F times as long as each part of its gradient\n"
+               "                   computation took, before the reductions after it (0 < F <= 10); any:F\n"
+               "                   slows one rank per step, drawn from the step; the results stay the same\n"
+               "  --loss-csv PATH  rank 0 writes step,loss,seconds (since the first step) to PATH for every\n"
+               "                   loss it prints and for the last step\n"
+               "  --check-replicas rank 0 prints the largest difference of any rank's final weights from\n"
+               "                   its own, absolute and relative to its largest weight\n",
                kProgram);
 }
 
@@ -92,6 +123,36 @@ bool parseInt(const char* text, int low, int high, int& value) {
   return true;
 }
 
+// A finite number in (low, high].
+bool parseFraction(const char* text, double low, double high, double& value) {
+  char* end = nullptr;
+  errno = 0;
+  const double parsed = std::strtod(text, &end);
+  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(parsed)) return false;
+  if (parsed <= low || parsed > high) return false;
+  value = parsed;
+  return true;
+}
+
+// --straggler's value, R:F or any:F. Returns an empty string on success, else what is wrong with it.
+// Whether R is a rank of this job is checked once the job's size is known, in main().
+std::string parseStraggler(const char* text, Straggler& straggler) {
+  const std::string_view value = text != nullptr ? text : "";
+  const std::size_t colon = value.find(':');
+  if (colon == std::string_view::npos)
+    return "--straggler needs R:F, a rank (or any) and the fraction of its compute to add, 0 < F <= 10 (e.g. "
+           "--straggler 1:0.5 or --straggler any:0.5)";
+  const std::string rank(value.substr(0, colon));
+  const std::string fraction(value.substr(colon + 1));
+  straggler.any_rank = rank == "any";
+  if (!straggler.any_rank && !parseInt(rank.c_str(), 0, 1'000'000, straggler.rank))
+    return "--straggler " + std::string(value) + ": R must be a rank >= 0 or any (e.g. --straggler 1:0.5)";
+  if (!parseFraction(fraction.c_str(), 0.0, 10.0, straggler.fraction))
+    return "--straggler " + std::string(value) + ": F must be a number with 0 < F <= 10 (e.g. --straggler " +
+           rank + ":0.5)";
+  return {};
+}
+
 // Returns an empty string on success, else what is wrong with the command line.
 std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
   for (int i = 1; i < argc; ++i) {
@@ -106,7 +167,15 @@ std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
     else if (arg == "--nonblocking") options.nonblocking = true;
     else if (arg == "--blocking") options.nonblocking = false;
     else if (arg == "--print-pid") options.print_pid = true;
-    else if (arg == "--steps") {
+    else if (arg == "--check-replicas") options.check_replicas = true;
+    else if (arg == "--straggler") {
+      if (std::string error = parseStraggler(value, options.straggler); !error.empty()) return error;
+      ++i;
+    } else if (arg == "--loss-csv") {
+      if (value == nullptr || *value == '\0')
+        return "--loss-csv needs a file path (e.g. --loss-csv loss.csv)";
+      options.loss_csv = argv[++i];
+    } else if (arg == "--steps") {
       if (!number(0, 100'000'000, options.steps)) return "--steps needs a number from 0 to 100000000";
     } else if (arg == "--width") {
       if (!number(1, kMaxWidth, options.width)) return "--width needs a number from 1 to 64";
@@ -149,6 +218,7 @@ class Rng {
 constexpr std::uint64_t kWeightSeed = 0x5eed'0001;
 constexpr std::uint64_t kTeacherSeed = 0x5eed'0002;
 constexpr std::uint64_t kDataSeed = 0x5eed'0003;
+constexpr std::uint64_t kStragglerSeed = 0x5eed'0004;
 
 // Layer widths at --width 1: the three weight gradients (64x128, 128x32, 32x10) and three bias gradients
 // (128, 32, 10) give six reductions of six different sizes per step. --width W multiplies the two hidden
@@ -296,6 +366,50 @@ void backward(const Layer& layer, const Layer& gradient, const float* in, const 
   }
 }
 
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration duration) {
+  return std::chrono::duration<double>(duration).count();
+}
+
+// Busy-waits for `length`, spinning on the steady clock rather than sleeping: the core stays as busy as
+// it would be computing, as on a slower rank.
+void spinFor(std::chrono::duration<double> length) {
+  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(length);
+  while (Clock::now() < end) {
+  }
+}
+
+// The rank --straggler slows in `step`: R, or for any:F one drawn from the step, which every rank computes
+// alike without communicating: jitter that moves from rank to rank, not one slow rank.
+int slowedRank(const Straggler& straggler, int step, int world) {
+  if (!straggler.any_rank) return straggler.rank;
+  // SplitMix64 used as a hash of a counter: consecutive states give independent draws.
+  Rng rng(kStragglerSeed + static_cast<std::uint64_t>(step));
+  return static_cast<int>(rng.next() % static_cast<std::uint64_t>(world));
+}
+
+// --straggler on the rank it slows in a step. A step's gradient computation comes in three stretches
+// between its reductions (forward pass, loss and layer 3's backward pass; layer 2's backward pass; layer
+// 1's); each is followed by a busy wait `fraction` times as long, before the reductions after it, so the
+// rank reaches every reduction as late as a rank 1 + fraction times slower would. Fraction 0, on the ranks
+// not slowed: nothing.
+class Slowdown {
+ public:
+  explicit Slowdown(double fraction) : fraction_(fraction) {}
+
+  void computeStarts() {
+    if (fraction_ > 0) started_ = Clock::now();
+  }
+  void computeEnds() const {
+    if (fraction_ > 0) spinFor(fraction_ * (Clock::now() - started_));
+  }
+
+ private:
+  double fraction_;
+  Clock::time_point started_;
+};
+
 // In-place sum of a gradient tensor over all ranks: the data-parallel all-reduce.
 void allreduce(std::span<float> tensor) {
   MPI_Allreduce(MPI_IN_PLACE, tensor.data(), static_cast<int>(tensor.size()), MPI_FLOAT, MPI_SUM,
@@ -310,12 +424,14 @@ MPI_Request startAllreduce(std::span<float> tensor) {
 }
 
 // One training step on this rank's next batch; returns the loss averaged over all ranks' batches.
+// `slowdown` is this rank's --straggler in this step (fraction 0: none).
 double trainStep(Parameters& parameters, Parameters& gradients, const Shard& shard, int step, int world,
-                 bool nonblocking) {
+                 bool nonblocking, Slowdown slowdown) {
   const std::size_t first = static_cast<std::size_t>(step) * kBatch % kShardSamples;
   const float* x = &shard.inputs[first * kInputs];
   const std::size_t* labels = &shard.labels[first];
 
+  slowdown.computeStarts();
   std::vector<float> h1, h2, logits;
   forward(parameters.layer(0), x, kBatch, true, h1);
   forward(parameters.layer(1), h1.data(), kBatch, true, h2);
@@ -339,16 +455,21 @@ double trainStep(Parameters& parameters, Parameters& gradients, const Shard& sha
   // Backward pass, last layer first; each gradient is reduced as soon as it is complete.
   std::vector<float> dh2, dh1;
   backward(parameters.layer(2), gradients.layer(2), h2.data(), dlogits, kBatch, &dh2);
+  slowdown.computeEnds();
   allreduce(gradients.layer(2).weight);
   allreduce(gradients.layer(2).bias);
+  slowdown.computeStarts();
   backward(parameters.layer(1), gradients.layer(1), h1.data(), dh2, kBatch, &dh1);
+  slowdown.computeEnds();
   // The nonblocking reduction runs while the first layer's backward pass computes. Other collectives on
   // the communicator may start meanwhile: MPI only asks that every rank issue them in the same order.
   MPI_Request pending = MPI_REQUEST_NULL;
   if (nonblocking) pending = startAllreduce(gradients.layer(1).weight);
   else allreduce(gradients.layer(1).weight);
   allreduce(gradients.layer(1).bias);
+  slowdown.computeStarts();
   backward(parameters.layer(0), gradients.layer(0), x, dh1, kBatch, nullptr);
+  slowdown.computeEnds();
   allreduce(gradients.layer(0).weight);
   allreduce(gradients.layer(0).bias);
   if (nonblocking) MPI_Wait(&pending, MPI_STATUS_IGNORE);
@@ -379,6 +500,74 @@ std::uint64_t fnv1a64(std::span<const float> values) {
   return hash;
 }
 
+// --loss-csv: rank 0's loss curve, "step,loss,seconds" with the seconds since the training loop started.
+// Opened before training, so that a path rank 0 cannot write stops the job before its first step.
+class LossCsv {
+ public:
+  // Opens `path` and writes the header; error() says why not when it failed.
+  explicit LossCsv(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
+    if (file_ == nullptr) error_ = std::strerror(errno);
+    else std::fputs("step,loss,seconds\n", file_);
+  }
+  LossCsv(const LossCsv&) = delete;
+  LossCsv& operator=(const LossCsv&) = delete;
+  ~LossCsv() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+
+  bool opened() const { return file_ != nullptr; }
+  const std::string& path() const { return path_; }
+  const std::string& error() const { return error_; }
+
+  // One row, flushed at once (as the printed losses are), so that a job ended early keeps its curve.
+  void write(int step, double loss, double seconds) {
+    std::fprintf(file_, "%d,%.9g,%.6f\n", step, loss, seconds);
+    std::fflush(file_);
+  }
+
+  // Closes the file; false (and error()) when a row could not be written.
+  bool close() {
+    const bool failed = std::ferror(file_) != 0;
+    const int errno_write = errno;
+    const bool closed = std::fclose(file_) == 0;
+    file_ = nullptr;
+    if (failed || !closed) error_ = std::strerror(failed ? errno_write : errno);
+    return !failed && closed;
+  }
+
+ private:
+  std::string path_;
+  std::string error_;
+  std::FILE* file_ = nullptr;
+};
+
+// --check-replicas: the largest |w_r - w_0| over every rank r and parameter, on rank 0 (0 on the others).
+// Collective: rank 0 broadcasts its parameters, every rank compares its own with them in double (the
+// difference of two floats, rounded once), and rank 0 gathers each rank's largest. A NaN difference stays
+// NaN instead of vanishing in a max.
+double replicaSpread(std::span<const float> weights, int rank, int world) {
+  std::vector<float> reference(weights.begin(), weights.end());
+  MPI_Bcast(reference.data(), static_cast<int>(reference.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  const auto largest = [](double a, double b) { return std::isnan(a) || a > b ? a : b; };
+  double mine = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i)
+    mine = largest(std::fabs(static_cast<double>(weights[i]) - static_cast<double>(reference[i])), mine);
+  std::vector<double> spreads(rank == 0 ? static_cast<std::size_t>(world) : 0);
+  MPI_Gather(&mine, 1, MPI_DOUBLE, spreads.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  double spread = 0;
+  for (const double s : spreads) spread = largest(s, spread);
+  return spread;
+}
+
+// Rank 0's line for --check-replicas: the spread, and the spread over rank 0's largest parameter.
+void printReplicaSpread(double spread, std::span<const float> weights) {
+  double reference = 0;
+  for (const float w : weights) reference = std::max(reference, std::fabs(static_cast<double>(w)));
+  std::printf("replicas: max |w_r - w_0| = %.9g, relative %.9g\n", spread,
+              spread / std::max(reference, 1e-30));
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -393,6 +582,11 @@ int main(int argc, char** argv) {
   if (error.empty() && options.hang_rank >= world)
     error = "--hang-rank " + std::to_string(options.hang_rank) + " is not a rank of this job (ranks 0 to " +
             std::to_string(world - 1) + ")";
+  if (error.empty() && options.straggler.fraction > 0 && !options.straggler.any_rank &&
+      options.straggler.rank >= world)
+    error = "--straggler " + std::to_string(options.straggler.rank) + ":F: rank " +
+            std::to_string(options.straggler.rank) + " is not a rank of this " + std::to_string(world) +
+            "-rank job; give R from 0 to " + std::to_string(world - 1) + ", or any";
   if (help || !error.empty()) {
     if (rank == 0) {
       if (!error.empty()) std::fprintf(stderr, "%s: %s\n", kProgram, error.c_str());
@@ -404,6 +598,25 @@ int main(int argc, char** argv) {
   if (options.print_pid) {
     std::fprintf(stderr, "%s: rank %d pid %ld\n", kProgram, rank, static_cast<long>(getpid()));
     std::fflush(stderr);
+  }
+
+  // --loss-csv: rank 0 opens the file and tells the others whether it could, so that a path it cannot
+  // write ends every rank alike before the first step. Without it there is no broadcast.
+  std::optional<LossCsv> csv;
+  if (!options.loss_csv.empty()) {
+    int opened = 0;
+    if (rank == 0) {
+      csv.emplace(options.loss_csv);
+      opened = csv->opened() ? 1 : 0;
+      if (!csv->opened())
+        std::fprintf(stderr, "%s: cannot write the loss CSV '%s' (%s): give --loss-csv a writable path\n",
+                     kProgram, options.loss_csv.c_str(), csv->error().c_str());
+    }
+    MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (opened == 0) {
+      MPI_Finalize();
+      return 2;
+    }
   }
 
   // Rank 0 draws the initial weights; the broadcast gives every rank the same starting point.
@@ -421,20 +634,35 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   double loss = 0.0;
+  const Clock::time_point start = Clock::now();
   for (int step = 0; step < options.steps; ++step) {
     if (step == options.hang_at_step && rank == options.hang_rank) hangForever();
-    loss = trainStep(parameters, gradients, shard, step, world, options.nonblocking);
-    if (rank == 0 && options.print_every > 0 && (step + 1) % options.print_every == 0) {
+    const bool slowed = options.straggler.fraction > 0 && slowedRank(options.straggler, step, world) == rank;
+    loss = trainStep(parameters, gradients, shard, step, world, options.nonblocking,
+                     Slowdown(slowed ? options.straggler.fraction : 0.0));
+    const Clock::duration elapsed = Clock::now() - start;
+    const bool printed = options.print_every > 0 && (step + 1) % options.print_every == 0;
+    if (rank == 0 && printed) {
       std::printf("step %d loss %.6f\n", step + 1, loss);
       std::fflush(stdout);
     }
+    // The CSV always ends with the last step, printed or not.
+    if (csv && (printed || step + 1 == options.steps)) csv->write(step + 1, loss, seconds(elapsed));
     if (options.sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.sleep_ms));
   }
+  const double spread = options.check_replicas ? replicaSpread(parameters.all(), rank, world) : 0.0;
+  int status = options.exit_code;
   if (rank == 0) {
     std::printf("final loss %a weights fnv1a64 %016llx\n", loss,
                 static_cast<unsigned long long>(fnv1a64(parameters.all())));
     std::fflush(stdout);
+    if (options.check_replicas) printReplicaSpread(spread, parameters.all());
+    if (csv && !csv->close()) {
+      std::fprintf(stderr, "%s: could not write the loss CSV '%s' (%s)\n", kProgram, csv->path().c_str(),
+                   csv->error().c_str());
+      status = 1;
+    }
   }
   MPI_Finalize();
-  return options.exit_code;
+  return status;
 }
