@@ -811,8 +811,8 @@ bool StrategyExtension::applyAsync(CommState& state, comm::Communicator& comm, c
       log(fmt::format(
           "apply: {}: call {} of a step changed size or the steps changed shape; its sums restart, "
           "synchronous for {} step(s) (said once; if the job's steps are not detected, mark them with "
-          "GRADSCOPE_STEP_CALLS or GRADSCOPE_STEP_NVTX)",
-          strategy, call.site.ordinal, name->staleness));
+          "{} or {})",
+          strategy, call.site.ordinal, name->staleness, env::kStepCalls, env::kStepNvtx));
     site.strategy.reset();
     comm::StrategyOptions options;
     options.async_worker = state.async_worker;

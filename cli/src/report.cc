@@ -23,6 +23,7 @@
 #include "gradscope/storage/drops.h"
 #include "gradscope/storage/peers.h"
 #include "gradscope/storage/step_model.h"
+#include "gradscope/tuner/async.h"
 #include "gradscope/tuner/model.h"
 #include "gradscope/tuner/recommend.h"
 #include "gradscope/tuner/validate.h"
@@ -113,7 +114,8 @@ void writeExplored(const std::vector<storage::Measurement>& measurements, std::o
   std::set<std::int64_t> calls;
   std::size_t count = 0;
   for (const storage::Measurement& m : measurements) {
-    if (!m.call_id) continue;  // a benchmark point: "Measured strategies"
+    if (!m.call_id) continue;                        // a benchmark point: "Measured strategies"
+    if (m.strategy.starts_with("async/")) continue;  // an error without a time: "Synchronous or asynchronous"
     ++count;
     calls.insert(*m.call_id);
     Timed& timed = buckets[{m.api, m.dtype, log2Bucket(m.bytes)}][m.strategy];
@@ -828,6 +830,58 @@ void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& r
   out << "\n";
 }
 
+// Words wrapped into lines of at most `width` characters, each after `indent`.
+std::string wrapped(const std::string& text, std::string_view indent, std::size_t width = 108) {
+  std::string out, line;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t space = text.find(' ', at);
+    const std::string word = text.substr(at, space == std::string::npos ? std::string::npos : space - at);
+    at = space == std::string::npos ? text.size() : space + 1;
+    // A unit stays with its number ("48.9 ms").
+    const bool unit = word == "ns" || word == "us" || word == "ms" || word == "s" ||
+                      word.starts_with("ms)") || word.starts_with("ms,") || word.starts_with("ms;") ||
+                      word.starts_with("us)");
+    if (!line.empty() && line.size() + 1 + word.size() > width && !unit) {
+      out += fmt::format("{}{}\n", indent, line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) out += fmt::format("{}{}\n", indent, line);
+  return out;
+}
+
+// What dropping the lock-step would buy and cost (tuner/async.h), when the steps allow a replay.
+void writeAsync(const tuner::AsyncAnalysis& analysis, std::ostream& out) {
+  if (!analysis.why_not.empty()) return;
+  out << "\nSynchronous or asynchronous (docs/async.md; the steps replayed with each async strategy)\n";
+  out << fmt::format("  waiting for the last rank: {} of the step, {} per step on average, worst {}\n",
+                     percent(analysis.waiting_mean_ns, analysis.step_ns),
+                     formatDuration(analysis.waiting_mean_ns), formatDuration(analysis.waiting_worst_ns));
+  out << fmt::format("  exposed reduction per step: {} (what an async scheme hides behind compute)\n",
+                     formatDuration(analysis.exposed_ns));
+  out << fmt::format("  replayed synchronous step: {} (measured {}, {} steps of {} ranks)\n",
+                     formatDuration(analysis.replay_sync_ns), formatDuration(analysis.step_ns),
+                     analysis.steps, analysis.ranks);
+  out << fmt::format("    {:<14} {:>10} {:>28} {:>10} {:>10} {:>8}\n", "strategy", "step",
+                     "on the step [95%]", "error", "worst", "samples");
+  for (const tuner::AsyncOption& option : analysis.options) {
+    const double sync = analysis.replay_sync_ns;
+    const auto signedShare = [&](double ns) {
+      return sync > 0 ? fmt::format("{:+.1f}%", 100.0 * ns / sync) : "-";
+    };
+    out << fmt::format("    {:<14} {:>10} {:>28} {:>10} {:>10} {:>8}\n", option.strategy,
+                       formatDuration(option.step_ns),
+                       fmt::format("{} [{}, {}]", signedShare(-option.saving_ns),
+                                   signedShare(-option.saving_high_ns), signedShare(-option.saving_low_ns)),
+                       option.error_median ? fmt::format("{:.2g}", *option.error_median) : "-",
+                       option.error_worst ? fmt::format("{:.2g}", *option.error_worst) : "-",
+                       option.error_samples > 0 ? std::to_string(option.error_samples) : "-");
+  }
+  out << wrapped(analysis.verdict, "  ");
+}
+
 // The GPU-measured steps' compute by the job's NVTX ranges, when the agent saw any.
 void writeGpuRanges(const storage::GpuRanges& gpu, std::ostream& out) {
   const bool named = std::any_of(gpu.ranges.begin(), gpu.ranges.end(),
@@ -1018,6 +1072,8 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     const std::vector<storage::StepRecord> step_rows = storage::readOrComputeSteps(reader);
     writeSteps(step_rows, rankLabel, out);
     writeGpuRanges(storage::gpuRangeTimes(reader, step_rows), out);
+    if (!step_rows.empty())
+      writeAsync(tuner::analyzeAsync(step_rows, tuner::loadMeasurements(reader), rankLabel), out);
   }
 
   // Who talked to whom, read only when the trace has such calls (the scans of peer_calls are cheap then).
