@@ -394,6 +394,13 @@ Recommendation readRecommendation(const Json& root, const Place& place) {
           string((*runs)[index], fmt::format("source_runs[{}]", index), place));
   }
 
+  if (const Json* saving = member(root, "predicted_step_saving_ns")) {
+    recommendation.step_saving =
+        interval(object(*saving, "predicted_step_saving_ns", place), "predicted_step_saving_ns", place);
+    if (!recommendation.step_saving)
+      place.refuse("predicted_step_saving_ns has none of median, low and high",
+                   fmt::format("give all three or leave predicted_step_saving_ns out; {}", kRegenerate));
+  }
   const Json& rules = required(root, "rules", place);
   if (!rules.is_array()) place.wrongType("rules", "an array (empty for a file that changes nothing)", rules);
   recommendation.rules.reserve(rules.size());
@@ -525,6 +532,7 @@ void validate(const Recommendation& recommendation, const Place& place) {
     place.refuse(fmt::format("version {} is not one this gradscope writes or reads (1 to {})",
                              recommendation.version, kRecommendationVersion),
                  "use kRecommendationVersion");
+  validateInterval(recommendation.step_saving, "predicted_step_saving_ns", place);
   if (recommendation.backend != Backend::Mpi && recommendation.backend != Backend::Nccl)
     place.refuse(
         fmt::format("backend {} is not one a recommendation can apply to", name(recommendation.backend)),
@@ -724,6 +732,8 @@ std::string toJson(const Recommendation& recommendation) {
     if (recommendation.world_size) out["world_size"] = *recommendation.world_size;
     out["max_rel_error"] = recommendation.max_rel_error;
     out["allow_semantic_change"] = recommendation.allow_semantic_change;
+    if (recommendation.step_saving)
+      out["predicted_step_saving_ns"] = intervalJson(*recommendation.step_saving);
     OrderedJson rules = OrderedJson::array();
     for (const RecommendationRule& rule : recommendation.rules) {
       OrderedJson entry = OrderedJson::object();

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include "gradscope/common/recommendation.h"
 #include "gradscope/tuner/async.h"
+#include "gradscope/tuner/recommend.h"
 
 namespace gradscope::tuner {
 namespace {
@@ -126,6 +128,84 @@ TEST(TunerAsync, TooFewStepsOrRanksAreSaid) {
   EXPECT_FALSE(analyzeAsync(syncSteps(1, 40, 1, [](int, int) { return 1.0; }), {}).why_not.empty());
   EXPECT_FALSE(analyzeAsync(syncSteps(2, 10, 1, [](int, int) { return 1.0; }), {}).why_not.empty());
   EXPECT_FALSE(analyzeAsync({}, {}).why_not.empty());
+}
+
+// A job whose late rank alternates (what async hides), sum/native measured at its one size, and explore's
+// errors of async/stale1: the inputs of recommend().
+Inputs asyncJobInputs(double async_error) {
+  Inputs inputs;
+  storage::RunInfo info;
+  info.id = 1;
+  info.uuid = "00000000-0000-4000-8000-0000000000a5";
+  info.backend = Backend::Mpi;
+  info.world_size = 2;
+  inputs.runs.push_back(info);
+  for (const std::int64_t bytes : {1024, 4096, 16384})
+    for (const double factor : {0.99, 1.0, 1.01}) {
+      MeasurementRow row;
+      row.backend = Backend::Mpi;
+      row.measurement.run_id = 1;
+      row.measurement.strategy = "sum/native";
+      row.measurement.api = Api::MpiAllreduce;
+      row.measurement.bytes = bytes;
+      row.measurement.world = 2;
+      row.measurement.reps = 10;
+      row.measurement.median_ns = factor * (5000 + static_cast<double>(bytes));
+      row.measurement.min_ns = row.measurement.median_ns;
+      row.measurement.max_ns = row.measurement.median_ns;
+      inputs.measurements.push_back(row);
+    }
+  std::vector<MeasurementRow> errors;
+  for (int i = 0; i < 4; ++i) {
+    MeasurementRow row;
+    row.backend = Backend::Mpi;
+    row.measurement.strategy = "async/stale1";
+    row.measurement.rel_l2_error = async_error;
+    errors.push_back(row);
+  }
+  inputs.workload = {{Api::MpiAllreduce, DType::Fp32, 4096, 1}};
+  inputs.steps_known = true;
+  inputs.step_ns = 25000;
+  inputs.async = analyzeAsync(
+      syncSteps(2, 32, 5000, [](int t, int r) { return (t + r) % 2 == 0 ? 20000.0 : 10000.0; }), errors);
+  return inputs;
+}
+
+TEST(TunerAsync, RecommendedForTheWholeJobOnlyWhenAllowedAndWithinTheBudget) {
+  RecommendOptions options;
+  options.created = "2026-12-02T00:00:00Z";
+  // Not allowed: the synchronous plan, and the reason.
+  Result plain = recommend(asyncJobInputs(0.4), options);
+  EXPECT_TRUE(plain.report.async_choice.empty());
+  EXPECT_FALSE(plain.recommendation.step_saving);
+  const auto said = [](const Result& result, const std::string& text) {
+    for (const std::string& line : result.report.reasoning)
+      if (line.find(text) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(said(plain, "Excluded async/stale1: changes what the job computes"));
+  // Allowed, but its error is above the budget.
+  options.allow_semantic_change = true;
+  options.max_rel_error = 0.1;
+  EXPECT_TRUE(said(recommend(asyncJobInputs(0.4), options), "above the budget 0.1"));
+  // Allowed and within it: one rule over the workload, the step saving carried into the file.
+  options.max_rel_error = 0.5;
+  const Result chosen = recommend(asyncJobInputs(0.4), options);
+  ASSERT_EQ(chosen.report.async_choice, "async/stale1");
+  ASSERT_EQ(chosen.recommendation.rules.size(), 1u);
+  const RecommendationRule& rule = chosen.recommendation.rules[0];
+  EXPECT_EQ(rule.strategy, "async/stale1");
+  EXPECT_EQ(rule.error_class, ErrorClass::Semantic);
+  EXPECT_EQ(rule.min_bytes, 4096);
+  EXPECT_DOUBLE_EQ(*rule.measured_rel_error, 0.4);
+  ASSERT_TRUE(chosen.recommendation.step_saving);
+  const AsyncOption& option = chosen.report.async->options[0];
+  EXPECT_DOUBLE_EQ(chosen.recommendation.step_saving->median_ns, option.saving_ns);  // replay = measured here
+  EXPECT_GT(chosen.recommendation.step_saving->low_ns, 0);
+  EXPECT_NEAR(*chosen.report.step_saving_ns, option.saving_ns / 25000 * 25000, 1e-6);
+  // The file says it and reads back the same.
+  EXPECT_EQ(parseRecommendation(toJson(chosen.recommendation)), chosen.recommendation);
+  EXPECT_NE(toJson(chosen.recommendation).find("predicted_step_saving_ns"), std::string::npos);
 }
 
 }  // namespace

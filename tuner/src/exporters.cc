@@ -170,8 +170,14 @@ std::string formatText(const Recommendation& recommendation, const Report& repor
     out += fmt::format("{}Predicted reduction time {} (95% intervals){}\n", markdown ? "## " : "",
                        perStep(report), markdown ? "\n" : ":");
     out += fmt::format("{}baseline sum/native: {}\n", bullet, interval(*report.baseline_per_step));
-    out += fmt::format("{}recommended:         {} ({:.1f}% less)\n", bullet,
-                       interval(*report.choice_per_step), 100 * savedShare(report));
+    if (!report.async_choice.empty())
+      out += fmt::format(
+          "{}recommended:         {} for every reduction (the synchronous choices below are what "
+          "it outdoes on the step)\n",
+          bullet, report.async_choice);
+    else
+      out += fmt::format("{}recommended:         {} ({:.1f}% less)\n", bullet,
+                         interval(*report.choice_per_step), 100 * savedShare(report));
     // The step is what the user waits for: what of the reductions' saving it keeps (storage/step_model.h).
     if (report.step_ns && report.step_saving_ns && *report.step_ns > 0) {
       const double reductions_saved = report.baseline_per_step->median_ns - report.choice_per_step->median_ns;

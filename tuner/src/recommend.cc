@@ -147,7 +147,13 @@ Inputs readInputs(const std::vector<std::string>& paths) {
       sum.exposed_ns += entry.exposed_ns * static_cast<double>(entry.calls);
     }
     for (auto& run : reader.runs()) inputs.runs.push_back(std::move(run));
-    for (auto& row : loadMeasurements(reader)) inputs.measurements.push_back(std::move(row));
+    std::vector<MeasurementRow> measured = loadMeasurements(reader);
+    if (!model.steps.empty()) {
+      AsyncAnalysis async = analyzeAsync(model.steps, measured);
+      if (async.why_not.empty() && (!inputs.async || async.steps > inputs.async->steps))
+        inputs.async = std::move(async);
+    }
+    for (auto& row : measured) inputs.measurements.push_back(std::move(row));
     for (const auto& row : reader.consensus()) cosine_sum += row.cosine_to_mean, ++cosine_rows;
 
     const auto counts = reader.reductionCounts();
@@ -196,6 +202,85 @@ Inputs readInputs(const std::vector<std::string>& paths) {
     inputs.exposure.push_back(entry);
   }
   return inputs;
+}
+
+// Synchronous or asynchronous: a choice for the whole job (a reduction left synchronous would keep the
+// ranks in lock-step), weighed on the step against what the synchronous plan saves there.
+void chooseAsync(const Inputs& inputs, const RecommendOptions& options, Backend backend,
+                 const std::vector<WorkloadEntry>& workload, Result& result) {
+  Report& report = result.report;
+  report.async = inputs.async;
+  if (!inputs.async || inputs.async->options.empty()) return;
+  const AsyncAnalysis& async = *inputs.async;
+  const double sync_saving = std::max(0.0, report.step_saving_ns.value_or(0.0));
+  const AsyncOption* chosen = nullptr;
+  std::vector<std::string> excluded;
+  for (const AsyncOption& option : async.options) {
+    std::string why;
+    if (!option.error_median) why = "its error was never measured (run explore mode)";
+    else if (!options.allow_semantic_change)
+      why = "changes what the job computes (allow it with --allow-semantic-change)";
+    else if (backend != Backend::Mpi) why = "the agent runs async strategies on MPI (host memory) only";
+    else if (options.max_rel_error > 0 && *option.error_median > options.max_rel_error)
+      why = fmt::format("measured gradient error {:.3g} per step is above the budget {:.3g}",
+                        *option.error_median, options.max_rel_error);
+    else if (option.saving_low_ns <= sync_saving)
+      why = fmt::format("saves {} on the step [{}, {}], not surely more than the synchronous plan's {}",
+                        formatDuration(option.saving_ns), formatDuration(option.saving_low_ns),
+                        formatDuration(option.saving_high_ns), formatDuration(sync_saving));
+    if (!why.empty()) {
+      excluded.push_back(fmt::format("{}: {}", option.strategy, why));
+      continue;
+    }
+    if (chosen == nullptr || option.saving_ns > chosen->saving_ns) chosen = &option;
+  }
+  std::vector<std::string>& reasoning = report.reasoning;
+  for (const std::string& line : excluded) reasoning.push_back(fmt::format("Excluded {}.", line));
+  if (chosen == nullptr) return;
+  // One rule per (api, dtype) over the workload's sizes.
+  Recommendation& recommendation = result.recommendation;
+  recommendation.rules.clear();
+  for (const WorkloadEntry& entry : workload) {
+    const std::int64_t low = entry.min_bytes > 0 ? entry.min_bytes : entry.bytes;
+    const std::int64_t high = entry.max_bytes > 0 ? entry.max_bytes : entry.bytes;
+    if (!recommendation.rules.empty() && recommendation.rules.back().api == entry.api &&
+        recommendation.rules.back().dtype == entry.dtype) {
+      recommendation.rules.back().max_bytes = std::max(recommendation.rules.back().max_bytes, high);
+      continue;
+    }
+    RecommendationRule rule;
+    rule.api = entry.api;
+    rule.dtype = entry.dtype;
+    rule.min_bytes = low;
+    rule.max_bytes = high;
+    rule.world_size = report.world;
+    rule.strategy = chosen->strategy;
+    rule.error_class = ErrorClass::Semantic;
+    rule.measured_rel_error = chosen->error_median;
+    rule.baseline_strategy = std::string(kBaselineStrategy);
+    rule.evidence = chosen->error_samples;
+    recommendation.rules.push_back(std::move(rule));
+  }
+  // The replay's saving is of its own synchronous step; as a share, it is carried onto the measured mean
+  // step (what a validation compares with) and the median step the report gives.
+  const double share = chosen->saving_ns / async.replay_sync_ns;
+  const double scale = async.step_ns / async.replay_sync_ns;
+  recommendation.step_saving =
+      TimeInterval{chosen->saving_ns * scale, chosen->saving_low_ns * scale, chosen->saving_high_ns * scale};
+  report.async_choice = chosen->strategy;
+  if (report.step_ns) report.step_saving_ns = share * *report.step_ns;
+  const double sync_step = async.replay_sync_ns;
+  reasoning.push_back(fmt::format(
+      "{} for every reduction: the replayed step goes from {} to {} ({:.1f}% faster, [{:.1f}%, {:.1f}%]), "
+      "more "
+      "than the synchronous plan saves ({}); measured gradient error {:.3g} per step (worst {:.3g}{}). It "
+      "returns each call site's sum of {} step{} before.",
+      chosen->strategy, formatDuration(sync_step), formatDuration(chosen->step_ns),
+      100 * chosen->saving_ns / sync_step, 100 * chosen->saving_low_ns / sync_step,
+      100 * chosen->saving_high_ns / sync_step, formatDuration(sync_saving), *chosen->error_median,
+      *chosen->error_worst,
+      options.max_rel_error > 0 ? fmt::format(", budget {:.3g}", options.max_rel_error) : std::string(),
+      chosen->staleness, chosen->staleness == 1 ? "" : "s"));
 }
 
 Result recommend(const Inputs& inputs, const RecommendOptions& options) {
@@ -496,6 +581,7 @@ Result recommend(const Inputs& inputs, const RecommendOptions& options) {
       reasoning.push_back(fmt::format(
           "{} cannot be predicted at the workload's sizes (measured at one size only).", strategy));
   }
+  chooseAsync(inputs, options, backend, workload, result);
   if (recommendation.rules.empty() && any)
     reasoning.push_back("Nothing beats sum/native beyond the noise: keep the job as it is.");
 

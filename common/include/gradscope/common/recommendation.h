@@ -28,7 +28,8 @@ inline constexpr int kRecommendationVersion = 1;
 // strategy whose class is at most the class it declares.
 //   Lossless: the same sum up to summation order (different algorithm or transport, same wire precision).
 //   Lossy:    a narrower type on the wire (fp16, bf16, fp8); bounded by the file's max_rel_error.
-//   Semantic: a different aggregate altogether (AdaCons, AdaSum); needs allow_semantic_change.
+//   Semantic: a different aggregate altogether (AdaCons, AdaSum, the async strategies); needs
+//             allow_semantic_change.
 enum class ErrorClass : std::uint8_t { Lossless, Lossy, Semantic };
 
 std::string_view name(ErrorClass error_class);  // "lossless", "lossy", "semantic"
@@ -78,6 +79,10 @@ struct Recommendation {
   std::string tool_version;               // gradscope version that made it
   std::vector<std::string> source_runs;   // uuids of the runs it was made from
   std::vector<RecommendationRule> rules;  // no two overlap (same api, dtype and world_size, shared bytes)
+  // What the plan saves per step, where that is not what its rules' call times say: async rules change
+  // the step (docs/async.md), not the call. `gradscope run --validate` compares with it. JSON:
+  // "predicted_step_saving_ns" {median, low, high}.
+  std::optional<TimeInterval> step_saving;
 
   // The rule covering a call, or nullptr: api and dtype equal, min_bytes <= bytes <= max_bytes, and
   // world_size equal or unset. A rule for this world size wins over one for any size (a valid file has at

@@ -9,7 +9,11 @@
 //   error is within it; AdaCons and AdaSum only with allow_semantic_change;
 // - a strategy replaces the baseline for a size only when the high end of its 95% interval is below the
 //   low end of the baseline's: an overlap is noise, not a gain;
-// - neighbouring sizes with the same winner become one rule covering their byte range.
+// - neighbouring sizes with the same winner become one rule covering their byte range;
+// - async strategies (async.h) are a choice for the whole job, weighed on the step: with
+//   allow_semantic_change, an async strategy whose error explore measured (within max_rel_error when it is
+//   above 0) replaces every rule when the low end of its replayed step saving beats the synchronous plan's
+//   saving on the step (MPI only: the agent runs them on host memory).
 // Errors are gradscope::Error with one line saying what is missing and how to get it.
 
 #include <cstdint>
@@ -19,6 +23,7 @@
 
 #include "gradscope/common/recommendation.h"
 #include "gradscope/storage/step_model.h"
+#include "gradscope/tuner/async.h"
 #include "gradscope/tuner/model.h"
 
 namespace gradscope::tuner {
@@ -46,6 +51,8 @@ struct Inputs {
   // longest rank's span) and how much of each kind of collective is exposed. Unset / empty without steps.
   std::optional<double> step_ns;
   std::vector<storage::CallExposure> exposure;  // ordered by api, dtype, bytes
+  // Synchronous or asynchronous (async.h), of the file with the most steps that can be replayed.
+  std::optional<AsyncAnalysis> async;
 };
 
 // Reads every file: runs, measurements, the calls (TraceReader::reductionCounts: counts per size from one
@@ -112,6 +119,8 @@ struct Report {
   std::optional<double> step_ns;
   std::optional<double> step_saving_ns;
   std::vector<StrategyPrediction> predictions;  // only with RecommendOptions::keep_predictions
+  std::optional<AsyncAnalysis> async;           // Inputs::async, when there was one
+  std::string async_choice;                     // the async strategy the rules use; empty: none
 };
 
 struct Result {

@@ -20,7 +20,10 @@
 //   those steps (storage::stepSavingNs: at most the exposed time; a slower strategy costs what the call's
 //   hidden slack cannot absorb), summed, over the mean step time without; its interval from the rule's
 //   intervals (baseline low − predicted high .. baseline high − predicted low). Rules acting inside NCCL
-//   (sum/nccl.*, through the tuner plugin) are not switched by windows and are left out of both.
+//   (sum/nccl.*, through the tuner plugin) are not switched by windows and are left out of both. A plan
+//   with a predicted step saving of its own (Recommendation::step_saving: async rules) is compared with
+//   that instead. An async site restarts synchronously after every window without the plan (its first K
+//   steps), which the measured change includes.
 
 #include <cstdint>
 #include <optional>
