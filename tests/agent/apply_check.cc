@@ -3,10 +3,11 @@
 //   apply-check --expect FILE --rule API:MIN:MAX:STRATEGY ...   without the agent
 //   apply-check --check FILE --rule API:MIN:MAX:STRATEGY ...    under the agent in apply mode
 //
-// Both runs make the same calls: each round reduces, for every size in kCounts, pseudo-random fp32 data
-// (different on every rank and round), in place and out of place, with MPI_Allreduce and with
-// MPI_Iallreduce + MPI_Wait, then an fp64 buffer that no rule covers. The rules repeat the
-// recommendation file's (the test writes both).
+// Both runs make the same calls: each round (a step of 30 collectives) reduces, for every size in
+// kCounts, pseudo-random fp32 data (different on every rank and round), in place and out of place, with
+// MPI_Allreduce and with MPI_Iallreduce + MPI_Wait, then an fp64 buffer that no rule covers. The rules
+// repeat the recommendation file's (the test writes both). An async rule's calls return an earlier
+// round's sum (docs/async.md): each call is a call site, each round a step (GRADSCOPE_STEP_CALLS=30).
 // --expect writes, per rank (FILE.<rank>), the bits every call must return: the recommended strategy's
 //   result where a rule covers the call (comm/ run by this job itself, AdaCons with momentum per
 //   buffer size as apply mode keeps it), the library's own sum elsewhere. Without the agent, so that
@@ -138,7 +139,39 @@ int main(int argc, char** argv) {
   std::unique_ptr<gradscope::comm::Communicator> world;
   if (writing) world = gradscope::comm::mpiWorld();
   std::map<std::pair<std::string, int>, std::unique_ptr<gradscope::comm::Strategy>> strategies;
-  const auto expected = [&](const Rule& rule, const std::vector<float>& input, int count, bool in_place) {
+  // The async strategies return an earlier round's sum (every call site of a round is a step of its own
+  // site, and each round is a step: GRADSCOPE_STEP_CALLS): the library's own sums of the rounds' inputs.
+  std::map<std::pair<int, int>, std::vector<float>> round_sums;  // (round, count) -> sum
+  const auto inputOf = [&](int of_round, int count) {
+    std::vector<float> values(static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = value(rank, of_round, count, i);
+    return values;
+  };
+  const auto sumOf = [&](int of_round, int count) -> const std::vector<float>& {
+    auto& sum = round_sums[{of_round, count}];
+    if (sum.empty()) {
+      const std::vector<float> values = inputOf(of_round, count);
+      sum.resize(values.size());
+      PMPI_Allreduce(values.data(), sum.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    return sum;
+  };
+  const auto asyncExpected = [&](const gradscope::StrategyName& name, int round, int count) {
+    const int k = name.staleness;
+    if (round < k) return sumOf(round, count);
+    std::vector<float> out = sumOf(round - k, count);
+    if (name.delay == gradscope::StrategyName::Delay::Dga) {
+      const std::vector<float> now = inputOf(round, count), then = inputOf(round - k, count);
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = static_cast<float>(static_cast<double>(out[i]) +
+                                    size * (static_cast<double>(now[i]) - static_cast<double>(then[i])));
+    }
+    return out;
+  };
+  const auto expected = [&](const Rule& rule, const std::vector<float>& input, int count, bool in_place,
+                            int round) {
+    const auto name = gradscope::parseStrategyName(rule.strategy);
+    if (name && name->aggregator == gradscope::Aggregator::Async) return asyncExpected(*name, round, count);
     const bool adacons = rule.strategy.starts_with("adacons/");
     auto& strategy = strategies[{rule.strategy, adacons ? count : 0}];
     if (!strategy)
@@ -167,7 +200,7 @@ int main(int argc, char** argv) {
           ++checked;
           if (writing) {
             std::vector<float> reference(input.size());
-            if (rule != nullptr) reference = expected(*rule, input, count, in_place);
+            if (rule != nullptr) reference = expected(*rule, input, count, in_place, round);
             else PMPI_Allreduce(input.data(), reference.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             expectation(reference.data(), reference.size() * sizeof(float));
             continue;

@@ -322,6 +322,67 @@ def check_apply(args):
     db.close()
 
 
+# The async strategies (docs/async.md): every round of apply-check is one step of 30 collectives.
+ASYNC_RULES = [rule("MPI_Allreduce", 0, 400, "async/stale1", "semantic"),
+               rule("MPI_Allreduce", 401, 1 << 30, "async/dga1", "semantic"),
+               rule("MPI_Iallreduce", 0, 30000, "async/stale2", "semantic"),
+               rule("MPI_Iallreduce", 30001, 1 << 30, "sum/native", "lossless")]
+
+
+def check_apply_async(args):
+    """Async rules in apply mode: every call's result bit for bit (its site's sum of K rounds before, dga's
+    correction, the first K rounds synchronous), then linreg's replicas: identical under stale, apart by at
+    most the local terms under dga."""
+    np, label = args.np, f"apply async np={args.np}"
+    plan = os.path.join(args.workdir, "plan.json")
+    with open(plan, "w") as handle:
+        json.dump(recommendation(ASYNC_RULES, world=np, allow_semantic=True), handle)
+    expected = os.path.join(args.workdir, "expected")
+    rules = apply_check_rules(ASYNC_RULES) + ["--rounds", "6"]
+    code, out, err = ca.run(ca.mpiexec(args, np, [args.apply_check, "--expect", expected] + rules),
+                            ca.base_environment(), args.workdir)
+    if not check(code == 0, f"{label}: apply-check --expect exit {code}: {tail(err)}"):
+        return
+    traces = ca.fresh_directory(os.path.join(args.workdir, "traces"))
+    options = ca.agent_options(args, os.path.join(traces, "rank%r.db"), GRADSCOPE_MODE="apply",
+                               GRADSCOPE_RECOMMENDATION=plan, GRADSCOPE_ALLOW_SEMANTIC_CHANGE="1",
+                               GRADSCOPE_STEP_CALLS="30")
+    code, out, err = ca.run(ca.mpiexec(args, np, [args.apply_check, "--check", expected] + rules, options),
+                            ca.base_environment(), args.workdir)
+    check(code == 0, f"{label}: apply-check --check exit {code}:\n{out}{tail(err)}")
+    check(ca.gradscope_lines(err) == [], f"{label}: the agent printed {ca.gradscope_lines(err)}")
+    check("0 wrong" in out and "calls" in out, f"{label}: apply-check says {out.strip()}")
+
+    # linreg under the plan: stale keeps the replicas identical; dga's differ by the local terms only.
+    for strategy in ("async/stale1", "async/dga1"):
+        where = f"{label}: linreg {strategy}"
+        linreg_plan = os.path.join(args.workdir, strategy.replace("/", "_") + ".json")
+        with open(linreg_plan, "w") as handle:
+            json.dump(recommendation([rule("MPI_Allreduce", 0, 1 << 30, strategy, "semantic")], world=np,
+                                     allow_semantic=True), handle)
+        out_dir = os.path.join(args.workdir, "linreg_" + strategy.replace("/", "_"))
+        command = [args.gradscope, "run", "-f", "-o", out_dir, "--mode", "apply", "--recommendation", linreg_plan,
+                   "--allow-semantic-change", "--", args.mpiexec, "--oversubscribe", "--mca",
+                   "mpi_yield_when_idle", "1", "-np", str(np), args.linreg, "--steps", "200", "--print-every", "0",
+                   "--check-replicas"]
+        code, out, err = ca.run(command, ca.gradscope_run_environment(args), args.workdir)
+        if not check(code == 0, f"{where}: exit {code}: {tail(err)}"):
+            continue
+        replicas = [line for line in out.splitlines() if line.startswith("replicas:")]
+        if not check(len(replicas) == 1, f"{where}: no replicas line in\n{out}"):
+            continue
+        absolute = float(replicas[0].split("=")[1].split(",")[0])
+        relative = float(replicas[0].split("relative")[1])
+        if strategy.startswith("async/stale"):
+            check(absolute == 0, f"{where}: replicas differ: {replicas[0]}")
+        else:
+            # lr·(g_last - g_first) per rank (docs/async.md): the local terms do not accumulate.
+            check(0 < absolute and relative < 1, f"{where}: replicas {replicas[0]}, expected apart but within "
+                  f"the local terms of one step")
+        check(ca.gradscope_lines(err) == [] or all("async" not in line for line in ca.gradscope_lines(err)),
+              f"{where}: the agent said {ca.gradscope_lines(err)}")
+
+
 def check_validate(args):
     np, window, label = 2, 14, "apply --validate"
     # The sample's seven reductions per step (two windows of 14 calls are four steps): every fp32 sum under
@@ -446,6 +507,7 @@ MODES = {
     "slow-rank": (check_slow_rank, ["agent", "gradscope", "sample"]),
     "budget": (check_budget, ["agent", "gradscope", "sample"]),
     "apply": (check_apply, ["agent", "gradscope", "apply_check"]),
+    "apply-async": (check_apply_async, ["agent", "gradscope", "apply_check", "linreg"]),
     "bad-files": (check_bad_files, ["agent", "sample"]),
     "validate": (check_validate, ["agent", "gradscope", "sample"]),
 }
@@ -454,6 +516,7 @@ MODES = {
 def main():
     parser = ca.tool_parser(__doc__)
     parser.add_argument("--apply-check")
+    parser.add_argument("--linreg")
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--python-sample")
     parser.add_argument("--np", type=int, default=2)
