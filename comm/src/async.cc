@@ -3,6 +3,7 @@
 
 #include "gradscope/comm/async.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -43,35 +44,74 @@ AsyncWorker::Ticket AsyncWorker::post(const void* send, void* recv, std::size_t 
 
 void AsyncWorker::wait(Ticket ticket) {
   std::unique_lock lock(mutex_);
-  completed_.wait(lock, [&] { return done_ >= ticket; });
+  if (done_ < ticket) {
+    waiters_.fetch_add(1, std::memory_order_relaxed);
+    completed_.wait(lock, [&] { return done_ >= ticket; });
+    waiters_.fetch_sub(1, std::memory_order_relaxed);
+  }
   if (!failure_.empty()) fail("{}", failure_);
 }
 
-// Tasks run one at a time, in order; after a failure the rest are only marked complete (each wait()
-// throws), since the ranks may no longer agree on which sums were made.
+// The sums in flight are tested, not waited for in the library: MPI's blocking calls busy-poll, which on
+// a machine whose cores the ranks keep busy takes the job's CPU for the whole reduction. Every sum handed
+// over is started at once (they may be many per step: one per layer), in order, so that their rounds
+// overlap; between tests the thread sleeps, from kFirstPause doubling to kLongestPause, and only yields
+// while the job waits. They complete in order: a ticket is done once it and every one before it are.
+// After a failure the rest are only marked complete (each wait() throws): the ranks may no longer agree
+// on which sums were made.
 void AsyncWorker::loop(const std::function<void()>& on_start) {
   if (on_start) on_start();
-  std::unique_lock lock(mutex_);
+  std::deque<std::unique_ptr<PendingReduction>> flying;  // nullptr: failed, complete at once
+  auto pause = kFirstPause;
   for (;;) {
-    posted_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-    if (tasks_.empty()) return;  // stopping, and everything handed over is done
-    const Task task = tasks_.front();
-    tasks_.pop_front();
-    const bool failed = !failure_.empty();
-    lock.unlock();
+    std::deque<Task> starting;
+    bool failed = false;
+    {
+      std::unique_lock lock(mutex_);
+      if (flying.empty()) posted_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      if (flying.empty() && tasks_.empty()) return;  // stopping, and everything handed over is done
+      starting.swap(tasks_);
+      failed = !failure_.empty();
+    }
     std::string failure;
-    if (!failed) {
+    for (const Task& task : starting) {
+      if (failed || !failure.empty()) {
+        flying.push_back(nullptr);
+        continue;
+      }
       try {
-        comm_->allReduce(task.send, task.recv, task.count, Element{task.dtype}, ReduceOp::Sum);
-        comm_->synchronize();
+        flying.push_back(
+            comm_->startAllReduce(task.send, task.recv, task.count, Element{task.dtype}, ReduceOp::Sum));
       } catch (const std::exception& error) {
         failure = error.what();
+        flying.push_back(nullptr);
       }
     }
-    lock.lock();
-    if (!failure.empty() && failure_.empty()) failure_ = std::move(failure);
-    ++done_;
-    completed_.notify_all();
+    if (!starting.empty()) pause = kFirstPause;
+    Ticket finished = 0;
+    try {
+      while (!flying.empty() && (flying.front() == nullptr || flying.front()->test())) {
+        flying.pop_front();
+        ++finished;
+      }
+    } catch (const std::exception& error) {
+      if (failure.empty()) failure = error.what();
+      finished += flying.size();
+      flying.clear();
+    }
+    if (finished > 0 || !failure.empty()) {
+      const std::lock_guard lock(mutex_);
+      if (!failure.empty() && failure_.empty()) failure_ = std::move(failure);
+      done_ += finished;
+      completed_.notify_all();
+    }
+    if (flying.empty()) continue;
+    if (waiters_.load(std::memory_order_relaxed) > 0) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, kLongestPause);
+    }
   }
 }
 

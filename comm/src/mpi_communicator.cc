@@ -517,6 +517,19 @@ bool isIntercommunicator(MPI_Comm comm) {
   return MPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && inter != 0;
 }
 
+class MpiPendingReduction final : public PendingReduction {
+ public:
+  MPI_Request request = MPI_REQUEST_NULL;
+  ~MpiPendingReduction() override {
+    if (request != MPI_REQUEST_NULL && !mpiFinalized()) MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+  bool test() override {
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm`, an intracommunicator. Collective (it counts the nodes). `of_world`: a
@@ -580,6 +593,19 @@ class MpiCommunicator final : public Communicator {
       return;
     }
     allReducePieces(send, recv, count, type, op);
+  }
+
+  // MPI_Iallreduce, tested by the caller; a count beyond one call's (pieces) blocks instead.
+  std::unique_ptr<PendingReduction> startAllReduce(const void* send, void* recv, std::size_t count,
+                                                   Element type, ReduceOp op) override {
+    if (count == 0 || count - 1 >= static_cast<std::size_t>(INT_MAX))
+      return Communicator::startAllReduce(send, recv, count, type, op);
+    const Mapped mapped = mapReduction(type, op, "MPI allReduce");
+    auto pending = std::make_unique<MpiPendingReduction>();
+    check(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), mapped.type,
+                         mapped.op, comm_, &pending->request),
+          "MPI_Iallreduce");
+    return pending;
   }
 
   [[gnu::noinline]] void allReducePieces(const void* send, void* recv, std::size_t count, Element type,

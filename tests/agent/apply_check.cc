@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
   if (writing) world = gradscope::comm::mpiWorld();
   std::map<std::pair<std::string, int>, std::unique_ptr<gradscope::comm::Strategy>> strategies;
   // The async strategies return an earlier round's sum (every call site of a round is a step of its own
-  // site, and each round is a step: GRADSCOPE_STEP_CALLS): the library's own sums of the rounds' inputs.
+  // site, and each round is a step: GRADSCOPE_STEP_CALLS): the library's own nonblocking sums of the
+  // rounds' inputs.
   std::map<std::pair<int, int>, std::vector<float>> round_sums;  // (round, count) -> sum
   const auto inputOf = [&](int of_round, int count) {
     std::vector<float> values(static_cast<std::size_t>(count));
@@ -152,7 +153,11 @@ int main(int argc, char** argv) {
     if (sum.empty()) {
       const std::vector<float> values = inputOf(of_round, count);
       sum.resize(values.size());
-      PMPI_Allreduce(values.data(), sum.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      // The worker's sums are the library's nonblocking all-reduce, whose order of addition may differ
+      // from the blocking one's (Open MPI: libnbc against coll/tuned, at 3 ranks).
+      MPI_Request request = MPI_REQUEST_NULL;
+      PMPI_Iallreduce(values.data(), sum.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+      PMPI_Wait(&request, MPI_STATUS_IGNORE);
     }
     return sum;
   };

@@ -15,11 +15,17 @@
 // Each site keeps K input and K result buffers (2K times the call's bytes), in host memory.
 //
 // The sums run on an AsyncWorker: a thread with a communicator of its own (Communicator::
-// concurrentCopy), which reduces what it is handed in the order it was handed. Every rank hands over the
-// same reductions in the same order (the call sites are the same on every rank), so the worker's
+// concurrentCopy), which starts what it is handed in the order it was handed, all at once. Every rank hands
+// over the same reductions in the same order (the call sites are the same on every rank), so the worker's
 // collectives match. They progress while the job computes, whatever the MPI library's own progress rules
-// (Open MPI moves a nonblocking collective only inside MPI calls). MPI then needs MPI_THREAD_MULTIPLE.
+// (Open MPI moves a nonblocking collective only inside MPI calls): the worker starts each sum
+// (Communicator::startAllReduce) and tests them between short sleeps, so that it leaves the CPU to the job
+// instead of busy-polling in a blocking call. MPI then needs MPI_THREAD_MULTIPLE. The sums are MPI's
+// nonblocking all-reduce, whose order of addition may differ from the blocking one's (Open MPI's libnbc
+// against coll/tuned, with 3 ranks): bit for bit the job's own MPI_Iallreduce, not its MPI_Allreduce.
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +71,8 @@ class AsyncWorker {
   };
   void loop(const std::function<void()>& on_start);
 
+  static constexpr std::chrono::microseconds kFirstPause{5}, kLongestPause{100};
+
   std::unique_ptr<Communicator> comm_;
   int ranks_ = 1;
   std::mutex mutex_;
@@ -73,6 +81,7 @@ class AsyncWorker {
   Ticket next_ = 0;  // tickets handed out
   Ticket done_ = 0;  // tickets complete (in order)
   bool stopping_ = false;
+  std::atomic<int> waiters_{0};  // job threads in wait(): the worker then yields instead of sleeping
   std::string failure_;
   std::thread thread_;
 };

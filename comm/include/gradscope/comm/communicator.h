@@ -109,6 +109,14 @@ class LocalOps {
   virtual float finiteAmax(const float* in, std::size_t count) = 0;
 };
 
+// A reduction in flight (Communicator::startAllReduce): test() says whether it is complete, and moves it
+// on where the library moves reductions only when asked (MPI). Destroying it waits for it.
+class PendingReduction {
+ public:
+  virtual ~PendingReduction() = default;
+  virtual bool test() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -175,6 +183,12 @@ class Communicator {
   //   NCCL: algorithm and protocol indices (types.h ncclAlgoName / ncclProtoName).
   // Collective. Throws gradscope::Error when the backend cannot force it (and says why).
   virtual std::unique_ptr<Communicator> withAlgorithm(int algorithm, int protocol) = 0;
+
+  // allReduce started and left to complete: a thread that tests it now and then, instead of blocking in
+  // the library (which busy-polls), leaves the CPU to the job (the async strategies' worker, async.h).
+  // By default the blocking allReduce, complete on return.
+  virtual std::unique_ptr<PendingReduction> startAllReduce(const void* send, void* recv, std::size_t count,
+                                                           Element type, ReduceOp op);
 
   // A communicator over the same ranks whose collectives may run on another thread while this one's run
   // (the async strategies' worker thread, async.h). Collective. nullptr, with one line in `why_not`, where
