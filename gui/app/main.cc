@@ -11,11 +11,13 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QScrollArea>
 #include <QTabWidget>
 #include <QTextStream>
 
 #include "widgets/comm_matrix_view.h"
 #include "widgets/main_window.h"
+#include "widgets/recommendation_view.h"
 #include "widgets/timeline_widget.h"
 
 namespace {
@@ -93,6 +95,15 @@ int screenshots(MainWindow& window, const QString& directory, const QString& com
     if (window.tabs()->widget(index) == window.communication() && !point_to_point) continue;
     window.tabs()->setCurrentIndex(index);
     ok = save(window, directory, name) && ok;
+  }
+  // The recommendation with semantic changes allowed, when the trace's steps could be replayed: the
+  // synchronous-or-asynchronous panel, and an async strategy chosen where explore measured its error.
+  if (window.recommendation()->asyncPanel()->isVisibleTo(window.recommendation())) {
+    window.tabs()->setCurrentWidget(window.recommendation());
+    window.recommendation()->setAllowSemanticChange(true);
+    window.recommendation()->recommend();
+    ok = save(window, directory, QStringLiteral("recommendation-async")) && ok;
+    window.recommendation()->setAllowSemanticChange(false);
   }
   // The communication matrix by time as well.
   if (point_to_point) {

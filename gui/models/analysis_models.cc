@@ -7,6 +7,7 @@
 
 #include <QBrush>
 #include <QColor>
+#include <QFont>
 #include <fmt/format.h>
 
 #include "gradscope/common/units.h"
@@ -315,6 +316,94 @@ QVariant RecommendationModel::data(const QModelIndex& index, int role) const {
 QVariant RecommendationModel::headerData(int section, Qt::Orientation orientation, int role) const {
   static const char* const kNames[] = {
       "API", "Dtype", "Size", "Calls / step", "Baseline (sum/native)", "Choice", "Choice time", "Gain"};
+  return header(kNames, ColumnCount, section, orientation, role);
+}
+
+// ---- AsyncOptionsModel
+
+namespace {
+// A share of the replayed synchronous step, signed, with a real minus sign: "−18.3".
+QString signedShare(double share) {
+  const QString text = QString::number(100.0 * std::abs(share), 'f', 1);
+  if (text == QStringLiteral("0.0")) return text;
+  return (share < 0 ? QStringLiteral("\u2212") : QStringLiteral("+")) + text;
+}
+}  // namespace
+
+void AsyncOptionsModel::setAnalysis(const tuner::AsyncAnalysis& analysis, std::string choice) {
+  beginResetModel();
+  options_ = analysis.options;
+  replay_sync_ns_ = analysis.replay_sync_ns;
+  choice_ = std::move(choice);
+  endResetModel();
+}
+
+void AsyncOptionsModel::clear() {
+  setAnalysis({}, {});
+}
+
+int AsyncOptionsModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(options_.size());
+}
+int AsyncOptionsModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : ColumnCount;
+}
+
+QVariant AsyncOptionsModel::data(const QModelIndex& index, int role) const {
+  if (!validCell(*this, index)) return {};
+  const tuner::AsyncOption& o = options_[static_cast<std::size_t>(index.row())];
+  const int column = index.column();
+  const bool chosen = !choice_.empty() && o.strategy == choice_;
+  // On the step, as a share of the replayed synchronous step: the saving's interval reversed.
+  const bool shares = replay_sync_ns_ > 0;
+  const double on_step = shares ? -o.saving_ns / replay_sync_ns_ : 0;
+  const double on_step_low = shares ? -o.saving_high_ns / replay_sync_ns_ : 0;
+  const double on_step_high = shares ? -o.saving_low_ns / replay_sync_ns_ : 0;
+  if (role == Qt::TextAlignmentRole) return alignment(column == ColStrategy);
+  if (role == Qt::FontRole && chosen) {
+    QFont font;
+    font.setBold(true);
+    return font;
+  }
+  // Surely faster (the whole interval below the synchronous step): green, as the sizes' gains are.
+  if (role == Qt::ForegroundRole && column == ColOnStep && shares && on_step_high < 0)
+    return QBrush(QColor(0x2e, 0x7d, 0x32));
+  if (role == Qt::ToolTipRole) {
+    if (chosen) return QStringLiteral("The plan uses %1 for every reduction.").arg(toQString(o.strategy));
+    if (!o.error_median) return QStringLiteral("Its error was not measured: run explore mode.");
+    return {};
+  }
+  if (role == kSortRole) {
+    switch (column) {
+      case ColStrategy: return toQString(o.strategy);
+      case ColStep: return o.step_ns;
+      case ColOnStep: return on_step;
+      case ColErrorMedian: return o.error_median.value_or(-1.0);
+      case ColErrorWorst: return o.error_worst.value_or(-1.0);
+      case ColSamples: return QVariant::fromValue<qint64>(o.error_samples);
+      default: return {};
+    }
+  }
+  if (role != Qt::DisplayRole) return {};
+  switch (column) {
+    case ColStrategy: return toQString(o.strategy);
+    case ColStep: return durationText(o.step_ns);
+    case ColOnStep:
+      if (!shares) return QStringLiteral("–");
+      return QStringLiteral("%1 % [%2, %3]")
+          .arg(signedShare(on_step), signedShare(on_step_low), signedShare(on_step_high));
+    case ColErrorMedian: return errorText(o.error_median);
+    case ColErrorWorst: return errorText(o.error_worst);
+    case ColSamples:
+      return o.error_samples > 0 ? QVariant::fromValue<qint64>(o.error_samples)
+                                 : QVariant(QStringLiteral("–"));
+    default: return {};
+  }
+}
+
+QVariant AsyncOptionsModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  static const char* const kNames[] = {"Strategy",     "Replayed step", "On the step [95%]",
+                                       "Median error", "Worst error",   "Samples"};
   return header(kNames, ColumnCount, section, orientation, role);
 }
 

@@ -1,9 +1,9 @@
 #pragma once
 
 // Table models of the analysis views: measured strategies, consensus rows, the recommendation's sizes
-// and the check comparison (measured keys and runs step by step). Each holds plain rows loaded on a pool
-// thread (set*() replaces them with a model reset); Qt::DisplayRole is formatted text, SortRole the raw
-// number, so a QSortFilterProxyModel sorts numerically.
+// and its async strategies, and the check comparison (measured keys and runs step by step). Each holds plain
+// rows loaded on a pool thread (set*() replaces them with a model reset); Qt::DisplayRole is formatted text,
+// SortRole the raw number, so a QSortFilterProxyModel sorts numerically.
 
 #include <cstdint>
 #include <map>
@@ -135,6 +135,31 @@ class RecommendationModel : public QAbstractTableModel {
 
  private:
   std::vector<tuner::SizeRow> rows_;
+};
+
+// The async strategies of a synchronous-or-asynchronous analysis (tuner/async.h), one row per
+// tuner::AsyncOption in the analysis' order: the replayed step, what it does to the step as a share of the
+// replayed synchronous step (negative: faster) with its 95% interval, and the errors explore measured
+// ("–" where it measured none). The row of the plan's choice (tuner::Report::async_choice) is bold.
+class AsyncOptionsModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { ColStrategy, ColStep, ColOnStep, ColErrorMedian, ColErrorWorst, ColSamples, ColumnCount };
+  using QAbstractTableModel::QAbstractTableModel;
+  // `choice`: the strategy the plan uses for every reduction; empty: none.
+  void setAnalysis(const tuner::AsyncAnalysis& analysis, std::string choice);
+  void clear();
+  const std::vector<tuner::AsyncOption>& options() const { return options_; }
+  const std::string& choice() const { return choice_; }
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+ private:
+  std::vector<tuner::AsyncOption> options_;
+  double replay_sync_ns_ = 0;
+  std::string choice_;
 };
 
 class CheckModel : public QAbstractTableModel {

@@ -7,8 +7,10 @@
 #include <QAbstractItemModelTester>
 #include <QDir>
 #include <QFile>
+#include <QHeaderView>
 #include <QImage>
 #include <QLabel>
+#include <QScrollArea>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTableView>
@@ -219,6 +221,29 @@ class MainWindowTest : public QObject {
     QVERIFY(waitIdle(window));
     QVERIFY(window.recommendation()->result().has_value());
     QVERIFY(window.recommendation()->model()->rowCount() > 0);
+    // Synchronous or asynchronous: the trace's steps replay (four ranks, a persistent straggler), so the
+    // panel is shown with the three default async strategies, none of them measured or chosen.
+    const tuner::Report& report = window.recommendation()->result()->report;
+    QVERIFY(report.async.has_value());
+    QVERIFY(report.async->why_not.empty());
+    QVERIFY(report.async_choice.empty());
+    QVERIFY(window.recommendation()->asyncPanel()->isVisible());
+    QTableView* async_table = window.recommendation()->asyncTable();
+    QVERIFY(async_table->isVisible());
+    QCOMPARE(async_table->model()->rowCount(), 3);
+    QStringList strategies;
+    for (int row = 0; row < 3; ++row) {
+      strategies << async_table->model()->index(row, AsyncOptionsModel::ColStrategy).data().toString();
+      QCOMPARE(async_table->model()->index(row, AsyncOptionsModel::ColSamples).data().toString(),
+               QStringLiteral("–"));
+    }
+    QCOMPARE(strategies, (QStringList{QStringLiteral("async/stale1"), QStringLiteral("async/dga1"),
+                                      QStringLiteral("async/stale2")}));
+    // Its rows all shown, and the sizes' table not squeezed by it.
+    QVERIFY(async_table->height() > 3 * async_table->verticalHeader()->defaultSectionSize());
+    for (const QTableView* table : window.recommendation()->findChildren<QTableView*>()) {
+      if (table != async_table) QVERIFY(table->height() > 4 * table->verticalHeader()->defaultSectionSize());
+    }
     for (const tuner::Format format :
          {tuner::Format::Text, tuner::Format::Json, tuner::Format::Markdown, tuner::Format::NcclTuner,
           tuner::Format::Env, tuner::Format::Ddp, tuner::Format::Tf, tuner::Format::Horovod,

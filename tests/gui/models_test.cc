@@ -11,13 +11,17 @@
 #include <QAbstractItemModelTester>
 #include <QBrush>
 #include <QFile>
+#include <QFont>
 #include <QSignalSpy>
+#include <QSortFilterProxyModel>
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "gradscope/common/units.h"
 #include "gradscope/storage/peers.h"
 #include "gradscope/storage/reader.h"
 #include "gradscope/storage/writer.h"
+#include "gradscope/tuner/async.h"
 #include "gradscope/tuner/check.h"
 #include "gradscope/tuner/recommend.h"
 #include "gui_test_support.h"
@@ -425,6 +429,91 @@ class ModelsTest : public QObject {
     for (int row = 0; row < model.rowCount(); ++row) {
       QVERIFY(!model.data(model.index(row, RecommendationModel::ColBest)).toString().isEmpty());
     }
+  }
+
+  // Two async strategies built by hand on a replayed synchronous step of 50 ms: async/stale1 measured
+  // (errors and samples), async/stale2 not ("–"); the chosen one is bold; sorting on the numbers.
+  void asyncOptionsModel() {
+    tuner::AsyncAnalysis analysis;
+    analysis.steps = 20;
+    analysis.ranks = 4;
+    analysis.step_ns = 52e6;
+    analysis.replay_sync_ns = 50e6;
+    tuner::AsyncOption measured;
+    measured.strategy = "async/stale1";
+    measured.staleness = 1;
+    measured.step_ns = 40.85e6;
+    measured.saving_ns = 9.15e6;  // 18.3 % of the synchronous step
+    measured.saving_low_ns = 8.45e6;
+    measured.saving_high_ns = 9.55e6;
+    measured.error_median = 0.012;
+    measured.error_worst = 0.5;
+    measured.error_samples = 28;
+    tuner::AsyncOption unmeasured;
+    unmeasured.strategy = "async/stale2";
+    unmeasured.staleness = 2;
+    unmeasured.step_ns = 51e6;
+    unmeasured.saving_ns = -1e6;  // slower: +2.0 %
+    unmeasured.saving_low_ns = -2e6;
+    unmeasured.saving_high_ns = 0.5e6;
+    analysis.options = {measured, unmeasured};
+
+    AsyncOptionsModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setAnalysis(analysis, "async/stale1");
+    QCOMPARE(model.rowCount(), 2);
+    QCOMPARE(model.columnCount(), int{AsyncOptionsModel::ColumnCount});
+    QCOMPARE(model.headerData(AsyncOptionsModel::ColOnStep, Qt::Horizontal).toString(),
+             QStringLiteral("On the step [95%]"));
+    const auto text = [&](const QAbstractItemModel& m, int row, int column) {
+      return m.data(m.index(row, column)).toString();
+    };
+    QCOMPARE(text(model, 0, AsyncOptionsModel::ColStrategy), QStringLiteral("async/stale1"));
+    QCOMPARE(text(model, 0, AsyncOptionsModel::ColStep), QString::fromStdString(formatDuration(40.85e6)));
+    QCOMPARE(text(model, 0, AsyncOptionsModel::ColOnStep),
+             QStringLiteral("\u221218.3 % [\u221219.1, \u221216.9]"));
+    QCOMPARE(text(model, 0, AsyncOptionsModel::ColErrorMedian), QStringLiteral("1.20e-02"));
+    QCOMPARE(text(model, 0, AsyncOptionsModel::ColErrorWorst), QStringLiteral("5.00e-01"));
+    QCOMPARE(text(model, 0, AsyncOptionsModel::ColSamples), QStringLiteral("28"));
+    QCOMPARE(text(model, 1, AsyncOptionsModel::ColStrategy), QStringLiteral("async/stale2"));
+    QCOMPARE(text(model, 1, AsyncOptionsModel::ColOnStep), QStringLiteral("+2.0 % [\u22121.0, +4.0]"));
+    for (const int column : {int{AsyncOptionsModel::ColErrorMedian}, int{AsyncOptionsModel::ColErrorWorst},
+                             int{AsyncOptionsModel::ColSamples}}) {
+      QCOMPARE(text(model, 1, column), QStringLiteral("–"));
+    }
+    // Surely faster: green; an interval across zero: plain.
+    QCOMPARE(
+        model.data(model.index(0, AsyncOptionsModel::ColOnStep), Qt::ForegroundRole).value<QBrush>().color(),
+        QColor(0x2e, 0x7d, 0x32));
+    QVERIFY(!model.data(model.index(1, AsyncOptionsModel::ColOnStep), Qt::ForegroundRole).isValid());
+
+    // The choice is bold in every column, the other row is not.
+    for (int column = 0; column < model.columnCount(); ++column) {
+      QVERIFY(model.data(model.index(0, column), Qt::FontRole).value<QFont>().bold());
+      QVERIFY(!model.data(model.index(1, column), Qt::FontRole).isValid());
+    }
+    model.setAnalysis(analysis, {});
+    QVERIFY(!model.data(model.index(0, AsyncOptionsModel::ColStrategy), Qt::FontRole).isValid());
+    model.setAnalysis(analysis, "async/stale2");
+    QVERIFY(model.data(model.index(1, AsyncOptionsModel::ColStrategy), Qt::FontRole).value<QFont>().bold());
+    QVERIFY(!model.data(model.index(0, AsyncOptionsModel::ColStrategy), Qt::FontRole).isValid());
+
+    // Sorting on the raw numbers, as the view's table does (makeSortedTable: a proxy on kSortRole).
+    QSortFilterProxyModel proxy;
+    proxy.setSourceModel(&model);
+    proxy.setSortRole(kSortRole);
+    proxy.sort(AsyncOptionsModel::ColOnStep, Qt::AscendingOrder);
+    QCOMPARE(text(proxy, 0, AsyncOptionsModel::ColStrategy), QStringLiteral("async/stale1"));
+    proxy.sort(AsyncOptionsModel::ColStep, Qt::DescendingOrder);
+    QCOMPARE(text(proxy, 0, AsyncOptionsModel::ColStrategy), QStringLiteral("async/stale2"));
+    // An unmeasured error sorts as less than any measured one.
+    proxy.sort(AsyncOptionsModel::ColErrorMedian, Qt::AscendingOrder);
+    QCOMPARE(text(proxy, 0, AsyncOptionsModel::ColStrategy), QStringLiteral("async/stale2"));
+    proxy.sort(AsyncOptionsModel::ColSamples, Qt::DescendingOrder);
+    QCOMPARE(text(proxy, 0, AsyncOptionsModel::ColStrategy), QStringLiteral("async/stale1"));
+
+    model.clear();
+    QCOMPARE(model.rowCount(), 0);
   }
 
   void checkModelShowsTheRegression() {
