@@ -1,6 +1,9 @@
 #include "core/trace_output.h"
 
+#include <sched.h>
+
 #include <filesystem>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -8,6 +11,16 @@
 #include "gradscope/common/error.h"
 
 namespace gradscope::agent {
+namespace {
+// The CPUs this process may run on (its affinity): whether ranks share cores (tuner/async.h, cpuSharing).
+int usableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+}  // namespace
+
 namespace {
 
 bool createDirectories(const std::filesystem::path& directory, std::string& error) {
@@ -129,9 +142,13 @@ void TraceOutput::restoreIfRemoved() {
 void TraceOutput::finish(const AgentStatistics& stats, std::int64_t end_epoch_ns, bool signalled) {
   nlohmann::json config = runConfig(config_json_);
   config["agent"] = {
-      {"calls_recorded", stats.calls_recorded}, {"calls_dropped", stats.calls_dropped},
-      {"hot_path_ns", stats.hot_path_ns},       {"dropped_call_ns", stats.dropped_call_ns},
-      {"flusher_cpu_ns", stats.flusher_cpu_ns}, {"buffer_bytes", stats.buffer_bytes},
+      {"calls_recorded", stats.calls_recorded},
+      {"calls_dropped", stats.calls_dropped},
+      {"hot_path_ns", stats.hot_path_ns},
+      {"dropped_call_ns", stats.dropped_call_ns},
+      {"flusher_cpu_ns", stats.flusher_cpu_ns},
+      {"buffer_bytes", stats.buffer_bytes},
+      {"cpus", usableCpus()},
   };
   if (agent::config().mode != Mode::Observe) {
     const ShadowStats shadow = shadowStats();

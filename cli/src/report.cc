@@ -1073,7 +1073,9 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     writeSteps(step_rows, rankLabel, out);
     writeGpuRanges(storage::gpuRangeTimes(reader, step_rows), out);
     if (!step_rows.empty())
-      writeAsync(tuner::analyzeAsync(step_rows, tuner::loadMeasurements(reader), rankLabel), out);
+      writeAsync(tuner::analyzeAsync(step_rows, tuner::loadMeasurements(reader), rankLabel,
+                                     tuner::cpuSharing(reader)),
+                 out);
   }
 
   // Who talked to whom, read only when the trace has such calls (the scans of peer_calls are cheap then).

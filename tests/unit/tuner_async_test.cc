@@ -124,6 +124,16 @@ TEST(TunerAsync, WithoutMeasurementsTheDefaultSetIsReplayedAndSaysSo) {
   EXPECT_NE(analysis.verdict.find("not measured: run explore mode"), std::string::npos) << analysis.verdict;
 }
 
+TEST(TunerAsync, RanksSharingCpusMakeTheReplayAnUpperBound) {
+  const auto rows = syncSteps(2, 32, 5000, [](int t, int r) { return (t + r) % 2 == 0 ? 20000.0 : 10000.0; });
+  const AsyncAnalysis alone = analyzeAsync(rows, {});
+  EXPECT_EQ(alone.verdict.find("share"), std::string::npos) << alone.verdict;
+  const AsyncAnalysis shared = analyzeAsync(rows, {}, {}, CpuSharing{"node7", 4, 2});
+  ASSERT_TRUE(shared.shared_cpus);
+  EXPECT_NE(shared.verdict.find("Here 4 ranks share 2 CPUs on node7"), std::string::npos) << shared.verdict;
+  EXPECT_NE(shared.verdict.find("upper bound"), std::string::npos) << shared.verdict;
+}
+
 TEST(TunerAsync, TooFewStepsOrRanksAreSaid) {
   EXPECT_FALSE(analyzeAsync(syncSteps(1, 40, 1, [](int, int) { return 1.0; }), {}).why_not.empty());
   EXPECT_FALSE(analyzeAsync(syncSteps(2, 10, 1, [](int, int) { return 1.0; }), {}).why_not.empty());

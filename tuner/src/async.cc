@@ -7,6 +7,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gradscope/common/strategy_name.h"
 #include "gradscope/common/units.h"
@@ -77,9 +78,43 @@ double replayStepNs(const std::vector<std::vector<double>>& compute, const std::
   return total / static_cast<double>(durations.size());
 }
 
+std::optional<CpuSharing> cpuSharing(const storage::TraceReader& reader) {
+  std::map<std::string, int> ranks_on;
+  std::map<std::int64_t, std::string> host_of;  // rank number -> host
+  for (const storage::RankInfo& rank : reader.ranks()) {
+    ++ranks_on[rank.host];
+    host_of[rank.rank] = rank.host;
+  }
+  std::map<std::string, int> cpus_on;  // the fewest any rank there could use
+  for (const storage::RunInfo& run : reader.runs()) {
+    const auto config = nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object()) continue;
+    const auto entries = config.find("agent_ranks");
+    if (entries == config.end() || !entries->is_array()) continue;
+    for (const auto& entry : *entries) {
+      if (!entry.is_object() || !entry.contains("cpus") || !entry["cpus"].is_number_integer() ||
+          !entry.contains("rank") || !entry["rank"].is_number_integer())
+        continue;
+      const auto host = host_of.find(entry["rank"].get<std::int64_t>());
+      const int cpus = entry["cpus"].get<int>();
+      if (host == host_of.end() || cpus <= 0) continue;
+      auto [it, fresh] = cpus_on.try_emplace(host->second, cpus);
+      if (!fresh) it->second = std::min(it->second, cpus);
+    }
+  }
+  std::optional<CpuSharing> worst;
+  for (const auto& [host, cpus] : cpus_on) {
+    const int ranks = ranks_on[host];
+    if (ranks <= cpus) continue;
+    if (!worst || ranks * worst->cpus > worst->ranks * cpus) worst = CpuSharing{host, ranks, cpus};
+  }
+  return worst;
+}
+
 AsyncAnalysis analyzeAsync(std::span<const storage::StepRecord> rows,
                            std::span<const MeasurementRow> measurements,
-                           const std::function<std::string(std::int64_t)>& rank_label) {
+                           const std::function<std::string(std::int64_t)>& rank_label,
+                           const std::optional<CpuSharing>& shared_cpus) {
   const auto label = [&](std::int64_t id) { return rank_label ? rank_label(id) : fmt::format("#{}", id); };
   AsyncAnalysis out;
   // Per step, the rows of every rank (with a breakdown).
@@ -248,6 +283,13 @@ AsyncAnalysis analyzeAsync(std::span<const storage::StepRecord> rows,
         "the "
         "waiting; that is saved by making rank {} faster.",
         label(late.ranks.front().rank_id), label(late.ranks.front().rank_id));
+  out.shared_cpus = shared_cpus;
+  if (shared_cpus)
+    text += fmt::format(
+        " Here {} ranks share {} CPUs on {}: a reduction's transport is those CPUs' work and cannot hide "
+        "behind compute, and the async worker competes for them, so the replayed saving is an upper bound "
+        "(docs/async.md measured async slower than synchronous there).",
+        shared_cpus->ranks, shared_cpus->cpus, shared_cpus->host);
   if (best == nullptr || best->saving_low_ns <= 0.02 * out.replay_sync_ns)
     text += " Dropping the lock-step would not pay here: the saving is within 2% of the step or not certain.";
   out.verdict = text;

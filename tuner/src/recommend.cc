@@ -149,7 +149,15 @@ Inputs readInputs(const std::vector<std::string>& paths) {
     for (auto& run : reader.runs()) inputs.runs.push_back(std::move(run));
     std::vector<MeasurementRow> measured = loadMeasurements(reader);
     if (!model.steps.empty()) {
-      AsyncAnalysis async = analyzeAsync(model.steps, measured);
+      std::map<std::int64_t, int> rank_of;
+      for (const auto& rank : reader.ranks()) rank_of[rank.id] = rank.rank;
+      AsyncAnalysis async = analyzeAsync(
+          model.steps, measured,
+          [&](std::int64_t id) {
+            const auto found = rank_of.find(id);
+            return found == rank_of.end() ? fmt::format("#{}", id) : std::to_string(found->second);
+          },
+          cpuSharing(reader));
       if (async.why_not.empty() && (!inputs.async || async.steps > inputs.async->steps))
         inputs.async = std::move(async);
     }

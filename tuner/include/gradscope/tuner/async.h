@@ -50,6 +50,17 @@ struct AsyncOption {
   std::int64_t error_samples = 0;
 };
 
+// Ranks that share CPUs: the host with the most ranks per usable CPU (the agent records each rank's CPU
+// affinity as "cpus" in its statistics), when it has more ranks than CPUs. There a reduction's transport
+// is the same CPUs' work (shared-memory copies and the additions), which cannot hide behind compute, and
+// the async worker competes for them: the replay's saving is an upper bound.
+struct CpuSharing {
+  std::string host;
+  int ranks = 0;
+  int cpus = 0;
+};
+std::optional<CpuSharing> cpuSharing(const storage::TraceReader& reader);
+
 struct AsyncAnalysis {
   std::string why_not;  // set when there is nothing to analyse (then nothing else is)
   std::int64_t steps = 0;
@@ -66,7 +77,8 @@ struct AsyncAnalysis {
   std::vector<AsyncOption> options;  // the measured async strategies (else stale1, stale2, dga1), by K
   std::string wire_strategy;         // the narrowest wire measured (fp8 > fp16 > bf16 order of preference)
   std::optional<double> wire_error;  // its median relative error
-  std::string verdict;               // one paragraph (an empty analysis: why_not)
+  std::optional<CpuSharing> shared_cpus;  // given to analyzeAsync: the verdict warns
+  std::string verdict;                    // one paragraph (an empty analysis: why_not)
 };
 
 inline constexpr std::int64_t kAsyncChunkSteps = 8;
@@ -76,7 +88,8 @@ inline constexpr std::int64_t kAsyncChunkSteps = 8;
 // Only steps that every rank has, with a breakdown, are replayed.
 AsyncAnalysis analyzeAsync(std::span<const storage::StepRecord> rows,
                            std::span<const MeasurementRow> measurements,
-                           const std::function<std::string(std::int64_t)>& rank_label = {});
+                           const std::function<std::string(std::int64_t)>& rank_label = {},
+                           const std::optional<CpuSharing>& shared_cpus = std::nullopt);
 
 // The replay's mean step time with staleness K (0: synchronous). compute[t][r]: rank r's compute in step
 // t; transport[t]: the step's exposed transport. Exposed for tests.
