@@ -93,6 +93,7 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--samples", default="linreg,mpi_train")
+    parser.add_argument("--stragglers", default=",".join(STRAGGLERS))
     args = parser.parse_args()
     build = os.path.abspath(args.build)
     out = os.path.abspath(args.out)
@@ -104,8 +105,8 @@ def main():
     results = []
     for sample in args.samples.split(","):
         binary, base = SAMPLES[sample]
-        for straggler, extra in STRAGGLERS.items():
-            extra = [value.replace("LAST", str(args.ranks - 1)) for value in extra]
+        for straggler in args.stragglers.split(","):
+            extra = [value.replace("LAST", str(args.ranks - 1)) for value in STRAGGLERS[straggler]]
             job = mpiexec + [os.path.join(build, binary)] + base + extra + ["--check-replicas"]
             key = f"{sample}-{straggler}"
             # 1. explore: the errors (and its own replay, slowed by the explorations).
@@ -156,7 +157,7 @@ def main():
     lines = ["| sample | straggler | mode | step (ms) | measured vs sync | predicted vs sync | final loss | "
              "replicas max abs | explored error |", "|---|---|---|---|---|---|---|---|---|"]
     for sample in args.samples.split(","):
-        for straggler in STRAGGLERS:
+        for straggler in args.stragglers.split(","):
             rows = [r for r in results if r["sample"] == sample and r["straggler"] == straggler]
             sync = [r for r in rows if r["mode"] == "sync"]
             for mode in ["sync"] + STRATEGIES:
