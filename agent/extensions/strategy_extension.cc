@@ -17,8 +17,8 @@
 #include "gradscope/common/error.h"
 #include "gradscope/common/job_environment.h"
 #include "gradscope/methods/adaptive.h"
+#include "gradscope/methods/element.h"
 #include "gradscope/methods/error_metrics.h"
-#include "gradscope/methods/numeric.h"
 
 namespace gradscope::agent {
 namespace {
@@ -35,54 +35,6 @@ bool isAsyncName(const std::string& strategy) {
   for (std::size_t i = 0; i < kPrefix.size(); ++i)
     if (std::tolower(static_cast<unsigned char>(strategy[i])) != kPrefix[i]) return false;
   return true;
-}
-
-// A dtype's element from a double, rounded once (what an async strategy would have returned).
-void storeFromDouble(DType dtype, std::byte* data, std::size_t i, double value) {
-  switch (dtype) {
-    case DType::Fp32: {
-      const auto v = static_cast<float>(value);
-      std::memcpy(data + i * 4, &v, 4);
-      break;
-    }
-    case DType::Fp64: std::memcpy(data + i * 8, &value, 8); break;
-    case DType::Fp16:
-    case DType::Bf16: {
-      const auto single = static_cast<float>(value);
-      const std::uint16_t v =
-          dtype == DType::Fp16 ? methods::fp32ToFp16(single) : methods::fp32ToBf16(single);
-      std::memcpy(data + i * 2, &v, 2);
-      break;
-    }
-    default: break;
-  }
-}
-
-// A dtype's values as doubles (the fp64 reference and the consensus products).
-double loadAsDouble(DType dtype, const std::byte* data, std::size_t i) {
-  switch (dtype) {
-    case DType::Fp32: {
-      float v;
-      std::memcpy(&v, data + i * 4, 4);
-      return v;
-    }
-    case DType::Fp64: {
-      double v;
-      std::memcpy(&v, data + i * 8, 8);
-      return v;
-    }
-    case DType::Fp16: {
-      std::uint16_t v;
-      std::memcpy(&v, data + i * 2, 2);
-      return methods::fp16ToFp32(v);
-    }
-    case DType::Bf16: {
-      std::uint16_t v;
-      std::memcpy(&v, data + i * 2, 2);
-      return methods::bf16ToFp32(v);
-    }
-    default: return 0;
-  }
 }
 
 // Device -> host and host -> device where the two sides differ (nothing to do for host memory).
@@ -517,7 +469,7 @@ void StrategyExtension::computeReference(comm::Communicator& comm, const ShadowC
   const Capture::Side& host = capture.host;
   const Capture::Side& mem = capture.comm;
   toHost(comm, host.input, mem.input, count * sizeOf(call.dtype));
-  for (std::size_t i = 0; i < count; ++i) host.reference[i] = loadAsDouble(call.dtype, host.input, i);
+  for (std::size_t i = 0; i < count; ++i) host.reference[i] = methods::loadElement(call.dtype, host.input, i);
   fromHost(comm, mem.reference, host.reference, count * sizeof(double));
   comm.allReduce(mem.reference, mem.reference, count, comm::Element{DType::Fp64}, ReduceOp::Sum);
   comm.synchronize();
@@ -684,9 +636,9 @@ void StrategyExtension::asyncErrors(CommState& state, const ShadowCall& call, co
     const bool dga = name.delay == StrategyName::Delay::Dga;
     for (std::size_t i = 0; i < count; ++i) {
       const double value =
-          dga ? kept->sum[i] + ranks * (loadAsDouble(call.dtype, host.input, i) - kept->input[i])
+          dga ? kept->sum[i] + ranks * (methods::loadElement(call.dtype, host.input, i) - kept->input[i])
               : kept->sum[i];
-      storeFromDouble(call.dtype, returned.data(), i, value);
+      methods::storeElement(call.dtype, returned.data(), i, value);
     }
     const auto metrics = methods::compareToReference(call.dtype, returned.data(), host.reference, count);
     StrategyTiming timing;
@@ -707,7 +659,7 @@ void StrategyExtension::asyncErrors(CommState& state, const ShadowCall& call, co
   step.step = call.site.step;
   step.sum.assign(host.reference, host.reference + count);
   step.input.resize(count);
-  for (std::size_t i = 0; i < count; ++i) step.input[i] = loadAsDouble(call.dtype, host.input, i);
+  for (std::size_t i = 0; i < count; ++i) step.input[i] = methods::loadElement(call.dtype, host.input, i);
   history_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   site.steps.push_front(std::move(step));
   while (site.steps.size() > static_cast<std::size_t>(async_depth_)) {

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "gradscope/common/error.h"
-#include "gradscope/methods/numeric.h"
+#include "gradscope/methods/element.h"
 
 namespace gradscope::comm {
 
@@ -117,50 +117,6 @@ void AsyncWorker::loop(const std::function<void()>& on_start) {
 
 // ---- AsyncStrategy ----------------------------------------------------------------------------------------
 
-namespace {
-
-double loadValue(DType dtype, const std::byte* data, std::size_t i) {
-  switch (dtype) {
-    case DType::Fp64: {
-      double v;
-      std::memcpy(&v, data + i * 8, 8);
-      return v;
-    }
-    case DType::Fp16:
-    case DType::Bf16: {
-      std::uint16_t v;
-      std::memcpy(&v, data + i * 2, 2);
-      return dtype == DType::Fp16 ? methods::fp16ToFp32(v) : methods::bf16ToFp32(v);
-    }
-    default: {
-      float v;
-      std::memcpy(&v, data + i * 4, 4);
-      return v;
-    }
-  }
-}
-
-void storeValue(DType dtype, std::byte* data, std::size_t i, double value) {
-  switch (dtype) {
-    case DType::Fp64: std::memcpy(data + i * 8, &value, 8); break;
-    case DType::Fp16:
-    case DType::Bf16: {
-      const auto single = static_cast<float>(value);
-      const std::uint16_t v =
-          dtype == DType::Fp16 ? methods::fp32ToFp16(single) : methods::fp32ToBf16(single);
-      std::memcpy(data + i * 2, &v, 2);
-      break;
-    }
-    default: {
-      const auto v = static_cast<float>(value);
-      std::memcpy(data + i * 4, &v, 4);
-      break;
-    }
-  }
-}
-
-}  // namespace
-
 AsyncStrategy::AsyncStrategy(const StrategyName& name, DType dtype, std::shared_ptr<AsyncWorker> worker)
     : Strategy(name), dtype_(dtype), worker_(std::move(worker)) {
   if (name.aggregator != Aggregator::Async || name.staleness < 1 || name.staleness > kMaxStaleness)
@@ -226,11 +182,11 @@ void AsyncStrategy::correct(const void* send, Slot& slot, void* recv) const {
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
   for (std::size_t i = 0; i < count_; ++i) {
-    const double gradient = loadValue(dtype_, in, i);
-    const double older = loadValue(dtype_, slot.input.data(), i);
-    const double sum = loadValue(dtype_, slot.sum.data(), i);
-    storeValue(dtype_, slot.input.data(), i, gradient);
-    storeValue(dtype_, out, i, sum + ranks * (gradient - older));
+    const double gradient = methods::loadElement(dtype_, in, i);
+    const double older = methods::loadElement(dtype_, slot.input.data(), i);
+    const double sum = methods::loadElement(dtype_, slot.sum.data(), i);
+    methods::storeElement(dtype_, slot.input.data(), i, gradient);
+    methods::storeElement(dtype_, out, i, sum + ranks * (gradient - older));
   }
 }
 
