@@ -296,6 +296,20 @@ ExploreResult StrategyExtension::explore(const ShadowCall& call, const BudgetSta
   return result;
 }
 
+// Whether every rank built what apply needs (`local_error` empty here); otherwise the lowest failing rank's
+// reason (this rank's own, or which rank), remembered for the dtype and strategy on every rank alike.
+bool StrategyExtension::agreeToBuild(comm::Communicator& comm, CommState& state, const ShadowCall& call,
+                                     const std::string& strategy, const std::string& local_error,
+                                     std::string& error) {
+  const auto failed = comm.allGatherScalars(local_error.empty() ? 0.0 : 1.0);
+  const auto first = std::find(failed.begin(), failed.end(), 1.0);
+  if (first == failed.end()) return true;
+  const auto rank = first - failed.begin();
+  error = rank == comm.rank() ? local_error : fmt::format("{} cannot run on rank {}", strategy, rank);
+  state.refused[{call.dtype, strategy}] = error;
+  return false;
+}
+
 bool StrategyExtension::apply(const ShadowCall& call, const void* send, void* recv,
                               const std::string& strategy, std::string& error) {
   CommState& state = stateOf(call.comm_index);
@@ -324,14 +338,7 @@ bool StrategyExtension::apply(const ShadowCall& call, const void* send, void* re
       } catch (const std::exception& failure) {
         local_error = failure.what();
       }
-      const auto failed = comm.allGatherScalars(local_error.empty() ? 0.0 : 1.0);
-      const auto first = std::find(failed.begin(), failed.end(), 1.0);
-      if (first != failed.end()) {
-        const auto rank = first - failed.begin();
-        error = rank == comm.rank() ? local_error : fmt::format("{} cannot run on rank {}", strategy, rank);
-        state.refused[{call.dtype, strategy}] = error;
-        return false;
-      }
+      if (!agreeToBuild(comm, state, call, strategy, local_error, error)) return false;
       it = state.applied.emplace(key, std::move(built)).first;
     }
     afterJob(call, comm);
@@ -741,12 +748,8 @@ bool StrategyExtension::applyAsync(CommState& state, comm::Communicator& comm, c
     } catch (const std::exception& failure) {
       local_error = failure.what();
     }
-    const auto failed = comm.allGatherScalars(local_error.empty() ? 0.0 : 1.0);
-    if (const auto first = std::find(failed.begin(), failed.end(), 1.0); first != failed.end()) {
-      const auto rank = first - failed.begin();
-      error = rank == comm.rank() ? local_error : fmt::format("{} cannot run on rank {}", strategy, rank);
+    if (!agreeToBuild(comm, state, call, strategy, local_error, error)) {
       state.async_worker.reset();
-      state.refused[{call.dtype, strategy}] = error;
       return false;
     }
   }

@@ -193,6 +193,8 @@ class StrategyExtension : public Extension {
   void asyncErrors(CommState& state, const ShadowCall& call, const Capture& capture, bool sampled,
                    ExploreResult& result);
   void dropHistory(CommState& state, std::uint32_t ordinal);
+  static bool agreeToBuild(comm::Communicator& comm, CommState& state, const ShadowCall& call,
+                           const std::string& strategy, const std::string& local_error, std::string& error);
   bool applyAsync(CommState& state, comm::Communicator& comm, const ShadowCall& call,
                   const std::string& strategy, const void* send, void* recv, std::string& error);
 
