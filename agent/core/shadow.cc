@@ -29,6 +29,12 @@ std::atomic<Extension*> g_extension[kBackends] = {};
 std::atomic<bool> g_prepares[kBackends] = {};
 std::mutex g_start_mutex;
 std::atomic<ExplorePlan*> g_plan{nullptr};
+std::atomic<bool> g_call_sites{false};
+
+bool isAsync(const std::string& strategy) {
+  const auto name = parseStrategyName(strategy);
+  return name && name->aggregator == Aggregator::Async;
+}
 std::optional<Recommendation> g_recommendation;
 std::int64_t g_started_ns = 0;
 std::atomic<std::int64_t> g_spent_ns{0};
@@ -214,6 +220,12 @@ void startShadow(Backend backend, int world_size, bool recording) {
   if (g_recommendation)
     for (const RecommendationRule& rule : g_recommendation->rules)
       settings.apply_strategies.push_back(rule.strategy);
+  const auto& explored = settings.strategies;
+  const bool sites =
+      cfg.mode == Mode::Apply
+          ? std::any_of(settings.apply_strategies.begin(), settings.apply_strategies.end(), isAsync)
+          : explored.empty() || std::any_of(explored.begin(), explored.end(), isAsync);
+  if (sites) g_call_sites.store(true, std::memory_order_relaxed);
   std::string error;
   bool started = false;
   const std::int64_t start_ns = monotonicNs();
@@ -248,16 +260,18 @@ void startShadow(Backend backend, int world_size, bool recording) {
   g_mode[slot].store(mode, std::memory_order_release);
 }
 
+bool callSitesWanted() {
+  return g_call_sites.load(std::memory_order_relaxed);
+}
+
 bool applyNeedsMpiThreads() {
   const Config& cfg = config();
   if (cfg.disabled || cfg.mode != Mode::Apply || configHasErrors() || cfg.recommendation.empty())
     return false;
   try {
     const Recommendation recommendation = loadRecommendation(cfg.recommendation);
-    return std::any_of(recommendation.rules.begin(), recommendation.rules.end(), [](const auto& rule) {
-      const auto name = parseStrategyName(rule.strategy);
-      return name && name->aggregator == Aggregator::Async;
-    });
+    return std::any_of(recommendation.rules.begin(), recommendation.rules.end(),
+                       [](const RecommendationRule& rule) { return isAsync(rule.strategy); });
   } catch (const std::exception&) {
     return false;
   }

@@ -120,6 +120,11 @@ std::string appliedStrategyName(std::uint16_t index);
 // one line and leaves the mode Off when anything fails. Apply: a recommendation made for another backend, or
 // naming another world size, is refused too.
 void startShadow(Backend backend, int world_size, bool recording);
+// Whether calls need their call site (call_sites.h): apply mode with async rules, or explore mode that
+// measures async strategies' errors (the default set, or async names among the explored ones). Fixed at
+// start; a plain load.
+bool callSitesWanted();
+
 // Apply mode with a recommendation that names an async strategy (docs/async.md): their sums run on a
 // thread of their own, so the agent asks MPI_Init for MPI_THREAD_MULTIPLE. Reads the file before MPI_Init;
 // one that does not load is reported by startShadow.

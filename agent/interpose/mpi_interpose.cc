@@ -735,7 +735,7 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
   call.comm_size = slot->size;
   call.comm_rank = slot->rank;
   const std::int64_t step = stepForCall(api);
-  if (op_code == ReduceOp::Sum && explorableDType(type.dtype))
+  if (callSitesWanted() && op_code == ReduceOp::Sum && explorableDType(type.dtype))
     call.site = callSites().next(slot->index, step, call.count, type.dtype, op_code);
   CallEvent event;
   fillHostCall(event, api, slot->index, type.dtype, op_code, count, bytes, call.seq, step, 0, 0);

@@ -506,7 +506,8 @@ ncclResult_t shadowAllReduce(CommSlot* slot, CallEvent& event, Real&& real, cons
   call.seq = event.header.seq;
   call.comm_size = slot->size;
   call.comm_rank = slot->rank;
-  call.site = callSites().next(slot->index, event.call.step, count, call.dtype, call.op);
+  if (callSitesWanted())
+    call.site = callSites().next(slot->index, event.call.step, count, call.dtype, call.op);
   const bool in_group = t_group.depth() > 0;
   JoinState joined = joinState(slot->index);
   if (joined == JoinState::Unknown) {
