@@ -701,7 +701,8 @@ def check_failopen_non_mpi(args):
     env["LD_PRELOAD"] = args.preload
     env["GRADSCOPE_OUTPUT"] = os.path.join(quiet, "p%p.db")  # %p: a process without a rank has a pid
     for command in (["/bin/sh", "-c", "true"], [args.python, "-c", "pass"]):
-        code, out, err = run(command, env, quiet)
+        code, out, err = run(command, {**env, **(foreign_process_variables(args) if command[0] == args.python else {})},
+                             quiet)
         check((code, out, err) == (0, "", ""), f"{case.label}: preloaded into {' '.join(command)}: exit {code}, "
               f"stdout {out!r}, stderr {err!r}; expected 0 and nothing")
     # mpiexec starting non-MPI programs, all preloaded: the same as without the agent.
