@@ -454,6 +454,36 @@ def check_validate(args):
           validation.get("steps_with", 0) + validation.get("steps_without", 0) == 120,
           f"{label}: runs.config_json validation {validation}")
 
+    # An async plan (docs/async.md): its rules change the step, not the call, so the prediction is the
+    # file's predicted_step_saving_ns over the mean step without the plan.
+    label = "apply --validate, async plan"
+    saving = 200000.0
+    plan = os.path.join(args.workdir, "plan-async.json")
+    with open(plan, "w") as handle:
+        json.dump(recommendation([rule("MPI_Allreduce", 0, 1 << 30, "async/stale1", "semantic")], world=np,
+                                 allow_semantic=True,
+                                 predicted_step_saving_ns={"median": saving, "low": 100000, "high": 300000}),
+                  handle)
+    out_dir = os.path.join(args.workdir, "run-async")
+    command[command.index("-o") + 1] = out_dir
+    command[command.index("--recommendation") + 1] = plan
+    command.insert(command.index("--validate"), "--allow-semantic-change")
+    code, out, err = ca.run(command, {**ca.gradscope_run_environment(args), "GRADSCOPE_STEP_CALLS": "7"},
+                            args.workdir)
+    if not check(code == 0, f"{label}: exit {code}: {tail(err)}"):
+        return
+    db = sqlite3.connect(f"file:{os.path.join(out_dir, 'trace.db')}?mode=ro", uri=True)
+    applied = db.execute("SELECT COUNT(*) FROM applied_calls WHERE strategy = 'async/stale1'").fetchone()[0]
+    validation = json.loads(db.execute("SELECT config_json FROM runs").fetchone()[0]).get("validation", {})
+    db.close()
+    predicted = validation.get("predicted", {})
+    without = validation.get("step_without_ns", 0)
+    # (The prediction divides by the mean step of the steps without, step_without_ns is the windows' mean.)
+    change, low = predicted.get("change", 0), predicted.get("low", 1)
+    check(applied > 0 and without > 0 and abs(change / (-saving / without) - 1) < 0.05 and
+          abs(change / low - 2 / 3) < 1e-9,
+          f"{label}: {applied} calls applied; runs.config_json validation {validation}")
+
 
 def check_bad_files(args):
     """Every bad recommendation: one 'gradscope:' line for the whole job (the lowest rank that has the
