@@ -134,6 +134,17 @@ TEST(TunerAsync, RanksSharingCpusMakeTheReplayAnUpperBound) {
   EXPECT_NE(shared.verdict.find("upper bound"), std::string::npos) << shared.verdict;
 }
 
+TEST(TunerAsync, GpuStepsSayTheAgentAppliesAsyncOverMpiOnly) {
+  auto rows = syncSteps(2, 32, 5000, [](int t, int r) { return (t + r) % 2 == 0 ? 20000.0 : 10000.0; });
+  EXPECT_EQ(analyzeAsync(rows, {}).verdict.find("over MPI only"), std::string::npos);
+  for (auto& row : rows) row.basis = storage::StepBasis::Gpu;
+  const AsyncAnalysis gpu = analyzeAsync(rows, {});
+  EXPECT_NE(gpu.verdict.find(
+                "The steps are on the GPU (NCCL): gradscope applies the async strategies over MPI only"),
+            std::string::npos)
+      << gpu.verdict;
+}
+
 TEST(TunerAsync, TooFewStepsOrRanksAreSaid) {
   EXPECT_FALSE(analyzeAsync(syncSteps(1, 40, 1, [](int, int) { return 1.0; }), {}).why_not.empty());
   EXPECT_FALSE(analyzeAsync(syncSteps(2, 10, 1, [](int, int) { return 1.0; }), {}).why_not.empty());

@@ -283,6 +283,11 @@ AsyncAnalysis analyzeAsync(std::span<const storage::StepRecord> rows,
         "the "
         "waiting; that is saved by making rank {} faster.",
         label(late.ranks.front().rank_id), label(late.ranks.front().rank_id));
+  if (std::any_of(rows.begin(), rows.end(),
+                  [](const storage::StepRecord& row) { return row.basis != storage::StepBasis::Host; }))
+    text +=
+        " The steps are on the GPU (NCCL): gradscope applies the async strategies over MPI only, so this is "
+        "what an asynchronous scheme of the framework's own would buy.";
   out.shared_cpus = shared_cpus;
   if (shared_cpus)
     text += fmt::format(
