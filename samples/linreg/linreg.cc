@@ -57,22 +57,18 @@
 
 #include <mpi.h>
 
+#include "experiment.h"
 #include "gradscope/comm/mpi.h"
 #include "gradscope/comm/strategy.h"
 #include "gradscope/common/error.h"
 
 namespace {
 
+namespace samples = gradscope::samples;
+
 constexpr char kProgram[] = "gradscope-sample-linreg";
 
 enum class Aggregator { Mean, AdaCons, AdaSum };
-
-// --straggler: which rank a step slows, and by how much of its own computation.
-struct Straggler {
-  double fraction = 0;    // F, the busy wait over the step's gradient computation; 0: no straggler
-  bool any_rank = false;  // any:F: a rank drawn anew every step (slowedRank)
-  int rank = 0;           // R, when not any_rank
-};
 
 struct Options {
   int steps = 1000;
@@ -87,7 +83,7 @@ struct Options {
   std::uint64_t seed = 1;
   int print_every = 100;  // 0: only the final line
   bool timing = false;
-  Straggler straggler;
+  samples::Straggler straggler;
   std::string loss_csv;  // empty: no CSV
   bool check_replicas = false;
 };
@@ -164,27 +160,6 @@ bool parseReal(const char* text, double low, double high, bool open_low, double&
   return true;
 }
 
-constexpr int kMaxRank = 1'000'000;
-
-// --straggler's value, R:F or any:F. Returns an empty string on success, else what is wrong with it.
-// Whether R is a rank of this job is checked once the job's size is known (stragglerRankError).
-std::string parseStraggler(const char* text, Straggler& straggler) {
-  const std::string_view value = text != nullptr ? text : "";
-  const std::size_t colon = value.find(':');
-  if (colon == std::string_view::npos)
-    return "--straggler needs R:F, a rank (or any) and the fraction of its compute to add, 0 < F <= 10 (e.g. "
-           "--straggler 3:0.5 or --straggler any:0.5)";
-  const std::string rank(value.substr(0, colon));
-  const std::string fraction(value.substr(colon + 1));
-  straggler.any_rank = rank == "any";
-  if (!straggler.any_rank && !parseInt(rank.c_str(), 0, kMaxRank, straggler.rank))
-    return "--straggler " + std::string(value) + ": R must be a rank >= 0 or any (e.g. --straggler 3:0.5)";
-  if (!parseReal(fraction.c_str(), 0.0, 10.0, true, straggler.fraction))
-    return "--straggler " + std::string(value) + ": F must be a number with 0 < F <= 10 (e.g. --straggler " +
-           rank + ":0.5)";
-  return {};
-}
-
 // Returns an empty string on success, else one line: what is wrong and what to pass instead.
 std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
   for (int i = 1; i < argc; ++i) {
@@ -198,7 +173,8 @@ std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
     } else if (arg == "--check-replicas") {
       options.check_replicas = true;
     } else if (arg == "--straggler") {
-      if (std::string error = parseStraggler(value, options.straggler); !error.empty()) return error;
+      if (std::string error = samples::parseStraggler(value, options.straggler, 3); !error.empty())
+        return error;
       ++i;
     } else if (arg == "--loss-csv") {
       if (!take() || *value == '\0') return "--loss-csv needs a file path (e.g. --loss-csv loss.csv)";
@@ -246,14 +222,6 @@ std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
   return {};
 }
 
-// The part of --straggler that needs the job's size: R must be one of its ranks.
-std::string stragglerRankError(const Straggler& straggler, int world) {
-  if (straggler.fraction == 0 || straggler.any_rank || straggler.rank < world) return {};
-  return "--straggler " + std::to_string(straggler.rank) + ":F: rank " + std::to_string(straggler.rank) +
-         " is not a rank of this " + std::to_string(world) + "-rank job; give R from 0 to " +
-         std::to_string(world - 1) + ", or any";
-}
-
 // SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, and the same numbers on every platform.
 class Rng {
  public:
@@ -296,7 +264,6 @@ std::uint64_t streamSeed(std::uint64_t seed, std::uint64_t stream) {
 constexpr std::uint64_t kTruthStream = 0;
 constexpr std::uint64_t kHeldOutStream = 1;
 constexpr std::uint64_t kFirstRankStream = 2;
-constexpr std::uint64_t kStragglerStream = 1ULL << 63;  // far from any rank's stream
 constexpr std::size_t kHeldOutSamples = 1024;
 
 // w*: entries uniform in [-1, 1), so the loss at w = 0 is about D/3.
@@ -369,15 +336,6 @@ class Worker {
   float noise_ = 0;
 };
 
-// The rank --straggler slows in `step`: R, or for any:F one drawn from (--seed, step), which every rank
-// computes alike without communicating: jitter that moves from rank to rank, not one slow rank.
-int slowedRank(const Straggler& straggler, std::uint64_t seed, int step, int world) {
-  if (!straggler.any_rank) return straggler.rank;
-  // SplitMix64 used as a hash of a counter: consecutive states give independent draws.
-  Rng rng(streamSeed(seed, kStragglerStream) + static_cast<std::uint64_t>(step));
-  return static_cast<int>(rng.next() % static_cast<std::uint64_t>(world));
-}
-
 // FNV-1a, 64 bits, over the bytes of the weights: equal hashes mean (all but certainly) equal weights.
 std::uint64_t fnv1a64(std::span<const float> values) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;
@@ -403,88 +361,9 @@ double seconds(Clock::duration duration) {
   return std::chrono::duration<double>(duration).count();
 }
 
-// Busy-waits for `length`, spinning on the steady clock rather than sleeping: the core stays as busy as
-// it would be computing, as on a slower rank.
-void spinFor(std::chrono::duration<double> length) {
-  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(length);
-  while (Clock::now() < end) {
-  }
-}
-
-// --loss-csv: rank 0's loss curve, "step,loss,seconds" with the seconds since the training loop started.
-// Opened before training, so that a path rank 0 cannot write stops the job before its first step.
-class LossCsv {
- public:
-  // Opens `path` and writes the header; error() says why not when it failed.
-  explicit LossCsv(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
-    if (file_ == nullptr) error_ = std::strerror(errno);
-    else std::fputs("step,loss,seconds\n", file_);
-  }
-  LossCsv(const LossCsv&) = delete;
-  LossCsv& operator=(const LossCsv&) = delete;
-  ~LossCsv() {
-    if (file_ != nullptr) std::fclose(file_);
-  }
-
-  bool opened() const { return file_ != nullptr; }
-  const std::string& path() const { return path_; }
-  const std::string& error() const { return error_; }
-  int lastStep() const { return last_step_; }
-
-  // One row, flushed at once (as the printed losses are), so that a job ended early keeps its curve.
-  void write(int step, double loss, double seconds) {
-    std::fprintf(file_, "%d,%.9g,%.6f\n", step, loss, seconds);
-    std::fflush(file_);
-    last_step_ = step;
-  }
-
-  // Closes the file; false (and error()) when a row could not be written.
-  bool close() {
-    const bool failed = std::ferror(file_) != 0;
-    const int errno_write = errno;
-    const bool closed = std::fclose(file_) == 0;
-    file_ = nullptr;
-    if (failed || !closed) error_ = std::strerror(failed ? errno_write : errno);
-    return !failed && closed;
-  }
-
- private:
-  std::string path_;
-  std::string error_;
-  std::FILE* file_ = nullptr;
-  int last_step_ = -1;
-};
-
-// --check-replicas: the largest |w_r - w_0| over every rank r and weight, on rank 0 (0 on the others).
-// Collective: rank 0 broadcasts its weights, every rank compares its own with them in double (the
-// difference of two floats, rounded once), and rank 0 gathers each rank's largest. A NaN difference stays
-// NaN instead of vanishing in a max.
-double replicaSpread(std::span<const float> weights, int rank, int world) {
-  std::vector<float> reference(weights.begin(), weights.end());
-  MPI_Bcast(reference.data(), static_cast<int>(reference.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
-  const auto largest = [](double a, double b) { return std::isnan(a) || a > b ? a : b; };
-  double mine = 0;
-  for (std::size_t i = 0; i < weights.size(); ++i)
-    mine = largest(std::fabs(static_cast<double>(weights[i]) - static_cast<double>(reference[i])), mine);
-  std::vector<double> spreads(rank == 0 ? static_cast<std::size_t>(world) : 0);
-  MPI_Gather(&mine, 1, MPI_DOUBLE, spreads.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  double spread = 0;
-  for (const double s : spreads) spread = largest(s, spread);
-  return spread;
-}
-
-// Rank 0's line for --check-replicas: the spread, and the spread over rank 0's largest weight.
-void printReplicaSpread(double spread, std::span<const float> weights) {
-  double reference = 0;
-  for (const float w : weights) reference = std::max(reference, std::fabs(static_cast<double>(w)));
-  std::printf("replicas: max |w_r - w_0| = %.9g, relative %.9g\n", spread,
-              spread / std::max(reference, 1e-30));
-  std::fflush(stdout);
-}
-
 // The training loop; returns the exit status. Collective: every rank runs it with the same options.
 // `csv` is rank 0's --loss-csv, or null.
-int train(const Options& options, int rank, int world, LossCsv* csv) {
+int train(const Options& options, int rank, int world, samples::LossCsv* csv) {
   const auto dim = static_cast<std::size_t>(options.dim);
   const std::vector<float> truth = makeTruth(options.seed, dim);
   Worker worker(options, truth, rank, world);
@@ -522,8 +401,9 @@ int train(const Options& options, int rank, int world, LossCsv* csv) {
   for (int step = 0; step < options.steps; ++step) {
     const Clock::time_point computing = Clock::now();
     worker.gradient(weights, gradient);
-    if (options.straggler.fraction > 0 && slowedRank(options.straggler, options.seed, step, world) == rank)
-      spinFor(options.straggler.fraction * (Clock::now() - computing));
+    if (options.straggler.fraction > 0 &&
+        samples::slowedRank(options.straggler, options.seed, step, world) == rank)
+      samples::spinFor(options.straggler.fraction * (Clock::now() - computing));
     const Clock::time_point before = Clock::now();
     if (strategy == nullptr) {
       MPI_Allreduce(MPI_IN_PLACE, gradient.data(), options.dim, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -552,7 +432,7 @@ int train(const Options& options, int rank, int world, LossCsv* csv) {
   }
   const Clock::duration total = Clock::now() - start;
 
-  const double spread = options.check_replicas ? replicaSpread(weights, rank, world) : 0.0;
+  const double spread = options.check_replicas ? samples::replicaSpread(weights, rank, world) : 0.0;
   int status = 0;
   if (rank == 0) {
     const double loss = heldOutLoss(options.seed, truth, weights);
@@ -562,7 +442,7 @@ int train(const Options& options, int rank, int world, LossCsv* csv) {
                 loss, std::string(aggregatorName(options.aggregator)).c_str(), world, options.batch,
                 static_cast<unsigned long long>(fnv1a64(weights)));
     std::fflush(stdout);
-    if (options.check_replicas) printReplicaSpread(spread, weights);
+    if (options.check_replicas) samples::printReplicaSpread(spread, weights);
     if (csv != nullptr && !csv->close()) {
       std::fprintf(stderr, "%s: could not write the loss CSV '%s' (%s)\n", kProgram, csv->path().c_str(),
                    csv->error().c_str());
@@ -595,7 +475,7 @@ int main(int argc, char** argv) {
   Options options;
   bool help = false;
   std::string error = parseOptions(argc, argv, options, help);
-  if (error.empty()) error = stragglerRankError(options.straggler, world);
+  if (error.empty()) error = samples::stragglerRankError(options.straggler, world);
   if (help || !error.empty()) {
     if (rank == 0) {
       if (error.empty()) printUsage(stdout);
@@ -605,23 +485,10 @@ int main(int argc, char** argv) {
     return error.empty() ? 0 : 2;
   }
 
-  // --loss-csv: rank 0 opens the file and tells the others whether it could, so that a path it cannot
-  // write ends every rank alike before the first step. Without it there is no broadcast.
-  std::optional<LossCsv> csv;
-  if (!options.loss_csv.empty()) {
-    int opened = 0;
-    if (rank == 0) {
-      csv.emplace(options.loss_csv);
-      opened = csv->opened() ? 1 : 0;
-      if (!csv->opened())
-        std::fprintf(stderr, "%s: cannot write the loss CSV '%s' (%s): give --loss-csv a writable path\n",
-                     kProgram, options.loss_csv.c_str(), csv->error().c_str());
-    }
-    MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (opened == 0) {
-      MPI_Finalize();
-      return 2;
-    }
+  std::optional<samples::LossCsv> csv;
+  if (!samples::openLossCsv(options.loss_csv, rank, kProgram, csv)) {
+    MPI_Finalize();
+    return 2;
   }
 
   int status = 0;

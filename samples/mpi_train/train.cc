@@ -56,16 +56,13 @@
 
 #include <mpi.h>
 
+#include "experiment.h"
+
 namespace {
 
-constexpr char kProgram[] = "gradscope-sample-mpi-train";
+namespace samples = gradscope::samples;
 
-// --straggler: which rank a step slows, and by how much of its own computation.
-struct Straggler {
-  double fraction = 0;    // F, the busy wait over the step's gradient computation; 0: no straggler
-  bool any_rank = false;  // any:F: a rank drawn anew every step (slowedRank)
-  int rank = 0;           // R, when not any_rank
-};
+constexpr char kProgram[] = "gradscope-sample-mpi-train";
 
 struct Options {
   int steps = 20;
@@ -77,7 +74,7 @@ struct Options {
   int exit_code = 0;      // returned after MPI_Finalize
   int hang_at_step = -1;  // -1: never; else hang_rank stops for good at the start of this step
   int hang_rank = 0;
-  Straggler straggler;
+  samples::Straggler straggler;
   std::string loss_csv;  // empty: no CSV
   bool check_replicas = false;
 };
@@ -123,36 +120,6 @@ bool parseInt(const char* text, int low, int high, int& value) {
   return true;
 }
 
-// A finite number in (low, high].
-bool parseFraction(const char* text, double low, double high, double& value) {
-  char* end = nullptr;
-  errno = 0;
-  const double parsed = std::strtod(text, &end);
-  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(parsed)) return false;
-  if (parsed <= low || parsed > high) return false;
-  value = parsed;
-  return true;
-}
-
-// --straggler's value, R:F or any:F. Returns an empty string on success, else what is wrong with it.
-// Whether R is a rank of this job is checked once the job's size is known, in main().
-std::string parseStraggler(const char* text, Straggler& straggler) {
-  const std::string_view value = text != nullptr ? text : "";
-  const std::size_t colon = value.find(':');
-  if (colon == std::string_view::npos)
-    return "--straggler needs R:F, a rank (or any) and the fraction of its compute to add, 0 < F <= 10 (e.g. "
-           "--straggler 1:0.5 or --straggler any:0.5)";
-  const std::string rank(value.substr(0, colon));
-  const std::string fraction(value.substr(colon + 1));
-  straggler.any_rank = rank == "any";
-  if (!straggler.any_rank && !parseInt(rank.c_str(), 0, 1'000'000, straggler.rank))
-    return "--straggler " + std::string(value) + ": R must be a rank >= 0 or any (e.g. --straggler 1:0.5)";
-  if (!parseFraction(fraction.c_str(), 0.0, 10.0, straggler.fraction))
-    return "--straggler " + std::string(value) + ": F must be a number with 0 < F <= 10 (e.g. --straggler " +
-           rank + ":0.5)";
-  return {};
-}
-
 // Returns an empty string on success, else what is wrong with the command line.
 std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
   for (int i = 1; i < argc; ++i) {
@@ -169,7 +136,8 @@ std::string parseOptions(int argc, char** argv, Options& options, bool& help) {
     else if (arg == "--print-pid") options.print_pid = true;
     else if (arg == "--check-replicas") options.check_replicas = true;
     else if (arg == "--straggler") {
-      if (std::string error = parseStraggler(value, options.straggler); !error.empty()) return error;
+      if (std::string error = samples::parseStraggler(value, options.straggler, 1); !error.empty())
+        return error;
       ++i;
     } else if (arg == "--loss-csv") {
       if (value == nullptr || *value == '\0')
@@ -218,7 +186,7 @@ class Rng {
 constexpr std::uint64_t kWeightSeed = 0x5eed'0001;
 constexpr std::uint64_t kTeacherSeed = 0x5eed'0002;
 constexpr std::uint64_t kDataSeed = 0x5eed'0003;
-constexpr std::uint64_t kStragglerSeed = 0x5eed'0004;
+constexpr std::uint64_t kStragglerSeed = 0x5eed'0004;  // --straggler any:F's draws
 
 // Layer widths at --width 1: the three weight gradients (64x128, 128x32, 32x10) and three bias gradients
 // (128, 32, 10) give six reductions of six different sizes per step. --width W multiplies the two hidden
@@ -372,23 +340,6 @@ double seconds(Clock::duration duration) {
   return std::chrono::duration<double>(duration).count();
 }
 
-// Busy-waits for `length`, spinning on the steady clock rather than sleeping: the core stays as busy as
-// it would be computing, as on a slower rank.
-void spinFor(std::chrono::duration<double> length) {
-  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(length);
-  while (Clock::now() < end) {
-  }
-}
-
-// The rank --straggler slows in `step`: R, or for any:F one drawn from the step, which every rank computes
-// alike without communicating: jitter that moves from rank to rank, not one slow rank.
-int slowedRank(const Straggler& straggler, int step, int world) {
-  if (!straggler.any_rank) return straggler.rank;
-  // SplitMix64 used as a hash of a counter: consecutive states give independent draws.
-  Rng rng(kStragglerSeed + static_cast<std::uint64_t>(step));
-  return static_cast<int>(rng.next() % static_cast<std::uint64_t>(world));
-}
-
 // --straggler on the rank it slows in a step. A step's gradient computation comes in three stretches
 // between its reductions (forward pass, loss and layer 3's backward pass; layer 2's backward pass; layer
 // 1's); each is followed by a busy wait `fraction` times as long, before the reductions after it, so the
@@ -402,7 +353,7 @@ class Slowdown {
     if (fraction_ > 0) started_ = Clock::now();
   }
   void computeEnds() const {
-    if (fraction_ > 0) spinFor(fraction_ * (Clock::now() - started_));
+    if (fraction_ > 0) samples::spinFor(fraction_ * (Clock::now() - started_));
   }
 
  private:
@@ -500,74 +451,6 @@ std::uint64_t fnv1a64(std::span<const float> values) {
   return hash;
 }
 
-// --loss-csv: rank 0's loss curve, "step,loss,seconds" with the seconds since the training loop started.
-// Opened before training, so that a path rank 0 cannot write stops the job before its first step.
-class LossCsv {
- public:
-  // Opens `path` and writes the header; error() says why not when it failed.
-  explicit LossCsv(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
-    if (file_ == nullptr) error_ = std::strerror(errno);
-    else std::fputs("step,loss,seconds\n", file_);
-  }
-  LossCsv(const LossCsv&) = delete;
-  LossCsv& operator=(const LossCsv&) = delete;
-  ~LossCsv() {
-    if (file_ != nullptr) std::fclose(file_);
-  }
-
-  bool opened() const { return file_ != nullptr; }
-  const std::string& path() const { return path_; }
-  const std::string& error() const { return error_; }
-
-  // One row, flushed at once (as the printed losses are), so that a job ended early keeps its curve.
-  void write(int step, double loss, double seconds) {
-    std::fprintf(file_, "%d,%.9g,%.6f\n", step, loss, seconds);
-    std::fflush(file_);
-  }
-
-  // Closes the file; false (and error()) when a row could not be written.
-  bool close() {
-    const bool failed = std::ferror(file_) != 0;
-    const int errno_write = errno;
-    const bool closed = std::fclose(file_) == 0;
-    file_ = nullptr;
-    if (failed || !closed) error_ = std::strerror(failed ? errno_write : errno);
-    return !failed && closed;
-  }
-
- private:
-  std::string path_;
-  std::string error_;
-  std::FILE* file_ = nullptr;
-};
-
-// --check-replicas: the largest |w_r - w_0| over every rank r and parameter, on rank 0 (0 on the others).
-// Collective: rank 0 broadcasts its parameters, every rank compares its own with them in double (the
-// difference of two floats, rounded once), and rank 0 gathers each rank's largest. A NaN difference stays
-// NaN instead of vanishing in a max.
-double replicaSpread(std::span<const float> weights, int rank, int world) {
-  std::vector<float> reference(weights.begin(), weights.end());
-  MPI_Bcast(reference.data(), static_cast<int>(reference.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
-  const auto largest = [](double a, double b) { return std::isnan(a) || a > b ? a : b; };
-  double mine = 0;
-  for (std::size_t i = 0; i < weights.size(); ++i)
-    mine = largest(std::fabs(static_cast<double>(weights[i]) - static_cast<double>(reference[i])), mine);
-  std::vector<double> spreads(rank == 0 ? static_cast<std::size_t>(world) : 0);
-  MPI_Gather(&mine, 1, MPI_DOUBLE, spreads.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  double spread = 0;
-  for (const double s : spreads) spread = largest(s, spread);
-  return spread;
-}
-
-// Rank 0's line for --check-replicas: the spread, and the spread over rank 0's largest parameter.
-void printReplicaSpread(double spread, std::span<const float> weights) {
-  double reference = 0;
-  for (const float w : weights) reference = std::max(reference, std::fabs(static_cast<double>(w)));
-  std::printf("replicas: max |w_r - w_0| = %.9g, relative %.9g\n", spread,
-              spread / std::max(reference, 1e-30));
-  std::fflush(stdout);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -582,11 +465,7 @@ int main(int argc, char** argv) {
   if (error.empty() && options.hang_rank >= world)
     error = "--hang-rank " + std::to_string(options.hang_rank) + " is not a rank of this job (ranks 0 to " +
             std::to_string(world - 1) + ")";
-  if (error.empty() && options.straggler.fraction > 0 && !options.straggler.any_rank &&
-      options.straggler.rank >= world)
-    error = "--straggler " + std::to_string(options.straggler.rank) + ":F: rank " +
-            std::to_string(options.straggler.rank) + " is not a rank of this " + std::to_string(world) +
-            "-rank job; give R from 0 to " + std::to_string(world - 1) + ", or any";
+  if (error.empty()) error = samples::stragglerRankError(options.straggler, world);
   if (help || !error.empty()) {
     if (rank == 0) {
       if (!error.empty()) std::fprintf(stderr, "%s: %s\n", kProgram, error.c_str());
@@ -600,23 +479,10 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
   }
 
-  // --loss-csv: rank 0 opens the file and tells the others whether it could, so that a path it cannot
-  // write ends every rank alike before the first step. Without it there is no broadcast.
-  std::optional<LossCsv> csv;
-  if (!options.loss_csv.empty()) {
-    int opened = 0;
-    if (rank == 0) {
-      csv.emplace(options.loss_csv);
-      opened = csv->opened() ? 1 : 0;
-      if (!csv->opened())
-        std::fprintf(stderr, "%s: cannot write the loss CSV '%s' (%s): give --loss-csv a writable path\n",
-                     kProgram, options.loss_csv.c_str(), csv->error().c_str());
-    }
-    MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (opened == 0) {
-      MPI_Finalize();
-      return 2;
-    }
+  std::optional<samples::LossCsv> csv;
+  if (!samples::openLossCsv(options.loss_csv, rank, kProgram, csv)) {
+    MPI_Finalize();
+    return 2;
   }
 
   // Rank 0 draws the initial weights; the broadcast gives every rank the same starting point.
@@ -637,7 +503,8 @@ int main(int argc, char** argv) {
   const Clock::time_point start = Clock::now();
   for (int step = 0; step < options.steps; ++step) {
     if (step == options.hang_at_step && rank == options.hang_rank) hangForever();
-    const bool slowed = options.straggler.fraction > 0 && slowedRank(options.straggler, step, world) == rank;
+    const bool slowed = options.straggler.fraction > 0 &&
+                        samples::slowedRank(options.straggler, kStragglerSeed, step, world) == rank;
     loss = trainStep(parameters, gradients, shard, step, world, options.nonblocking,
                      Slowdown(slowed ? options.straggler.fraction : 0.0));
     const Clock::duration elapsed = Clock::now() - start;
@@ -650,13 +517,13 @@ int main(int argc, char** argv) {
     if (csv && (printed || step + 1 == options.steps)) csv->write(step + 1, loss, seconds(elapsed));
     if (options.sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.sleep_ms));
   }
-  const double spread = options.check_replicas ? replicaSpread(parameters.all(), rank, world) : 0.0;
+  const double spread = options.check_replicas ? samples::replicaSpread(parameters.all(), rank, world) : 0.0;
   int status = options.exit_code;
   if (rank == 0) {
     std::printf("final loss %a weights fnv1a64 %016llx\n", loss,
                 static_cast<unsigned long long>(fnv1a64(parameters.all())));
     std::fflush(stdout);
-    if (options.check_replicas) printReplicaSpread(spread, parameters.all());
+    if (options.check_replicas) samples::printReplicaSpread(spread, parameters.all());
     if (csv && !csv->close()) {
       std::fprintf(stderr, "%s: could not write the loss CSV '%s' (%s)\n", kProgram, csv->path().c_str(),
                    csv->error().c_str());
