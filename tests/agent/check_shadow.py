@@ -353,6 +353,18 @@ def check_apply_async(args):
     check(ca.gradscope_lines(err) == [], f"{label}: the agent printed {ca.gradscope_lines(err)}")
     check("0 wrong" in out and "calls" in out, f"{label}: apply-check says {out.strip()}")
 
+    # Without the step marker the steps are counted where the first call's size comes again, which in
+    # apply-check's rounds it does four times a round: the sites change size, restart, and the agent says so
+    # once for the job (results then follow other "steps" than the rounds: not compared).
+    options = ca.agent_options(args, os.path.join(ca.fresh_directory(os.path.join(args.workdir, "unmarked")),
+                                                  "rank%r.db"), GRADSCOPE_MODE="apply",
+                               GRADSCOPE_RECOMMENDATION=plan, GRADSCOPE_ALLOW_SEMANTIC_CHANGE="1")
+    code, out, err = ca.run(ca.mpiexec(args, np, [args.apply_check, "--check", expected] + rules, options),
+                            ca.base_environment(), args.workdir)
+    lines = ca.gradscope_lines(err)
+    check("calls" in out and len(lines) == 1 and "changed size or the steps changed shape" in lines[0] and
+          "GRADSCOPE_STEP_CALLS" in lines[0], f"{label}, unmarked steps: exit {code}, {out.strip()}, said {lines}")
+
     # linreg under the plan: stale keeps the replicas identical; dga's differ by the local terms only.
     for strategy in ("async/stale1", "async/dga1"):
         where = f"{label}: linreg {strategy}"
