@@ -735,8 +735,9 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
   call.comm_size = slot->size;
   call.comm_rank = slot->rank;
   const std::int64_t step = stepForCall(api);
-  if (callSitesWanted() && op_code == ReduceOp::Sum && explorableDType(type.dtype))
-    call.site = callSites().next(slot->index, step, call.count, type.dtype, op_code);
+  // Only a sum of a float type is a call site (call_sites.h): another call must not move a site's steps.
+  const bool has_site = callSitesWanted() && op_code == ReduceOp::Sum && explorableDType(type.dtype);
+  if (has_site) call.site = callSites().next(slot->index, step, call.count, type.dtype, op_code);
   CallEvent event;
   fillHostCall(event, api, slot->index, type.dtype, op_code, count, bytes, call.seq, step, 0, 0);
   const auto finish_record = [&](int rc) {
@@ -780,7 +781,7 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
   // Explore: a sampled call, or the next step of a call site an exploration follows (the async errors).
   const bool sampled = explorePlan().sample(slot->index, api, type.dtype, op_code, bytes);
   bool following = false;
-  if (!sampled) {
+  if (!sampled && has_site) {
     InternalScope internal;
     following = extension(Backend::Mpi)->follows(call);
   }
