@@ -838,10 +838,11 @@ std::string wrapped(const std::string& text, std::string_view indent, std::size_
     const std::size_t space = text.find(' ', at);
     const std::string word = text.substr(at, space == std::string::npos ? std::string::npos : space - at);
     at = space == std::string::npos ? text.size() : space + 1;
-    // A unit stays with its number ("48.9 ms").
-    const bool unit = word == "ns" || word == "us" || word == "ms" || word == "s" ||
-                      word.starts_with("ms)") || word.starts_with("ms,") || word.starts_with("ms;") ||
-                      word.starts_with("us)");
+    // A unit stays with its number ("48.9 ms", "2.1 us)").
+    const std::string_view bare(word.data(), word.find_first_of("),;.") == std::string::npos
+                                                 ? word.size()
+                                                 : word.find_first_of("),;."));
+    const bool unit = bare == "ns" || bare == "us" || bare == "ms" || bare == "s";
     if (!line.empty() && line.size() + 1 + word.size() > width && !unit) {
       out += fmt::format("{}{}\n", indent, line);
       line.clear();
