@@ -169,7 +169,6 @@ AsyncAnalysis analyzeAsync(std::span<const storage::StepRecord> rows,
   out.replay_sync_ns = replayStepNs(compute, transport, 0);
   const storage::Stragglers late = storage::stragglers(rows);
   out.late_ranks = late.ranks;
-  out.late_steps = late.steps;
   out.persistent = late.persistent;
 
   // The options: the async strategies explore measured, else the default set; their errors.

@@ -95,9 +95,8 @@ class AsyncStrategy final : public Strategy {
   ~AsyncStrategy() override;
 
   bool lossless() const override { return false; }
-  // Step steps() of the site; a count other than the last one's restarts it (steps() = 0).
+  // The site's next step; a count other than the last one's restarts it (its step 0 again).
   RunStats run(const void* send, void* recv, std::size_t count) override;
-  std::int64_t steps() const { return step_; }
 
  private:
   struct Slot {

@@ -72,7 +72,6 @@ struct AsyncAnalysis {
   double waiting_share = 0;                        // waiting_mean_ns / step_ns
   double exposed_ns = 0;                           // mean per step of R[t], the exposed transport
   std::vector<storage::StragglerRank> late_ranks;  // most steps last first (storage::stragglers)
-  std::int64_t late_steps = 0;                     // steps in which some rank waited
   bool persistent = false;                         // one rank last in 3/4 of them
   std::vector<AsyncOption> options;  // the measured async strategies (else stale1, stale2, dga1), by K
   std::string wire_strategy;         // the narrowest wire measured (fp8 > fp16 > bf16 order of preference)
