@@ -1,0 +1,137 @@
+#!/usr/bin/python3
+"""Jobs across several hosts made on this machine (scripts/cluster.sh: network namespaces joined by
+shaped veth links, Open MPI launching through them as through ssh). Each case brings up its own cluster
+under a name and subnet of its own and removes it at the end, whatever happened.
+
+  hosts  2 hosts x 2 ranks, host 1's clock 5 ms ahead and host 0's 1.5 ms behind (the agent's test
+         setting, per host): samples/mpi_train under `gradscope run`. Checks that every rank of the other
+         host was recorded (the agent reached it through the launcher's -x, its environment otherwise bare
+         as over ssh), that the ranks carry their real hosts, that merge estimated host 1's offset to within
+         10 us of the 6.5 ms injected, and that the report lists the ranks under their hosts.
+  wire   2 hosts x 2 ranks, 1 Gbit/s links: `gradscope bench` of sum/native, sum/native/bf16 and sum/hier
+         at 16 MiB: the native sum bit-exact, and the bf16 wire at least 1.4x faster than the native sum
+         (half the bytes on a link that is the limit; docs/benchmarks.md has the 64 MiB figures).
+
+Exit 77 (skipped) where namespaces cannot be made (not root, no iproute2, a container without
+CAP_SYS_ADMIN): cluster.sh check says why.
+"""
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+SKIP = 77
+
+
+def run(command, **kwargs):
+    return subprocess.run(command, text=True, capture_output=True, **kwargs)
+
+
+class Cluster:
+    def __init__(self, script, name, subnet, hosts, slots, offsets=(), rate="1gbit"):
+        self.script, self.name = script, name
+        environment = dict(os.environ, GRADSCOPE_CLUSTER_SLOTS=str(slots))
+        command = [script, "up", str(hosts), "--name", name, "--subnet", subnet, "--rate", rate]
+        for host, offset in offsets:
+            command += ["--clock-offset", f"{host}={offset}"]
+        # A cluster of the same name left by a killed run of this test.
+        run([script, "down", "--name", name])
+        up = run(command, env=environment)
+        if up.returncode != 0:
+            sys.exit(f"cluster.sh up failed: {up.stderr.strip()}")
+
+    def exec(self, host, command, timeout=300):
+        return run([self.script, "exec", str(host), "--name", self.name, "--", *command], timeout=timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *error):
+        down = run([self.script, "down", "--name", self.name])
+        if down.returncode != 0:
+            print(f"cluster.sh down failed: {down.stderr.strip()}", file=sys.stderr)
+
+
+def fail(message):
+    sys.exit(f"FAIL: {message}")
+
+
+def check_hosts(args):
+    work = os.path.join(args.workdir, "run")
+    offsets = [(0, -1_500_000), (1, 5_000_000)]
+    with Cluster(args.cluster, args.name, args.subnet, hosts=2, slots=2, offsets=offsets) as cluster:
+        job = cluster.exec(0, [args.gradscope, "run", "-o", work, "--", "mpirun", "-np", "4", args.sample,
+                               "--steps", "300", "--blocking", "--print-every", "0"])
+        if job.returncode != 0:
+            fail(f"gradscope run exited {job.returncode}: {job.stderr[-2000:]}")
+    trace = os.path.join(work, "trace.db")
+    with sqlite3.connect(trace) as db:
+        ranks = db.execute("SELECT rank, host, clock_offset_ns FROM ranks ORDER BY rank").fetchall()
+        calls = dict(db.execute("SELECT rank_id, count(*) FROM calls GROUP BY rank_id").fetchall())
+    hosts = [host for _, host, _ in ranks]
+    if hosts != [f"{args.name}-h0"] * 2 + [f"{args.name}-h1"] * 2:
+        fail(f"ranks' hosts {hosts}: expected two on each host, in rank order")
+    if len(calls) != 4 or min(calls.values()) < 300:
+        fail(f"calls per rank {calls}: every rank, the other host's included, should be recorded")
+    injected = offsets[1][1] - offsets[0][1]
+    for rank, host, offset in ranks:
+        expected = 0 if host.endswith("-h0") else -injected
+        if offset is None or abs(offset - expected) > 10_000:
+            fail(f"rank {rank} on {host}: clock offset {offset} ns, expected {expected} ns within 10 us")
+    print(f"host 1's clock offset estimated at {ranks[2][2]} ns (injected {-injected} ns)")
+    report = run([args.gradscope, "report", trace])
+    if report.returncode != 0:
+        fail(f"gradscope report exited {report.returncode}: {report.stderr}")
+    for rank, host, _ in ranks:
+        if not any(line.split()[:2] == [str(rank), host] for line in report.stdout.splitlines()):
+            fail(f"the report has no per-rank line for rank {rank} on {host}:\n{report.stdout}")
+
+
+def check_wire(args):
+    with Cluster(args.cluster, args.name, args.subnet, hosts=2, slots=2) as cluster:
+        bench = cluster.exec(0, ["mpirun", "-np", "4", args.bench, "--backend", "mpi", "-b", "16M", "-e", "16M",
+                                 "-n", "3", "-w", "1", "--no-progress", "--json", "--strategies",
+                                 "sum/native,sum/native/bf16,sum/hier"])
+    if bench.returncode != 0:
+        fail(f"gradscope-bench exited {bench.returncode}: {bench.stderr[-2000:]}")
+    points = {point["strategy"]: point for point in json.loads(bench.stdout)["points"]}
+    for strategy in ("sum/native", "sum/native/bf16", "sum/hier"):
+        if strategy not in points:
+            fail(f"no point for {strategy}: {sorted(points)}")
+    for strategy in ("sum/native", "sum/hier"):
+        if points[strategy].get("wrong") != 0:
+            fail(f"{strategy}: {points[strategy].get('wrong')} elements differ from the exact sum")
+    native = points["sum/native"]["time_us"]["median"]
+    bf16 = points["sum/native/bf16"]["time_us"]["median"]
+    print(f"16 MiB across 2 hosts at 1 Gbit/s: sum/native {native:.0f} us, sum/native/bf16 {bf16:.0f} us "
+          f"({native / bf16:.2f}x)")
+    if native < 1.4 * bf16:
+        fail(f"the bf16 wire ({bf16:.0f} us) is not 1.4x faster than the native sum ({native:.0f} us)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cluster", required=True, help="scripts/cluster.sh")
+    parser.add_argument("--gradscope", required=True)
+    parser.add_argument("--bench", required=True, help="gradscope-bench")
+    parser.add_argument("--sample", required=True, help="gradscope-sample-mpi-train")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--name", required=True, help="the cluster's name (hosts NAME-h0, ...)")
+    parser.add_argument("--subnet", required=True, help="three numbers, e.g. 10.213.21")
+    parser.add_argument("case", choices=["hosts", "wire"])
+    args = parser.parse_args()
+    check = run([args.cluster, "check"])
+    if check.returncode != 0:
+        print(check.stderr.strip() or "cannot make network namespaces here", file=sys.stderr)
+        sys.exit(SKIP)
+    subprocess.run(["rm", "-rf", args.workdir], check=True)
+    os.makedirs(args.workdir)
+    {"hosts": check_hosts, "wire": check_wire}[args.case](args)
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()
