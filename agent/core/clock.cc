@@ -15,9 +15,17 @@
 namespace gradscope::agent {
 
 bool g_ticks_are_tsc = false;
+std::int64_t g_test_clock_offset_ns = 0;
 
 void chooseTickSource() {
   g_ticks_are_tsc = false;
+  g_test_clock_offset_ns = 0;
+  if (const char* offset = std::getenv(env::kTestClockOffset)) {
+    // A test setting: a value that does not parse whole is ignored rather than reported.
+    char* end = nullptr;
+    const long long value = std::strtoll(offset, &end, 10);
+    if (end != offset && *end == '\0') g_test_clock_offset_ns = value;
+  }
   const char* choice = std::getenv(env::kClock);
   if (choice != nullptr && std::strcmp(choice, "monotonic") == 0) return;
 #if defined(__x86_64__) || defined(__i386__)

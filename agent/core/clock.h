@@ -17,6 +17,9 @@ namespace gradscope::agent {
 
 // True when ticks() reads the TSC. Decided once, at load, before any thread records.
 extern bool g_ticks_are_tsc;
+// GRADSCOPE_TEST_CLOCK_OFFSET: added to every wall-clock time read, as if this host's clock were off by
+// that much (tests of merge's clock alignment). Decided once, at load, with the tick source.
+extern std::int64_t g_test_clock_offset_ns;
 
 inline std::int64_t monotonicNs() {
   timespec ts;
@@ -27,7 +30,7 @@ inline std::int64_t monotonicNs() {
 inline std::int64_t realtimeNs() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec + g_test_clock_offset_ns;
 }
 
 // Hot path: ~8 ns with the TSC (no serialisation: the order against the intercepted call does not
@@ -40,7 +43,8 @@ inline std::uint64_t ticks() {
 }
 
 // Chooses the tick source: the TSC when the CPU says it is invariant (constant rate, runs in every
-// C-state), unless GRADSCOPE_CLOCK=monotonic. Called from the library constructor.
+// C-state), unless GRADSCOPE_CLOCK=monotonic; and the test clock offset. Called from the library
+// constructor.
 void chooseTickSource();
 
 // Ticks → Unix-epoch ns. Not thread-safe: owned by the background thread (and by the thread that

@@ -534,7 +534,8 @@ void setNcclPluginEnvironment(Environment& environment, const NcclPlugins& plugi
 std::vector<std::string> variablesToForward(const Environment& environment) {
   std::vector<std::string> names{env::kLdPreload};
   for (const auto& [name, value] : environment)
-    if (name != env::kLdPreload && (name.starts_with(env::kPrefix) || env::findVariable(name) != nullptr))
+    if (name != env::kLdPreload && name != env::kTestClockOffset &&
+        (name.starts_with(env::kPrefix) || env::findVariable(name) != nullptr))
       names.push_back(name);
   return names;
 }

@@ -333,6 +333,11 @@ TEST(RunEnvironment, PreloadsTheAgentFirstAndNamesTheRun) {
   EXPECT_EQ(variablesToForward(job),
             (std::vector<std::string>{"LD_PRELOAD", "GRADSCOPE_COMMAND", "GRADSCOPE_FLUSH_INTERVAL",
                                       "GRADSCOPE_OUTPUT", "GRADSCOPE_RUN_ID"}));
+  // A host's test clock offset stays on its host.
+  EXPECT_EQ(
+      variablesToForward(
+          jobEnvironment({{"GRADSCOPE_TEST_CLOCK_OFFSET", "5000"}}, "/a/agent.so", "/out", "u", "x")),
+      (std::vector<std::string>{"LD_PRELOAD", "GRADSCOPE_COMMAND", "GRADSCOPE_OUTPUT", "GRADSCOPE_RUN_ID"}));
 }
 
 TEST(RunEnvironment, AnNvtxStepMarkerMakesTheAgentTheNvtxInjectionLibrary) {

@@ -132,7 +132,9 @@ void setNcclPluginEnvironment(Environment& environment, const NcclPlugins& plugi
                               const RunOptions& options);
 
 // What a launcher must pass on: LD_PRELOAD first, then the names of `environment` that are GRADSCOPE_*
-// (known or not) or other rows of gradscope/common/job_environment.def (the NCCL plugins, NVTX, ...).
+// (known or not) or other rows of gradscope/common/job_environment.def (the NCCL plugins, NVTX, ...),
+// except GRADSCOPE_TEST_CLOCK_OFFSET: a property of the host it is set on (scripts/cluster.sh sets it
+// per host), which forwarding would carry to every host.
 std::vector<std::string> variablesToForward(const Environment& environment);
 
 // The exit code of a job from its wait status: its exit status, or 128 + S when signal S killed it.
