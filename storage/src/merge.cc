@@ -159,20 +159,35 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
 }
 
 // Clock offsets between hosts. Ranks on one host share its clock; hosts' clocks differ by however well
-// NTP/PTP keeps them, which misaligns a multi-node timeline by up to milliseconds. Every rank leaves a
-// blocking all-reduce when the last rank's data has arrived, so the ends of one all-reduce (same
-// communicator key and sequence number on every rank) happen at nearly the same true time: the median
-// over many of them of (reference end - this host's end) is the offset to add to this host's times.
-// Only the first kClockSamples all-reduces of each communicator are kept (bounded memory, the same calls on
-// every rank), and at least kMinClockMatches matched ends are needed for an estimate.
+// NTP/PTP keeps them, which misaligns a multi-node timeline by up to milliseconds. An all-reduce gives two
+// kinds of evidence (per communicator key and sequence number, the same collective on every rank):
+// - Its ends happen at nearly the same true time on every host, since every rank leaves once the last
+//   rank's data has arrived: the median over many all-reduces of (reference host's last end - this host's
+//   last end) estimates the offset to add to this host's times. The last end of each host on both sides,
+//   not each rank's end: which host's ranks leave first depends on the algorithm, not on the clocks, and
+//   comparing one host's latest with the other's every rank biased the estimate by tens of microseconds
+//   between two hosts of this machine (scripts/cluster.sh).
+// - No rank leaves before every rank has entered, so the offset lies between (reference's last start -
+//   this host's first end) and (reference's first end - this host's last start) for every all-reduce.
+//   Over many all-reduces the interval is tight (23 us wide in the run above): the median is clamped into
+//   it. Bounds that contradict each other (a clock that drifted during the run) are not used.
+// Only the first kClockSamples all-reduces of each communicator are kept, as one aggregate per host, and
+// at least kMinClockMatches all-reduces seen on both hosts are needed for an estimate.
 constexpr std::int64_t kClockSamples = 4096;
 constexpr std::size_t kMinClockMatches = 8;
 
+struct HostTimes {
+  std::int64_t last_start = INT64_MIN, first_end = INT64_MAX, last_end = INT64_MIN;
+  void add(std::int64_t start_ns, std::int64_t end_ns) {
+    last_start = std::max(last_start, start_ns);
+    first_end = std::min(first_end, end_ns);
+    last_end = std::max(last_end, end_ns);
+  }
+};
+
 struct ClockSamples {
-  // (run uuid, communicator key, seq) -> (merged rank id, end on its host's clock)
-  std::map<std::tuple<std::string, std::string, std::int64_t>,
-           std::vector<std::pair<std::int64_t, std::int64_t>>>
-      ends;
+  // (run uuid, communicator key, seq) -> host -> its ranks' times in that all-reduce, on its clock
+  std::map<std::tuple<std::string, std::string, std::int64_t>, std::map<std::string, HostTimes>> collectives;
   std::map<std::int64_t, std::pair<std::string, std::string>> host_of;  // merged rank id -> (run uuid, host)
   std::map<std::string, std::pair<int, std::string>> reference;         // run uuid -> (lowest rank, its host)
 };
@@ -184,27 +199,32 @@ bool alignsEnds(Api api) {
 // Offsets per (run uuid, host) for the hosts other than each run's reference host (the lowest rank's).
 std::map<std::pair<std::string, std::string>, std::int64_t> estimateClockOffsets(
     const ClockSamples& samples) {
-  std::map<std::pair<std::string, std::string>, std::vector<std::int64_t>> differences;
-  for (const auto& [key, ends] : samples.ends) {
+  struct Evidence {
+    std::vector<std::int64_t> differences;
+    std::int64_t low = INT64_MIN, high = INT64_MAX;  // the interval every all-reduce allows
+  };
+  std::map<std::pair<std::string, std::string>, Evidence> evidence;
+  for (const auto& [key, hosts] : samples.collectives) {
     const std::string& run = std::get<0>(key);
     const auto reference = samples.reference.find(run);
     if (reference == samples.reference.end()) continue;
-    std::optional<std::int64_t> reference_end;
-    for (const auto& [rank_id, end] : ends)
-      if (samples.host_of.at(rank_id).second == reference->second.second)
-        reference_end = std::max(reference_end.value_or(end), end);
-    if (!reference_end) continue;
-    for (const auto& [rank_id, end] : ends) {
-      const std::string& host = samples.host_of.at(rank_id).second;
-      if (host != reference->second.second) differences[{run, host}].push_back(*reference_end - end);
+    const auto reference_times = hosts.find(reference->second.second);
+    if (reference_times == hosts.end()) continue;
+    const HostTimes& r = reference_times->second;
+    for (const auto& [host, h] : hosts) {
+      if (host == reference->second.second) continue;
+      Evidence& e = evidence[{run, host}];
+      e.differences.push_back(r.last_end - h.last_end);
+      e.low = std::max(e.low, r.last_start - h.first_end);
+      e.high = std::min(e.high, r.first_end - h.last_start);
     }
   }
   std::map<std::pair<std::string, std::string>, std::int64_t> offsets;
-  for (auto& [host, values] : differences) {
-    if (values.size() < kMinClockMatches) continue;
-    const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
-    std::nth_element(values.begin(), middle, values.end());
-    offsets[host] = *middle;
+  for (auto& [host, e] : evidence) {
+    if (e.differences.size() < kMinClockMatches) continue;
+    const auto middle = e.differences.begin() + static_cast<std::ptrdiff_t>(e.differences.size() / 2);
+    std::nth_element(e.differences.begin(), middle, e.differences.end());
+    offsets[host] = e.low <= e.high ? std::clamp(*middle, e.low, e.high) : *middle;
   }
   return offsets;
 }
@@ -412,9 +432,10 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
         // (A graph replay shares its captured call's seq: not a sample of its own.)
         if (alignsEnds(call.api) && call.graph_replay == 0 && call.seq >= 0 && call.seq < kClockSamples &&
             call.end_ns > 0)
-          if (const auto key = comm_keys.find(original.comm_id); key != comm_keys.end())
-            clock.ends[{clock.host_of.at(call.rank_id).first, key->second, call.seq}].emplace_back(
-                call.rank_id, call.end_ns);
+          if (const auto key = comm_keys.find(original.comm_id); key != comm_keys.end()) {
+            const auto& [run_uuid, host] = clock.host_of.at(call.rank_id);
+            clock.collectives[{run_uuid, key->second, call.seq}][host].add(call.start_ns, call.end_ns);
+          }
         batch.push_back(call);
         if (batch.size() == batch.capacity()) {
           writer.appendCalls(batch);
