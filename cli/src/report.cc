@@ -618,6 +618,80 @@ void writeAllToAll(const std::vector<storage::AllToAllBalance>& rows, std::ostre
                        name(worst->api), worst->worst_imbalance);
 }
 
+// "0-3, 8, 10-11": ascending rank numbers, runs of consecutive ones as ranges.
+std::string rankList(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string text;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    text += fmt::format("{}{}", text.empty() ? "" : ", ",
+                        j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]));
+    i = j + 1;
+  }
+  return text;
+}
+
+// The ranks grouped by the host they ran on, when they ran on several: each host's ranks, calls, time in
+// them, how late its ranks arrived on average, and the clock offset merge removed from its times. At most
+// kRanksListed hosts: beyond, the ones whose ranks arrived latest.
+void writeHosts(const std::vector<storage::RankInfo>& ranks,
+                const std::vector<storage::RankSummary>& summaries,
+                const std::map<std::int64_t, storage::TraceReader::Lateness>& late, bool collectives_only,
+                std::ostream& out) {
+  struct Host {
+    std::vector<int> ranks;
+    std::int64_t calls = 0, total_ns = 0, matched = 0;
+    double late_ns = 0;  // sum over matched collectives
+    std::optional<std::int64_t> offset_ns;
+  };
+  std::map<std::string, Host> hosts;
+  std::map<std::int64_t, const storage::RankInfo*> info;
+  for (const auto& rank : ranks) {
+    info[rank.id] = &rank;
+    Host& host = hosts[rank.host];
+    host.ranks.push_back(rank.rank);
+    host.offset_ns = rank.clock_offset_ns;
+  }
+  if (hosts.size() < 2) return;
+  for (const auto& summary : summaries) {
+    const auto rank = info.find(summary.rank_id);
+    if (rank == info.end()) continue;
+    Host& host = hosts[rank->second->host];
+    host.calls += summary.calls;
+    host.total_ns += summary.total_ns;
+    if (const auto lateness = late.find(summary.rank_id); lateness != late.end()) {
+      host.matched += lateness->second.matched;
+      host.late_ns += lateness->second.mean_ns * static_cast<double>(lateness->second.matched);
+    }
+  }
+  const auto meanLate = [](const Host& host) {
+    return host.matched > 0 ? host.late_ns / static_cast<double>(host.matched) : -1.0;
+  };
+  std::vector<const std::pair<const std::string, Host>*> listed;
+  for (const auto& entry : hosts) listed.push_back(&entry);
+  if (listed.size() > kRanksListed) {
+    std::stable_sort(listed.begin(), listed.end(),
+                     [&](const auto* a, const auto* b) { return meanLate(a->second) > meanLate(b->second); });
+    listed.resize(kRanksListed / 4);
+  }
+  out << fmt::format(
+      "\nPer host ({} hosts{}; clock offset: what merge added to the host's times to align its clock with "
+      "the "
+      "first rank's host)\n",
+      hosts.size(), listed.size() < hosts.size() ? ", those whose ranks arrived latest" : "");
+  out << fmt::format("  {:<16} {:<14} {:>10} {:>10} {:>12} {:>13}\n", "host", "ranks", "calls",
+                     collectives_only ? "in coll." : "in calls", "mean late", "clock offset");
+  for (const auto* entry : listed) {
+    const Host& host = entry->second;
+    out << fmt::format("  {:<16} {:<14} {:>10} {:>10} {:>12} {:>13}\n", entry->first, rankList(host.ranks),
+                       formatCount(static_cast<std::uint64_t>(host.calls)),
+                       formatDuration(static_cast<double>(host.total_ns)),
+                       host.matched > 0 ? formatDuration(meanLate(host)) : "-",
+                       host.offset_ns ? formatDuration(static_cast<double>(*host.offset_ns)) : "-");
+  }
+}
+
 }  // namespace
 
 // Many ranks: the spread of the per-rank figures over the ranks, then the ranks and hosts that stand out
@@ -736,8 +810,9 @@ void writePlanOnTheStep(const std::string& path, std::ostream& out) {
 
 // The step model (storage/step_model.h): the median and the worst step, each split into what the ranks
 // did on average, and what waiting for the last rank cost.
-template <typename RankLabel>
-void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& rankLabel, std::ostream& out) {
+template <typename RankLabel, typename HostLabel>
+void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& rankLabel,
+                const HostLabel& onHost, std::ostream& out) {
   std::vector<storage::StepTotals> steps = storage::stepTotals(rows);
   if (steps.empty()) return;
   int ranks = 0;
@@ -818,8 +893,9 @@ void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& r
   const auto& first = late.ranks.front();
   if (late.persistent) {
     out << fmt::format(
-        ";\n    rank {} was last in {} of {} steps, costing the others {}: a slow rank or node, not noise\n",
-        rankLabel(first.rank_id), first.steps_last, late.steps,
+        ";\n    rank {}{} was last in {} of {} steps, costing the others {}: a slow rank or node, not "
+        "noise\n",
+        rankLabel(first.rank_id), onHost(first.rank_id), first.steps_last, late.steps,
         formatDuration(static_cast<double>(first.caused_ns)));
     return;
   }
@@ -1067,11 +1143,20 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
         out << fmt::format("  rank {} arrives last on average ({} after the first): the others wait for it\n",
                            rankLabel(latest->first), formatDuration(latest->second.mean_ns));
     }
+    writeHosts(ranks, stats.ranks, late, collectives_only, out);
   }
 
   {
     const std::vector<storage::StepRecord> step_rows = storage::readOrComputeSteps(reader);
-    writeSteps(step_rows, rankLabel, out);
+    // With ranks on several hosts, a rank named in the step analysis comes with its host.
+    std::set<std::string> host_names;
+    for (const auto& rank : ranks) host_names.insert(rank.host);
+    const auto onHost = [&](std::int64_t rank_id) {
+      const auto it = rank_by_id.find(rank_id);
+      return host_names.size() < 2 || it == rank_by_id.end() ? std::string()
+                                                             : fmt::format(" (host {})", it->second->host);
+    };
+    writeSteps(step_rows, rankLabel, onHost, out);
     writeGpuRanges(storage::gpuRangeTimes(reader, step_rows), out);
     if (!step_rows.empty())
       writeAsync(tuner::analyzeAsync(step_rows, tuner::loadMeasurements(reader), rankLabel,

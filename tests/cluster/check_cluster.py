@@ -7,7 +7,8 @@ under a name and subnet of its own and removes it at the end, whatever happened.
          setting, per host): samples/mpi_train under `gradscope run`. Checks that every rank of the other
          host was recorded (the agent reached it through the launcher's -x, its environment otherwise bare
          as over ssh), that the ranks carry their real hosts, that merge estimated host 1's offset to within
-         10 us of the 6.5 ms injected, and that the report lists the ranks under their hosts.
+         10 us of the 6.5 ms injected, and that the report lists the ranks with their hosts and groups them
+         by host, with the offset removed.
   wire   2 hosts x 2 ranks, 1 Gbit/s links: `gradscope bench` of sum/native, sum/native/bf16 and sum/hier
          at 16 MiB: the native sum bit-exact, and the bf16 wire at least 1.4x faster than the native sum
          (half the bytes on a link that is the limit; docs/benchmarks.md has the 64 MiB figures).
@@ -88,6 +89,14 @@ def check_hosts(args):
     for rank, host, _ in ranks:
         if not any(line.split()[:2] == [str(rank), host] for line in report.stdout.splitlines()):
             fail(f"the report has no per-rank line for rank {rank} on {host}:\n{report.stdout}")
+    lines = report.stdout.splitlines()
+    # (Three significant digits: 6.5 ms within 10 us reads -6.49, -6.50 or -6.51 ms.)
+    for host, members, offsets in ((f"{args.name}-h0", "0-1", ["0 ns"]),
+                                   (f"{args.name}-h1", "2-3", ["-6.49 ms", "-6.50 ms", "-6.51 ms"])):
+        if not any(line.split()[:2] == [host, members] and any(line.endswith(offset) for offset in offsets)
+                   for line in lines):
+            fail(f"the report's per-host table has no line for {host} with ranks {members} and offset {offsets[0]}:\n"
+                 f"{report.stdout}")
 
 
 def check_wire(args):
