@@ -10,8 +10,9 @@
 #   scripts/cluster.sh up N [--rate 1gbit] [--delay 20us] [--name gsc] [--subnet 10.213.7]
 #                           [--clock-offset HOST=NS]...
 #       N hosts named NAME-h0 .. NAME-h<N-1> (0 < N <= 16), addresses SUBNET.1 ...; every link at RATE
-#       each way (tc htb), delayed by DELAY (tc netem; refused where the kernel lacks it); --clock-offset shifts
-#       the wall clock the gradscope agent reads on HOST by NS nanoseconds (a test of merge's alignment).
+#       each way (tc htb; `unlimited`: not shaped, as fast as the CPUs move bytes), delayed by DELAY
+#       (tc netem; refused where the kernel lacks it); --clock-offset shifts the wall clock the gradscope
+#       agent reads on HOST by NS nanoseconds (a test of merge's alignment).
 #   scripts/cluster.sh shape HOST --rate R [--delay D] [--name gsc]   one host's link, both directions
 #   scripts/cluster.sh exec HOST [--name gsc] -- COMMAND...           COMMAND on HOST; mpirun started
 #       there launches on every host (the hostfile lists them, each with slots for SLOTS ranks)
@@ -92,11 +93,13 @@ state() { echo "$state_root/$name"; }
 host_ns() { echo "$name-h$1"; }
 switch_ns() { echo "$name-sw"; }
 
-# tc on DEV inside namespace NS: an HTB class at the rate (netem, where the kernel has it, for the delay).
+# tc on DEV inside namespace NS: an HTB class at the rate (netem, where the kernel has it, for the delay);
+# no shaping at all for the rate `unlimited` (a delay needs a rate then).
 shape_dev() {
   local ns=$1 dev=$2 r=$3 d=$4
   # (htb cannot replace itself: a changed link starts from a fresh root.)
   ip netns exec "$ns" tc qdisc del dev "$dev" root 2>/dev/null || true
+  [ "$r" != unlimited ] || return 0
   ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: htb default 1
   ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:1 htb rate "$r" ceil "$r" burst 256k cburst 256k quantum 65536
   if [ "$d" != 0 ]; then
