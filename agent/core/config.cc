@@ -125,6 +125,10 @@ void readExploreStrategies(std::string_view value, Config& config, const Errors&
   }
 }
 
+void readExploreLinks(std::string_view value, Config& config, const Errors& errors) {
+  readInteger(env::kExploreLinks, value, 0, 1, config.explore.links, errors);
+}
+
 void readRecommendation(std::string_view value, Config& config, const Errors&) {
   if (!value.empty()) config.recommendation = value;
 }

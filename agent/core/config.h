@@ -25,6 +25,7 @@ struct ExploreConfig {
   int warmup_reps = 2;   // GRADSCOPE_EXPLORE_WARMUP_REPS
   std::vector<std::string> strategies;   // GRADSCOPE_EXPLORE_STRATEGIES (comma-separated); empty: all
   std::int64_t shadow_bytes = 64 << 20;  // GRADSCOPE_SHADOW_BYTES: host shadow arena
+  int links = 1;  // GRADSCOPE_EXPLORE_LINKS: 1: time the links between the job's hosts at start
 };
 
 // The recording rate limit is enforced over windows of this length: a thread records at most

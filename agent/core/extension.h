@@ -41,7 +41,7 @@ struct AgentHooks {
   void (*own_thread)() = nullptr;
 };
 
-inline constexpr int kExtensionAbi = 4;
+inline constexpr int kExtensionAbi = 5;
 
 // The element types explore and apply take (sums of floating point the references can widen to fp64).
 inline bool explorableDType(DType dtype) {
@@ -71,6 +71,15 @@ struct ExploreSettings {
   bool applying = false;                 // apply mode; explore mode otherwise
   // Apply: the strategies the recommendation's rules name (what start() may have to prepare).
   std::vector<std::string> apply_strategies;
+  bool probe_links = false;  // explore: start() times the links between the job's hosts (MPI)
+};
+
+// One exchange between two hosts' lowest ranks timed by start() (probe_links): `bytes` sent each way at
+// once, the fastest of a few tries, as the lowest rank of `host` measured it.
+struct LinkSample {
+  std::string host, peer;
+  std::int64_t bytes = 0;
+  std::int64_t ns = 0;
 };
 
 // What one rank spent and saw so far: the extension agrees on the budget from every rank's values.
@@ -171,6 +180,9 @@ class Extension {
 
   // MPI_Finalize is about to run (on every rank): free every duplicate while MPI still works.
   virtual void stop() = 0;
+
+  // The links start() timed on this rank (probe_links; only a host's lowest rank times any); local.
+  virtual std::vector<LinkSample> links() const { return {}; }
 };
 
 }  // namespace gradscope::agent

@@ -40,6 +40,7 @@ std::int64_t g_started_ns = 0;
 std::atomic<std::int64_t> g_spent_ns{0};
 
 std::mutex g_results_mutex;
+std::vector<LinkSample> g_links;  // what start() timed (guarded by g_results_mutex)
 std::vector<ExploreRecord> g_results;
 constexpr std::size_t kMaxQueuedResults = 4096;
 
@@ -217,6 +218,7 @@ void startShadow(Backend backend, int world_size, bool recording) {
   settings.strategies = cfg.explore.strategies;
   settings.shadow_bytes = cfg.mode == Mode::Explore ? static_cast<std::size_t>(cfg.explore.shadow_bytes) : 0;
   settings.applying = cfg.mode == Mode::Apply;
+  settings.probe_links = cfg.mode == Mode::Explore && cfg.explore.links != 0;
   if (g_recommendation)
     for (const RecommendationRule& rule : g_recommendation->rules)
       settings.apply_strategies.push_back(rule.strategy);
@@ -232,6 +234,10 @@ void startShadow(Backend backend, int world_size, bool recording) {
   {
     InternalScope internal;
     started = extension->start(settings, local_problem, error);
+  }
+  if (started) {
+    std::lock_guard lock(g_results_mutex);
+    g_links = extension->links();
   }
   // Preparing exploration (the agreement, mapping the arena) is part of its cost: the budget counts it.
   if (cfg.mode == Mode::Explore) g_spent_ns.fetch_add(monotonicNs() - start_ns, std::memory_order_relaxed);
@@ -391,6 +397,10 @@ ShadowStats shadowStats() {
   stats.applied = g_counters.applied.load(std::memory_order_relaxed);
   stats.apply_failed = g_counters.apply_failed.load(std::memory_order_relaxed);
   stats.spent_ns = g_spent_ns.load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(g_results_mutex);
+    stats.links = g_links;
+  }
   for (std::size_t i = 0; i < kUntouchedReasons; ++i)
     stats.untouched[i] = g_counters.untouched[i].load(std::memory_order_relaxed);
   return stats;

@@ -176,6 +176,7 @@ struct ShadowStats {
   std::int64_t followed = 0;  // calls whose async errors were measured (Extension::follow)
   std::int64_t spent_ns = 0;
   std::int64_t untouched[kUntouchedReasons] = {};
+  std::vector<LinkSample> links;  // the links between hosts explore timed at start (this rank's)
 };
 ShadowStats shadowStats();
 void countApplied(bool ok);

@@ -167,6 +167,12 @@ void TraceOutput::finish(const AgentStatistics& stats, std::int64_t end_epoch_ns
       if (shadow.untouched[i] > 0)
         untouched[std::string(name(static_cast<Untouched>(i)))] = shadow.untouched[i];
     config["agent"]["shadow"]["untouched"] = untouched;
+    if (!shadow.links.empty()) {
+      nlohmann::json links = nlohmann::json::array();
+      for (const LinkSample& link : shadow.links)
+        links.push_back({{"host", link.host}, {"peer", link.peer}, {"bytes", link.bytes}, {"ns", link.ns}});
+      config["agent"]["shadow"]["links"] = links;
+    }
   }
   writer_.setRunConfig(run_id_, config.dump());
   if (signalled) writer_.finishQuickly(end_epoch_ns - epoch_ns_);

@@ -692,6 +692,39 @@ void writeHosts(const std::vector<storage::RankInfo>& ranks,
   }
 }
 
+// Decimal megabytes per second, three significant digits.
+std::string megabytesPerSecond(double bytes_per_second) {
+  const double mb = bytes_per_second / 1e6;
+  return fmt::format("{} MB/s", mb >= 100 ? fmt::format("{:.0f}", mb) : fmt::format("{:.3g}", mb));
+}
+
+// The links between hosts that explore mode timed at start, slowest first (at most kRanksListed), and the
+// host whose link is slow when one stands out.
+void writeLinks(const storage::HostLinks& links, std::ostream& out) {
+  if (links.pairs.empty()) return;
+  const auto bytes = static_cast<std::uint64_t>(links.pairs.front().bytes);
+  out << fmt::format(
+      "\nLinks between hosts (explore mode, at start: {} each way at once between two hosts' lowest ranks, "
+      "the fastest of 3; slowest first)\n",
+      formatBytes(bytes));
+  out << fmt::format("  {:<16} {:<16} {:>12} {:>10}\n", "host", "host", "each way", "exchange");
+  for (std::size_t i = 0; i < links.pairs.size() && i < kRanksListed; ++i) {
+    const auto& pair = links.pairs[i];
+    out << fmt::format("  {:<16} {:<16} {:>12} {:>10}\n", pair.host, pair.peer,
+                       megabytesPerSecond(pair.bytesPerSecond()),
+                       formatDuration(static_cast<double>(pair.ns)));
+  }
+  if (links.pairs.size() > kRanksListed)
+    out << fmt::format("  ... {} more pairs\n", links.pairs.size() - kRanksListed);
+  if (!links.slow_host.empty())
+    out << fmt::format(
+        "  host {}'s link is slow: its exchanges ran at {} at best, the others' at {} (median)\n",
+        links.slow_host, megabytesPerSecond(links.slow_bytes_per_second),
+        megabytesPerSecond(links.others_bytes_per_second));
+  else if (links.pairs.size() == 1)
+    out << "  (two hosts: a slow link could be either end's; three or more tell them apart)\n";
+}
+
 }  // namespace
 
 // Many ranks: the spread of the per-rank figures over the ranks, then the ranks and hosts that stand out
@@ -812,7 +845,7 @@ void writePlanOnTheStep(const std::string& path, std::ostream& out) {
 // did on average, and what waiting for the last rank cost.
 template <typename RankLabel, typename HostLabel>
 void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& rankLabel,
-                const HostLabel& onHost, std::ostream& out) {
+                const HostLabel& onHost, const std::string& slow_host, std::ostream& out) {
   std::vector<storage::StepTotals> steps = storage::stepTotals(rows);
   if (steps.empty()) return;
   int ranks = 0;
@@ -890,6 +923,14 @@ void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& r
     out << "\n";
     return;
   }
+  // A slow link makes late the ranks after it (in a ring, the next host's), not its own host's: the
+  // links explore timed name it.
+  const std::string link_note =
+      slow_host.empty()
+          ? std::string()
+          : fmt::format(
+                "    host {}'s link is slow (see \"Links between hosts\"): ranks after it wait on it\n",
+                slow_host);
   const auto& first = late.ranks.front();
   if (late.persistent) {
     out << fmt::format(
@@ -897,13 +938,14 @@ void writeSteps(const std::vector<storage::StepRecord>& rows, const RankLabel& r
         "noise\n",
         rankLabel(first.rank_id), onHost(first.rank_id), first.steps_last, late.steps,
         formatDuration(static_cast<double>(first.caused_ns)));
+    out << link_note;
     return;
   }
   out << ";\n    the last rank changes from step to step (noise, not one slow rank):";
   for (std::size_t i = 0; i < late.ranks.size() && i < 3; ++i)
     out << fmt::format("{} rank {} last in {}", i == 0 ? "" : ",", rankLabel(late.ranks[i].rank_id),
                        late.ranks[i].steps_last);
-  out << "\n";
+  out << "\n" << link_note;
 }
 
 // Words wrapped into lines of at most `width` characters, each after `indent`.
@@ -1001,6 +1043,8 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
                          utcTime(run.epoch_ns + run.start_ns));
     out << fmt::format("Written   by gradscope {}\n", run.tool_version);
   }
+
+  const storage::HostLinks host_links = storage::analyzeLinks(storage::linkMeasurements(runs));
 
   // The slowest calls are read many times over, so that one collective's calls on many ranks make one
   // line, its slowest rank's, and still leave room for the others (a 1024-rank job lists each all-reduce
@@ -1144,6 +1188,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
                            rankLabel(latest->first), formatDuration(latest->second.mean_ns));
     }
     writeHosts(ranks, stats.ranks, late, collectives_only, out);
+    writeLinks(host_links, out);
   }
 
   {
@@ -1156,7 +1201,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
       return host_names.size() < 2 || it == rank_by_id.end() ? std::string()
                                                              : fmt::format(" (host {})", it->second->host);
     };
-    writeSteps(step_rows, rankLabel, onHost, out);
+    writeSteps(step_rows, rankLabel, onHost, host_links.slow_host, out);
     writeGpuRanges(storage::gpuRangeTimes(reader, step_rows), out);
     if (!step_rows.empty())
       writeAsync(tuner::analyzeAsync(step_rows, tuner::loadMeasurements(reader), rankLabel,

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace gradscope::storage {
 namespace {
@@ -460,6 +463,67 @@ std::vector<FamilyTotals> familyTotals(const TraceReader& reader) {
   out.reserve(totals.size());
   for (const auto& [key, row] : totals) out.push_back(row);
   return out;
+}
+
+std::vector<LinkMeasurement> linkMeasurements(const std::vector<RunInfo>& runs) {
+  std::vector<LinkMeasurement> out;
+  const auto read = [&out](const nlohmann::json& agent) {
+    if (!agent.is_object()) return;
+    const auto shadow = agent.find("shadow");
+    if (shadow == agent.end() || !shadow->is_object()) return;
+    const auto links = shadow->find("links");
+    if (links == shadow->end() || !links->is_array()) return;
+    for (const auto& link : *links) {
+      if (!link.is_object() || !link.contains("host") || !link["host"].is_string() ||
+          !link.contains("peer") || !link["peer"].is_string() || !link.contains("bytes") ||
+          !link["bytes"].is_number_integer() || !link.contains("ns") || !link["ns"].is_number_integer())
+        continue;
+      out.push_back({link["host"].get<std::string>(), link["peer"].get<std::string>(),
+                     link["bytes"].get<std::int64_t>(), link["ns"].get<std::int64_t>()});
+    }
+  };
+  for (const RunInfo& run : runs) {
+    const auto config = nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object()) continue;
+    if (const auto agent = config.find("agent"); agent != config.end()) read(*agent);
+    if (const auto ranks = config.find("agent_ranks"); ranks != config.end() && ranks->is_array())
+      for (const auto& entry : *ranks) read(entry);
+  }
+  return out;
+}
+
+HostLinks analyzeLinks(std::span<const LinkMeasurement> measurements) {
+  HostLinks links;
+  std::map<std::pair<std::string, std::string>, HostLinks::Pair> pairs;
+  for (const LinkMeasurement& m : measurements) {
+    if (m.host == m.peer || m.bytes <= 0 || m.ns <= 0) continue;
+    const auto key = std::minmax(m.host, m.peer);
+    auto [it, fresh] = pairs.try_emplace(key, HostLinks::Pair{key.first, key.second, m.bytes, m.ns});
+    if (!fresh) it->second.ns = std::max(it->second.ns, m.ns);
+  }
+  for (const auto& [key, pair] : pairs) links.pairs.push_back(pair);
+  std::stable_sort(links.pairs.begin(), links.pairs.end(),
+                   [](const auto& a, const auto& b) { return a.bytesPerSecond() < b.bytesPerSecond(); });
+  std::set<std::string> hosts;
+  for (const auto& pair : links.pairs) hosts.insert({pair.host, pair.peer});
+  for (const std::string& host : hosts) {
+    double fastest = 0;
+    std::vector<double> others;
+    for (const auto& pair : links.pairs) {
+      if (pair.host == host || pair.peer == host) fastest = std::max(fastest, pair.bytesPerSecond());
+      else others.push_back(pair.bytesPerSecond());
+    }
+    if (others.empty()) continue;
+    const auto middle = others.begin() + static_cast<std::ptrdiff_t>(others.size() / 2);
+    std::nth_element(others.begin(), middle, others.end());
+    // The slowest such host when several qualify (a slow host also slows its partners' medians).
+    if (fastest <= 0.5 * *middle && (links.slow_host.empty() || fastest < links.slow_bytes_per_second)) {
+      links.slow_host = host;
+      links.slow_bytes_per_second = fastest;
+      links.others_bytes_per_second = *middle;
+    }
+  }
+  return links;
 }
 
 }  // namespace gradscope::storage

@@ -12,6 +12,9 @@ under a name and subnet of its own and removes it at the end, whatever happened.
   wire   2 hosts x 2 ranks, 1 Gbit/s links: `gradscope bench` of sum/native, sum/native/bf16 and sum/hier
          at 16 MiB: the native sum bit-exact, and the bf16 wire at least 1.4x faster than the native sum
          (half the bytes on a link that is the limit; docs/benchmarks.md has the 64 MiB figures).
+  links  3 hosts x 1 rank, host 2's link at 100 Mbit/s and the others at 1 Gbit/s: samples/mpi_train under
+         `gradscope run --mode explore`. The links explore timed at start name host 2 as the slow one in the
+         report, and the step analysis points at it.
 
 Exit 77 (skipped) where namespaces cannot be made (not root, no iproute2, a container without
 CAP_SYS_ADMIN): cluster.sh check says why.
@@ -32,7 +35,7 @@ def run(command, **kwargs):
 
 
 class Cluster:
-    def __init__(self, script, name, subnet, hosts, slots, offsets=(), rate="1gbit"):
+    def __init__(self, script, name, subnet, hosts, slots, offsets=(), rate="1gbit", slow=None):
         self.script, self.name = script, name
         environment = dict(os.environ, GRADSCOPE_CLUSTER_SLOTS=str(slots))
         command = [script, "up", str(hosts), "--name", name, "--subnet", subnet, "--rate", rate]
@@ -43,6 +46,12 @@ class Cluster:
         up = run(command, env=environment)
         if up.returncode != 0:
             sys.exit(f"cluster.sh up failed: {up.stderr.strip()}")
+        if slow is not None:
+            host, slow_rate = slow
+            shaped = run([script, "shape", str(host), "--name", name, "--rate", slow_rate])
+            if shaped.returncode != 0:
+                run([script, "down", "--name", name])
+                sys.exit(f"cluster.sh shape failed: {shaped.stderr.strip()}")
 
     def exec(self, host, command, timeout=300):
         return run([self.script, "exec", str(host), "--name", self.name, "--", *command], timeout=timeout)
@@ -121,6 +130,33 @@ def check_wire(args):
         fail(f"the bf16 wire ({bf16:.0f} us) is not 1.4x faster than the native sum ({native:.0f} us)")
 
 
+def check_links(args):
+    work = os.path.join(args.workdir, "run")
+    with Cluster(args.cluster, args.name, args.subnet, hosts=3, slots=1, slow=(2, "100mbit")) as cluster:
+        job = cluster.exec(0, [args.gradscope, "run", "-o", work, "--mode", "explore", "--", "mpirun", "-np", "3",
+                               args.sample, "--steps", "40", "--blocking", "--print-every", "0"])
+        if job.returncode != 0:
+            fail(f"gradscope run exited {job.returncode}: {job.stderr[-2000:]}")
+    report = run([args.gradscope, "report", os.path.join(work, "trace.db")])
+    if report.returncode != 0:
+        fail(f"gradscope report exited {report.returncode}: {report.stderr}")
+    text = report.stdout
+    section = text.split("\nLinks between hosts", 1)
+    if len(section) != 2:
+        fail(f"the report has no section on the links between hosts:\n{text}")
+    pairs = [line.split() for line in section[1].splitlines()[2:5]]
+    if len(pairs) != 3 or any(len(pair) < 4 for pair in pairs):
+        fail(f"expected three pairs of hosts, slowest first:\n{section[1]}")
+    slow = f"{args.name}-h2"
+    if slow not in pairs[0][:2] or slow not in pairs[1][:2] or slow in pairs[2][:2]:
+        fail(f"the two slowest exchanges should be {slow}'s, the fastest not:\n{section[1]}")
+    if f"host {slow}'s link is slow:" not in section[1]:
+        fail(f"the links section does not name {slow}:\n{section[1]}")
+    print(next(line.strip() for line in section[1].splitlines() if "link is slow" in line))
+    if "stragglers: none" not in text and f"host {slow}'s link is slow (see" not in text:
+        fail(f"the step analysis found stragglers but does not point at {slow}'s link:\n{text}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cluster", required=True, help="scripts/cluster.sh")
@@ -130,7 +166,7 @@ def main():
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--name", required=True, help="the cluster's name (hosts NAME-h0, ...)")
     parser.add_argument("--subnet", required=True, help="three numbers, e.g. 10.213.21")
-    parser.add_argument("case", choices=["hosts", "wire"])
+    parser.add_argument("case", choices=["hosts", "wire", "links"])
     args = parser.parse_args()
     check = run([args.cluster, "check"])
     if check.returncode != 0:
@@ -138,7 +174,7 @@ def main():
         sys.exit(SKIP)
     subprocess.run(["rm", "-rf", args.workdir], check=True)
     os.makedirs(args.workdir)
-    {"hosts": check_hosts, "wire": check_wire}[args.case](args)
+    {"hosts": check_hosts, "wire": check_wire, "links": check_links}[args.case](args)
     print("OK")
 
 

@@ -144,7 +144,8 @@ TEST(AgentConfig, ExploreAndApplySettings) {
              {"GRADSCOPE_EXPLORE_REPS", "4"},
              {"GRADSCOPE_EXPLORE_WARMUP_REPS", "1"},
              {"GRADSCOPE_EXPLORE_STRATEGIES", " sum/native, sum/rs_ag/bf16 ,,adacons/native"},
-             {"GRADSCOPE_SHADOW_BYTES", "1048576"}},
+             {"GRADSCOPE_SHADOW_BYTES", "1048576"},
+             {"GRADSCOPE_EXPLORE_LINKS", "0"}},
             errors);
   EXPECT_TRUE(errors.empty()) << errors.front();
   EXPECT_EQ(explore.mode, Mode::Explore);
@@ -157,6 +158,11 @@ TEST(AgentConfig, ExploreAndApplySettings) {
   EXPECT_EQ(explore.explore.strategies,
             (std::vector<std::string>{"sum/native", "sum/rs_ag/bf16", "adacons/native"}));
   EXPECT_EQ(explore.explore.shadow_bytes, 1 << 20);
+  EXPECT_EQ(explore.explore.links, 0);
+  EXPECT_EQ(parse({}, errors).explore.links, 1);
+  std::vector<std::string> bad_links;
+  parse({{"GRADSCOPE_EXPLORE_LINKS", "2"}}, bad_links);
+  EXPECT_EQ(bad_links.size(), 1u);
   EXPECT_DOUBLE_EQ(parse({{"GRADSCOPE_EXPLORE_BUDGET", "0.05"}}, errors).explore.budget, 0.05);
 
   const Config apply = parse({{"GRADSCOPE_MODE", "apply"},

@@ -671,4 +671,56 @@ TEST(PeerExport, CsvHasThePeerColumnsLast) {
 }
 
 }  // namespace
+// The links explore timed between hosts: one host whose every exchange is slow stands out against the
+// exchanges it had no part in; with two hosts nobody can say which end is slow.
+TEST(HostLinks, NamesTheHostWhoseEveryExchangeIsSlow) {
+  const std::int64_t mib = 1 << 20;
+  // 1 MiB each way: 10 ms between fast hosts (105 MB/s), 85 ms to host c (12 MB/s), each end's
+  // measurement of the same exchange a little apart.
+  const std::vector<LinkMeasurement> three = {{"a", "b", mib, 10'000'000}, {"b", "a", mib, 10'500'000},
+                                              {"a", "c", mib, 85'000'000}, {"c", "a", mib, 84'000'000},
+                                              {"b", "c", mib, 86'000'000}, {"c", "b", mib, 87'000'000}};
+  const HostLinks links = analyzeLinks(three);
+  ASSERT_EQ(links.pairs.size(), 3u);
+  EXPECT_EQ(links.pairs[0].host, "b");  // slowest first; each pair once, at its slower end's figure
+  EXPECT_EQ(links.pairs[0].peer, "c");
+  EXPECT_EQ(links.pairs[0].ns, 87'000'000);
+  EXPECT_EQ(links.pairs[2].ns, 10'500'000);
+  EXPECT_EQ(links.slow_host, "c");
+  EXPECT_DOUBLE_EQ(links.slow_bytes_per_second, static_cast<double>(mib) * 1e9 / 85'000'000);
+  EXPECT_DOUBLE_EQ(links.others_bytes_per_second, static_cast<double>(mib) * 1e9 / 10'500'000);
+
+  // No host stands out: a fast pair per host, or a slow one short of half the others' speed.
+  std::vector<LinkMeasurement> even = three;
+  for (auto& link : even) link.ns = 10'000'000 + (link.host == "c" || link.peer == "c" ? 9'000'000 : 0);
+  EXPECT_EQ(analyzeLinks(even).slow_host, "");
+  // Two hosts: one pair, nothing to compare it with.
+  const HostLinks two = analyzeLinks(std::vector<LinkMeasurement>{{"a", "b", mib, 85'000'000}});
+  EXPECT_EQ(two.pairs.size(), 1u);
+  EXPECT_EQ(two.slow_host, "");
+  // Nonsense is left out rather than divided by.
+  EXPECT_TRUE(
+      analyzeLinks(std::vector<LinkMeasurement>{{"a", "a", mib, 1}, {"a", "b", 0, 5}, {"a", "b", mib, 0}})
+          .pairs.empty());
+}
+
+TEST(HostLinks, AreReadFromEveryRanksAgentStatistics) {
+  RunInfo merged;
+  merged.config_json = R"({"agent_ranks": [
+      {"rank": 0, "shadow": {"links": [{"host": "a", "peer": "b", "bytes": 1048576, "ns": 10000000}]}},
+      {"rank": 1, "shadow": {"explored": 3}},
+      {"rank": 2, "shadow": {"links": [{"host": "b", "peer": "a", "bytes": 1048576, "ns": 11000000},
+                                       {"host": "b", "bytes": 1, "ns": 2}]}}]})";
+  RunInfo single;
+  single.config_json =
+      R"({"agent": {"shadow": {"links": [{"host": "c", "peer": "a", "bytes": 8, "ns": 9}]}}})";
+  RunInfo broken;
+  broken.config_json = "{not json";
+  const auto links = linkMeasurements({merged, single, broken});
+  ASSERT_EQ(links.size(), 3u);  // the entry without a peer is left out
+  EXPECT_EQ(links[0].host, "a");
+  EXPECT_EQ(links[1].ns, 11'000'000);
+  EXPECT_EQ(links[2].peer, "a");
+}
+
 }  // namespace gradscope::storage

@@ -23,6 +23,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "gradscope/storage/reader.h"
@@ -133,5 +135,37 @@ struct FamilyTotals {
   std::int64_t time_ns = 0;
 };
 std::vector<FamilyTotals> familyTotals(const TraceReader& reader);  // ordered by rank, family
+
+// The links between the job's hosts, as explore mode timed them at start (docs/agent.md, "Links between
+// hosts"): a host's lowest rank exchanged `bytes` both ways at once with another host's, `ns` the fastest
+// of a few tries as `host` measured it. Read from the agent's statistics in the runs' configurations
+// ("links" of "shadow" in "agent", or of every entry of "agent_ranks"); empty when none were timed.
+struct LinkMeasurement {
+  std::string host, peer;
+  std::int64_t bytes = 0;
+  std::int64_t ns = 0;
+};
+std::vector<LinkMeasurement> linkMeasurements(const std::vector<RunInfo>& runs);
+
+// The pairs of hosts and their exchanges' speed, and the host whose link is slow when one stands out:
+// every exchange it took part in ran at most at half the median speed of the exchanges it had no part in.
+// Lateness cannot tell that host (a ring all-reduce makes the rank after a slow link late, not the
+// link's own host: docs/benchmarks.md, "Across hosts"); the exchanges can, given three hosts or more (with
+// two, a slow link could be either end's).
+struct HostLinks {
+  struct Pair {
+    std::string host, peer;  // host < peer
+    std::int64_t bytes = 0;  // sent each way
+    std::int64_t ns = 0;     // the slower of the two ends' measurements
+    double bytesPerSecond() const {
+      return ns > 0 ? static_cast<double>(bytes) * 1e9 / static_cast<double>(ns) : 0;
+    }
+  };
+  std::vector<Pair> pairs;             // slowest first
+  std::string slow_host;               // empty: none stands out
+  double slow_bytes_per_second = 0;    // the slow host's fastest exchange
+  double others_bytes_per_second = 0;  // the median of the exchanges without it
+};
+HostLinks analyzeLinks(std::span<const LinkMeasurement> measurements);
 
 }  // namespace gradscope::storage
