@@ -159,22 +159,30 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
 }
 
 // Clock offsets between hosts. Ranks on one host share its clock; hosts' clocks differ by however well
-// NTP/PTP keeps them, which misaligns a multi-node timeline by up to milliseconds. An all-reduce gives two
-// kinds of evidence (per communicator key and sequence number, the same collective on every rank):
-// - Its ends happen at nearly the same true time on every host, since every rank leaves once the last
-//   rank's data has arrived: the median over many all-reduces of (reference host's last end - this host's
-//   last end) estimates the offset to add to this host's times. The last end of each host on both sides,
-//   not each rank's end: which host's ranks leave first depends on the algorithm, not on the clocks, and
-//   comparing one host's latest with the other's every rank biased the estimate by tens of microseconds
-//   between two hosts of this machine (scripts/cluster.sh).
-// - No rank leaves before every rank has entered, so the offset lies between (reference's last start -
-//   this host's first end) and (reference's first end - this host's last start) for every all-reduce.
-//   Over many all-reduces the interval is tight (23 us wide in the run above): the median is clamped into
-//   it. Bounds that contradict each other (a clock that drifted during the run) are not used.
+// NTP/PTP keeps them, which misaligns a multi-node timeline by up to milliseconds. The job's all-reduces
+// (the same communicator key and sequence number on every rank) give two estimates of the offset to add
+// to a host's times:
+// - Bounds. No rank leaves an all-reduce before every rank has entered it, so the offset lies between
+//   (reference host's last start - this host's first end) and (reference's first end - this host's last
+//   start) for every all-reduce. The lower bound is tight only over all-reduces the reference host entered
+//   last, the upper only over those this host entered last; where each host was last in at least a tenth
+//   of them, the interval is narrow and its middle is the estimate (it assumes the fastest way from one
+//   host to the other as fast as the way back).
+// - Ends. Every rank leaves once the last rank's data has arrived, so the hosts' last ends happen at
+//   nearly the same true time: the median of their difference, kept inside the interval. It assumes the
+//   ranks leave together, which algorithms do not promise (a ring lets the ranks after a slow link leave
+//   late), and is the estimate where one host nearly always arrives last (a straggler's host), which
+//   leaves one side of the interval loose.
+// Measured between namespace hosts (scripts/cluster.sh, tests/cluster), each host last in about half the
+// all-reduces: 1 Gbit/s links, intervals 19-23 us wide, the middle 0.04-3 us from the offset injected
+// where the ends were 0.02-10.6 us off; one link at 100 Mbit/s, a 156 us interval whose middle was 53 us
+// off, the ends' median 350-620 us outside it. Bounds that contradict each other (a clock that drifted
+// during the run) leave the ends' median.
 // Only the first kClockSamples all-reduces of each communicator are kept, as one aggregate per host, and
 // at least kMinClockMatches all-reduces seen on both hosts are needed for an estimate.
 constexpr std::int64_t kClockSamples = 4096;
 constexpr std::size_t kMinClockMatches = 8;
+constexpr std::size_t kBothLastShare = 10;  // each host last in at least 1 / kBothLastShare of them
 
 struct HostTimes {
   std::int64_t last_start = INT64_MIN, first_end = INT64_MAX, last_end = INT64_MIN;
@@ -200,7 +208,8 @@ bool alignsEnds(Api api) {
 std::map<std::pair<std::string, std::string>, std::int64_t> estimateClockOffsets(
     const ClockSamples& samples) {
   struct Evidence {
-    std::vector<std::int64_t> differences;
+    std::vector<std::int64_t> end_differences;       // reference's last end - this host's
+    std::vector<std::int64_t> start_differences;     // reference's last start - this host's
     std::int64_t low = INT64_MIN, high = INT64_MAX;  // the interval every all-reduce allows
   };
   std::map<std::pair<std::string, std::string>, Evidence> evidence;
@@ -214,17 +223,29 @@ std::map<std::pair<std::string, std::string>, std::int64_t> estimateClockOffsets
     for (const auto& [host, h] : hosts) {
       if (host == reference->second.second) continue;
       Evidence& e = evidence[{run, host}];
-      e.differences.push_back(r.last_end - h.last_end);
+      e.end_differences.push_back(r.last_end - h.last_end);
+      e.start_differences.push_back(r.last_start - h.last_start);
       e.low = std::max(e.low, r.last_start - h.first_end);
       e.high = std::min(e.high, r.first_end - h.last_start);
     }
   }
   std::map<std::pair<std::string, std::string>, std::int64_t> offsets;
   for (auto& [host, e] : evidence) {
-    if (e.differences.size() < kMinClockMatches) continue;
-    const auto middle = e.differences.begin() + static_cast<std::ptrdiff_t>(e.differences.size() / 2);
-    std::nth_element(e.differences.begin(), middle, e.differences.end());
-    offsets[host] = e.low <= e.high ? std::clamp(*middle, e.low, e.high) : *middle;
+    const std::size_t n = e.end_differences.size();
+    if (n < kMinClockMatches) continue;
+    const auto middle = e.end_differences.begin() + static_cast<std::ptrdiff_t>(n / 2);
+    std::nth_element(e.end_differences.begin(), middle, e.end_differences.end());
+    if (e.low > e.high) {  // bounds that contradict each other: a clock that drifted
+      offsets[host] = *middle;
+      continue;
+    }
+    const std::int64_t ends = std::clamp(*middle, e.low, e.high);
+    // Which host arrived last, on the clocks the ends align: the upper bound is tight only if this host
+    // was sometimes last, the lower only if the reference was.
+    const auto this_last = static_cast<std::size_t>(std::count_if(
+        e.start_differences.begin(), e.start_differences.end(), [&](std::int64_t d) { return d < ends; }));
+    const bool both_last = this_last * kBothLastShare >= n && (n - this_last) * kBothLastShare >= n;
+    offsets[host] = both_last ? e.low + (e.high - e.low) / 2 : ends;
   }
   return offsets;
 }
