@@ -14,8 +14,8 @@ makes them cost rather than what shared memory does.
          json`, then `gradscope run --mode apply --validate 10` with the plan: the plan's rules, the
          prediction and what validation measured on the step.
   slow   3 hosts x 1 rank, one host's link at SLOW_RATE (100 Mbit/s) and the others at RATE, each host
-         slowed in turn: samples/mpi_train --blocking under `gradscope run`; which rank (and host) the step
-         analysis names as the straggler.
+         slowed in turn: samples/mpi_train --blocking under `gradscope run --mode explore`; which rank (and
+         host) the step analysis names as the straggler, and which host's link the link probe names.
 
   /usr/bin/python3 bench/cluster_figures.py BUILD_DIR [--parts wire,loop,slow] [--repeats 3]
                    [--rate 1gbit] [--slow-rate 100mbit] [--scratch /tmp/cluster-figures] [--markdown]
@@ -131,7 +131,7 @@ def part_slow(args, build, out):
             shape(host, args.slow_rate if host == slow else args.rate)
         work = os.path.join(args.scratch, f"slow{slow}")
         shutil.rmtree(work, ignore_errors=True)
-        on_host0([f"{build}/cli/gradscope", "run", "-o", work, "--", "mpirun", "-np", "3",
+        on_host0([f"{build}/cli/gradscope", "run", "-o", work, "--mode", "explore", "--", "mpirun", "-np", "3",
                   f"{build}/samples/mpi_train/gradscope-sample-mpi-train", "--blocking", "--width", "4", "--sleep-ms",
                   "10", "--steps", "60", "--print-every", "0"])
         report = run([f"{build}/cli/gradscope", "report", f"{work}/trace.db"]).stdout
@@ -139,9 +139,13 @@ def part_slow(args, build, out):
         noise = re.search(r"the last rank changes from step to step[^:]*:(.*)", report)
         named = (f"rank {match[1]} on {match[2]}, last in {match[3]} of {match[4]} steps" if match else
                  f"none persistent:{noise[1]}" if noise else "no straggler")
-        rows.append([f"{NAME}-h{slow}", named])
-    out.append(table(f"3 hosts x 1 rank, one host's link at {args.slow_rate}, the others at {args.rate}: "
-                     "the straggler the step analysis names", ["slow host", "named"], rows, args.markdown))
+        verdict = re.search(r"host (\S+)'s link is slow: its exchanges ran at (.*) at best, the others' at (.*) "
+                            r"\(median\)", report)
+        links = (f"{verdict[1]} ({verdict[2]} at best, the others {verdict[3]})" if verdict else "no host named")
+        rows.append([f"{NAME}-h{slow}", named, links])
+    out.append(table(f"3 hosts x 1 rank, one host's link at {args.slow_rate}, the others at {args.rate}, explore "
+                     "mode: the straggler the step analysis names, and the slow link explore's probe names",
+                     ["slowed host", "straggler named", "slow link named"], rows, args.markdown))
 
 
 def table(title, header, rows, markdown):
