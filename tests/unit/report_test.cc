@@ -569,6 +569,46 @@ TEST(Report, UntouchedReductionsPerReason) {
       << lines[2];
 }
 
+// The links explore timed between hosts (agent.shadow.links of each host's lowest rank): the pairs,
+// slowest first, the host whose every exchange is slow, and the step analysis's pointer to it.
+TEST(Report, LinksBetweenHostsNameTheSlowHost) {
+  TempDir dir;
+  const std::string path = writeMergedJob(dir);
+  const auto link = [](const char* host, const char* peer, std::int64_t ns) {
+    return nlohmann::json{{"host", host}, {"peer", peer}, {"bytes", 1 << 20}, {"ns", ns}};
+  };
+  const auto rank = [](int number, nlohmann::json links) {
+    return nlohmann::json{{"rank", number}, {"shadow", {{"links", std::move(links)}}}};
+  };
+  storage::setRunConfigValue(
+      path, "agent_ranks",
+      nlohmann::json::array(
+          {rank(0, {link("node0", "node1", 10'400'000), link("node0", "node2", 85'000'000)}),
+           rank(2, {link("node1", "node0", 10'000'000), link("node1", "node2", 87'400'000)}),
+           rank(4, {link("node2", "node0", 84'000'000)})})
+          .dump());
+  const std::string text = report(path);
+  const auto lines = section(text, "Links between hosts");
+  ASSERT_EQ(lines.size(), 6u) << text;
+  EXPECT_EQ(lines[2], "  node1            node2                 12 MB/s    87.4 ms");
+  EXPECT_EQ(lines[3], "  node0            node2               12.3 MB/s    85.0 ms");
+  EXPECT_EQ(lines[4], "  node0            node1                101 MB/s    10.4 ms");
+  EXPECT_EQ(lines[5],
+            "  host node2's link is slow: its exchanges ran at 12.3 MB/s at best, the others' at 101 MB/s "
+            "(median)");
+  // Rank 1 straggles in every step of the synthetic job; the link is named beside it.
+  EXPECT_TRUE(
+      hasLine(text, "    host node2's link is slow (see \"Links between hosts\"): ranks after it wait on it"))
+      << text;
+
+  // Two hosts: one pair, and no verdict.
+  storage::setRunConfigValue(path, "agent_ranks",
+                             nlohmann::json::array({rank(0, {link("node0", "node1", 85'000'000)})}).dump());
+  const auto two = section(report(path), "Links between hosts");
+  ASSERT_EQ(two.size(), 4u);
+  EXPECT_EQ(two[3], "  (two hosts: a slow link could be either end's; three or more tell them apart)");
+}
+
 TEST(Report, ConsensusSummaryAndItsReading) {
   const auto consensusReport = [](double cosine) {
     TempDir dir;
