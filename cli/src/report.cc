@@ -705,7 +705,7 @@ void writeLinks(const storage::HostLinks& links, std::ostream& out) {
   const auto bytes = static_cast<std::uint64_t>(links.pairs.front().bytes);
   out << fmt::format(
       "\nLinks between hosts (explore mode, at start: {} each way at once between two hosts' lowest ranks, "
-      "the fastest of 3; slowest first)\n",
+      "the fastest try; slowest first)\n",
       formatBytes(bytes));
   out << fmt::format("  {:<16} {:<16} {:>12} {:>10}\n", "host", "host", "each way", "exchange");
   for (std::size_t i = 0; i < links.pairs.size() && i < kRanksListed; ++i) {
