@@ -9,6 +9,8 @@ packages=(
   libsqlite3-dev sqlite3
   libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # gradscope export --format perfetto: the protobuf library and protoc (optional: left out without them).
+  libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin
   # libqt6opengl6-dev is only a Recommends of qt6-base-dev, which --no-install-recommends skips, but
   # Qt6ChartsConfig.cmake needs Qt6OpenGL: without it find_package(Qt6 COMPONENTS Charts) fails.
