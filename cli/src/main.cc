@@ -196,17 +196,18 @@ int main(int argc, char** argv) {
   std::string export_file, export_format, export_table = "calls", export_output;
   bool export_force = false;
   auto* exporter =
-      app.add_subcommand("export", "Export a trace for other tools: Chrome trace JSON (Perfetto) or CSV");
+      app.add_subcommand("export", "Export a trace for other tools: Perfetto, Chrome trace JSON or CSV");
   exporter->add_option("FILE", export_file, "Trace file (.db)")->required();
-  exporter->add_option("--format", export_format, "chrome-trace or csv")
+  exporter
+      ->add_option("--format", export_format, "perfetto (native protobuf trace), chrome-trace (JSON) or csv")
       ->required()
-      ->check(CLI::IsMember({"chrome-trace", "csv"}));
+      ->check(CLI::IsMember({"perfetto", "chrome-trace", "csv"}));
   exporter->add_option("--table", export_table, "CSV only: calls or measurements")
       ->check(CLI::IsMember({"calls", "measurements"}))
       ->capture_default_str();
   exporter->add_option("-o,--output", export_output,
                        "Output file ('-' for standard output); default: FILE with "
-                       ".json or .csv");
+                       ".pftrace, .json or .csv");
   exporter->add_flag("-f,--force", export_force, "Replace the output if it exists");
 
   try {
@@ -287,13 +288,18 @@ int main(int argc, char** argv) {
                      : "",
                  merge_output);
     } else if (*exporter) {
-      const bool chrome = export_format == "chrome-trace";
+      const storage::ExportFormat format = export_format == "perfetto" ? storage::ExportFormat::Perfetto
+                                           : export_format == "chrome-trace"
+                                               ? storage::ExportFormat::ChromeTrace
+                                               : storage::ExportFormat::Csv;
       if (export_output.empty())
-        export_output = defaultExportPath(
-            export_file, chrome ? ".json" : (export_table == "calls" ? ".csv" : ".measurements.csv"));
+        export_output =
+            defaultExportPath(export_file, format == storage::ExportFormat::Perfetto      ? ".pftrace"
+                                           : format == storage::ExportFormat::ChromeTrace ? ".json"
+                                           : export_table == "calls"                      ? ".csv"
+                                                                     : ".measurements.csv");
       const auto reader = storage::TraceReader::open(export_file);
-      storage::exportTrace(reader, chrome ? storage::ExportFormat::ChromeTrace : storage::ExportFormat::Csv,
-                           export_table, export_output, export_force);
+      storage::exportTrace(reader, format, export_table, export_output, export_force);
       if (export_output != "-") fmt::print(stderr, "wrote {}\n", export_output);
     }
   } catch (const Error& error) {

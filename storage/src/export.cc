@@ -190,8 +190,15 @@ void writeCsv(const TraceReader& reader, std::string_view table, std::ostream& o
 
 void exportTrace(const TraceReader& reader, ExportFormat format, std::string_view table,
                  const std::string& path, bool overwrite) {
+  // What can be refused before anything is written is refused first: nothing on standard output, no file.
+  if (format == ExportFormat::Perfetto) {
+    if (!perfettoExportAvailable()) writePerfettoTrace(reader, std::cout);  // fails, naming the packages
+    if (reader.callCount() == 0)
+      fail("{}: the trace has no calls; there is nothing to export", reader.path());
+  }
   const auto write = [&](std::ostream& out) {
     if (format == ExportFormat::ChromeTrace) writeChromeTrace(reader, out);
+    else if (format == ExportFormat::Perfetto) writePerfettoTrace(reader, out);
     else writeCsv(reader, table, out);
   };
   if (path == "-") {
