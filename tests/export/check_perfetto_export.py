@@ -253,6 +253,14 @@ def main():
     must([args.synth, "--pipeline", pipeline, "--stages", "3", "--replicas", "2", "--steps", "2"])
     compare("pipeline", work, args.gradscope, args.protoc, args.proto, pipeline)
 
+    # Without -o the file is the trace's name with .pftrace.
+    job = os.path.join(work, "job.db")
+    shutil.copyfile(ddp, job)
+    result = must([args.gradscope, "export", job, "--format", "perfetto"])
+    check(result.stderr.decode() == f"wrote {job[:-3]}.pftrace\n", f"default output: {result.stderr.decode()!r}")
+    with open(job[:-3] + ".pftrace", "rb") as f, open(os.path.join(work, "ddp.pftrace"), "rb") as g:
+        check(f.read() == g.read(), "the default output holds the same trace")
+
     # Standard output carries the same bytes as the file.
     result = must([args.gradscope, "export", ddp, "--format", "perfetto", "-o", "-"])
     with open(os.path.join(work, "ddp.pftrace"), "rb") as f:
