@@ -144,7 +144,7 @@ class PerfettoWriter {
     writeCalls();
     flushBundle();
     coded_.Trim();
-    if (coded_.HadError()) fail("write failed");
+    if (coded_.HadError()) fail("writing the Perfetto trace failed (disk full?)");
   }
 
  private:
@@ -180,10 +180,14 @@ class PerfettoWriter {
       zlib.format = google::protobuf::io::GzipOutputStream::ZLIB;
       zlib.compression_level = kCompressionLevel;
       google::protobuf::io::GzipOutputStream deflate(&sink, zlib);
-      google::protobuf::io::CodedOutputStream bundle(&deflate);
-      bundle.WriteRaw(bundle_.data(), static_cast<int>(bundle_.size()));
-      bundle.Trim();
-      if (bundle.HadError() || !deflate.Close()) fail("compressing the trace failed");
+      bool written = false;
+      {
+        google::protobuf::io::CodedOutputStream bundle(&deflate);
+        bundle.WriteRaw(bundle_.data(), static_cast<int>(bundle_.size()));
+        bundle.Trim();
+        written = !bundle.HadError();
+      }
+      if (!written || !deflate.Close()) fail("compressing the Perfetto trace failed");
     }
     const auto compressed_size = static_cast<std::uint32_t>(compressed_.size());
     coded_.WriteTag(kPacketTag);

@@ -266,6 +266,13 @@ def main():
     with open(os.path.join(work, "ddp.pftrace"), "rb") as f:
         check(result.stdout == f.read(), "'-o -' writes the file's bytes")
 
+    # A full disk behind standard output.
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([args.gradscope, "export", ddp, "--format", "perfetto", "-o", "-"], stdout=full,
+                                stderr=subprocess.PIPE)
+    check(result.returncode == 2 and result.stderr.decode().count("\n") == 1,
+          f"a full disk: exit {result.returncode}, {result.stderr.decode()!r}")
+
     # Refusals: one line, exit 2, nothing written.
     missing_dir = os.path.join(work, "no-such-dir", "out.pftrace")
     refused(args.gradscope, ["export", ddp, "--format", "perfetto", "-o", missing_dir], missing_dir,
