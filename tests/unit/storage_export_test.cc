@@ -404,6 +404,17 @@ TEST(ExportFile, DashMeansStandardOutput) {
   EXPECT_FALSE(test::exists("-"));
 }
 
+// A build without protobuf (the cpu-only preset) refuses the Perfetto format with the packages to install,
+// before anything is written; builds with it test the format in storage_perfetto_export_test.cc.
+TEST(ExportFile, PerfettoWithoutProtobufNamesThePackagesAndWritesNothing) {
+  if (perfettoExportAvailable()) GTEST_SKIP() << "built with protobuf";
+  TempDir dir;
+  const TraceReader reader = TraceReader::open(writeSmallJob(dir, false));
+  EXPECT_GRADSCOPE_ERROR(exportTrace(reader, ExportFormat::Perfetto, "calls", dir.file("t.pftrace"), false),
+                         "without protobuf", "libprotobuf-dev", "protobuf-compiler");
+  EXPECT_EQ(test::listDirectory(dir.path()), (std::vector<std::string>{"cpu.db"}));
+}
+
 TEST(ExportCommand, DefaultOutputNamesAndStandardOutput) {
   TempDir dir;
   const std::string trace = writeSmallJob(dir, true);
