@@ -99,5 +99,7 @@ expect_line "formatBytes(1536): 1.5 KiB"
 if grep -q 'gradscope::storage' "$package_dir"/gradscopeTargets*.cmake; then
   grep -qE '^storage schema v[0-9]+ with [1-9][0-9]* tables$' <<<"$output" ||
     fail "gradscope::storage is installed but the consumer did not report its schema"
+  grep -qE '^perfetto export: (yes|no)$' <<<"$output" ||
+    fail "the consumer could not link the Perfetto exporter of gradscope::storage"
 fi
 echo "==> check_install: OK (gradscope $version installed and usable from $prefix)"

@@ -8,6 +8,7 @@
 #include "gradscope/common/version.h"
 
 #ifdef GRADSCOPE_CONSUMER_WITH_STORAGE
+#include "gradscope/storage/export.h"
 #include "gradscope/storage/schema.h"
 #endif
 
@@ -18,6 +19,8 @@ int main() {
   // A non-inline function, so the storage library itself is linked, not only its headers read.
   std::cout << "storage schema v" << gradscope::storage::kSchemaVersion << " with "
             << gradscope::storage::tableNames().size() << " tables\n";
+  // Links the Perfetto exporter, and with it protobuf where the build has it (find_dependency(Protobuf)).
+  std::cout << "perfetto export: " << (gradscope::storage::perfettoExportAvailable() ? "yes" : "no") << "\n";
 #endif
   return EXIT_SUCCESS;
 }
