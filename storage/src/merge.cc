@@ -1,11 +1,18 @@
 #include "gradscope/storage/merge.h"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -22,9 +29,11 @@
 namespace gradscope::storage {
 namespace {
 
+// An input as validation found it: its runs and ranks. Its reader is closed again (an open reader holds
+// SQLite's page cache and schema, which for thousands of rank files was most of the merge's memory); the
+// rest is read when it is copied (DecodePipeline).
 struct Source {
   std::string path;
-  TraceReader reader;
   std::vector<RunInfo> runs;
   std::vector<RankInfo> ranks;
 };
@@ -71,7 +80,7 @@ struct DetectedSteps {
 // about 25% to a merge, with TraceReader::forEachCall (calls joined with gpu_calls) 45%
 // (BM_MergeDetectSteps).
 std::map<std::int64_t, DetectedSteps> detectMissingSteps(
-    const Source& source, const std::map<std::int64_t, std::string>& comm_keys) {
+    const std::string& path, const std::map<std::int64_t, std::string>& comm_keys) {
   std::map<std::int64_t, std::vector<std::uint64_t>> signatures;  // by rank id, in id order
   std::map<std::int64_t, std::vector<std::int64_t>> enqueued;     // the calls' enqueue times, likewise
   std::map<std::int64_t, std::vector<std::pair<std::int64_t, std::int64_t>>> comm_seq;  // (comm id, seq)
@@ -79,7 +88,7 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
   std::int64_t current_rank = -1;
   std::vector<std::uint64_t>* current = nullptr;  // signatures of current_rank; null once marked
   const std::string no_comm;                      // calls whose communicator the file does not name
-  sql::Database db(source.path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+  sql::Database db(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
   // Graph replays share their captured call's seq: they keep the places their times give them. Their ids
   // come from the partial index gpu_calls_replays (empty in most traces), read in step with the calls.
   sql::Statement replays(db, "SELECT call_id FROM gpu_calls WHERE replay IS NOT NULL ORDER BY call_id");
@@ -184,8 +193,10 @@ constexpr std::int64_t kClockSamples = 4096;
 constexpr std::size_t kMinClockMatches = 8;
 constexpr std::size_t kBothLastShare = 10;  // each host last in at least 1 / kBothLastShare of them
 
+// One host's ranks in one all-reduce, on its clock; last_end == INT64_MIN: the host has no such call.
 struct HostTimes {
   std::int64_t last_start = INT64_MIN, first_end = INT64_MAX, last_end = INT64_MIN;
+  bool seen() const { return last_end != INT64_MIN; }
   void add(std::int64_t start_ns, std::int64_t end_ns) {
     last_start = std::max(last_start, start_ns);
     first_end = std::min(first_end, end_ns);
@@ -194,10 +205,27 @@ struct HostTimes {
 };
 
 struct ClockSamples {
-  // (run uuid, communicator key, seq) -> host -> its ranks' times in that all-reduce, on its clock
-  std::map<std::tuple<std::string, std::string, std::int64_t>, std::map<std::string, HostTimes>> collectives;
-  std::map<std::int64_t, std::pair<std::string, std::string>> host_of;  // merged rank id -> (run uuid, host)
-  std::map<std::string, std::pair<int, std::string>> reference;         // run uuid -> (lowest rank, its host)
+  struct Host {
+    std::string run_uuid, name;
+  };
+  std::vector<Host> hosts;                                             // by dense index
+  std::map<std::pair<std::string, std::string>, std::uint32_t> index;  // (run uuid, host) -> index
+  std::map<std::string, std::uint32_t> reference;                      // run uuid -> its lowest rank's host
+  // (run uuid, communicator key) -> per host index, its ranks' times in each sampled all-reduce by seq:
+  // 24 bytes per (host, all-reduce), whatever the number of ranks per host.
+  std::map<std::pair<std::string, std::string>, std::map<std::uint32_t, std::vector<HostTimes>>> times;
+
+  std::uint32_t hostIndex(const std::string& run_uuid, const std::string& host) {
+    const auto [it, inserted] = index.try_emplace({run_uuid, host}, static_cast<std::uint32_t>(hosts.size()));
+    if (inserted) hosts.push_back({run_uuid, host});
+    return it->second;
+  }
+  static void add(std::vector<HostTimes>& host_times, std::int64_t seq, std::int64_t start,
+                  std::int64_t end) {
+    const auto at = static_cast<std::size_t>(seq);
+    if (host_times.size() <= at) host_times.resize(at + 1);
+    host_times[at].add(start, end);
+  }
 };
 
 bool alignsEnds(Api api) {
@@ -213,20 +241,24 @@ std::map<std::pair<std::string, std::string>, std::int64_t> estimateClockOffsets
     std::int64_t low = INT64_MIN, high = INT64_MAX;  // the interval every all-reduce allows
   };
   std::map<std::pair<std::string, std::string>, Evidence> evidence;
-  for (const auto& [key, hosts] : samples.collectives) {
-    const std::string& run = std::get<0>(key);
-    const auto reference = samples.reference.find(run);
+  for (const auto& [key, by_host] : samples.times) {
+    const auto reference = samples.reference.find(key.first);
     if (reference == samples.reference.end()) continue;
-    const auto reference_times = hosts.find(reference->second.second);
-    if (reference_times == hosts.end()) continue;
-    const HostTimes& r = reference_times->second;
-    for (const auto& [host, h] : hosts) {
-      if (host == reference->second.second) continue;
-      Evidence& e = evidence[{run, host}];
-      e.end_differences.push_back(r.last_end - h.last_end);
-      e.start_differences.push_back(r.last_start - h.last_start);
-      e.low = std::max(e.low, r.last_start - h.first_end);
-      e.high = std::min(e.high, r.first_end - h.last_start);
+    const auto reference_times = by_host.find(reference->second);
+    if (reference_times == by_host.end()) continue;
+    for (const auto& [host, times] : by_host) {
+      if (host == reference->second) continue;
+      Evidence& e = evidence[{key.first, samples.hosts[host].name}];
+      const std::size_t seqs = std::min(times.size(), reference_times->second.size());
+      for (std::size_t seq = 0; seq < seqs; ++seq) {
+        const HostTimes& r = reference_times->second[seq];
+        const HostTimes& h = times[seq];
+        if (!r.seen() || !h.seen()) continue;
+        e.end_differences.push_back(r.last_end - h.last_end);
+        e.start_differences.push_back(r.last_start - h.last_start);
+        e.low = std::max(e.low, r.last_start - h.first_end);
+        e.high = std::min(e.high, r.first_end - h.last_start);
+      }
     }
   }
   std::map<std::pair<std::string, std::string>, std::int64_t> offsets;
@@ -250,46 +282,16 @@ std::map<std::pair<std::string, std::string>, std::int64_t> estimateClockOffsets
   return offsets;
 }
 
-}  // namespace
-
-std::vector<std::string> expandTraceInputs(const std::vector<std::string>& inputs,
-                                           const std::string& exclude) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> files;
-  std::error_code ec;
-  const fs::path excluded = exclude.empty() ? fs::path() : fs::weakly_canonical(exclude, ec);
-  for (const std::string& input : inputs) {
-    if (fs::is_directory(input, ec)) {
-      std::vector<std::string> found;
-      for (const auto& entry : fs::directory_iterator(input, ec))
-        if (entry.is_regular_file() && entry.path().extension() == ".db" &&
-            entry.path().filename().string().front() != '.' &&
-            (excluded.empty() || fs::weakly_canonical(entry.path(), ec) != excluded))
-          found.push_back(entry.path().string());
-      if (ec) fail("{}: cannot list directory: {}", input, ec.message());
-      if (found.empty()) fail("{}: no trace files (*.db) in this directory", input);
-      std::sort(found.begin(), found.end());
-      files.insert(files.end(), found.begin(), found.end());
-    } else {
-      files.push_back(input);
-    }
-  }
-  if (files.empty()) fail("no input traces given");
-  return files;
-}
-
 MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::string& output,
                          const MergeOptions& options) {
-  // Open and validate every input before creating anything.
-  std::vector<Source> sources;
-  for (const std::string& path : inputs) {
-    TraceReader reader = TraceReader::open(path);
-    Source source{path, std::move(reader), {}, {}};
-    source.runs = source.reader.runs();
-    source.ranks = source.reader.ranks();
-    if (source.runs.empty()) fail("{}: has no run; it is not a complete gradscope trace", path);
-    sources.push_back(std::move(source));
-  }
+  const int threads = decodingThreads(options.jobs);
+  // Validate every input before creating anything: open it, read its runs and ranks, close it.
+  std::vector<Source> sources(inputs.size());
+  parallelFor(inputs.size(), threads, [&](std::size_t i) {
+    const TraceReader reader = TraceReader::open(inputs[i]);
+    sources[i] = Source{inputs[i], reader.runs(), reader.ranks()};
+    if (sources[i].runs.empty()) fail("{}: has no run; it is not a complete gradscope trace", inputs[i]);
+  });
 
   // Runs by uuid, and the checks that make a merge meaningful.
   struct MergedRun {
@@ -301,6 +303,7 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
   };
   std::map<std::string, MergedRun> runs;
   std::map<std::pair<std::string, int>, std::string> rank_owner;
+  std::map<std::string, std::pair<int, std::string>> lowest_rank;  // run uuid -> (lowest rank, its host)
   for (const Source& source : sources) {
     for (const RunInfo& run : source.runs) {
       auto [it, inserted] = runs.try_emplace(run.uuid);
@@ -332,6 +335,8 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
       if (!inserted)
         fail("rank {} of run {} appears in both {} and {}; merge each rank's file once", rank.rank, run->uuid,
              it->second, source.path);
+      const auto [lowest, first] = lowest_rank.try_emplace(run->uuid, rank.rank, rank.host);
+      if (!first && rank.rank < lowest->second.first) lowest->second = {rank.rank, rank.host};
     }
   }
   // A run that another run of the inputs started (MPI_Comm_spawn: "spawned_by" in its configuration, set by
@@ -354,6 +359,8 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
   detail::AtomicOutput out(output, options.overwrite, /*create_empty=*/false);
   MergeSummary summary;
   ClockSamples clock;
+  for (const auto& [uuid, lowest] : lowest_rank) clock.reference[uuid] = clock.hostIndex(uuid, lowest.second);
+  std::vector<std::pair<std::int64_t, std::uint32_t>> host_of_rank;  // (merged rank id, host index)
   {
     TraceWriter writer = TraceWriter::create(out.temporaryPath());
     for (auto& [uuid, merged] : runs) {
@@ -366,8 +373,11 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
                         : std::optional(*merged.info.end_ns - merged.epoch_ns);
       merged.new_id = writer.addRun(info);
     }
+    // Threads decode the inputs; this one remaps and writes their rows in input order.
+    DecodePipeline pipeline(inputs, threads, options.detect_steps);
     std::int64_t last_call_id = 0;
-    for (Source& source : sources) {
+    for (std::size_t input = 0; input < sources.size(); ++input) {
+      const Source& source = sources[input];
       std::map<std::int64_t, std::int64_t> run_ids, rank_ids, comm_ids, shifts;  // old -> new
       std::map<std::int64_t, std::string> comm_keys;                             // old id -> key
       for (const RunInfo& run : source.runs) {
@@ -376,6 +386,8 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
         shifts[run.id] = run.epoch_ns - merged.epoch_ns;
       }
       std::map<std::int64_t, std::int64_t> rank_shift;
+      std::map<std::int64_t, std::string> run_of_rank;  // old rank id -> run uuid
+      std::map<std::int64_t, std::uint32_t> host_of;    // old rank id -> host index
       for (RankInfo rank : source.ranks) {
         const std::int64_t old_id = rank.id;
         rank_shift[old_id] = shifts.at(rank.run_id);
@@ -385,18 +397,9 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
         rank.run_id = run_ids.at(rank.run_id);
         rank.id = 0;
         rank_ids[old_id] = writer.addRank(rank);
-        clock.host_of[rank_ids[old_id]] = {uuid, rank.host};
-        const auto [reference, inserted] = clock.reference.try_emplace(uuid, rank.rank, rank.host);
-        if (!inserted && rank.rank < reference->second.first) reference->second = {rank.rank, rank.host};
-      }
-      for (CommInfo comm : source.reader.comms()) {
-        const std::int64_t old_id = comm.id;
-        const auto rank = rank_ids.find(comm.rank_id);
-        if (rank == rank_ids.end())
-          fail("{}: communicator {} refers to a missing rank", source.path, comm.key);
-        comm.rank_id = rank->second;
-        comm_ids[old_id] = writer.addComm(comm);
-        comm_keys[old_id] = comm.key;
+        run_of_rank[old_id] = uuid;
+        host_of[old_id] = clock.hostIndex(uuid, rank.host);
+        host_of_rank.emplace_back(rank_ids[old_id], host_of[old_id]);
       }
       const auto remapRank = [&](std::int64_t old_id) {
         const auto it = rank_ids.find(old_id);
@@ -408,103 +411,92 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
       // Calls keep their order; ids move up by a constant so references to them stay easy to remap.
       std::int64_t call_offset = 0;
       bool first_call = true;
-      std::map<std::int64_t, DetectedSteps> detected;  // ranks without explicit steps, by old id
-      if (options.detect_steps) detected = detectMissingSteps(source, comm_keys);
-      for (const auto& [rank_id, rank] : detected)
-        if (!rank.steps.empty())
-          summary.steps_detected =
-              std::max(summary.steps_detected, *std::max_element(rank.steps.begin(), rank.steps.end()) + 1);
-      std::int64_t detected_rank = -1;
-      DetectedSteps* rank_steps = nullptr;  // detected[detected_rank], if any
-      // Consensus rows the agent wrote without a step take their call's step, known once the call is
-      // copied (detection may have given it one): old call id -> merged step.
-      std::vector<ConsensusRecord> consensus = source.reader.consensus();
-      std::map<std::int64_t, std::int64_t> step_of_call;
-      for (const ConsensusRecord& row : consensus)
-        if (row.step < 0 && row.call_id) step_of_call.emplace(*row.call_id, -1);
-      std::vector<CallRecord> batch;
-      batch.reserve(4096);
-      source.reader.forEachCall([&](const CallRecord& original) {
-        CallRecord call = original;
-        if (first_call) {
-          call_offset = last_call_id + 1 - original.id;
-          first_call = false;
-        }
-        call.id = original.id + call_offset;
-        const std::int64_t shift = rank_shift.count(original.rank_id) ? rank_shift[original.rank_id] : 0;
-        call.rank_id = remapRank(original.rank_id);
-        const auto comm = comm_ids.find(original.comm_id);
-        call.comm_id = comm == comm_ids.end() ? 0 : comm->second;
-        call.enqueue_ns += shift;
-        call.start_ns += shift;
-        call.end_ns += shift;
-        if (original.rank_id != detected_rank) {
-          detected_rank = original.rank_id;
-          const auto it = detected.find(detected_rank);
-          rank_steps = it == detected.end() ? nullptr : &it->second;
-        }
-        // (A call appended after detection read the file, which can only be so while it is still
-        // being written, keeps step -1.)
-        if (rank_steps && call.step < 0 && rank_steps->next < rank_steps->steps.size())
-          call.step = rank_steps->steps[rank_steps->next++];
-        if (!step_of_call.empty())
-          if (const auto wanted = step_of_call.find(original.id); wanted != step_of_call.end())
-            wanted->second = call.step;
-        // (A graph replay shares its captured call's seq: not a sample of its own.)
-        if (alignsEnds(call.api) && call.graph_replay == 0 && call.seq >= 0 && call.seq < kClockSamples &&
-            call.end_ns > 0)
-          if (const auto key = comm_keys.find(original.comm_id); key != comm_keys.end()) {
-            const auto& [run_uuid, host] = clock.host_of.at(call.rank_id);
-            clock.collectives[{run_uuid, key->second, call.seq}][host].add(call.start_ns, call.end_ns);
+      // The clock samples of the last (communicator, rank) seen: its host's times.
+      std::pair<std::int64_t, std::int64_t> sampled{-1, -1};
+      std::vector<HostTimes>* sampled_times = nullptr;
+      while (std::optional<DecodedItem> item = pipeline.next(input)) {
+        if (item->kind == DecodedItem::Kind::Header) {
+          for (CommInfo comm : item->comms) {
+            const std::int64_t old_id = comm.id;
+            const auto rank = rank_ids.find(comm.rank_id);
+            if (rank == rank_ids.end())
+              fail("{}: communicator {} refers to a missing rank", source.path, comm.key);
+            comm.rank_id = rank->second;
+            comm_ids[old_id] = writer.addComm(comm);
+            comm_keys[old_id] = comm.key;
           }
-        batch.push_back(call);
-        if (batch.size() == batch.capacity()) {
-          writer.appendCalls(batch);
-          batch.clear();
+          summary.steps_detected = std::max(summary.steps_detected, item->steps_detected);
+        } else if (item->kind == DecodedItem::Kind::Calls) {
+          for (CallRecord& call : item->calls) {
+            const CallRecord original = call;
+            if (first_call) {
+              call_offset = last_call_id + 1 - original.id;
+              first_call = false;
+            }
+            call.id = original.id + call_offset;
+            const auto shift = rank_shift.find(original.rank_id);
+            const std::int64_t by = shift == rank_shift.end() ? 0 : shift->second;
+            call.rank_id = remapRank(original.rank_id);
+            const auto comm = comm_ids.find(original.comm_id);
+            call.comm_id = comm == comm_ids.end() ? 0 : comm->second;
+            call.enqueue_ns += by;
+            call.start_ns += by;
+            call.end_ns += by;
+            // (A graph replay shares its captured call's seq: not a sample of its own.)
+            if (alignsEnds(call.api) && call.graph_replay == 0 && call.seq >= 0 && call.seq < kClockSamples &&
+                call.end_ns > 0) {
+              if (sampled != std::pair{original.comm_id, original.rank_id}) {
+                sampled = {original.comm_id, original.rank_id};
+                const auto key = comm_keys.find(original.comm_id);
+                sampled_times = key == comm_keys.end()
+                                    ? nullptr
+                                    : &clock.times[{run_of_rank.at(original.rank_id), key->second}]
+                                                  [host_of.at(original.rank_id)];
+              }
+              if (sampled_times) ClockSamples::add(*sampled_times, call.seq, call.start_ns, call.end_ns);
+            }
+            last_call_id = call.id;
+          }
+          writer.appendCalls(item->calls);
+          summary.calls += static_cast<std::int64_t>(item->calls.size());
+        } else {
+          for (Measurement& m : item->measurements) {
+            m.run_id = run_ids.count(m.run_id) ? run_ids[m.run_id] : runs.begin()->second.new_id;
+            if (m.rank_id) m.rank_id = remapRank(*m.rank_id);
+            if (m.call_id) m.call_id = *m.call_id + call_offset;
+            writer.addMeasurement(m);
+            ++summary.measurements;
+          }
+          for (ConsensusRecord& row : item->consensus) {
+            row.rank_id = remapRank(row.rank_id);
+            if (row.call_id) row.call_id = *row.call_id + call_offset;
+          }
+          writer.appendConsensus(item->consensus);
+          for (AppliedCall& row : item->applied) row.call_id += call_offset;
+          writer.appendApplied(item->applied);
+          for (RecommendationRecord& recommendation : item->recommendations) {
+            recommendation.run_id = run_ids.count(recommendation.run_id) ? run_ids[recommendation.run_id] : 0;
+            writer.addRecommendation(recommendation);
+          }
+          for (GpuActivityRecord& row : item->gpu) {
+            const auto shift = rank_shift.find(row.rank_id);
+            const std::int64_t by = shift == rank_shift.end() ? 0 : shift->second;
+            row.rank_id = remapRank(row.rank_id);
+            row.start_ns += by;
+            row.end_ns += by;
+          }
+          writer.appendGpuActivity(item->gpu);
+          for (const DropRecord& drop : item->drops)
+            writer.addDrops(remapRank(drop.rank_id), drop.kind, drop.count);
         }
-        last_call_id = call.id;
-        ++summary.calls;
-        return true;
-      });
-      writer.appendCalls(batch);
-
-      for (Measurement m : source.reader.measurements()) {
-        m.run_id = run_ids.count(m.run_id) ? run_ids[m.run_id] : runs.begin()->second.new_id;
-        if (m.rank_id) m.rank_id = remapRank(*m.rank_id);
-        if (m.call_id) m.call_id = *m.call_id + call_offset;
-        writer.addMeasurement(m);
-        ++summary.measurements;
       }
-      for (ConsensusRecord& row : consensus) {
-        row.rank_id = remapRank(row.rank_id);
-        if (!row.call_id) continue;
-        if (row.step < 0) row.step = step_of_call.at(*row.call_id);
-        row.call_id = *row.call_id + call_offset;
-      }
-      writer.appendConsensus(consensus);
-      std::vector<AppliedCall> applied = source.reader.appliedCalls();
-      for (AppliedCall& row : applied) row.call_id += call_offset;
-      writer.appendApplied(applied);
-      for (RecommendationRecord recommendation : source.reader.recommendations()) {
-        recommendation.run_id = run_ids.count(recommendation.run_id) ? run_ids[recommendation.run_id] : 0;
-        writer.addRecommendation(recommendation);
-      }
-      std::vector<GpuActivityRecord> gpu = source.reader.gpuActivity();
-      for (GpuActivityRecord& row : gpu) {
-        const std::int64_t shift = rank_shift.count(row.rank_id) ? rank_shift[row.rank_id] : 0;
-        row.rank_id = remapRank(row.rank_id);
-        row.start_ns += shift;
-        row.end_ns += shift;
-      }
-      writer.appendGpuActivity(gpu);
-      for (const DropRecord& drop : source.reader.drops())
-        writer.addDrops(remapRank(drop.rank_id), drop.kind, drop.count);
       summary.ranks += static_cast<int>(source.ranks.size());
       ++summary.files;
     }
     const auto offsets = estimateClockOffsets(clock);
-    for (const auto& [rank_id, host] : clock.host_of)
-      if (const auto offset = offsets.find(host); offset != offsets.end())
+    for (const auto& [rank_id, host] : host_of_rank)
+      if (const auto offset = offsets.find({clock.hosts[host].run_uuid, clock.hosts[host].name});
+          offset != offsets.end())
         writer.setClockOffset(rank_id, offset->second);
     summary.hosts_aligned = static_cast<int>(offsets.size());
     for (const auto& [host, offset] : offsets)

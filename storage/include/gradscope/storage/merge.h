@@ -14,6 +14,7 @@ struct MergeOptions {
   bool allow_different_runs = false;
   bool overwrite = false;    // replace an existing output file
   bool detect_steps = true;  // fill calls.step of ranks that have no explicit steps (steps.h)
+  int jobs = 0;  // threads that read the inputs; 0: one per core. The output does not depend on it
 };
 
 struct MergeSummary {
