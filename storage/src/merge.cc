@@ -157,7 +157,7 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
     comm_seq.erase(rank_id);
     std::vector<std::uint64_t> issued(rank_signatures.size());
     for (std::size_t i = 0; i < order.size(); ++i) issued[i] = rank_signatures[order[i]];
-    rank_signatures = {};  // freed as soon as it is reordered
+    rank_signatures = std::vector<std::uint64_t>();  // freed as soon as it is reordered
     enqueued.erase(rank_id);
     const std::vector<std::int64_t> steps = detectSteps(issued);
     std::vector<std::int64_t>& by_id = detected[rank_id].steps;

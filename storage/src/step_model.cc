@@ -1,6 +1,7 @@
 #include "gradscope/storage/step_model.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -117,11 +118,34 @@ bool isCollective(const Call& call) {
   return call.comm >= 0 && !numberedApart(call.api);
 }
 
-// Who posted each collective among `calls` last (its enqueue, compared on rank 0's clock: `offsets`). Sets
-// every such call's `last` to that time on its own clock and returns, per call, the rank that was last;
-// -1 for a call that is not a collective or that no other rank made.
-std::vector<std::int32_t> markLastArrivals(std::vector<Call>& calls,
-                                           const std::vector<std::int64_t>& offsets) {
+// Who posted each collective last (its enqueue, compared on rank 0's clock), by (communicator, seq,
+// replay): one entry per collective, however many ranks made it.
+class ArrivalIndex {
+ public:
+  struct Arrival {
+    std::int64_t last = 0;  // aligned
+    std::uint32_t rank = 0;
+    std::int32_t ranks = 0;
+    std::int64_t waited = 0;  // the other ranks' waiting for `rank`, summed (computeStepModel)
+  };
+  // Counts `call`'s posting when it is a collective; the first of equal postings stays the last.
+  void post(const Call& call, const std::vector<std::int64_t>& offsets) {
+    if (!isCollective(call)) return;
+    Arrival& arrival = arrivals_[keyOf(call)];
+    const std::int64_t posted = call.enqueue + offsets[call.rank];
+    if (arrival.ranks++ == 0 || posted > arrival.last) arrival.last = posted, arrival.rank = call.rank;
+  }
+  // The arrival of `call`'s collective; nullptr when it is not a collective or was not posted.
+  Arrival* find(const Call& call) {
+    if (!isCollective(call)) return nullptr;
+    const auto it = arrivals_.find(keyOf(call));
+    return it == arrivals_.end() ? nullptr : &it->second;
+  }
+  void forEach(const std::function<void(const Arrival&)>& visit) const {
+    for (const auto& [key, arrival] : arrivals_) visit(arrival);
+  }
+
+ private:
   struct Key {
     std::int64_t comm, seq, replay;
     bool operator==(const Key&) const = default;
@@ -131,26 +155,23 @@ std::vector<std::int32_t> markLastArrivals(std::vector<Call>& calls,
       return std::hash<std::int64_t>()((key.comm << 40) ^ key.seq ^ (key.replay << 20));
     }
   };
-  struct Arrival {
-    std::int64_t last = 0;  // aligned
-    std::uint32_t rank = 0;
-    std::int32_t ranks = 0;
-  };
-  std::unordered_map<Key, Arrival, KeyHash> arrivals;
-  const auto keyOf = [](const Call& call) { return Key{call.comm, call.seq, call.replay}; };
-  for (const Call& call : calls) {
-    if (!isCollective(call)) continue;
-    Arrival& arrival = arrivals[keyOf(call)];
-    const std::int64_t posted = call.enqueue + offsets[call.rank];
-    if (arrival.ranks++ == 0 || posted > arrival.last) arrival.last = posted, arrival.rank = call.rank;
-  }
+  static Key keyOf(const Call& call) { return Key{call.comm, call.seq, call.replay}; }
+  std::unordered_map<Key, Arrival, KeyHash> arrivals_;
+};
+
+// Who posted each collective among `calls` last (compared on rank 0's clock: `offsets`). Sets every such
+// call's `last` to that time on its own clock and returns, per call, the rank that was last; -1 for a
+// call that is not a collective or that no other rank made.
+std::vector<std::int32_t> markLastArrivals(std::vector<Call>& calls,
+                                           const std::vector<std::int64_t>& offsets) {
+  ArrivalIndex arrivals;
+  for (const Call& call : calls) arrivals.post(call, offsets);
   std::vector<std::int32_t> late(calls.size(), -1);
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    if (!isCollective(calls[i])) continue;
-    const Arrival& arrival = arrivals.at(keyOf(calls[i]));
-    if (arrival.ranks < 2) continue;
-    calls[i].last = arrival.last - offsets[calls[i].rank];
-    late[i] = static_cast<std::int32_t>(arrival.rank);
+    const ArrivalIndex::Arrival* arrival = arrivals.find(calls[i]);
+    if (!arrival || arrival->ranks < 2) continue;
+    calls[i].last = arrival->last - offsets[calls[i].rank];
+    late[i] = static_cast<std::int32_t>(arrival->rank);
   }
   return late;
 }
@@ -269,29 +290,48 @@ StepModel computeStepModel(const TraceReader& reader,
     }
   }
 
-  // One pass: the steps' bounds and call counts on every rank, and the MPI calls.
-  std::vector<std::map<std::int64_t, StepRecord>> bounds(rank_ids.size());
-  // GPU ranks (NCCL calls with steps): the same bounds from the calls' GPU spans, and the calls.
+  const auto hostCall = [&](const CallRecord& record, std::uint32_t rank) {
+    Call call;
+    call.id = record.id;
+    // A blocking call is posted as it starts (the agent writes enqueue = start; a trace that says
+    // otherwise, as gradscope-synth's schedule points do, is taken at its start); a nonblocking one at its
+    // enqueue, its start being the wait.
+    call.enqueue = isNonblocking(record.api) ? record.enqueue_ns : record.start_ns;
+    call.start = std::max(record.start_ns, call.enqueue);
+    call.end = std::max(record.end_ns, call.start);
+    call.last = call.enqueue;
+    call.seq = record.seq;
+    call.bytes = record.bytes;
+    call.rank = rank;
+    if (const auto comm = comm_key.find(record.comm_id); comm != comm_key.end()) call.comm = comm->second;
+    call.api = record.api;
+    call.dtype = record.dtype;
+    call.replay = static_cast<std::uint16_t>(std::min<std::int64_t>(record.graph_replay, 0xffff));
+    return call;
+  };
+
+  // Two passes over the calls, so that memory follows one rank's calls and the collectives, not the
+  // trace's calls (a merged 4096-rank file has millions). The first finds who posted each collective
+  // last, where each rank's calls end (their last id), the point-to-point calls' postings and the GPU
+  // calls; the second builds each rank's steps from its calls, one rank at a time when the file keeps a
+  // rank's calls together (merged and per-rank files do).
+  ArrivalIndex arrivals;
+  std::vector<std::int64_t> last_id(rank_ids.size(), -1);
+  struct Posting {
+    std::uint32_t rank = 0;
+    std::int64_t enqueue = 0;  // on the rank's clock
+  };
+  std::unordered_map<std::int64_t, Posting> peer_postings;  // point-to-point calls by id
+  // GPU ranks (NCCL calls with steps): the bounds from the calls' GPU spans, and the calls.
   std::vector<std::map<std::int64_t, StepRecord>> gpu_bounds(rank_ids.size());
-  std::vector<Call> calls, gpu_calls;
-  bool any_peer = false;
+  std::vector<Call> gpu_calls;
+  bool any_step = false;
   reader.forEachCall([&](const CallRecord& record) {
     const auto rank = rank_index.find(record.rank_id);
     if (rank == rank_index.end()) return true;
-    const bool host = backendOf(record.api) == Backend::Mpi;
-    if (record.step >= 0) {
-      auto [it, inserted] = bounds[rank->second].try_emplace(record.step);
-      StepRecord& row = it->second;
-      const std::int64_t finish = host ? record.end_ns : record.enqueue_ns;
-      if (inserted) {
-        row.rank_id = record.rank_id, row.step = record.step;
-        row.start_ns = record.enqueue_ns, row.end_ns = finish;
-      }
-      row.start_ns = std::min(row.start_ns, record.enqueue_ns);
-      row.end_ns = std::max(row.end_ns, finish);
-      ++row.calls;
-    }
-    if (!host) {
+    last_id[rank->second] = record.id;
+    any_step |= record.step >= 0;
+    if (backendOf(record.api) != Backend::Mpi) {
       if (record.step < 0 || record.end_ns <= record.start_ns) return true;
       auto [it, inserted] = gpu_bounds[rank->second].try_emplace(record.step);
       StepRecord& row = it->second;
@@ -314,113 +354,139 @@ StepModel computeStepModel(const TraceReader& reader,
       gpu_calls.push_back(call);
       return true;
     }
-    Call call;
-    call.id = record.id;
-    // A blocking call is posted as it starts (the agent writes enqueue = start; a trace that says
-    // otherwise, as gradscope-synth's schedule points do, is taken at its start); a nonblocking one at its
-    // enqueue, its start being the wait.
-    call.enqueue = isNonblocking(record.api) ? record.enqueue_ns : record.start_ns;
-    call.start = std::max(record.start_ns, call.enqueue);
-    call.end = std::max(record.end_ns, call.start);
-    call.last = call.enqueue;
-    call.seq = record.seq;
-    call.bytes = record.bytes;
-    call.rank = rank->second;
-    if (const auto comm = comm_key.find(record.comm_id); comm != comm_key.end()) call.comm = comm->second;
-    call.api = record.api;
-    call.dtype = record.dtype;
-    call.replay = static_cast<std::uint16_t>(std::min<std::int64_t>(record.graph_replay, 0xffff));
-    call.exposure = !exposure_of || exposure_of(record);
-    any_peer |= isPointToPoint(record.api);
-    calls.push_back(call);
+    const Call call = hostCall(record, rank->second);
+    arrivals.post(call, offsets);
+    if (isPointToPoint(record.api)) peer_postings.emplace(call.id, Posting{call.rank, call.enqueue});
     return true;
   });
-  if (std::all_of(bounds.begin(), bounds.end(), [](const auto& steps) { return steps.empty(); }))
-    return model;
+  if (!any_step) return model;
 
-  // Each rank's spans: step i runs to the posting of step i + 1.
-  std::vector<RankSteps> steps(rank_ids.size());
-  for (std::size_t r = 0; r < bounds.size(); ++r) steps[r] = consecutiveSpans(bounds[r]);
+  // Receives: their senders' postings, in the order of the messages (by send id) per receive.
+  struct Received {
+    std::int64_t recv_id = 0;
+    Posting sender;
+  };
+  std::vector<Received> received;
+  if (!peer_postings.empty()) {
+    for (const PeerMessage& message : matchPeerMessages(reader).messages) {
+      const auto send = peer_postings.find(message.send_call_id);
+      if (send == peer_postings.end() || !peer_postings.contains(message.recv_call_id)) continue;
+      received.push_back({message.recv_call_id, send->second});
+    }
+    std::stable_sort(received.begin(), received.end(),
+                     [](const Received& a, const Received& b) { return a.recv_id < b.recv_id; });
+  }
+  peer_postings = std::unordered_map<std::int64_t, Posting>();
+  std::size_t next_received = 0;
 
-  // Who arrived last. Collectives: the latest posting among the ranks that issued the same (communicator,
-  // seq, replay). Receives: their sender's posting.
-  const auto aligned = [&](const Call& call, std::int64_t t) { return t + offsets[call.rank]; };
-  const auto local = [&](const Call& call, std::int64_t t) { return t - offsets[call.rank]; };
-  const std::vector<std::int32_t> late = markLastArrivals(calls, offsets);
-  // Who caused it: (rank, its local arrival, another rank's waiting) per call that waited.
+  // Who caused waiting: another rank's waiting, charged to (rank, its local arrival). A collective's
+  // waiting is summed in its arrival (every waiting rank charges the same time); a receive's is listed.
   struct Charge {
     std::uint32_t rank = 0;
     std::int64_t at = 0;
     std::int64_t waited = 0;
   };
   std::vector<Charge> charged;
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    const Call& call = calls[i];
-    if (late[i] < 0 || static_cast<std::uint32_t>(late[i]) == call.rank) continue;
-    const std::int64_t waited = std::min(call.end, call.last) - call.start;
-    const auto rank = static_cast<std::uint32_t>(late[i]);
-    if (waited > 0) charged.push_back({rank, aligned(call, call.last) - offsets[rank], waited});
-  }
-  if (any_peer) {
-    std::unordered_map<std::int64_t, std::size_t> by_id;
-    for (std::size_t i = 0; i < calls.size(); ++i)
-      if (isPointToPoint(calls[i].api)) by_id.emplace(calls[i].id, i);
-    for (const PeerMessage& message : matchPeerMessages(reader).messages) {
-      const auto send = by_id.find(message.send_call_id), recv = by_id.find(message.recv_call_id);
-      if (send == by_id.end() || recv == by_id.end()) continue;
-      const Call& sender = calls[send->second];
-      Call& receiver = calls[recv->second];
-      receiver.last = std::max(receiver.last, local(receiver, aligned(sender, sender.enqueue)));
-      const std::int64_t waited = std::min(receiver.end, receiver.last) - receiver.start;
-      if (waited > 0 && sender.rank != receiver.rank)
-        charged.push_back({sender.rank, sender.enqueue, waited});
-    }
-  }
+  const auto aligned = [&](std::uint32_t rank, std::int64_t t) { return t + offsets[rank]; };
 
-  // Per rank: the unions of blocked, in-flight and waiting time, spread over the steps' spans.
-  std::vector<std::vector<std::size_t>> by_rank(rank_ids.size());
-  for (std::size_t i = 0; i < calls.size(); ++i) by_rank[calls[i].rank].push_back(i);
+  // The second pass. Per rank: the steps' bounds and call counts, and the unions of blocked, in-flight and
+  // waiting time, spread over the steps' spans.
+  std::vector<RankSteps> steps(rank_ids.size());
+  std::vector<std::map<std::int64_t, StepRecord>> bounds(rank_ids.size());
+  std::vector<std::vector<Call>> pending(rank_ids.size());  // a rank's MPI calls until its last
+  std::map<std::tuple<Api, DType, std::int64_t>, CallExposure> exposure;
   std::vector<Interval> blocked, in_flight, waiting;
-  for (std::size_t r = 0; r < rank_ids.size(); ++r) {
+  const auto finishRank = [&](std::uint32_t r) {
     RankSteps& rank = steps[r];
-    if (rank.rows.empty()) continue;
-    blocked.clear(), in_flight.clear(), waiting.clear();
-    for (const std::size_t i : by_rank[r]) {
-      const Call& call = calls[i];
-      blocked.push_back({call.start, call.end});
-      in_flight.push_back({call.enqueue, call.end});
-      waiting.push_back({call.start, std::min(call.end, call.last)});
+    rank = consecutiveSpans(bounds[r]);
+    bounds[r].clear();
+    if (!rank.rows.empty()) {
+      blocked.clear(), in_flight.clear(), waiting.clear();
+      for (const Call& call : pending[r]) {
+        blocked.push_back({call.start, call.end});
+        in_flight.push_back({call.enqueue, call.end});
+        waiting.push_back({call.start, std::min(call.end, call.last)});
+      }
+      unite(blocked), unite(in_flight), unite(waiting);
+      rank.add(blocked, &StepRecord::exposed_ns);
+      rank.add(in_flight, &StepRecord::hidden_ns);  // in flight at all, for now
+      rank.add(waiting, &StepRecord::waiting_ns);
+      for (StepRecord& row : rank.rows) {
+        row.hidden_ns -= row.exposed_ns;  // every blocked span lies inside its call's flight
+        row.compute_ns = row.end_ns - row.start_ns - row.exposed_ns;
+      }
     }
-    unite(blocked), unite(in_flight), unite(waiting);
-    rank.add(blocked, &StepRecord::exposed_ns);
-    rank.add(in_flight, &StepRecord::hidden_ns);  // in flight at all, for now
-    rank.add(waiting, &StepRecord::waiting_ns);
-    for (StepRecord& row : rank.rows) {
-      row.hidden_ns -= row.exposed_ns;  // every blocked span lies inside its call's flight
-      row.compute_ns = row.end_ns - row.start_ns - row.exposed_ns;
+    pending[r] = std::vector<Call>();  // (`= {}` would keep the capacity)
+  };
+  reader.forEachCall([&](const CallRecord& record) {
+    const auto found = rank_index.find(record.rank_id);
+    if (found == rank_index.end()) return true;
+    const std::uint32_t r = found->second;
+    if (record.id > last_id[r]) return true;  // written after the first pass (a trace being written)
+    const bool host = backendOf(record.api) == Backend::Mpi;
+    if (record.step >= 0) {
+      auto [it, inserted] = bounds[r].try_emplace(record.step);
+      StepRecord& row = it->second;
+      const std::int64_t finish = host ? record.end_ns : record.enqueue_ns;
+      if (inserted) {
+        row.rank_id = record.rank_id, row.step = record.step;
+        row.start_ns = record.enqueue_ns, row.end_ns = finish;
+      }
+      row.start_ns = std::min(row.start_ns, record.enqueue_ns);
+      row.end_ns = std::max(row.end_ns, finish);
+      ++row.calls;
     }
-  }
+    if (host) {
+      Call call = hostCall(record, r);
+      call.exposure = !exposure_of || exposure_of(record);
+      // Who arrived last. Collectives: the latest posting among the ranks that issued the same
+      // (communicator, seq, replay). Receives: their senders' postings.
+      if (ArrivalIndex::Arrival* arrival = arrivals.find(call); arrival && arrival->ranks >= 2) {
+        call.last = arrival->last - offsets[r];
+        const std::int64_t waited = std::min(call.end, call.last) - call.start;
+        if (arrival->rank != r && waited > 0) arrival->waited += waited;
+      }
+      while (next_received < received.size() && received[next_received].recv_id < call.id) ++next_received;
+      for (; next_received < received.size() && received[next_received].recv_id == call.id; ++next_received) {
+        const Posting& sender = received[next_received].sender;
+        call.last = std::max(call.last, aligned(sender.rank, sender.enqueue) - offsets[r]);
+        const std::int64_t waited = std::min(call.end, call.last) - call.start;
+        if (waited > 0 && sender.rank != r) charged.push_back({sender.rank, sender.enqueue, waited});
+      }
+      // Exposure per kind of collective, in id order.
+      if (!isPointToPoint(call.api) && call.exposure) {
+        const std::int64_t arrived = std::max(call.enqueue, call.last);
+        CallExposure& entry = exposure[{call.api, call.dtype, call.bytes}];
+        entry.api = call.api, entry.dtype = call.dtype, entry.bytes = call.bytes;
+        ++entry.calls;
+        entry.transport_ns += static_cast<double>(std::max<std::int64_t>(0, call.end - arrived));
+        entry.exposed_ns +=
+            static_cast<double>(std::max<std::int64_t>(0, call.end - std::max(call.start, arrived)));
+      }
+      pending[r].push_back(call);
+    }
+    if (record.id == last_id[r]) finishRank(r);
+    return true;
+  });
+
+  arrivals.forEach([&](const ArrivalIndex::Arrival& arrival) {
+    if (arrival.waited > 0)
+      charged.push_back({arrival.rank, arrival.last - offsets[arrival.rank], arrival.waited});
+  });
   for (const Charge& charge : charged)
     if (StepRecord* row = steps[charge.rank].at(charge.at)) row->caused_ns += charge.waited;
+  charged = std::vector<Charge>();
   gpuSteps(reader, offsets, rank_index, gpu_bounds, gpu_calls, steps);
+  std::size_t rows = 0;
+  for (const RankSteps& rank : steps) rows += rank.rows.size();
+  model.steps.reserve(rows);
   for (RankSteps& rank : steps) {
     std::sort(rank.rows.begin(), rank.rows.end(),
               [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });
-    for (StepRecord& row : rank.rows) model.steps.push_back(row);
+    model.steps.insert(model.steps.end(), rank.rows.begin(), rank.rows.end());
+    rank.rows = std::vector<StepRecord>();  // freed rank by rank: the rows are most of what the model holds
   }
 
-  // Exposure per kind of collective.
-  std::map<std::tuple<Api, DType, std::int64_t>, CallExposure> exposure;
-  for (const Call& call : calls) {
-    if (isPointToPoint(call.api) || !call.exposure) continue;
-    const std::int64_t arrived = std::max(call.enqueue, call.last);
-    CallExposure& entry = exposure[{call.api, call.dtype, call.bytes}];
-    entry.api = call.api, entry.dtype = call.dtype, entry.bytes = call.bytes;
-    ++entry.calls;
-    entry.transport_ns += static_cast<double>(std::max<std::int64_t>(0, call.end - arrived));
-    entry.exposed_ns +=
-        static_cast<double>(std::max<std::int64_t>(0, call.end - std::max(call.start, arrived)));
-  }
   for (auto& [key, entry] : exposure) {
     entry.transport_ns /= static_cast<double>(entry.calls);
     entry.exposed_ns /= static_cast<double>(entry.calls);
