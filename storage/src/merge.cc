@@ -494,6 +494,7 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
       ++summary.files;
     }
     const auto offsets = estimateClockOffsets(clock);
+    clock.ends.clear();  // before the step model, the merge's other large part
     for (const auto& [rank_id, host] : host_of_rank)
       if (const auto offset = offsets.find({clock.hosts[host].run_uuid, clock.hosts[host].name});
           offset != offsets.end())

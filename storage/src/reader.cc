@@ -674,6 +674,22 @@ void TraceReader::forEachCall(const std::function<bool(const CallRecord&)>& visi
     if (!visit(readCall(query.handle()))) break;
 }
 
+void TraceReader::forEachCallWithoutGpuFacts(const std::function<bool(const CallRecord&)>& visit) const {
+  sql::Statement replays(impl_->db,
+                         "SELECT call_id, replay FROM gpu_calls WHERE replay IS NOT NULL ORDER BY call_id");
+  std::int64_t next_replay = replays.step() ? replays.int64(0) : INT64_MAX;
+  sql::Statement query(impl_->db,
+                       fmt::format("SELECT {} FROM calls ORDER BY id", detail::kCalls.selectList()));
+  CallRecord call;
+  while (query.step()) {
+    call = CallRecord{};
+    detail::kCalls.read(query.handle(), 0, call);
+    while (next_replay < call.id) next_replay = replays.step() ? replays.int64(0) : INT64_MAX;
+    if (next_replay == call.id) call.graph_replay = replays.int64(1);
+    if (!visit(call)) break;
+  }
+}
+
 void TraceReader::forEachPeerCall(const std::function<bool(const CallRecord&)>& visit) const {
   // The same columns as forEachCall, from peer_calls outwards: a row per call that has peers.
   sql::Statement query(impl_->db, fmt::format("SELECT {} FROM peer_calls p JOIN calls c ON c.id = p.call_id "

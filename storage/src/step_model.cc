@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -77,7 +79,7 @@ std::vector<Interval> subtract(const std::vector<Interval>& a, const std::vector
 
 // One rank's steps: their spans are consecutive, [begin of step i, begin of step i + 1).
 struct RankSteps {
-  std::vector<StepRecord> rows;  // by step
+  std::span<StepRecord> rows;  // in time order; held by the model's rows (or gpuSteps')
   // The row whose span holds time t, or nullptr.
   StepRecord* at(std::int64_t t) {
     auto it = std::upper_bound(rows.begin(), rows.end(), t,
@@ -101,11 +103,14 @@ struct RankSteps {
   }
 };
 
-// A rank's rows from their bounds (first posting, calls), in time order, each running to the next one's
-// start: the steps' numbers follow time unless markers went back, and the spans must not overlap.
-RankSteps consecutiveSpans(const std::map<std::int64_t, StepRecord>& bounds) {
-  RankSteps out;
-  for (const auto& [step, row] : bounds) out.rows.push_back(row);
+// A rank's rows from their bounds (first posting, calls), appended to `into` in time order, each running
+// to the next one's start: the steps' numbers follow time unless markers went back, and the spans must not
+// overlap. Returns them (valid until `into` grows).
+RankSteps appendConsecutiveSpans(const std::map<std::int64_t, StepRecord>& bounds,
+                                 std::vector<StepRecord>& into) {
+  const std::size_t first = into.size();
+  for (const auto& [step, row] : bounds) into.push_back(row);
+  RankSteps out{std::span<StepRecord>(into).subspan(first)};
   std::stable_sort(out.rows.begin(), out.rows.end(),
                    [](const StepRecord& a, const StepRecord& b) { return a.start_ns < b.start_ns; });
   for (std::size_t i = 0; i + 1 < out.rows.size(); ++i)
@@ -208,10 +213,12 @@ void gpuSteps(const TraceReader& reader, const std::vector<std::int64_t>& offset
     if (waits(i))
       waiting[gpu_calls[i].rank].push_back(
           {gpu_calls[i].start, std::min(gpu_calls[i].end, gpu_calls[i].last)});
+  std::vector<std::vector<StepRecord>> gpu_rows(offsets.size());
   std::vector<RankSteps> gpu(offsets.size());
   for (std::size_t r = 0; r < offsets.size(); ++r) {
     if (gpu_bounds[r].empty()) continue;
-    gpu[r] = consecutiveSpans(gpu_bounds[r]);
+    gpu_rows[r].reserve(gpu_bounds[r].size());
+    gpu[r] = appendConsecutiveSpans(gpu_bounds[r], gpu_rows[r]);
     auto& rows = gpu[r].rows;
     unite(windows[r]), unite(compute[r]), unite(nccl[r]), unite(waiting[r]);
     const std::vector<Interval> hidden = intersect(nccl[r], compute[r]);
@@ -325,12 +332,15 @@ StepModel computeStepModel(const TraceReader& reader,
   // GPU ranks (NCCL calls with steps): the bounds from the calls' GPU spans, and the calls.
   std::vector<std::map<std::int64_t, StepRecord>> gpu_bounds(rank_ids.size());
   std::vector<Call> gpu_calls;
-  bool any_step = false;
-  reader.forEachCall([&](const CallRecord& record) {
+  // Each rank's distinct steps, to size the rows; the last one added, to skip the set for most calls.
+  std::vector<std::set<std::int64_t>> rank_steps(rank_ids.size());
+  std::vector<std::int64_t> last_step(rank_ids.size(), -1);
+  reader.forEachCallWithoutGpuFacts([&](const CallRecord& record) {
     const auto rank = rank_index.find(record.rank_id);
     if (rank == rank_index.end()) return true;
     last_id[rank->second] = record.id;
-    any_step |= record.step >= 0;
+    if (record.step >= 0 && record.step != last_step[rank->second])
+      rank_steps[rank->second].insert(last_step[rank->second] = record.step);
     if (backendOf(record.api) != Backend::Mpi) {
       if (record.step < 0 || record.end_ns <= record.start_ns) return true;
       auto [it, inserted] = gpu_bounds[rank->second].try_emplace(record.step);
@@ -359,7 +369,10 @@ StepModel computeStepModel(const TraceReader& reader,
     if (isPointToPoint(record.api)) peer_postings.emplace(call.id, Posting{call.rank, call.enqueue});
     return true;
   });
-  if (!any_step) return model;
+  std::size_t step_rows = 0;
+  for (const auto& distinct : rank_steps) step_rows += distinct.size();
+  rank_steps = std::vector<std::set<std::int64_t>>();
+  if (step_rows == 0) return model;
 
   // Receives: their senders' postings, in the order of the messages (by send id) per receive.
   struct Received {
@@ -391,14 +404,23 @@ StepModel computeStepModel(const TraceReader& reader,
 
   // The second pass. Per rank: the steps' bounds and call counts, and the unions of blocked, in-flight and
   // waiting time, spread over the steps' spans.
-  std::vector<RankSteps> steps(rank_ids.size());
+  // Every rank's rows are held once, in model.steps (sized by the first pass), in the order the ranks'
+  // last calls come; `placed` says where each rank's are.
+  std::vector<StepRecord>& rows = model.steps;
+  rows.reserve(step_rows);
+  std::vector<std::pair<std::size_t, std::size_t>> placed(rank_ids.size());  // (first row, rows)
+  const auto stepsOf = [&](std::uint32_t r) {
+    return RankSteps{std::span<StepRecord>(rows).subspan(placed[r].first, placed[r].second)};
+  };
+  std::vector<std::uint32_t> finished;  // ranks in the order their rows were placed
   std::vector<std::map<std::int64_t, StepRecord>> bounds(rank_ids.size());
   std::vector<std::vector<Call>> pending(rank_ids.size());  // a rank's MPI calls until its last
   std::map<std::tuple<Api, DType, std::int64_t>, CallExposure> exposure;
   std::vector<Interval> blocked, in_flight, waiting;
   const auto finishRank = [&](std::uint32_t r) {
-    RankSteps& rank = steps[r];
-    rank = consecutiveSpans(bounds[r]);
+    RankSteps rank = appendConsecutiveSpans(bounds[r], rows);
+    placed[r] = {rows.size() - rank.rows.size(), rank.rows.size()};
+    finished.push_back(r);
     bounds[r].clear();
     if (!rank.rows.empty()) {
       blocked.clear(), in_flight.clear(), waiting.clear();
@@ -418,7 +440,7 @@ StepModel computeStepModel(const TraceReader& reader,
     }
     pending[r] = std::vector<Call>();  // (`= {}` would keep the capacity)
   };
-  reader.forEachCall([&](const CallRecord& record) {
+  reader.forEachCallWithoutGpuFacts([&](const CallRecord& record) {
     const auto found = rank_index.find(record.rank_id);
     if (found == rank_index.end()) return true;
     const std::uint32_t r = found->second;
@@ -474,18 +496,21 @@ StepModel computeStepModel(const TraceReader& reader,
       charged.push_back({arrival.rank, arrival.last - offsets[arrival.rank], arrival.waited});
   });
   for (const Charge& charge : charged)
-    if (StepRecord* row = steps[charge.rank].at(charge.at)) row->caused_ns += charge.waited;
+    if (StepRecord* row = stepsOf(charge.rank).at(charge.at)) row->caused_ns += charge.waited;
   charged = std::vector<Charge>();
-  gpuSteps(reader, offsets, rank_index, gpu_bounds, gpu_calls, steps);
-  std::size_t rows = 0;
-  for (const RankSteps& rank : steps) rows += rank.rows.size();
-  model.steps.reserve(rows);
-  for (RankSteps& rank : steps) {
-    std::sort(rank.rows.begin(), rank.rows.end(),
-              [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });
-    model.steps.insert(model.steps.end(), rank.rows.begin(), rank.rows.end());
-    rank.rows = std::vector<StepRecord>();  // freed rank by rank: the rows are most of what the model holds
+  {
+    std::vector<RankSteps> steps(rank_ids.size());
+    for (std::uint32_t r = 0; r < rank_ids.size(); ++r) steps[r] = stepsOf(r);
+    gpuSteps(reader, offsets, rank_index, gpu_bounds, gpu_calls, steps);
   }
+  // Ordered by rank (id), step: in place, a rank at a time when the ranks came in that order.
+  for (std::uint32_t r = 0; r < rank_ids.size(); ++r)
+    std::sort(stepsOf(r).rows.begin(), stepsOf(r).rows.end(),
+              [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });
+  if (!std::is_sorted(finished.begin(), finished.end()))
+    std::stable_sort(rows.begin(), rows.end(), [&](const StepRecord& a, const StepRecord& b) {
+      return rank_index.at(a.rank_id) < rank_index.at(b.rank_id);
+    });
 
   for (auto& [key, entry] : exposure) {
     entry.transport_ns /= static_cast<double>(entry.calls);
