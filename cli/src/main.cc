@@ -191,6 +191,9 @@ int main(int argc, char** argv) {
   merge->add_flag("--allow-different-runs", merge_options.allow_different_runs,
                   "Merge files of different runs (each keeps its own run)");
   merge->add_flag("-f,--force", merge_options.overwrite, "Replace the output if it exists");
+  merge->add_option("-j,--jobs", merge_options.jobs, "Threads that read the input files (0: one per core)")
+      ->check(CLI::Range(0, 1024))
+      ->default_val(0);
 
   // export
   std::string export_file, export_format, export_table = "calls", export_output;

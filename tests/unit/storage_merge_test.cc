@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -532,6 +533,135 @@ TEST_F(MergeTest, EstimatesTheClockOffsetsOfOtherHostsFromAllReduceEnds) {
     db.exec(fmt::format("UPDATE runs SET epoch_ns = epoch_ns + {}", kSkew));
   }
   EXPECT_EQ(mergeTraces(few, dir_.file("few.db"), {}).hosts_aligned, 0);
+}
+
+// Every row of every table of `path`, in stored order, as text: two files with equal dumps have the same
+// content (ids included), whatever their pages look like.
+std::vector<std::string> dumpTables(const std::string& path) {
+  RawDb db(path, SQLITE_OPEN_READONLY);
+  std::vector<std::string> out;
+  for (const auto& table : db.rows("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")) {
+    out.push_back("table " + table[0]);
+    for (const auto& row : db.rows("SELECT * FROM \"" + table[0] + "\"")) {
+      std::string line;
+      for (const std::string& value : row) line += value + "|";
+      out.push_back(std::move(line));
+    }
+  }
+  return out;
+}
+
+// The inputs are read on threads and written by one in input order: one thread or several, the output is
+// the same rows with the same ids. The job has what each part of the merge handles: ranks whose steps are
+// detected (step -1 in their files), consensus rows without a step, drops, and hosts whose clocks differ.
+TEST_F(MergeTest, TheOutputDoesNotDependOnTheNumberOfThreads) {
+  testing::SyntheticJob job;
+  job.ranks = 9;  // node0..node4, two ranks each but the last
+  job.steps = 12;
+  const auto inputs = writeJob(dir_, job, "threads");
+  for (int rank : {1, 4, 7}) {
+    RawDb db(inputs[static_cast<std::size_t>(rank)]);
+    db.exec("UPDATE calls SET step = -1");
+    db.exec(
+        "INSERT INTO consensus (rank_id, step, call_id, alpha, cosine_to_mean, grad_norm, diversity) "
+        "SELECT rank_id, -1, max(id), 0.5, 0.9, 1.0, 0.1 FROM calls");
+    db.exec("INSERT INTO drops (rank_id, kind, count) SELECT id, 'call', 3 FROM ranks");
+  }
+  for (int rank : {2, 3, 8}) {
+    RawDb db(inputs[static_cast<std::size_t>(rank)]);
+    db.exec(fmt::format("UPDATE runs SET epoch_ns = epoch_ns + {}", rank == 8 ? -700'000 : 2'000'000));
+  }
+  MergeOptions one;
+  one.jobs = 1;
+  const std::string reference = dir_.file("one-thread.db");
+  const MergeSummary expected = mergeTraces(inputs, reference, one);
+  EXPECT_GT(expected.steps_detected, 0);
+  EXPECT_EQ(expected.hosts_aligned, 4);
+  EXPECT_EQ(expected.largest_offset_ns, 2'000'000);
+  const auto rows = dumpTables(reference);
+  for (int jobs : {2, 4, 16}) {
+    MergeOptions options;
+    options.jobs = jobs;
+    const std::string output = dir_.file(fmt::format("{}-threads.db", jobs));
+    const MergeSummary summary = mergeTraces(inputs, output, options);
+    EXPECT_EQ(summary.calls, expected.calls) << jobs;
+    EXPECT_EQ(summary.steps_detected, expected.steps_detected) << jobs;
+    EXPECT_EQ(summary.step_rows, expected.step_rows) << jobs;
+    EXPECT_EQ(summary.largest_offset_ns, expected.largest_offset_ns) << jobs;
+    EXPECT_EQ(dumpTables(output), rows) << jobs << " threads";
+  }
+}
+
+// A failure found while the inputs are copied (here: the writer's, with threads still reading the inputs
+// after it) stops the merge with that input's message, and no output is left.
+TEST_F(MergeTest, AFailureWhileCopyingStopsTheMergeAndItsThreads) {
+  testing::SyntheticJob job;
+  job.ranks = 12;
+  const auto inputs = writeJob(dir_, job, "failing");
+  {
+    RawDb db(inputs[2]);
+    db.exec("UPDATE comms SET rank_id = 99");
+  }
+  MergeOptions options;
+  options.jobs = 3;
+  const std::string output = dir_.file("merged.db");
+  try {
+    mergeTraces(inputs, output, options);
+    ADD_FAILURE() << "merged an input whose communicator names a missing rank";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find(inputs[2]), std::string::npos) << error.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(output));
+}
+
+// The offsets from the latest end of each all-reduce per host are those the per-rank ends gave (ranks on
+// one host share its clock): computed here the way the merge did before, one sample per rank and
+// all-reduce, on three hosts with different clocks.
+TEST_F(MergeTest, ClockOffsetsPerHostAreThoseOfThePerRankEstimate) {
+  testing::SyntheticJob job;
+  job.ranks = 6;  // node0: 0, 1; node1: 2, 3; node2: 4, 5
+  job.steps = 12;
+  const auto inputs = writeJob(dir_, job, "hosts");
+  const std::map<std::string, std::int64_t> skew{{"node0", 0}, {"node1", 2'500'000}, {"node2", -900'000}};
+  for (int rank = 0; rank < job.ranks; ++rank) {
+    RawDb db(inputs[static_cast<std::size_t>(rank)]);
+    db.exec(fmt::format("UPDATE runs SET epoch_ns = epoch_ns + {}",
+                        skew.at(fmt::format("node{}", rank / job.ranks_per_host))));
+  }
+  // (seq) -> per rank: (host, absolute end) of the blocking all-reduces, from the inputs.
+  std::map<std::int64_t, std::vector<std::pair<std::string, std::int64_t>>> ends;
+  for (const std::string& path : inputs) {
+    const TraceReader reader = TraceReader::open(path);
+    const RunInfo run = reader.runs().at(0);
+    const RankInfo rank = reader.ranks().at(0);
+    reader.forEachCall([&](const CallRecord& call) {
+      if (call.api == Api::MpiAllreduce && call.seq >= 0)
+        ends[call.seq].emplace_back(rank.host, run.epoch_ns + call.end_ns);
+      return true;
+    });
+  }
+  std::map<std::string, std::vector<std::int64_t>> differences;
+  for (const auto& [seq, by_rank] : ends) {
+    std::int64_t reference = INT64_MIN;
+    for (const auto& [host, end] : by_rank)
+      if (host == "node0") reference = std::max(reference, end);
+    for (const auto& [host, end] : by_rank)
+      if (host != "node0") differences[host].push_back(reference - end);
+  }
+  const std::string output = dir_.file("merged.db");
+  const MergeSummary summary = mergeTraces(inputs, output, {});
+  EXPECT_EQ(summary.hosts_aligned, 2);
+  for (const RankInfo& rank : TraceReader::open(output).ranks()) {
+    std::int64_t expected = 0;
+    if (rank.host != "node0") {
+      auto& values = differences.at(rank.host);
+      std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2),
+                       values.end());
+      expected = values[values.size() / 2];
+    }
+    EXPECT_EQ(rank.clock_offset_ns, expected) << rank.rank;
+    EXPECT_EQ(rank.clock_offset_ns, -skew.at(rank.host)) << rank.rank;
+  }
 }
 
 TEST_F(MergeTest, ExpandsDirectoriesToTheirTraceFilesInNameOrder) {
