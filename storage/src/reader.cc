@@ -30,11 +30,12 @@
 namespace gradscope::storage {
 namespace {
 
-// All rows of a table, decoded, in the order `order_by` gives.
+// All rows of a table, decoded, in the order `order_by` gives; `expected` rows are reserved.
 template <typename Table>
 std::vector<typename Table::record_type> readAll(sql::Database& db, const Table& table,
-                                                 std::string_view order_by) {
+                                                 std::string_view order_by, std::size_t expected = 0) {
   std::vector<typename Table::record_type> rows;
+  rows.reserve(expected);
   sql::Statement query(
       db, fmt::format("SELECT {} FROM {} ORDER BY {}", table.selectList(), table.name(), order_by));
   while (query.step()) table.read(query.handle(), 0, rows.emplace_back());
@@ -619,7 +620,10 @@ std::vector<ConsensusRecord> TraceReader::consensus() const {
 }
 
 std::vector<StepRecord> TraceReader::steps() const {
-  return readAll(impl_->db, detail::kSteps, "rank_id, step");
+  // Sized first: a rank x step table of a large job is tens of MB, and growing it would overshoot by up to a
+  // half.
+  return readAll(impl_->db, detail::kSteps, "rank_id, step",
+                 static_cast<std::size_t>(impl_->db.queryInt("SELECT count(*) FROM steps")));
 }
 
 std::vector<GpuActivityRecord> TraceReader::gpuActivity() const {

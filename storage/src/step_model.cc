@@ -529,7 +529,9 @@ double stepSavingNs(double faster_ns, double transport_ns, double exposed_ns) {
 
 std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader) {
   std::vector<StepRecord> rows = reader.steps();
-  return rows.empty() ? computeStepModel(reader).steps : rows;
+  // (Not a conditional expression: its result would be a copy of `rows`, 79 MB at 4096 ranks x 200 steps.)
+  if (!rows.empty()) return rows;
+  return computeStepModel(reader).steps;
 }
 
 std::vector<StepTotals> stepTotals(std::span<const StepRecord> rows) {

@@ -47,10 +47,19 @@ std::vector<std::string> expandTraceInputs(const std::vector<std::string>& input
 //
 // With detect_steps, each rank whose calls all have step -1 (no explicit markers) gets the steps
 // detectSteps() finds in its calls; ranks with any explicit step keep theirs. Detection reads each input
-// file's calls once more before copying them, so the steps are written with the calls. Memory: 8 bytes
-// (signature) per call of the file's step-less ranks, then detectSteps' 12 bytes and 8-byte result per
-// call of one rank, and 8 bytes (step) per call of the file while it is copied. A per-rank file holds
-// one rank.
+// file's calls once more before copying them, so the steps are written with the calls.
+//
+// Threads and memory. Validation opens each input, reads its runs and ranks and closes it again. Then
+// `jobs` threads read the inputs (steps detected, calls in batches of 4096, the rows that refer to them)
+// and this thread remaps and writes them, in input order: the output is the same rows with the same ids
+// whatever `jobs` is. A thread takes an input only within 2 x jobs inputs of the one being written, and
+// an input's queue holds at most 4 batches; so what the merge holds grows with jobs and with the calls of
+// one input, not with the number of inputs: per input being read, detection's 8 bytes (signature) per
+// call of its step-less ranks, then detectSteps' 12 bytes and 8-byte result per call of one rank, and 8
+// bytes (step) per call while it is copied; the clock samples, 8 bytes per (host, all-reduce) for the
+// first 4096 all-reduces of each communicator. The step model written at the end (computeStepModel over
+// the output) holds one rank's calls at a time and the rows, 96 bytes per (rank, step). A per-rank file
+// holds one rank.
 MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::string& output,
                          const MergeOptions& options);
 

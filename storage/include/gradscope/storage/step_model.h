@@ -29,9 +29,13 @@
 // What it does not see: a blocking send that waits for its receiver (rendezvous) is exposed, not waiting.
 // The threads of one rank share its timeline.
 //
-// Cost: one pass over the calls (TraceReader::forEachCall) keeping 72 bytes per MPI call, the
-// point-to-point matching of peers.h when the trace has such calls, and a sort per rank: O(n log n) time,
-// about 80 bytes per MPI call of memory.
+// Cost: two passes over the calls (TraceReader::forEachCallWithoutGpuFacts), the point-to-point matching of
+// peers.h when the trace has such calls, and a sort per rank: O(n log n) time. Memory does not grow with
+// the trace's calls but with one rank's: the first pass keeps an entry per collective (who posted it
+// last), each rank's distinct steps and the point-to-point calls' postings; the second keeps a rank's MPI
+// calls (72 bytes each) until its last call, when its rows are made (the ranks of merged and per-rank files
+// keep their calls together; ranks whose calls interleave are held together). The rows themselves are
+// 96 bytes per (rank, step); a GPU rank's NCCL calls are all kept (72 bytes each).
 
 #include <cstdint>
 #include <functional>
@@ -72,7 +76,8 @@ struct StepModel {
 
 // The step model of every rank of `reader`'s trace. Empty when no call has a step. `exposure_of`, when
 // set, picks the calls whose exposure is measured (all collectives otherwise): a validated apply run
-// measures it on the calls that ran without the plan.
+// measures it on the calls that ran without the plan. It sees calls without their GPU facts other than
+// graph_replay (forEachCallWithoutGpuFacts).
 StepModel computeStepModel(const TraceReader& reader,
                            const std::function<bool(const CallRecord&)>& exposure_of = {});
 
