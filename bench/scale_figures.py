@@ -9,7 +9,8 @@ merged file is the one its report reads.
 
 Every figure is one process started by this script: wall = fork to wait4, peak RSS = ru_maxrss taken by
 /usr/bin/time -f %M (KiB, shown in MiB). Printed: the medians with the range (min-max) over the repeats,
-calls per second of the merge (calls / median wall), the load average at the start and the end, and, with
+calls per second of the merge (calls / median wall), CPU time (user + sys, less sensitive to the machine's
+load than wall time), the load average at the start and the end, and, with
 --check, whether the baseline's and the build's merged files hold the same rows (every table, row for row).
 
   /usr/bin/python3 bench/scale_figures.py BUILD_DIR [--baseline DIR] [--ranks 64,512,4096] [--steps 200]
@@ -48,11 +49,11 @@ def load():
 
 
 def measure(command, log_path):
-    """Runs `command` under /usr/bin/time: (wall seconds, peak RSS KiB, stdout)."""
+    """Runs `command` under /usr/bin/time: (wall seconds, peak RSS KiB, CPU seconds (user + sys), stdout)."""
     rss_path = log_path + ".rss"
     with open(log_path + ".out", "w") as out, open(log_path + ".err", "w") as err:
         start = time.monotonic()
-        process = subprocess.Popen([TIME, "-f", "%M", "-o", rss_path, "--"] + command, stdout=out, stderr=err)
+        process = subprocess.Popen([TIME, "-f", "%M %U %S", "-o", rss_path, "--"] + command, stdout=out, stderr=err)
         try:
             rc = process.wait(timeout=STEP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -64,9 +65,9 @@ def measure(command, log_path):
         with open(log_path + ".err") as f:
             sys.exit(f"scale_figures: {' '.join(command)} failed ({rc}): {f.read().strip()[-400:]}")
     with open(rss_path) as f:
-        rss_kib = int(f.read().split()[-1])
+        rss_kib, user, system = f.read().split()[-3:]
     with open(log_path + ".out") as f:
-        return wall, rss_kib, f.read()
+        return wall, int(rss_kib), float(user) + float(system), f.read()
 
 
 def synthetic_run(synth, scratch, ranks, steps):
@@ -118,7 +119,8 @@ def main():
     rows = []
     for ranks in [int(r) for r in options.ranks.split(",")]:
         inputs = synthetic_run(synth, options.scratch, ranks, options.steps)
-        figures = {tag: {"merge": [], "merge_rss": [], "report": [], "report_rss": []} for tag, _ in binaries}
+        figures = {tag: {"merge": [], "merge_cpu": [], "merge_rss": [], "report": [], "report_cpu": [], "report_rss": []}
+                   for tag, _ in binaries}
         calls = 0
         for repeat in range(options.repeats):
             order = binaries if repeat % 2 == 0 else list(reversed(binaries))
@@ -128,16 +130,19 @@ def main():
                 command = [gradscope, "merge", inputs, "-o", merged, "--force"]
                 if options.jobs and tag == "new":
                     command += ["--jobs", str(options.jobs)]
-                wall, rss, out = measure(command, log + "-merge")
+                wall, rss, cpu, out = measure(command, log + "-merge")
                 found = re.search(r"(\d+) calls", out)
                 calls = int(found.group(1)) if found else 0
                 figures[tag]["merge"].append(wall)
+                figures[tag]["merge_cpu"].append(cpu)
                 figures[tag]["merge_rss"].append(rss / 1024)
-                wall, rss, _ = measure([gradscope, "report", merged], log + "-report")
+                wall, rss, cpu, _ = measure([gradscope, "report", merged], log + "-report")
                 figures[tag]["report"].append(wall)
+                figures[tag]["report_cpu"].append(cpu)
                 figures[tag]["report_rss"].append(rss / 1024)
                 print(f"{ranks} ranks, repeat {repeat + 1}, {tag}: merge {figures[tag]['merge'][-1]:.2f} s "
-                      f"{figures[tag]['merge_rss'][-1]:.0f} MiB, report {wall:.2f} s {rss / 1024:.0f} MiB "
+                      f"(CPU {figures[tag]['merge_cpu'][-1]:.1f} s) {figures[tag]['merge_rss'][-1]:.0f} MiB, "
+                      f"report {wall:.2f} s (CPU {cpu:.1f} s) {rss / 1024:.0f} MiB "
                       f"(load {load()})", flush=True)
         same = ""
         if options.check and len(binaries) == 2:
@@ -148,16 +153,18 @@ def main():
             rows.append([str(ranks), f"{calls:,}", tag,
                          spread(f["merge"], lambda v: f"{v:.1f} s"),
                          f"{calls / statistics.median(f['merge']) / 1000:,.0f} k",
+                         spread(f["merge_cpu"], lambda v: f"{v:.1f} s"),
                          spread(f["merge_rss"], lambda v: f"{v:.0f}"),
                          spread(f["report"], lambda v: f"{v:.1f} s"),
+                         spread(f["report_cpu"], lambda v: f"{v:.1f} s"),
                          spread(f["report_rss"], lambda v: f"{v:.0f}"), same])
         if not options.keep:
             for tag, _ in binaries:
                 os.remove(os.path.join(options.scratch, f"merged-{ranks}-{tag}.db"))
 
     print(f"load average at the end: {load()}")
-    header = ["ranks", "calls", "binary", "merge wall, median (range)", "merge calls/s", "merge peak RSS MiB",
-              "report wall", "report peak RSS MiB", "check"]
+    header = ["ranks", "calls", "binary", "merge wall, median (range)", "merge calls/s", "merge CPU (user+sys)",
+              "merge peak RSS MiB", "report wall", "report CPU", "report peak RSS MiB", "check"]
     if options.markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))

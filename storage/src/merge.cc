@@ -79,8 +79,11 @@ struct DetectedSteps {
 // afterwards measured three times the cost). The read takes the calls table alone: with it detection adds
 // about 25% to a merge, with TraceReader::forEachCall (calls joined with gpu_calls) 45%
 // (BM_MergeDetectSteps).
-std::map<std::int64_t, DetectedSteps> detectMissingSteps(
-    const std::string& path, const std::map<std::int64_t, std::string>& comm_keys) {
+// The scan stops once each of the file's `ranks` has an explicit step: a file with markers is not read
+// through (a second read of every call, a third of a 4096-rank merge's time).
+std::map<std::int64_t, DetectedSteps> detectMissingSteps(const TraceReader& reader,
+                                                         const std::map<std::int64_t, std::string>& comm_keys,
+                                                         std::size_t ranks) {
   std::map<std::int64_t, std::vector<std::uint64_t>> signatures;  // by rank id, in id order
   std::map<std::int64_t, std::vector<std::int64_t>> enqueued;     // the calls' enqueue times, likewise
   std::map<std::int64_t, std::vector<std::pair<std::int64_t, std::int64_t>>> comm_seq;  // (comm id, seq)
@@ -88,21 +91,10 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
   std::int64_t current_rank = -1;
   std::vector<std::uint64_t>* current = nullptr;  // signatures of current_rank; null once marked
   const std::string no_comm;                      // calls whose communicator the file does not name
-  sql::Database db(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
-  // Graph replays share their captured call's seq: they keep the places their times give them. Their ids
-  // come from the partial index gpu_calls_replays (empty in most traces), read in step with the calls.
-  sql::Statement replays(db, "SELECT call_id FROM gpu_calls WHERE replay IS NOT NULL ORDER BY call_id");
-  std::int64_t next_replay = replays.step() ? replays.int64(0) : INT64_MAX;
-  const auto isReplay = [&](std::int64_t id) {
-    while (next_replay < id) next_replay = replays.step() ? replays.int64(0) : INT64_MAX;
-    return next_replay == id;
-  };
+  // Graph replays share their captured call's seq: they keep the places their times give them.
   constexpr std::int64_t kReplay = INT64_MIN;  // their "communicator" in comm_seq: never reordered
   constexpr std::int64_t kPeerSequence = std::int64_t{1} << 62;
-  sql::Statement query(db, fmt::format("SELECT {} FROM calls ORDER BY id", detail::kCalls.selectList()));
-  CallRecord call;
-  while (query.step()) {
-    detail::kCalls.read(query.handle(), 0, call);
+  reader.forEachCallWithoutGpuFacts([&](const CallRecord& call) {
     if (call.rank_id != current_rank) {
       current_rank = call.rank_id;
       current = marked.count(current_rank) ? nullptr : &signatures[current_rank];
@@ -122,12 +114,13 @@ std::map<std::int64_t, DetectedSteps> detectMissingSteps(
       enqueued[current_rank].push_back(call.enqueue_ns);
       // Point-to-point calls and NCCL group launches are numbered apart from the collectives of their
       // communicator (numberedApart): a sequence of their own.
-      const std::int64_t sequence = isReplay(call.id)         ? kReplay
+      const std::int64_t sequence = call.graph_replay != 0    ? kReplay
                                     : numberedApart(call.api) ? call.comm_id | kPeerSequence
                                                               : call.comm_id;
       comm_seq[current_rank].emplace_back(sequence, call.seq);
     }
-  }
+    return marked.size() < ranks;
+  });
   // The pattern is the order in which the rank issued its calls (enqueue time), which is not always the
   // order they were written in: a nonblocking call is recorded when it completes, after calls issued
   // later. Detect in issue order, then hand the steps out in id order.
@@ -280,6 +273,245 @@ std::map<std::pair<std::string, std::string>, std::int64_t> estimateClockOffsets
     offsets[host] = both_last ? e.low + (e.high - e.low) / 2 : ends;
   }
   return offsets;
+}
+
+// What one input holds besides its runs and ranks, read by a decoding thread and handed to the writer in
+// input order: first its communicators, then its calls in batches (in id order, steps detected and
+// filled in, ids and times as the file has them), then the rows that refer to them.
+struct DecodedItem {
+  enum class Kind { Header, Calls, Tail } kind = Kind::Header;
+  // Header
+  std::vector<CommInfo> comms;
+  std::int64_t steps_detected = 0;  // most steps detected on one of its ranks
+  // Calls
+  std::vector<CallRecord> calls;
+  // Tail. Consensus rows without a step that name a call have its step (old call ids).
+  std::vector<Measurement> measurements;
+  std::vector<ConsensusRecord> consensus;
+  std::vector<AppliedCall> applied;
+  std::vector<RecommendationRecord> recommendations;
+  std::vector<GpuActivityRecord> gpu;
+  std::vector<DropRecord> drops;
+};
+
+// The batch the writer appends at once, as before the decoding moved to threads.
+constexpr std::size_t kCallBatch = 4096;
+
+// Reads the input at `path` into items for `emit`, which returns false to stop (the merge failed).
+void decodeInput(const std::string& path, bool detect_steps, const std::function<bool(DecodedItem&&)>& emit) {
+  const TraceReader reader = TraceReader::open(path);
+  DecodedItem header;
+  header.comms = reader.comms();
+  std::map<std::int64_t, std::string> comm_keys;  // old id -> key
+  for (const CommInfo& comm : header.comms) comm_keys[comm.id] = comm.key;
+  std::map<std::int64_t, DetectedSteps> detected;  // ranks without explicit steps, by old id
+  if (detect_steps) detected = detectMissingSteps(reader, comm_keys, reader.ranks().size());
+  for (const auto& [rank_id, rank] : detected)
+    if (!rank.steps.empty())
+      header.steps_detected =
+          std::max(header.steps_detected, *std::max_element(rank.steps.begin(), rank.steps.end()) + 1);
+  if (!emit(std::move(header))) return;
+
+  // Consensus rows the agent wrote without a step take their call's step, known once the call is read
+  // (detection may have given it one): old call id -> step.
+  DecodedItem tail;
+  tail.kind = DecodedItem::Kind::Tail;
+  tail.consensus = reader.consensus();
+  std::map<std::int64_t, std::int64_t> step_of_call;
+  for (const ConsensusRecord& row : tail.consensus)
+    if (row.step < 0 && row.call_id) step_of_call.emplace(*row.call_id, -1);
+  std::int64_t detected_rank = -1;
+  DetectedSteps* rank_steps = nullptr;  // detected[detected_rank], if any
+  DecodedItem batch;
+  batch.kind = DecodedItem::Kind::Calls;
+  batch.calls.reserve(kCallBatch);
+  bool stopped = false;
+  reader.forEachCall([&](const CallRecord& original) {
+    CallRecord call = original;
+    if (original.rank_id != detected_rank) {
+      detected_rank = original.rank_id;
+      const auto it = detected.find(detected_rank);
+      rank_steps = it == detected.end() ? nullptr : &it->second;
+    }
+    // (A call appended after detection read the file, which can only be so while it is still being
+    // written, keeps step -1.)
+    if (rank_steps && call.step < 0 && rank_steps->next < rank_steps->steps.size())
+      call.step = rank_steps->steps[rank_steps->next++];
+    if (!step_of_call.empty())
+      if (const auto wanted = step_of_call.find(original.id); wanted != step_of_call.end())
+        wanted->second = call.step;
+    batch.calls.push_back(call);
+    if (batch.calls.size() == kCallBatch) {
+      if (!emit(std::move(batch))) {
+        stopped = true;
+        return false;
+      }
+      batch.calls.clear();
+      batch.calls.reserve(kCallBatch);
+    }
+    return true;
+  });
+  if (stopped || (!batch.calls.empty() && !emit(std::move(batch)))) return;
+  detected.clear();
+
+  for (ConsensusRecord& row : tail.consensus)
+    if (row.step < 0 && row.call_id) row.step = step_of_call.at(*row.call_id);
+  tail.measurements = reader.measurements();
+  tail.applied = reader.appliedCalls();
+  tail.recommendations = reader.recommendations();
+  tail.gpu = reader.gpuActivity();
+  tail.drops = reader.drops();
+  emit(std::move(tail));
+}
+
+// Reads the inputs on `threads` threads and hands their items to one consumer (the writer) in input
+// order, so that the output does not depend on the number of threads. Memory is bounded by the threads,
+// not the inputs: a thread takes an input only within a window of 2 x threads inputs of the one being
+// consumed, and an input's queue holds at most kQueuedItems items (call batches of 4096 calls, ~0.5 MiB)
+// before its thread waits. A failure is handed over in its input's place, after the items read before it.
+class DecodePipeline {
+ public:
+  DecodePipeline(const std::vector<std::string>& paths, int threads, bool detect_steps)
+      : paths_(paths), channels_(paths.size()), window_(2 * static_cast<std::size_t>(threads)) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this, detect_steps] { work(detect_steps); });
+  }
+  DecodePipeline(const DecodePipeline&) = delete;
+  DecodePipeline& operator=(const DecodePipeline&) = delete;
+  ~DecodePipeline() {
+    {
+      const std::lock_guard lock(mutex_);
+      cancelled_ = true;
+    }
+    consumed_.notify_all();
+    threads_.clear();  // joins
+  }
+
+  // The next item of input `input` (taken in increasing order), waiting for it; nullopt when the input
+  // has no more. Rethrows the input's failure.
+  std::optional<DecodedItem> next(std::size_t input) {
+    std::unique_lock lock(mutex_);
+    if (current_ != input) {
+      current_ = input;
+      consumed_.notify_all();
+    }
+    Channel& channel = channels_[input];
+    produced_.wait(lock, [&] { return !channel.items.empty() || channel.done; });
+    if (channel.items.empty()) {
+      if (channel.error) std::rethrow_exception(channel.error);
+      return std::nullopt;
+    }
+    DecodedItem item = std::move(channel.items.front());
+    channel.items.pop_front();
+    consumed_.notify_all();
+    return item;
+  }
+
+ private:
+  static constexpr std::size_t kQueuedItems = 4;
+
+  struct Channel {
+    std::deque<DecodedItem> items;
+    bool done = false;
+    std::exception_ptr error;
+  };
+
+  void work(bool detect_steps) {
+    for (;;) {
+      std::size_t input = 0;
+      {
+        std::unique_lock lock(mutex_);
+        consumed_.wait(lock, [&] {
+          return cancelled_ || next_input_ >= paths_.size() || next_input_ < current_ + window_;
+        });
+        if (cancelled_ || next_input_ >= paths_.size()) return;
+        input = next_input_++;
+      }
+      Channel& channel = channels_[input];
+      try {
+        decodeInput(paths_[input], detect_steps, [&](DecodedItem&& item) {
+          std::unique_lock lock(mutex_);
+          consumed_.wait(lock, [&] { return cancelled_ || channel.items.size() < kQueuedItems; });
+          if (cancelled_) return false;
+          channel.items.push_back(std::move(item));
+          produced_.notify_all();
+          return true;
+        });
+      } catch (...) {
+        const std::lock_guard lock(mutex_);
+        channel.error = std::current_exception();
+      }
+      {
+        const std::lock_guard lock(mutex_);
+        channel.done = true;
+      }
+      produced_.notify_all();
+    }
+  }
+
+  const std::vector<std::string>& paths_;
+  std::mutex mutex_;
+  std::condition_variable produced_, consumed_;
+  std::vector<Channel> channels_;
+  const std::size_t window_;
+  std::size_t next_input_ = 0;  // the next input a thread takes
+  std::size_t current_ = 0;     // the input being consumed
+  bool cancelled_ = false;
+  std::vector<std::jthread> threads_;  // last: joined before the state above goes
+};
+
+// Runs `task(i)` for i in [0, count) on `threads` threads; rethrows the failure of the lowest i.
+void parallelFor(std::size_t count, int threads, const std::function<void(std::size_t)>& task) {
+  std::vector<std::exception_ptr> errors(count);
+  std::atomic<std::size_t> next{0};
+  const auto run = [&] {
+    for (std::size_t i = next++; i < count; i = next++) {
+      try {
+        task(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> workers;
+    for (int i = 1; i < threads; ++i) workers.emplace_back(run);
+    run();
+  }
+  for (const auto& error : errors)
+    if (error) std::rethrow_exception(error);
+}
+
+int decodingThreads(int jobs) {
+  if (jobs > 0) return jobs;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+std::vector<std::string> expandTraceInputs(const std::vector<std::string>& inputs,
+                                           const std::string& exclude) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  std::error_code ec;
+  const fs::path excluded = exclude.empty() ? fs::path() : fs::weakly_canonical(exclude, ec);
+  for (const std::string& input : inputs) {
+    if (fs::is_directory(input, ec)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::directory_iterator(input, ec))
+        if (entry.is_regular_file() && entry.path().extension() == ".db" &&
+            entry.path().filename().string().front() != '.' &&
+            (excluded.empty() || fs::weakly_canonical(entry.path(), ec) != excluded))
+          found.push_back(entry.path().string());
+      if (ec) fail("{}: cannot list directory: {}", input, ec.message());
+      if (found.empty()) fail("{}: no trace files (*.db) in this directory", input);
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else {
+      files.push_back(input);
+    }
+  }
+  if (files.empty()) fail("no input traces given");
+  return files;
 }
 
 MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::string& output,
@@ -494,7 +726,7 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
       ++summary.files;
     }
     const auto offsets = estimateClockOffsets(clock);
-    clock.ends.clear();  // before the step model, the merge's other large part
+    clock.times.clear();  // before the step model, the merge's other large part
     for (const auto& [rank_id, host] : host_of_rank)
       if (const auto offset = offsets.find({clock.hosts[host].run_uuid, clock.hosts[host].name});
           offset != offsets.end())
