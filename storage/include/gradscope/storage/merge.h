@@ -47,7 +47,8 @@ std::vector<std::string> expandTraceInputs(const std::vector<std::string>& input
 //
 // With detect_steps, each rank whose calls all have step -1 (no explicit markers) gets the steps
 // detectSteps() finds in its calls; ranks with any explicit step keep theirs. Detection reads each input
-// file's calls once more before copying them, so the steps are written with the calls.
+// file's calls once more before copying them (until each of its ranks has shown an explicit step), so the
+// steps are written with the calls.
 //
 // Threads and memory. Validation opens each input, reads its runs and ranks and closes it again. Then
 // `jobs` threads read the inputs (steps detected, calls in batches of 4096, the rows that refer to them)
