@@ -57,7 +57,7 @@ std::vector<std::string> expandTraceInputs(const std::vector<std::string>& input
 // an input's queue holds at most 4 batches; so what the merge holds grows with jobs and with the calls of
 // one input, not with the number of inputs: per input being read, detection's 8 bytes (signature) per
 // call of its step-less ranks, then detectSteps' 12 bytes and 8-byte result per call of one rank, and 8
-// bytes (step) per call while it is copied; the clock samples, 8 bytes per (host, all-reduce) for the
+// bytes (step) per call while it is copied; the clock samples, 24 bytes per (host, all-reduce) for the
 // first 4096 all-reduces of each communicator. The step model written at the end (computeStepModel over
 // the output) holds one rank's calls at a time and the rows, 96 bytes per (rank, step). A per-rank file
 // holds one rank.
