@@ -217,6 +217,11 @@ enter() {
   local environment=()
   if [ "$clean" = 1 ]; then
     environment=(env -i "PATH=$PATH" "HOME=${HOME:-/root}" "USER=${USER:-root}" "SHELL=/bin/sh")
+    # The sanitizers' options pass, as a site's login environment would hold them: a sanitizer build's
+    # tests suppress Open MPI's own reports with them on every host.
+    for name in ASAN_OPTIONS LSAN_OPTIONS TSAN_OPTIONS UBSAN_OPTIONS; do
+      [ -z "${!name:-}" ] || environment+=("$name=${!name}")
+    done
   else
     environment=(env)
   fi
