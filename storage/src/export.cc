@@ -79,14 +79,7 @@ void writeChromeTrace(const TraceReader& reader, std::ostream& out) {
 
   // Messages as flow arrows from the send's slice to the receive's. Both lists are in call id order, as
   // the calls come, so one cursor each finds a call's flows.
-  const PeerMessages matched = matchPeerMessages(reader);
-  std::vector<std::pair<std::int64_t, std::int64_t>> received;  // (recv_call_id, send_call_id)
-  received.reserve(matched.messages.size());
-  for (const PeerMessage& message : matched.messages)
-    received.emplace_back(message.recv_call_id, message.send_call_id);
-  std::sort(received.begin(), received.end());
-  auto next_sent = matched.messages.begin();
-  auto next_received = received.begin();
+  MessageFlows flows(matchPeerMessages(reader));
   const CommunicatorRanks peer_ranks(reader);
 
   reader.forEachCall([&](const CallRecord& call) {
@@ -130,15 +123,13 @@ void writeChromeTrace(const TraceReader& reader, std::ostream& out) {
     // inside it even when the call is short ("bp":"e" asks the same of the flow's end, which otherwise
     // binds to the next slice to begin).
     const std::string middle = micros(call.start_ns + offset + (call.end_ns - call.start_ns) / 2);
-    while (next_sent != matched.messages.end() && next_sent->send_call_id < call.id) ++next_sent;
-    if (next_sent != matched.messages.end() && next_sent->send_call_id == call.id)
+    if (flows.sends(call.id))
       event(fmt::format(R"({{"ph":"s","id":{},"name":"message","cat":"p2p","pid":{},"tid":{},"ts":{}}})",
                         call.id, call.rank_id, call.comm_id, middle));
-    while (next_received != received.end() && next_received->first < call.id) ++next_received;
-    for (; next_received != received.end() && next_received->first == call.id; ++next_received)
+    for (const std::int64_t send : flows.receives(call.id))
       event(fmt::format(
-          R"({{"ph":"f","bp":"e","id":{},"name":"message","cat":"p2p","pid":{},"tid":{},"ts":{}}})",
-          next_received->second, call.rank_id, call.comm_id, middle));
+          R"({{"ph":"f","bp":"e","id":{},"name":"message","cat":"p2p","pid":{},"tid":{},"ts":{}}})", send,
+          call.rank_id, call.comm_id, middle));
     return true;
   });
   out << "\n]}\n";

@@ -465,6 +465,27 @@ std::vector<FamilyTotals> familyTotals(const TraceReader& reader) {
   return out;
 }
 
+MessageFlows::MessageFlows(PeerMessages matched) : matched_(std::move(matched)) {
+  received_.reserve(matched_.messages.size());
+  for (const PeerMessage& message : matched_.messages)
+    received_.emplace_back(message.recv_call_id, message.send_call_id);
+  std::sort(received_.begin(), received_.end());
+  next_sent_ = matched_.messages.begin();
+}
+
+bool MessageFlows::sends(std::int64_t call_id) {
+  while (next_sent_ != matched_.messages.end() && next_sent_->send_call_id < call_id) ++next_sent_;
+  return next_sent_ != matched_.messages.end() && next_sent_->send_call_id == call_id;
+}
+
+std::vector<std::int64_t> MessageFlows::receives(std::int64_t call_id) {
+  while (next_received_ < received_.size() && received_[next_received_].first < call_id) ++next_received_;
+  std::vector<std::int64_t> sends;
+  for (; next_received_ < received_.size() && received_[next_received_].first == call_id; ++next_received_)
+    sends.push_back(received_[next_received_].second);
+  return sends;
+}
+
 std::vector<LinkMeasurement> linkMeasurements(const std::vector<RunInfo>& runs) {
   std::vector<LinkMeasurement> out;
   const auto read = [&out](const nlohmann::json& agent) {

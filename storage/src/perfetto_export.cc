@@ -361,16 +361,8 @@ class PerfettoWriter {
   }
 
   void writeCalls() {
-    // Messages as flows from the send's slice to the receive's, found with one cursor per list as in
-    // the Chrome trace (both in call id order).
-    const PeerMessages matched = matchPeerMessages(reader_);
-    std::vector<std::pair<std::int64_t, std::int64_t>> received;  // (recv_call_id, send_call_id)
-    received.reserve(matched.messages.size());
-    for (const PeerMessage& message : matched.messages)
-      received.emplace_back(message.recv_call_id, message.send_call_id);
-    std::sort(received.begin(), received.end());
-    auto next_sent = matched.messages.begin();
-    auto next_received = received.begin();
+    // Messages as flows from the send's slice to the receive's, as in the Chrome trace.
+    MessageFlows flows(matchPeerMessages(reader_));
     const CommunicatorRanks peer_ranks(reader_);
 
     reader_.forEachCall([&](const CallRecord& call) {
@@ -418,12 +410,9 @@ class PerfettoWriter {
       if (call.peer_max_bytes >= 0) number(lane, begin, Arg::PeerMaxBytes, call.peer_max_bytes);
       if (call.peer_min_bytes >= 0) number(lane, begin, Arg::PeerMinBytes, call.peer_min_bytes);
       // A flow starts at the send's slice (id = the send's call id) and ends at the receive's.
-      while (next_sent != matched.messages.end() && next_sent->send_call_id < call.id) ++next_sent;
-      if (next_sent != matched.messages.end() && next_sent->send_call_id == call.id)
-        event->add_flow_ids(static_cast<std::uint64_t>(call.id));
-      while (next_received != received.end() && next_received->first < call.id) ++next_received;
-      for (; next_received != received.end() && next_received->first == call.id; ++next_received)
-        event->add_terminating_flow_ids(static_cast<std::uint64_t>(next_received->second));
+      if (flows.sends(call.id)) event->add_flow_ids(static_cast<std::uint64_t>(call.id));
+      for (const std::int64_t send : flows.receives(call.id))
+        event->add_terminating_flow_ids(static_cast<std::uint64_t>(send));
       emit(begin);
 
       pb::TracePacket& finish = packetOn(lane, end);

@@ -68,6 +68,23 @@ struct PeerMessages {
 };
 PeerMessages matchPeerMessages(const TraceReader& reader);
 
+// The matched messages as flows, for the exporters' arrows from a send's slice to its receive's: asked
+// about each call in increasing id order (the order TraceReader::forEachCall gives), whether the call
+// sent a message (the flow's id is then the call's id) and which messages it received (their send call
+// ids). One cursor per list: no lookup structure beyond the receives sorted once.
+class MessageFlows {
+ public:
+  explicit MessageFlows(PeerMessages matched);
+  bool sends(std::int64_t call_id);
+  std::vector<std::int64_t> receives(std::int64_t call_id);
+
+ private:
+  PeerMessages matched_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> received_;  // (recv_call_id, send_call_id)
+  std::vector<PeerMessage>::const_iterator next_sent_;
+  std::size_t next_received_ = 0;
+};
+
 // Rank × peer totals of point-to-point calls: row = the calling rank, column = its peer, both world ranks
 // (index = rank). A send counts at (sender, receiver), a receive at (receiver, sender); MPI_Sendrecv at
 // both, its whole duration in each (one call did both). Bytes are what the calls moved; time is the calls'
