@@ -12,6 +12,8 @@ packages=(
   # gradscope export --format perfetto: the protobuf library and protoc (optional: left out without them).
   libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin
+  # scripts/cluster.sh (hosts as network namespaces, links shaped with tc; the ctest label cluster).
+  iproute2
   # libqt6opengl6-dev is only a Recommends of qt6-base-dev, which --no-install-recommends skips, but
   # Qt6ChartsConfig.cmake needs Qt6OpenGL: without it find_package(Qt6 COMPONENTS Charts) fails.
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev
