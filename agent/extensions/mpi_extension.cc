@@ -38,8 +38,8 @@ namespace {
 
 // The link probe (ExploreSettings::probe_links): each host's lowest rank exchanges kLinkBytes both ways
 // at once with the lowest rank of up to kLinkRounds other hosts, kLinkTries times each, keeping the
-// fastest. At most 4 × 3 exchanges of 1 MiB per host, once, at start: 0.4 s on a 100 Mbit/s link, a few
-// milliseconds on a cluster's network.
+// fastest. At most 4 × 3 exchanges of 1 MiB per host, once, at start: about 1 s on a 100 Mbit/s link
+// (84 ms an exchange), a few milliseconds on a cluster's network.
 constexpr int kLinkBytes = 1 << 20;
 constexpr int kLinkRounds = 4;
 constexpr int kLinkTries = 3;
