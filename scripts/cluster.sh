@@ -36,24 +36,33 @@ usage() {
   exit 2
 }
 
+# Whether a scratch namespace's veth takes the queueing discipline `tc qdisc add dev gsa root ARGS...`:
+# 0 yes; 1 no namespace; 2 no veth pair; 3 not that discipline. The namespace goes again.
+probe_qdisc() {
+  local probe="gsprobe$$" status=0
+  ip netns add "$probe" 2>/dev/null || return 1
+  if ! ip netns exec "$probe" ip link add gsa type veth peer name gsb 2>/dev/null; then
+    status=2
+  elif ! ip netns exec "$probe" tc qdisc add dev gsa root "$@" 2>/dev/null; then
+    status=3
+  fi
+  ip netns del "$probe" 2>/dev/null || true
+  return "$status"
+}
+
 # Why namespaces cannot be made here, or nothing.
 why_not() {
   [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, tc)"; return; }
   for tool in ip tc unshare; do
     command -v "$tool" >/dev/null 2>&1 || { echo "needs $tool (iproute2, util-linux)"; return; }
   done
-  local probe="gsprobe$$"
-  if ! ip netns add "$probe" 2>/dev/null; then
-    echo "cannot create a network namespace here (a container without CAP_SYS_ADMIN?)"
-    return
-  fi
-  local reason=""
-  ip netns exec "$probe" ip link add gsa type veth peer name gsb 2>/dev/null || reason="cannot create veth pairs"
-  if [ -z "$reason" ] && ! ip netns exec "$probe" tc qdisc add dev gsa root handle 1: htb default 1 2>/dev/null; then
-    reason="cannot shape links with tc htb (kernel without sch_htb)"
-  fi
-  ip netns del "$probe" 2>/dev/null || true
-  [ -z "$reason" ] || echo "$reason"
+  local status=0
+  probe_qdisc handle 1: htb default 1 || status=$?
+  case "$status" in
+    1) echo "cannot create a network namespace here (a container without CAP_SYS_ADMIN?)" ;;
+    2) echo "cannot create veth pairs" ;;
+    3) echo "cannot shape links with tc htb (kernel without sch_htb)" ;;
+  esac
 }
 
 name=gsc
@@ -81,12 +90,8 @@ parse_common() {
 # A delay needs netem, which some kernels (this project's VMs among them) are built without.
 check_delay() {
   [ "$delay" = 0 ] && return
-  local probe="gsdelay$$" ok=1
-  ip netns add "$probe" 2>/dev/null || die "cannot create a network namespace"
-  ip -n "$probe" link add gsa type veth peer name gsb 2>/dev/null &&
-    ip netns exec "$probe" tc qdisc add dev gsa root netem delay "$delay" 2>/dev/null || ok=0
-  ip netns del "$probe" 2>/dev/null || true
-  [ "$ok" = 1 ] || die "--delay $delay: this kernel has no netem (sch_netem), so links can be rate-limited but not delayed; leave --delay out"
+  probe_qdisc netem delay "$delay" ||
+    die "--delay $delay: this kernel has no netem (sch_netem), so links can be rate-limited but not delayed; leave --delay out"
 }
 
 state() { echo "$state_root/$name"; }
