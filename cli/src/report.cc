@@ -635,7 +635,7 @@ std::string rankList(std::vector<int> ranks) {
 // The ranks grouped by the host they ran on, when they ran on several: each host's ranks, calls, time in
 // them, how late its ranks arrived on average, and the clock offset merge removed from its times. At most
 // kRanksListed hosts: beyond, the ones whose ranks arrived latest.
-void writeHosts(const std::vector<storage::RankInfo>& ranks,
+void writeHosts(const std::map<std::int64_t, const storage::RankInfo*>& rank_by_id,
                 const std::vector<storage::RankSummary>& summaries,
                 const std::map<std::int64_t, storage::TraceReader::Lateness>& late, bool collectives_only,
                 std::ostream& out) {
@@ -646,17 +646,15 @@ void writeHosts(const std::vector<storage::RankInfo>& ranks,
     std::optional<std::int64_t> offset_ns;
   };
   std::map<std::string, Host> hosts;
-  std::map<std::int64_t, const storage::RankInfo*> info;
-  for (const auto& rank : ranks) {
-    info[rank.id] = &rank;
-    Host& host = hosts[rank.host];
-    host.ranks.push_back(rank.rank);
-    host.offset_ns = rank.clock_offset_ns;
+  for (const auto& [id, rank] : rank_by_id) {
+    Host& host = hosts[rank->host];
+    host.ranks.push_back(rank->rank);
+    host.offset_ns = rank->clock_offset_ns;
   }
   if (hosts.size() < 2) return;
   for (const auto& summary : summaries) {
-    const auto rank = info.find(summary.rank_id);
-    if (rank == info.end()) continue;
+    const auto rank = rank_by_id.find(summary.rank_id);
+    if (rank == rank_by_id.end()) continue;
     Host& host = hosts[rank->second->host];
     host.calls += summary.calls;
     host.total_ns += summary.total_ns;
@@ -1187,7 +1185,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
         out << fmt::format("  rank {} arrives last on average ({} after the first): the others wait for it\n",
                            rankLabel(latest->first), formatDuration(latest->second.mean_ns));
     }
-    writeHosts(ranks, stats.ranks, late, collectives_only, out);
+    writeHosts(rank_by_id, stats.ranks, late, collectives_only, out);
     writeLinks(host_links, out);
   }
 
