@@ -269,19 +269,38 @@ def matrix_row(case, plain_code, agent_code, data):
 
 
 def start_until_committing(args, np, sample_arguments, traces):
-    """Starts the sample under the agent, writing rank%r.db into a fresh `traces`, and returns once the
-    files exist (they appear at MPI_Init) and ~0.7 s into the job, with a second or more of the job to go:
-    harm done before the agent ever commits, or after the job, tests nothing. Returns (job, file names,
-    start time)."""
+    """Starts the sample under the agent, writing rank%r.db into a fresh `traces`, and returns once every
+    file holds committed calls and at least ~0.7 s into the job, with a second or more of the job to go:
+    harm done before the agent ever commits, or after the job, tests nothing. A file exists from MPI_Init
+    on, before its schema and first rows are committed; on a loaded machine (a sanitizer build beside other
+    tests) that took over a second, and harm done then hit a file the agent was still making, so the wait
+    is for the rows, not for the file. Returns (job, file names, start time)."""
     ca.fresh_directory(traces)
     names = [f"rank{rank}.db" for rank in range(np)]
     job = sample_job(args, np, sample_arguments, ca.agent_options(args, os.path.join(traces, "rank%r.db")))
     started = time.monotonic()
-    deadline = started + 30
-    while not all(os.path.exists(os.path.join(traces, name)) for name in names) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(max(0.2, 0.7 - (time.monotonic() - started)))
+    deadline = started + 60
+    while (not all(committed_calls(os.path.join(traces, name)) > 0 for name in names)
+           and time.monotonic() < deadline and job.process.poll() is None):
+        time.sleep(0.05)
+    time.sleep(max(0.0, 0.7 - (time.monotonic() - started)))
     return job, names, started
+
+
+def committed_calls(path):
+    """Calls committed to a rank's file so far, read as the live view reads (WAL: a reader never blocks the
+    agent's writes); 0 while the file is missing, not yet in WAL mode (a reader's shared lock then could
+    block the agent's switch to it) or its schema not yet committed."""
+    if not os.path.exists(path + "-wal"):
+        return 0
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.1)
+        try:
+            return db.execute("SELECT count(*) FROM calls").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
 
 
 # ---- cases -------------------------------------------------------------------------------------------------
