@@ -22,6 +22,7 @@
 #include "gradscope/storage/export.h"
 #include "gradscope/storage/merge.h"
 #include "gradscope/storage/reader.h"
+#include "gradscope/tuner/exporters.h"
 
 namespace {
 
@@ -155,8 +156,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   recommend
       ->add_option("--format", recommend_command.format,
-                   "text, json, markdown, nccl-tuner, env, ddp, tf, horovod or predictions (CSV of every "
-                   "model's prediction per size)")
+                   tuner::formatNames() + " (predictions: CSV of every model's prediction per size)")
       ->capture_default_str();
   recommend->add_option("-o,--output", recommend_command.output, "Output file (default: standard output)");
   recommend->add_flag("!--no-store", recommend_command.store,

@@ -20,9 +20,7 @@ namespace gradscope::cli {
 void runRecommend(const RecommendCommand& command, std::ostream& out, std::ostream& log) {
   if (command.inputs.empty()) fail("recommend needs at least one trace file");
   const auto format = tuner::parseFormat(command.format);
-  if (!format)
-    fail("unknown format '{}' (text, json, markdown, nccl-tuner, env, ddp, tf, horovod or predictions)",
-         command.format);
+  if (!format) fail("unknown format '{}' ({})", command.format, tuner::formatNames());
   if (!(command.max_rel_error >= 0) || !std::isfinite(command.max_rel_error))
     fail("--max-rel-error must be a number >= 0 (0 allows lossless strategies only)");
   if (command.world && *command.world < 1) fail("--world must be a positive number of ranks");

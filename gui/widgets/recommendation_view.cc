@@ -25,11 +25,6 @@
 namespace gradscope::gui {
 
 namespace {
-constexpr tuner::Format kFormats[] = {
-    tuner::Format::Text,      tuner::Format::Json,    tuner::Format::Markdown,
-    tuner::Format::NcclTuner, tuner::Format::Env,     tuner::Format::Ddp,
-    tuner::Format::Tf,        tuner::Format::Horovod, tuner::Format::Predictions};
-
 QString suggestedName(tuner::Format format) {
   switch (format) {
     case tuner::Format::Text: return QStringLiteral("recommendation.txt");
@@ -150,7 +145,7 @@ RecommendationView::RecommendationView(QWidget* parent)
   options->addStretch(1);
   auto* exports = new QHBoxLayout;
   exports->addWidget(new QLabel(QStringLiteral("Export:"), this));
-  for (const tuner::Format format : kFormats) {
+  for (const tuner::Format format : tuner::kFormats) {
     auto* button = new QPushButton(toQString(tuner::name(format)), this);
     button->setToolTip(QStringLiteral("Save the recommendation as %1").arg(toQString(tuner::name(format))));
     connect(button, &QPushButton::clicked, this, [this, format] {

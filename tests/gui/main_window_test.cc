@@ -244,10 +244,7 @@ class MainWindowTest : public QObject {
     for (const QTableView* table : window.recommendation()->findChildren<QTableView*>()) {
       if (table != async_table) QVERIFY(table->height() > 4 * table->verticalHeader()->defaultSectionSize());
     }
-    for (const tuner::Format format :
-         {tuner::Format::Text, tuner::Format::Json, tuner::Format::Markdown, tuner::Format::NcclTuner,
-          tuner::Format::Env, tuner::Format::Ddp, tuner::Format::Tf, tuner::Format::Horovod,
-          tuner::Format::Predictions}) {
+    for (const tuner::Format format : tuner::kFormats) {
       const QString path = dir_.filePath(QStringLiteral("export-%1").arg(static_cast<int>(format)));
       QCOMPARE(window.recommendation()->exportTo(format, path), QString());
       QVERIFY(QFile(path).size() > 0);

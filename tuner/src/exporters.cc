@@ -475,10 +475,16 @@ std::string formatPredictions(const Report& report) {
 }  // namespace
 
 std::optional<Format> parseFormat(std::string_view text) {
-  for (Format format : {Format::Text, Format::Json, Format::Markdown, Format::NcclTuner, Format::Env,
-                        Format::Ddp, Format::Tf, Format::Horovod, Format::Predictions})
+  for (Format format : kFormats)
     if (name(format) == text) return format;
   return std::nullopt;
+}
+
+std::string formatNames() {
+  std::string names;
+  for (std::size_t i = 0; i < kFormats.size(); ++i)
+    names += fmt::format("{}{}", i == 0 ? "" : i + 1 == kFormats.size() ? " or " : ", ", name(kFormats[i]));
+  return names;
 }
 
 std::string_view name(Format format) {
