@@ -155,8 +155,10 @@ int main(int argc, char** argv) {
                    "Predict for this world size from fits over the measured ones (a prediction)")
       ->check(CLI::PositiveNumber);
   recommend
-      ->add_option("--format", recommend_command.format,
-                   tuner::formatNames() + " (predictions: CSV of every model's prediction per size)")
+      ->add_option(
+          "--format", recommend_command.format,
+          tuner::formatNames() +
+              " (docs/deploy.md: who reads each; predictions: CSV of every model's prediction per size)")
       ->capture_default_str();
   recommend->add_option("-o,--output", recommend_command.output, "Output file (default: standard output)");
   recommend->add_flag("!--no-store", recommend_command.store,

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -38,6 +39,13 @@ void runRecommend(const RecommendCommand& command, std::ostream& out, std::ostre
   } else {
     storage::writePrivateFile(command.output, text);
     log << fmt::format("wrote {}\n", command.output);
+    // The file does nothing until every rank's Open MPI is told to read it, by absolute path (the ranks'
+    // working directory may differ from ours).
+    if (*format == tuner::Format::OmpiRules)
+      log << fmt::format(
+          "load it in every rank:\n  OMPI_MCA_coll_tuned_use_dynamic_rules=1\n"
+          "  OMPI_MCA_coll_tuned_dynamic_rules_filename={}\n",
+          std::filesystem::absolute(command.output).lexically_normal().string());
   }
 
   // Stored where the evidence is, so that the GUI and a later `gradscope check` find it; a read-only

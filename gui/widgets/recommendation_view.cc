@@ -31,6 +31,7 @@ QString suggestedName(tuner::Format format) {
     case tuner::Format::Json: return QStringLiteral("recommendation.json");
     case tuner::Format::Markdown: return QStringLiteral("recommendation.md");
     case tuner::Format::NcclTuner: return QStringLiteral("nccl_tuner.csv");
+    case tuner::Format::OmpiRules: return QStringLiteral("ompi_coll_tuned_rules.conf");
     case tuner::Format::Env: return QStringLiteral("recommendation.env");
     case tuner::Format::Ddp: return QStringLiteral("ddp_hook.py");
     case tuner::Format::Tf: return QStringLiteral("tf_strategy.py");

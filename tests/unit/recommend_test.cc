@@ -5,6 +5,7 @@
 #include "gradscope/tuner/recommend.h"
 
 #include <filesystem>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -398,6 +399,177 @@ TEST(RecommendExport, FormatNames) {
   EXPECT_FALSE(parseFormat("yaml").has_value());
 }
 
+// A coll_tuned dynamic rules file as Open MPI 4.1 reads it (ompi/mca/coll/tuned/coll_tuned_dynamic_file.c:
+// integers, '#' to the end of the line a comment) and decides with it (coll_tuned_dynamic_rules.c: the
+// communicator entry with the largest size <= the communicator's, else the first; then the message rule
+// with the largest start <= the bytes). Stricter than 4.1, which skips what it cannot read character by
+// character and silently falls back on the fixed decision when the numbers stop making sense: every token
+// outside comments must be a plain decimal integer (no leading zero: %li reads 010 as octal), the file
+// must end where its counts say, message rules must start at 0 and increase.
+struct OmpiRules {
+  struct Message {
+    std::int64_t from = 0;
+    int algorithm = 0;
+  };
+  struct Comm {
+    int ranks = 0;
+    std::vector<Message> messages;
+  };
+  std::vector<Comm> allreduce;  // empty: no rules for MPI_Allreduce
+
+  static OmpiRules parse(const std::string& text) {
+    std::vector<std::int64_t> numbers;
+    std::stringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      std::stringstream tokens(line.substr(0, line.find('#')));
+      for (std::string token; tokens >> token;) {
+        const bool plain =
+            token.find_first_not_of("0123456789") == std::string::npos && (token == "0" || token[0] != '0');
+        if (!plain) {
+          ADD_FAILURE() << "not a plain integer outside a comment: '" << token << "' in: " << line;
+        }
+        numbers.push_back(plain ? std::stoll(token) : -1);
+      }
+    }
+    std::size_t at = 0;
+    const auto next = [&]() -> std::int64_t {
+      if (at < numbers.size()) return numbers[at++];
+      ADD_FAILURE() << "the file ends before its counts say";
+      return 0;
+    };
+    OmpiRules rules;
+    const std::int64_t collectives = next();
+    for (std::int64_t c = 0; c < collectives; ++c) {
+      const std::int64_t id = next();
+      std::vector<Comm> comms(static_cast<std::size_t>(next()));
+      for (auto& comm : comms) {
+        comm.ranks = static_cast<int>(next());
+        comm.messages.resize(static_cast<std::size_t>(next()));
+        for (auto& message : comm.messages) {
+          message.from = next();
+          message.algorithm = static_cast<int>(next());
+          EXPECT_EQ(next(), 0) << "fan in/out";
+          EXPECT_EQ(next(), 0) << "segment size";
+        }
+        EXPECT_FALSE(comm.messages.empty());
+        if (!comm.messages.empty()) {
+          EXPECT_EQ(comm.messages[0].from, 0) << "4.1 refuses a first rule above 0";
+        }
+        for (std::size_t i = 1; i < comm.messages.size(); ++i)
+          EXPECT_LT(comm.messages[i - 1].from, comm.messages[i].from);
+      }
+      for (std::size_t i = 1; i < comms.size(); ++i) EXPECT_LT(comms[i - 1].ranks, comms[i].ranks);
+      if (id == 2) rules.allreduce = comms;  // ALLREDUCE in Open MPI's COLLTYPE_T
+    }
+    EXPECT_EQ(at, numbers.size()) << "numbers after the last rule";
+    return rules;
+  }
+
+  // The algorithm coll_tuned runs for an MPI_Allreduce of `bytes` on `ranks` ranks (0: its own decision).
+  int decide(int ranks, std::int64_t bytes) const {
+    if (allreduce.empty()) return 0;
+    const Comm* comm = &allreduce.front();
+    for (const auto& entry : allreduce) {
+      if (entry.ranks > ranks) break;
+      comm = &entry;
+    }
+    int algorithm = 0;
+    for (const auto& message : comm->messages) {
+      if (message.from > bytes) break;
+      algorithm = message.algorithm;
+    }
+    return algorithm;
+  }
+};
+
+RecommendationRule ompiRule(Api api, DType dtype, std::int64_t min_bytes, std::int64_t max_bytes,
+                            std::optional<int> world, std::string strategy) {
+  RecommendationRule rule;
+  rule.api = api;
+  rule.dtype = dtype;
+  rule.min_bytes = min_bytes;
+  rule.max_bytes = max_bytes;
+  rule.world_size = world;
+  rule.strategy = std::move(strategy);
+  return rule;
+}
+
+// Every communicator size and every byte boundary: the file decides what the recommendation says where
+// it can, and Open MPI's own decision everywhere else.
+TEST(RecommendExport, OmpiRulesDecideAsTheRecommendation) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  Recommendation recommendation;
+  recommendation.backend = Backend::Mpi;
+  recommendation.world_size = 4;
+  recommendation.rules = {
+      ompiRule(Api::MpiAllreduce, DType::Fp32, 1024, 16384, 4, "sum/mpi.ring"),
+      ompiRule(Api::MpiAllreduce, DType::Fp32, 16385, 65536, 4, "sum/rs_ag"),  // gradscope's own
+      ompiRule(Api::MpiAllreduce, DType::Fp32, 262144, 4194304, 4, "sum/mpi.recursive_doubling"),
+      ompiRule(Api::MpiIallreduce, DType::Fp32, 1024, 2048, 4, "sum/mpi.ring"),  // coll/libnbc's call
+      // Another dtype, other algorithm, overlapping bytes: Open MPI cannot tell them apart.
+      ompiRule(Api::MpiAllreduce, DType::Fp64, 8192, 32768, 4, "sum/mpi.recursive_doubling"),
+      // Another dtype, the same algorithm: nothing to tell apart.
+      ompiRule(Api::MpiAllreduce, DType::Fp16, 2048, 20000, 4, "sum/mpi.ring"),
+      ompiRule(Api::MpiAllreduce, DType::Fp32, 0, 1023, 2, "sum/mpi.rabenseifner"),
+      ompiRule(Api::MpiAllreduce, DType::Fp32, 64 << 20, kMax, std::nullopt, "sum/mpi.segmented_ring"),
+      ompiRule(Api::MpiAllreduce, DType::Fp32, 100, 200, 3, "sum/native/bf16"),  // a wire format
+  };
+  Report report;
+  const std::string text = format(recommendation, report, Format::OmpiRules);
+  const OmpiRules rules = OmpiRules::parse(text);
+  ASSERT_FALSE(rules.allreduce.empty()) << text;
+  const auto expected = [&](int ranks, std::int64_t bytes) {
+    if (bytes >= (64 << 20)) return 5;  // any number of ranks
+    if (ranks == 2 && bytes <= 1023) return 6;
+    if (ranks == 4 && bytes >= 1024 && bytes <= 20000) return 4;  // fp32 to 16384, fp16 on to 20000
+    if (ranks == 4 && bytes >= 262144 && bytes <= 4194304) return 3;
+    return 0;
+  };
+  for (int ranks = 1; ranks <= 9; ++ranks)
+    for (std::int64_t bytes :
+         {std::int64_t{0}, std::int64_t{1}, std::int64_t{150}, std::int64_t{1023}, std::int64_t{1024},
+          std::int64_t{8192}, std::int64_t{16384}, std::int64_t{16385}, std::int64_t{20000},
+          std::int64_t{20001}, std::int64_t{65536}, std::int64_t{262143}, std::int64_t{262144},
+          std::int64_t{4194304}, std::int64_t{4194305}, std::int64_t{(64 << 20) - 1}, std::int64_t{64 << 20},
+          kMax})
+      EXPECT_EQ(rules.decide(ranks, bytes), expected(ranks, bytes)) << ranks << " ranks, " << bytes << " B\n"
+                                                                    << text;
+  for (std::string_view part :
+       {"OMPI_MCA_coll_tuned_use_dynamic_rules=1\n", "OMPI_MCA_coll_tuned_dynamic_rules_filename=",
+        "# not expressed: MPI_Allreduce fp32 16 KiB..64 KiB -> sum/rs_ag: not one of Open MPI's algorithms; "
+        "use "
+        "gradscope run --mode apply",
+        "# not expressed: MPI_Iallreduce fp32 1 KiB..2 KiB -> sum/mpi.ring: coll_tuned does not decide "
+        "MPI_Iallreduce",
+        "# not expressed: MPI_Allreduce fp32 100 B..200 B -> sum/native/bf16",
+        "# left out: MPI_Allreduce fp64 8 KiB..32 KiB on 4 ranks -> sum/mpi.recursive_doubling overlaps "
+        "MPI_Allreduce fp32 1 KiB..16 KiB -> sum/mpi.ring",
+        "# MPI_Allreduce fp32 64 MiB..8 EiB on any number of ranks -> sum/mpi.segmented_ring: algorithm "
+        "segmented_ring (5)",
+        "segment size 0"})
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+}
+
+// Nothing Open MPI can do: still a file it reads, that changes nothing and says so.
+TEST(RecommendExport, OmpiRulesWithoutMpiAlgorithmsChangeNothing) {
+  const auto nccl = recommend(ncclInputs(), options());
+  ASSERT_FALSE(nccl.recommendation.rules.empty());
+  Recommendation empty;
+  empty.backend = Backend::Mpi;
+  Recommendation wires;
+  wires.backend = Backend::Mpi;
+  wires.rules = {ompiRule(Api::MpiAllreduce, DType::Fp32, 0, 4096, 2, "sum/rs_ag/bf16")};
+  for (const Recommendation* recommendation :
+       std::initializer_list<const Recommendation*>{&nccl.recommendation, &empty, &wires}) {
+    const std::string text = format(*recommendation, nccl.report, Format::OmpiRules);
+    const OmpiRules rules = OmpiRules::parse(text);
+    EXPECT_TRUE(rules.allreduce.empty()) << text;
+    EXPECT_NE(text.find("this file changes nothing"), std::string::npos) << text;
+  }
+  EXPECT_NE(format(nccl.recommendation, nccl.report, Format::OmpiRules).find("use --format nccl-tuner"),
+            std::string::npos);
+}
+
 // A trace as explore mode writes it: 4 ranks, 5 steps, measurements, consensus rows.
 std::string writeTrace(const TempDir& dir, const std::string& file, bool measurements = true, int world = 4) {
   const std::string path = dir.file(file);
@@ -539,7 +711,18 @@ TEST(RecommendCommand, CommandLine) {
   const std::string eight = writeTrace(dir, "eight.db", true, 8);
   test::expectCliError(test::runCli({"recommend", path, eight}), {"--world N"});
   test::expectCliError(test::runCli({"recommend", path, "--world", "64"}), {"--world 64 needs"});
-  test::expectCliError(test::runCli({"recommend", path, "--format", "yaml"}), {"format"});
+  test::expectCliError(test::runCli({"recommend", path, "--format", "yaml"}), {"format", "ompi-rules"});
+
+  // The rules file, and the two variables that load it by absolute path, wherever the job runs.
+  const auto rules = test::runShell(fmt::format(
+      "cd {} && {} recommend {} --format ompi-rules -o rules.conf --no-store", test::shellQuote(dir.path()),
+      test::shellQuote(GRADSCOPE_CLI_PATH), test::shellQuote(path)));
+  ASSERT_EQ(rules.exit_code, 0) << test::describe(rules);
+  EXPECT_NO_THROW(OmpiRules::parse(test::readFile(dir.file("rules.conf"))));
+  EXPECT_NE(rules.err.find("OMPI_MCA_coll_tuned_use_dynamic_rules=1\n"), std::string::npos) << rules.err;
+  EXPECT_NE(rules.err.find("OMPI_MCA_coll_tuned_dynamic_rules_filename=" + dir.file("rules.conf") + "\n"),
+            std::string::npos)
+      << rules.err;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -274,6 +275,185 @@ std::string formatNcclTuner(const Recommendation& recommendation, const Report& 
   return out;
 }
 
+// ---- Open MPI's coll_tuned dynamic rules file ------------------------------------------------------------
+//
+// What Open MPI 4.1 reads when OMPI_MCA_coll_tuned_use_dynamic_rules=1 and
+// OMPI_MCA_coll_tuned_dynamic_rules_filename name the file (ompi/mca/coll/tuned/coll_tuned_dynamic_file.c;
+// 5.0 reads the same): integers separated by white space, '#' starting a comment to the end of its line.
+//   <collectives>
+//   per collective:        <collective id> <communicator sizes>
+//   per communicator size: <ranks> <message rules>
+//   per message rule:      <from bytes> <algorithm> <fan in/out> <segment size>
+// For a call, coll_tuned takes the communicator entry with the largest size <= the communicator's (the first
+// entry when every one is larger: hence an entry from 1 rank), then the message rule with the largest
+// `from` <= count x datatype size (so the first one starts at 0). Algorithm 0 hands the call to the fixed
+// decision, as without the file. 4.1's reader ignores a file it cannot parse without a word (its messages
+// are compiled into debug builds only), so this writer keeps to the grammar exactly: nothing but integers
+// outside comments, and no leading zeros (the reader's %li takes 010 for octal).
+constexpr int kOmpiAllreduceId = 2;  // ALLREDUCE in COLLTYPE_T, ompi/mca/coll/base/coll_base_functions.h
+
+// The coll_tuned all-reduce algorithm of a rule, or nullopt and why the file cannot express it.
+std::optional<int> ompiAlgorithm(const RecommendationRule& rule, std::string& why) {
+  const auto strategy = strategyOf(rule);
+  if (rule.api == Api::NcclAllReduce) {
+    why = "an NCCL all-reduce, not Open MPI's: use --format nccl-tuner";
+    return std::nullopt;
+  }
+  if (rule.api != Api::MpiAllreduce) {
+    why = fmt::format(
+        "coll_tuned does not decide {} (coll/libnbc serves nonblocking collectives); use gradscope run "
+        "--mode apply --recommendation FILE",
+        name(rule.api));
+    return std::nullopt;
+  }
+  if (isPlainSum(strategy) && strategy->transport == Transport::Native) return 0;
+  if (const auto algorithm = mpiAlgorithm(strategy); algorithm && isPlainSum(strategy)) return *algorithm;
+  why = "not one of Open MPI's algorithms; use gradscope run --mode apply --recommendation FILE";
+  return std::nullopt;
+}
+
+std::string ompiAlgorithmText(int algorithm) {
+  return algorithm == 0 ? std::string("Open MPI's own decision")
+                        : fmt::format("{} ({})", mpiAlgorithmName(algorithm), algorithm);
+}
+
+std::string ranksText(std::optional<int> world) {
+  return world ? fmt::format("{} ranks", *world) : std::string("any number of ranks");
+}
+
+struct OmpiSegment {
+  std::int64_t min_bytes = 0, max_bytes = 0;
+  int algorithm = 0;
+  const RecommendationRule* rule = nullptr;
+};
+
+// The message rules of one communicator entry: from 0 bytes, algorithm 0 wherever no segment is; one line
+// each, and how many.
+struct OmpiMessageRules {
+  std::size_t count = 0;
+  std::string lines;
+};
+
+OmpiMessageRules ompiMessageRules(std::vector<OmpiSegment> segments) {
+  std::sort(segments.begin(), segments.end(),
+            [](const OmpiSegment& a, const OmpiSegment& b) { return a.min_bytes < b.min_bytes; });
+  std::vector<std::pair<std::int64_t, int>> starts;  // from bytes, algorithm
+  const auto start = [&](std::int64_t from, int algorithm) {
+    if (starts.empty() || starts.back().second != algorithm) starts.emplace_back(from, algorithm);
+  };
+  std::int64_t next = 0;  // the first byte count not yet decided
+  bool open_ended = true;
+  for (const auto& segment : segments) {
+    if (!open_ended || segment.max_bytes < next) continue;  // covered already, by the same algorithm
+    if (segment.min_bytes > next) start(next, 0);
+    start(std::max(segment.min_bytes, next), segment.algorithm);
+    if (segment.max_bytes == std::numeric_limits<std::int64_t>::max()) open_ended = false;
+    else next = segment.max_bytes + 1;
+  }
+  if (open_ended) start(next, 0);
+  OmpiMessageRules rules{starts.size(), {}};
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const auto [from, algorithm] = starts[i];
+    const std::int64_t to = i + 1 < starts.size() ? starts[i + 1].first - 1 : -1;
+    const std::string span = to < 0       ? fmt::format("{} B and more", from)
+                             : to == from ? fmt::format("{} B", from)
+                                          : fmt::format("{}..{} B", from, to);
+    rules.lines += fmt::format("{:<24} # {}: {}\n", fmt::format("{} {} 0 0", from, algorithm), span,
+                               ompiAlgorithmText(algorithm));
+  }
+  return rules;
+}
+
+std::string formatOmpiRules(const Recommendation& recommendation, const Report& report) {
+  std::string out = header("#", recommendation, report);
+  out +=
+      "# Open MPI coll_tuned dynamic rules, read by Open MPI 4.1 and 5.0: the algorithm of every\n"
+      "# MPI_Allreduce by communicator size and message size (count x datatype size), whatever its\n"
+      "# datatype and operation; algorithm 0 is Open MPI's own decision. Every rank loads it with\n"
+      "#   OMPI_MCA_coll_tuned_use_dynamic_rules=1\n"
+      "#   OMPI_MCA_coll_tuned_dynamic_rules_filename=<this file's absolute path>\n"
+      "# (mpirun -x NAME=VALUE passes them on). Open MPI 4.1 ignores a file it cannot read without\n"
+      "# a word: docs/deploy.md shows how to see that it took effect.\n";
+  // Rules by communicator size (nullopt: any), in file order. Open MPI sees neither the dtype nor the api, so
+  // a rule whose bytes overlap an earlier one of another algorithm on the same communicators is left out.
+  std::map<std::optional<int>, std::vector<OmpiSegment>> by_world;
+  std::string notes;
+  bool ring = false, segmented_ring = false;
+  for (const auto& rule : recommendation.rules) {
+    std::string why;
+    const auto algorithm = ompiAlgorithm(rule, why);
+    if (!algorithm) {
+      notes += fmt::format("# not expressed: {} -> {}: {}\n", range(rule), rule.strategy, why);
+      continue;
+    }
+    const std::optional<int> world = rule.world_size;
+    const OmpiSegment* conflict = nullptr;
+    for (const auto& [other_world, segments] : by_world) {
+      if (world && other_world && *world != *other_world) continue;  // never on the same communicator
+      for (const auto& segment : segments)
+        if (segment.min_bytes <= rule.max_bytes && rule.min_bytes <= segment.max_bytes &&
+            segment.algorithm != *algorithm && !conflict)
+          conflict = &segment;
+    }
+    if (conflict) {
+      notes += fmt::format(
+          "# left out: {} on {} -> {} overlaps {} -> {} with another algorithm; Open MPI sees bytes, not the "
+          "datatype (gradscope run --mode apply does)\n",
+          range(rule), ranksText(world), rule.strategy, range(*conflict->rule), conflict->rule->strategy);
+      continue;
+    }
+    by_world[world].push_back({rule.min_bytes, rule.max_bytes, *algorithm, &rule});
+    segmented_ring |= mpiAlgorithmName(*algorithm) == "segmented_ring";
+    ring |= segmented_ring || mpiAlgorithmName(*algorithm) == "ring";
+    out += fmt::format("# {} on {} -> {}: algorithm {}\n", range(rule), ranksText(world), rule.strategy,
+                       ompiAlgorithmText(*algorithm));
+  }
+  if (ring)
+    out +=
+        "# ring and segmented_ring do not support non-commutative operations (Open MPI's own decision\n"
+        "# avoids them there, this file cannot): a job reducing with such an MPI_Op at these sizes\n"
+        "# needs apply mode, which changes sums only\n";
+  if (segmented_ring)
+    out +=
+        "# segmented_ring with segment size 0, as gradscope measured it: Open MPI then runs the ring\n"
+        "# unsegmented\n";
+  out += notes;
+  if (by_world.empty()) {
+    out +=
+        "# no rule is an Open MPI algorithm (sum/mpi.<algorithm>) for MPI_Allreduce:\n"
+        "# this file changes nothing, Open MPI keeps its own decisions\n"
+        "0                        # collectives with rules\n";
+    return out;
+  }
+
+  // Communicator entries: from 1 rank (rules for any size, else Open MPI's own decision), and for each size
+  // with rules, that size and, from the next size on, the rules for any size again.
+  const std::vector<OmpiSegment> any =
+      by_world.contains(std::nullopt) ? by_world[std::nullopt] : std::vector<OmpiSegment>{};
+  std::set<int> entries = {1};
+  for (const auto& [world, segments] : by_world) {
+    if (!world) continue;
+    entries.insert(*world);
+    if (*world < std::numeric_limits<int>::max()) entries.insert(*world + 1);
+  }
+  out += fmt::format("{:<24} # collectives with rules\n{:<24} # MPI_Allreduce\n{:<24} # communicator sizes\n",
+                     1, kOmpiAllreduceId, entries.size());
+  for (auto entry = entries.begin(); entry != entries.end(); ++entry) {
+    const auto next = std::next(entry);
+    const std::string sizes = next == entries.end() ? (*entry == 1 ? std::string("any number of ranks")
+                                                                   : fmt::format("{} ranks and more", *entry))
+                              : *next == *entry + 1 ? fmt::format("{} rank{}", *entry, *entry == 1 ? "" : "s")
+                                                    : fmt::format("{} to {} ranks", *entry, *next - 1);
+    std::vector<OmpiSegment> segments = any;
+    if (const auto found = by_world.find(*entry); found != by_world.end() && found->first)
+      segments.insert(segments.end(), found->second.begin(), found->second.end());
+    const OmpiMessageRules rules = ompiMessageRules(segments);
+    out += fmt::format("{:<24} # {}: {} message rule{}\n{}", fmt::format("{} {}", *entry, rules.count), sizes,
+                       rules.count, rules.count == 1 ? "" : "s", rules.lines);
+  }
+  return out;
+}
+
 // The engine setting every rule of the kind agrees on; several different ones cannot be one variable.
 template <typename Key>
 std::optional<Key> single(const std::vector<Key>& keys) {
@@ -314,12 +494,16 @@ std::string formatEnv(const Recommendation& recommendation, const Report& report
   if (const auto algorithm = single(mpi)) {
     out += fmt::format(
         "OMPI_MCA_coll_tuned_use_dynamic_rules=1\nOMPI_MCA_coll_tuned_allreduce_algorithm={}\n", *algorithm);
-    out += fmt::format("# {} for every all-reduce size, not only the rules' ranges\n",
-                       mpiAlgorithmName(*algorithm));
+    out += fmt::format(
+        "# {} for every all-reduce size, not only the rules' ranges; the ompi-rules format limits it to "
+        "them\n",
+        mpiAlgorithmName(*algorithm));
   } else if (!mpi.empty()) {
     out +=
-        "# the rules choose different Open MPI algorithms by size: write a coll_tuned dynamic rules file "
-        "(OMPI_MCA_coll_tuned_dynamic_rules_filename) with these ranges\n";
+        "# the rules choose different Open MPI algorithms by size, which "
+        "OMPI_MCA_coll_tuned_allreduce_algorithm "
+        "cannot express: use --format ompi-rules (a coll_tuned dynamic rules file and the two variables that "
+        "load it)\n";
   }
   out += comments;
   if (recommendation.rules.empty()) out += "# no rules: nothing to set\n";
@@ -493,6 +677,7 @@ std::string_view name(Format format) {
     case Format::Json: return "json";
     case Format::Markdown: return "markdown";
     case Format::NcclTuner: return "nccl-tuner";
+    case Format::OmpiRules: return "ompi-rules";
     case Format::Env: return "env";
     case Format::Ddp: return "ddp";
     case Format::Tf: return "tf";
@@ -508,6 +693,7 @@ std::string format(const Recommendation& recommendation, const Report& report, F
     case Format::Markdown: return formatText(recommendation, report, true);
     case Format::Json: return toJson(recommendation);
     case Format::NcclTuner: return formatNcclTuner(recommendation, report);
+    case Format::OmpiRules: return formatOmpiRules(recommendation, report);
     case Format::Env: return formatEnv(recommendation, report);
     case Format::Ddp: return formatDdp(recommendation, report);
     case Format::Tf: return formatTf(recommendation, report);
