@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "gradscope/common/error.h"
+#include "gradscope/common/units.h"
 #include "pipeline_trace.h"
 #include "synthetic_trace.h"
 
@@ -39,8 +40,31 @@ int main(int argc, char** argv) {
   app.add_option("--microbatches", pipeline.microbatches, "--pipeline: microbatches per step")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  std::string bench_path;
+  std::vector<std::string> winners;
+  app.add_option("--bench", bench_path,
+                 "Instead: write one trace of a gradscope bench run over MPI on --ranks ranks with known "
+                 "winners (--wins) to this file");
+  app.add_option("--wins", winners,
+                 "--bench: STRATEGY=MIN..MAX, twice as fast as sum/native from MIN to MAX bytes and twice as "
+                 "slow elsewhere (e.g. sum/mpi.ring=1K..16K)");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!bench_path.empty()) {
+      std::vector<gradscope::testing::BenchWinner> parsed;
+      for (const std::string& winner : winners) {
+        const auto equals = winner.find('='), dots = winner.find("..");
+        if (equals == std::string::npos || dots == std::string::npos || dots < equals)
+          gradscope::fail("--wins {}: write STRATEGY=MIN..MAX, e.g. sum/mpi.ring=1K..16K", winner);
+        parsed.push_back(
+            {winner.substr(0, equals),
+             static_cast<std::int64_t>(gradscope::parseBytes(winner.substr(equals + 1, dots - equals - 1))),
+             static_cast<std::int64_t>(gradscope::parseBytes(winner.substr(dots + 2)))});
+      }
+      gradscope::testing::writeBenchTrace(bench_path, job.ranks, parsed);
+      fmt::print("wrote {} (a benchmark on {} ranks, {} winners)\n", bench_path, job.ranks, parsed.size());
+      return 0;
+    }
     if (!pipeline_path.empty()) {
       if (app.count("--steps") > 0) pipeline.steps = job.steps;
       pipeline.seed = job.seed;

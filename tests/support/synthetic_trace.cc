@@ -235,4 +235,49 @@ void writeLargeTrace(const std::string& path, std::int64_t calls, int ranks, std
   writer.finish();
 }
 
+void writeBenchTrace(const std::string& path, int ranks, const std::vector<BenchWinner>& winners) {
+  storage::TraceWriter writer = storage::TraceWriter::create(path);
+  storage::RunInfo run;
+  run.uuid = "00000000-0000-4000-8000-0000000000b0";
+  run.command = "gradscope bench --backend mpi (synthetic)";
+  run.mode = "bench";
+  run.backend = Backend::Mpi;
+  run.world_size = ranks;
+  run.host = "node0";
+  run.epoch_ns = 1'795'000'000'000'000'000;
+  const std::int64_t run_id = writer.addRun(run);
+  for (int rank = 0; rank < ranks; ++rank) {
+    storage::RankInfo info;
+    info.run_id = run_id;
+    info.rank = rank;
+    info.host = "node0";
+    info.pid = 100 + rank;
+    info.device = "cpu";
+    writer.addRank(info);
+  }
+  const auto add = [&](const std::string& strategy, std::int64_t bytes, double median_ns) {
+    storage::Measurement row;
+    row.run_id = run_id;
+    row.strategy = strategy;
+    row.api = Api::MpiAllreduce;
+    row.dtype = DType::Fp32;
+    row.bytes = bytes;
+    row.world = ranks;
+    row.reps = 20;
+    row.min_ns = median_ns * 0.98;
+    row.median_ns = median_ns;
+    row.p90_ns = median_ns * 1.01;
+    row.max_ns = median_ns * 1.02;
+    writer.addMeasurement(row);
+  };
+  for (std::int64_t bytes = 1024; bytes <= (16 << 20); bytes *= 2) {
+    const auto native = static_cast<double>(costNs(bytes, ranks));
+    add("sum/native", bytes, native);
+    for (const auto& winner : winners)
+      add(winner.strategy, bytes,
+          bytes >= winner.min_bytes && bytes <= winner.max_bytes ? native / 2 : native * 2);
+  }
+  writer.finish(1'000'000'000);
+}
+
 }  // namespace gradscope::testing

@@ -49,4 +49,17 @@ std::vector<storage::CallRecord> manyCalls(std::size_t count, std::int64_t rank_
 // A single-file trace with `calls` calls spread over `ranks` ranks (rank ids 0..ranks-1).
 void writeLargeTrace(const std::string& path, std::int64_t calls, int ranks, std::uint64_t seed);
 
+// A strategy of a synthetic benchmark that is twice as fast as sum/native from min_bytes to max_bytes and
+// twice as slow at every other size.
+struct BenchWinner {
+  std::string strategy;  // e.g. "sum/mpi.ring"
+  std::int64_t min_bytes = 0, max_bytes = 0;
+};
+
+// A trace as `gradscope bench --backend mpi` on `ranks` ranks writes it, with known winners: fp32
+// MPI_Allreduce at every power of two from 1 KiB to 16 MiB, sum/native at costNs (the synthetic job's
+// alpha-beta model) and each winner as above, each point's min/max within 2% of its median (intervals far
+// apart). `gradscope recommend` on it gives one rule per winner, over the powers of two inside its range.
+void writeBenchTrace(const std::string& path, int ranks, const std::vector<BenchWinner>& winners);
+
 }  // namespace gradscope::testing
