@@ -1,6 +1,8 @@
-// Keeps docs/schema.md true: every table of the schema is described there, and nothing else is.
+// Keeps docs/schema.md true: every table of the schema is described there, and nothing else is; and
+// docs/deploy.md: every export format of `gradscope recommend --format` has its row there.
 
 #include <fstream>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -8,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "gradscope/storage/schema.h"
+#include "gradscope/tuner/exporters.h"
 #include "test_util.h"
 
 namespace {
@@ -25,6 +28,20 @@ TEST(Docs, SchemaPageListsEveryTable) {
   EXPECT_NE(text.str().find("currently **" + std::to_string(gradscope::storage::kSchemaVersion) + "**"),
             std::string::npos)
       << "docs/schema.md names another schema version than kSchemaVersion";
+}
+
+TEST(Docs, DeployPageListsEveryFormat) {
+  std::ifstream file(GRADSCOPE_SOURCE_DIR "/docs/deploy.md");
+  ASSERT_TRUE(file) << "docs/deploy.md is missing";
+  // Rows of its overview table: | `nccl-tuner` | who reads it | ...
+  const std::regex row(R"(^\| `([a-z-]+)` \|)");
+  std::set<std::string> documented, formats;
+  for (std::string line; std::getline(file, line);) {
+    std::smatch match;
+    if (std::regex_search(line, match, row)) documented.insert(match[1]);
+  }
+  for (const auto format : gradscope::tuner::kFormats) formats.emplace(gradscope::tuner::name(format));
+  EXPECT_EQ(documented, formats);
 }
 
 }  // namespace
