@@ -7,9 +7,16 @@ include_guard(GLOBAL)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(GRADSCOPE_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/gradscope"
-    CACHE STRING "Where gradscopeConfig.cmake is installed, relative to the prefix")
-mark_as_advanced(GRADSCOPE_INSTALL_CMAKEDIR)
+# Where gradscopeConfig.cmake is installed, relative to the prefix: <libdir>/cmake/gradscope, unless
+# GRADSCOPE_CMAKE_PACKAGE_DIR says otherwise. Not a cached default: the library directory changes with the
+# prefix (lib/x86_64-linux-gnu under /usr on Debian, lib elsewhere), and the package must follow it.
+set(GRADSCOPE_CMAKE_PACKAGE_DIR "" CACHE STRING
+    "Where gradscopeConfig.cmake is installed, relative to the prefix; empty: <libdir>/cmake/gradscope")
+mark_as_advanced(GRADSCOPE_CMAKE_PACKAGE_DIR)
+set(GRADSCOPE_INSTALL_CMAKEDIR "${GRADSCOPE_CMAKE_PACKAGE_DIR}")
+if(NOT GRADSCOPE_INSTALL_CMAKEDIR)
+  set(GRADSCOPE_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/gradscope")
+endif()
 
 get_property(_gs_exported GLOBAL PROPERTY GRADSCOPE_EXPORTED_TARGETS)
 if(NOT _gs_exported)
@@ -21,7 +28,8 @@ endif()
 install(EXPORT gradscopeTargets
   NAMESPACE gradscope::
   FILE gradscopeTargets.cmake
-  DESTINATION ${GRADSCOPE_INSTALL_CMAKEDIR})
+  DESTINATION ${GRADSCOPE_INSTALL_CMAKEDIR}
+  COMPONENT ${GRADSCOPE_DEV_COMPONENT})
 
 get_property(_gs_extra_dependencies GLOBAL PROPERTY GRADSCOPE_EXTRA_DEPENDENCIES)
 list(JOIN _gs_extra_dependencies "\n" GRADSCOPE_EXTRA_DEPENDENCIES)
@@ -37,7 +45,8 @@ write_basic_package_version_file(
 install(FILES
   ${PROJECT_BINARY_DIR}/gradscopeConfig.cmake
   ${PROJECT_BINARY_DIR}/gradscopeConfigVersion.cmake
-  DESTINATION ${GRADSCOPE_INSTALL_CMAKEDIR})
+  DESTINATION ${GRADSCOPE_INSTALL_CMAKEDIR}
+  COMPONENT ${GRADSCOPE_DEV_COMPONENT})
 
 set(_gs_exported_names "")
 foreach(_gs_target IN LISTS _gs_exported)

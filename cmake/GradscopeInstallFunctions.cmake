@@ -12,6 +12,20 @@
 include_guard(GLOBAL)
 include(GNUInstallDirs)
 
+set(GRADSCOPE_RUNTIME_COMPONENT runtime)  # package gradscope: the command, the agent, the NCCL plugins, samples
+set(GRADSCOPE_GUI_COMPONENT gui)          # package gradscope-gui: the Qt viewer
+set(GRADSCOPE_DEV_COMPONENT dev)          # package gradscope-dev: headers, static libraries, the CMake package
+set(GRADSCOPE_UNASSIGNED_COMPONENT unassigned)
+set(CMAKE_INSTALL_DEFAULT_COMPONENT_NAME ${GRADSCOPE_UNASSIGNED_COMPONENT})
+
+# What only gradscope loads or runs — the agent, its extensions, the NCCL plugins, the sample jobs — lives
+# in a directory of its own under the library directory (Debian's place for a package's private files:
+# /usr/lib/x86_64-linux-gnu/gradscope), not in the library directory itself: nothing links against them,
+# and the linker's search path has no business finding them. `gradscope run` finds the agent and the
+# plugins there from its own location (cli/src/run.cc).
+set(GRADSCOPE_INSTALL_PKGLIBDIR "${CMAKE_INSTALL_LIBDIR}/gradscope")
+set(GRADSCOPE_INSTALL_SAMPLESDIR "${GRADSCOPE_INSTALL_PKGLIBDIR}/samples")
+
 # Installed binaries find our shared libraries next to themselves, and libraries outside the system
 # directories that they were linked against (CUDA in /usr/local/cuda, for example) where they were found.
 if(NOT DEFINED CMAKE_INSTALL_RPATH_USE_LINK_PATH)
@@ -29,24 +43,47 @@ function(gradscope_install_library target)
     set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN")
   endif()
   install(TARGETS ${target} EXPORT gradscopeTargets
-    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT ${GRADSCOPE_DEV_COMPONENT}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT ${GRADSCOPE_RUNTIME_COMPONENT}
+      NAMELINK_COMPONENT ${GRADSCOPE_DEV_COMPONENT}
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ${GRADSCOPE_RUNTIME_COMPONENT}
     INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   set_property(GLOBAL APPEND PROPERTY GRADSCOPE_EXPORTED_TARGETS ${target})
 endfunction()
 
-# Installs an executable into bin/ with an RPATH that finds our shared libraries in lib/.
+# Installs an executable into bin/ with an RPATH that finds our shared libraries in lib/. COMPONENT
+# defaults to the runtime one (package gradscope).
 function(gradscope_install_executable target)
   if(NOT TARGET ${target})
     message(FATAL_ERROR "gradscope_install_executable: no target named '${target}'")
+  endif()
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "COMPONENT" "")
+  if(NOT arg_COMPONENT)
+    set(arg_COMPONENT ${GRADSCOPE_RUNTIME_COMPONENT})
   endif()
   get_target_property(rpath ${target} INSTALL_RPATH)
   if(NOT rpath)
     file(RELATIVE_PATH to_libdir "/${CMAKE_INSTALL_BINDIR}" "/${CMAKE_INSTALL_LIBDIR}")
     set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN/${to_libdir}")
   endif()
-  install(TARGETS ${target} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(TARGETS ${target} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ${arg_COMPONENT})
+endfunction()
+
+# Installs a shared or module library (the agent, an extension, an NCCL plugin) or a sample job into the
+# private directory GRADSCOPE_INSTALL_PKGLIBDIR (or DESTINATION: the samples' folder in it), in the runtime
+# component.
+function(gradscope_install_private target)
+  if(NOT TARGET ${target})
+    message(FATAL_ERROR "gradscope_install_private: no target named '${target}'")
+  endif()
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "DESTINATION" "")
+  set(destination ${GRADSCOPE_INSTALL_PKGLIBDIR})
+  if(arg_DESTINATION)
+    set(destination ${arg_DESTINATION})
+  endif()
+  install(TARGETS ${target}
+    LIBRARY DESTINATION ${destination} COMPONENT ${GRADSCOPE_RUNTIME_COMPONENT}
+    RUNTIME DESTINATION ${destination} COMPONENT ${GRADSCOPE_RUNTIME_COMPONENT})
 endfunction()
 
 # Records one extra find_dependency() line for gradscopeConfig.cmake, beyond the fixed ones (fmt, SQLite3,

@@ -364,6 +364,10 @@ std::vector<std::string> launcherCommand(const std::vector<std::string>& command
   return out;
 }
 
+std::string installedPrivateDirectory(const std::string& executable_directory) {
+  return (fs::path(executable_directory) / GRADSCOPE_BIN_TO_PKGLIBDIR).lexically_normal().string();
+}
+
 std::string findAgent(const Environment& environment, const std::string& executable_directory) {
   if (const auto configured = lookup(environment, env::kAgentPath)) {
     if (!isRegularFile(*configured))
@@ -371,28 +375,24 @@ std::string findAgent(const Environment& environment, const std::string& executa
     return fs::absolute(*configured).lexically_normal().string();
   }
   const fs::path bin(executable_directory);
-  std::vector<fs::path> directories = {bin / ".." / "agent", bin / ".." / "lib"};
-  const fs::path libdir(GRADSCOPE_INSTALL_LIBDIR);
-  const fs::path installed = libdir.is_absolute() ? libdir : bin / ".." / libdir;
-  if (std::find(directories.begin(), directories.end(), installed) == directories.end())
-    directories.push_back(installed);
   std::string looked;
-  for (const fs::path& directory : directories) {
+  for (const fs::path& directory :
+       {bin / ".." / "agent", fs::path(installedPrivateDirectory(executable_directory))}) {
     const fs::path candidate = (directory / kAgentName).lexically_normal();
     if (isRegularFile(candidate)) return fs::absolute(candidate).string();
     looked += (looked.empty() ? "" : ", ") + directory.lexically_normal().string();
   }
-  fail("cannot find the agent {} (looked in {}); build the gradscope_agent target or set {}", kAgentName,
-       looked, env::kAgentPath);
+  fail(
+      "cannot find the agent {} (looked in {}); build the gradscope_agent target, reinstall the gradscope "
+      "package, or set {}",
+      kAgentName, looked, env::kAgentPath);
 }
 
 NcclPlugins findNcclPlugins(const std::string& executable_directory) {
   const fs::path bin(executable_directory);
-  const fs::path libdir(GRADSCOPE_INSTALL_LIBDIR);
-  const fs::path installed = libdir.is_absolute() ? libdir : bin / ".." / libdir;
   const auto find = [&](const char* build_directory, const char* name) -> std::string {
-    for (const fs::path& directory :
-         {bin / ".." / "plugins" / build_directory, bin / ".." / "lib", installed}) {
+    for (const fs::path& directory : {bin / ".." / "plugins" / build_directory,
+                                      fs::path(installedPrivateDirectory(executable_directory))}) {
       const fs::path candidate = (directory / name).lexically_normal();
       if (isRegularFile(candidate)) return fs::absolute(candidate).string();
     }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <regex>
 #include <string>
 #include <thread>
@@ -98,10 +99,11 @@ TEST(RunNcclPlugins, FoundInTheBuildTreeOrTheInstallAndLoadedIntoNccl) {
   const std::string bin = dir.makeSubdir("bin");
   EXPECT_TRUE(findNcclPlugins(bin).tuner.empty());
   EXPECT_TRUE(findNcclPlugins(bin).profiler.empty());
-  dir.makeSubdir("lib");
-  test::writeFile(dir.file("lib/libnccl-tuner-gradscope.so"), "elf");
-  test::writeFile(dir.file("lib/libnccl-profiler-gradscope.so"), "elf");
-  EXPECT_EQ(findNcclPlugins(bin).tuner, dir.file("lib/libnccl-tuner-gradscope.so"));
+  const std::string installed = installedPrivateDirectory(bin);
+  std::filesystem::create_directories(installed);
+  test::writeFile(installed + "/libnccl-tuner-gradscope.so", "elf");
+  test::writeFile(installed + "/libnccl-profiler-gradscope.so", "elf");
+  EXPECT_EQ(findNcclPlugins(bin).tuner, installed + "/libnccl-tuner-gradscope.so");
   dir.makeSubdir("plugins");
   dir.makeSubdir("plugins/nccl-profiler");  // the build tree comes first
   test::writeFile(dir.file("plugins/nccl-profiler/libnccl-profiler-gradscope.so"), "elf");
@@ -301,11 +303,16 @@ TEST(RunAgent, FoundFromTheEnvironmentTheBuildTreeOrTheInstall) {
   EXPECT_GRADSCOPE_ERROR(findAgent({{"GRADSCOPE_AGENT_PATH", dir.file("none.so")}}, dir.path()),
                          "GRADSCOPE_AGENT_PATH=" + dir.file("none.so"), "unset it");
   const std::string bin = dir.makeSubdir("bin");
+  // The install's private directory: <prefix>/lib[/<multiarch>]/gradscope, beside bin/.
+  const std::string installed = installedPrivateDirectory(bin);
+  EXPECT_TRUE(installed.starts_with(dir.file("lib/"))) << installed;
+  EXPECT_TRUE(installed.ends_with("/gradscope")) << installed;
   EXPECT_GRADSCOPE_ERROR(findAgent({}, bin), "cannot find the agent libgradscope-agent.so", dir.file("agent"),
-                         dir.file("lib"), "build the gradscope_agent target", "GRADSCOPE_AGENT_PATH");
-  dir.makeSubdir("lib");
-  test::writeFile(dir.file("lib/libgradscope-agent.so"), "elf");
-  EXPECT_EQ(findAgent({}, bin), dir.file("lib/libgradscope-agent.so"));
+                         installed, "build the gradscope_agent target", "reinstall the gradscope package",
+                         "GRADSCOPE_AGENT_PATH");
+  std::filesystem::create_directories(installed);
+  test::writeFile(installed + "/libgradscope-agent.so", "elf");
+  EXPECT_EQ(findAgent({}, bin), installed + "/libgradscope-agent.so");
   dir.makeSubdir("agent");  // the build tree comes first
   test::writeFile(dir.file("agent/libgradscope-agent.so"), "elf");
   EXPECT_EQ(findAgent({}, bin), dir.file("agent/libgradscope-agent.so"));

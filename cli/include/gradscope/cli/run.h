@@ -81,10 +81,16 @@ Launcher classifyLauncher(const std::string& name, const std::string& resolved);
 std::vector<std::string> launcherCommand(const std::vector<std::string>& command, Launcher launcher,
                                          const std::vector<std::string>& variables);
 
+// The private directory of the install whose bin/ is `executable_directory`: where the agent, its
+// extensions, the NCCL plugins and the sample jobs are installed (<bin>/../lib/gradscope, with the
+// install's library directory; cmake/GradscopeInstallFunctions.cmake). Not checked for existence.
+std::string installedPrivateDirectory(const std::string& executable_directory);
+
 // The agent to preload: GRADSCOPE_AGENT_PATH when set (it must exist), else the build tree's
-// <dir>/../agent/libgradscope-agent.so, else the install's <dir>/../lib (and the configured install
-// library directory) where <dir> holds the gradscope executable. Throws gradscope::Error naming the
-// places looked at and the fixes. The result is absolute.
+// <dir>/../agent/libgradscope-agent.so, else the install's private directory (<dir>/../lib/gradscope,
+// with the install's library directory: /usr/bin/../lib/x86_64-linux-gnu/gradscope for the Debian
+// package) where <dir> holds the gradscope executable. Throws gradscope::Error naming the places looked
+// at and the fixes. The result is absolute.
 std::string findAgent(const Environment& environment, const std::string& executable_directory);
 
 // The default output directory: gradscope-<job id> for a launched rank (the same on every rank),
@@ -116,7 +122,7 @@ Environment jobEnvironment(const Environment& parent, const std::string& agent, 
 void setModeEnvironment(Environment& environment, const RunOptions& options);
 
 // gradscope's NCCL plugins next to the agent: the build tree's <dir>/../plugins/nccl-{tuner,profiler},
-// else <dir>/../lib and the install library directory. Empty where not found (NCCL then runs without).
+// else the install's private directory (as findAgent). Empty where not found (NCCL then runs without).
 struct NcclPlugins {
   std::string tuner;     // libnccl-tuner-gradscope.so, absolute
   std::string profiler;  // libnccl-profiler-gradscope.so, absolute
