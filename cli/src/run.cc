@@ -521,14 +521,25 @@ void setModeEnvironment(Environment& environment, const RunOptions& options) {
   if (options.mode != Mode::Observe) environment.try_emplace(env::kOmpiDynamicRules, "1");
 }
 
+bool namesGradscopeTuner(const std::string& plugin) {
+  // NCCL resolves a bare name N to libnccl-tuner-N.so; a path is loaded as it is.
+  return plugin == "gradscope" || fs::path(plugin).filename() == "libnccl-tuner-gradscope.so";
+}
+
 void setNcclPluginEnvironment(Environment& environment, const NcclPlugins& plugins,
                               const RunOptions& options) {
   if (!plugins.profiler.empty()) environment.try_emplace(env::kNcclProfilerPlugin, plugins.profiler);
-  if (options.mode == Mode::Apply && !plugins.tuner.empty() && !lookup(environment, env::kNcclTunerPlugin)) {
+  if (options.mode != Mode::Apply) return;
+  if (const auto named = lookup(environment, env::kNcclTunerPlugin)) {
+    // Another tuner, or none: left alone, and it reads no gradscope plan.
+    if (!namesGradscopeTuner(*named)) return;
+  } else if (plugins.tuner.empty()) {
+    return;
+  } else {
     environment[env::kNcclTunerPlugin] = plugins.tuner;
-    if (const auto recommendation = lookup(environment, env::kRecommendation))
-      environment[env::kTunerConfig] = *recommendation;
   }
+  if (const auto recommendation = lookup(environment, env::kRecommendation))
+    environment[env::kTunerConfig] = *recommendation;
 }
 
 std::vector<std::string> variablesToForward(const Environment& environment) {

@@ -136,6 +136,17 @@ TEST(RunNcclPlugins, FoundInTheBuildTreeOrTheInstallAndLoadedIntoNccl) {
   EXPECT_EQ(mine.at("NCCL_TUNER_PLUGIN"), "none");
   EXPECT_EQ(mine.at("NCCL_PROFILER_PLUGIN"), "inspector");
   EXPECT_EQ(mine.count("GRADSCOPE_TUNER_CONFIG"), 0u);
+  // gradscope's own tuner named already (module load gradscope sets the installed one's path): kept, and
+  // it gets the plan, or apply mode would leave NCCL's choices alone.
+  for (const char* named : {"gradscope", "/opt/gs/lib/gradscope/libnccl-tuner-gradscope.so"}) {
+    Environment loaded = jobEnvironment({{"NCCL_TUNER_PLUGIN", named}}, "/a/agent.so", "/out", "u", "x");
+    setModeEnvironment(loaded, apply);
+    setNcclPluginEnvironment(loaded, NcclPlugins{}, apply);
+    EXPECT_EQ(loaded.at("NCCL_TUNER_PLUGIN"), named);
+    EXPECT_EQ(loaded.at("GRADSCOPE_TUNER_CONFIG"), "/plans/plan.json") << named;
+  }
+  EXPECT_FALSE(namesGradscopeTuner("/opt/aws/lib/libnccl-tuner-ofi.so"));
+  EXPECT_FALSE(namesGradscopeTuner("none"));
 }
 
 TEST(RunLauncher, ClassifiesLaunchersByNameAndByWhatTheyLeadTo) {

@@ -133,7 +133,10 @@ NcclPlugins findNcclPlugins(const std::string& executable_directory);
 // profiler in every mode (NCCL_PROFILER_PLUGIN), so that the trace says which algorithm, protocol and
 // channels NCCL used; in apply mode also the tuner (NCCL_TUNER_PLUGIN) with GRADSCOPE_TUNER_CONFIG =
 // the recommendation, so that NCCL's own choice follows its nccl.<algo>.<proto> rules. A plugin
-// variable the environment already sets (another plugin, or `none`) is left alone.
+// variable the environment already sets (another plugin, or `none`) is left alone; one that already
+// names gradscope's tuner (`gradscope`, or a path to libnccl-tuner-gradscope.so: what `module load
+// gradscope` sets) still gets the recommendation as GRADSCOPE_TUNER_CONFIG.
+bool namesGradscopeTuner(const std::string& plugin);
 void setNcclPluginEnvironment(Environment& environment, const NcclPlugins& plugins,
                               const RunOptions& options);
 
