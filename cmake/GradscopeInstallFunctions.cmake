@@ -28,8 +28,16 @@ set(GRADSCOPE_INSTALL_SAMPLESDIR "${GRADSCOPE_INSTALL_PKGLIBDIR}/samples")
 
 # Installed binaries find our shared libraries next to themselves, and libraries outside the system
 # directories that they were linked against (CUDA in /usr/local/cuda, for example) where they were found.
+# Not in a system install (prefix /usr: the Debian packages): there Debian's libraries are where the loader
+# looks anyway (Open MPI's libmpi.so.40 too), a search path of the build machine's is wrong on another
+# (lintian: custom-library-search-path), and NVIDIA's NCCL is found as every CUDA program finds it
+# (LD_LIBRARY_PATH, or /etc/ld.so.conf.d as NVIDIA's packages set it).
 if(NOT DEFINED CMAKE_INSTALL_RPATH_USE_LINK_PATH)
-  set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
+  if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+    set(CMAKE_INSTALL_RPATH_USE_LINK_PATH OFF)
+  else()
+    set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
+  endif()
 endif()
 
 # Adds a library (STATIC, SHARED, MODULE or INTERFACE) to the gradscopeTargets export set and installs it.

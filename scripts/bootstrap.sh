@@ -14,6 +14,9 @@ packages=(
   libopenmpi-dev openmpi-bin
   # scripts/cluster.sh (hosts as network namespaces, links shaped with tc; the ctest label cluster).
   iproute2
+  # The Debian packages (scripts/package.sh, cpack): dpkg-shlibdeps and dpkg-architecture (dpkg-dev),
+  # file (CPack's DEB generator needs it); and their test (label package), which makes a Debian root.
+  dpkg-dev file debootstrap
   # libqt6opengl6-dev is only a Recommends of qt6-base-dev, which --no-install-recommends skips, but
   # Qt6ChartsConfig.cmake needs Qt6OpenGL: without it find_package(Qt6 COMPONENTS Charts) fails.
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev
