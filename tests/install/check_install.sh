@@ -70,6 +70,20 @@ fi
 version=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")$/\1/p' "$package_dir/gradscopeConfigVersion.cmake")
 [ -n "$version" ] || fail "cannot read PACKAGE_VERSION from gradscopeConfigVersion.cmake"
 
+# The environment-modules file names this prefix's paths (written at install time), and puts a bin/ that
+# is not /usr/bin on PATH; the tuner plugin it names is installed.
+modulefile="$prefix/share/modulefiles/gradscope/$version"
+if [ -f "$modulefile" ]; then
+  grep -qxF "prepend-path PATH \"$prefix/bin\"" "$modulefile" ||
+    fail "$modulefile does not put $prefix/bin on PATH"
+  tuner=$(sed -n 's/^pushenv NCCL_TUNER_PLUGIN "\(.*\)"$/\1/p' "$modulefile")
+  [ -n "$tuner" ] && [ -f "$tuner" ] || fail "$modulefile names the tuner plugin '$tuner', which is not installed"
+  case "$tuner" in "$prefix"/*) ;; *) fail "$modulefile names a tuner outside $prefix: $tuner" ;; esac
+  echo "==> module file: $modulefile (PATH, NCCL_TUNER_PLUGIN=$tuner)"
+elif [ -f "$prefix/bin/gradscope" ]; then
+  fail "the install has the gradscope command but no module file $modulefile"
+fi
+
 echo "==> configuring the consumer against gradscope $version"
 configure=(cmake -S "$consumer_src" -B "$consumer_build"
   -DCMAKE_PREFIX_PATH="$prefix"
