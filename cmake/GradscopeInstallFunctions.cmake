@@ -57,6 +57,17 @@ function(gradscope_install_library target)
     RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ${GRADSCOPE_RUNTIME_COMPONENT}
     INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   set_property(GLOBAL APPEND PROPERTY GRADSCOPE_EXPORTED_TARGETS ${target})
+  # A stripping install (cmake --install --strip; cpack, CPACK_STRIP_FILES) strips executables and shared
+  # libraries only; a static library keeps its debug information, half of gradscope-dev's size. Strip it
+  # as Debian's dh_strip does: debug sections only, so that it still links.
+  get_target_property(type ${target} TYPE)
+  if(type STREQUAL "STATIC_LIBRARY" AND CMAKE_STRIP)
+    install(CODE "if(CMAKE_INSTALL_DO_STRIP)
+  execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-debug --enable-deterministic-archives
+    \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/$<TARGET_FILE_NAME:${target}>\"
+    COMMAND_ERROR_IS_FATAL ANY)
+endif()" COMPONENT ${GRADSCOPE_DEV_COMPONENT})
+  endif()
 endfunction()
 
 # Installs an executable into bin/ with an RPATH that finds our shared libraries in lib/. COMPONENT

@@ -155,6 +155,26 @@ while IFS= read -r -d '' elf; do
     fail "${elf#"$contents"/} has an RPATH into the build or source tree: $(readelf -d "$elf" | grep -E 'R(UN)?PATH')"
   fi
 done < <(find "$contents" -type f \( -name '*.so' -o -perm -u+x \) -print0)
+# gradscope-dev as another project sees it: tests/install/consumer finds gradscope in the unpacked package
+# alone (with this machine's compiler and the -dev packages gradscope-dev depends on), links its stripped
+# static libraries and runs.
+cmake=$(dirname "$cpack")/cmake
+consumer="$work/consumer"
+rm -rf "$consumer"
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+if ! { "$cmake" -S "$source_dir/tests/install/consumer" -B "$consumer" "${generator[@]}" \
+         -DCMAKE_PREFIX_PATH="$contents/gradscope-dev/usr" -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON &&
+       "$cmake" --build "$consumer"; } >"$work/consumer.log" 2>&1; then
+  tail -n 20 "$work/consumer.log" >&2
+  fail "the consumer project does not build against gradscope-dev; the whole log is $work/consumer.log"
+fi
+case "$(sed -n 's/^gradscope_DIR:PATH=//p' "$consumer/CMakeCache.txt")" in
+  "$contents/gradscope-dev/usr/lib/$multiarch/cmake/gradscope") ;;
+  *) fail "the consumer found gradscope elsewhere than in gradscope-dev: $(grep '^gradscope_DIR' "$consumer/CMakeCache.txt")" ;;
+esac
+"$consumer/consumer" | grep -q "^gradscope version: " || fail "the consumer built against gradscope-dev does not run"
+echo "    gradscope-dev: find_package(gradscope) from the package alone; the consumer links and runs"
 phase_done "package contents"
 
 # --- A fresh Debian 12 root -----------------------------------------------------------------------------
