@@ -55,6 +55,14 @@ esac
 if [ -z "${GRADSCOPE_PACKAGE_NAMESPACE:-}" ] && unshare --mount --propagation private true 2>/dev/null; then
   exec env GRADSCOPE_PACKAGE_NAMESPACE=1 unshare --mount --propagation private -- "$0" --cpack "$cpack" "$build_dir" "$work"
 fi
+# The root needs /proc, /sys and /dev mounted in it: a container without CAP_SYS_ADMIN cannot.
+probe=$(mktemp -d)
+if ! mount -t tmpfs -o size=1m tmpfs "$probe" 2>/dev/null; then
+  rmdir "$probe"
+  skip "cannot mount here (a container without CAP_SYS_ADMIN?); the root needs /proc, /sys and /dev"
+fi
+umount "$probe"
+rmdir "$probe"
 
 started=$SECONDS
 phase_started=$SECONDS
@@ -83,7 +91,7 @@ mirror_for() {
     END { flush(); print uri }')
   if [ -z "$uri" ]; then
     uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-      sed -n -E "s|^deb[ \t]+(\[[^]]*\][ \t]+)?(https?://[^ \t]+)[ \t]+$suite[ \t].*main.*|\2|p" | head -n 1)
+      sed -n -E "s|^deb[ \t]+(\[[^]]*\][ \t]+)?(https?://[^ \t]+)[ \t]+${suite}[ \t].*main.*|\2|p" | head -n 1)
   fi
   echo "${uri%/}"
 }
@@ -257,7 +265,7 @@ in_root() {
 # openmpi-bin (mpirun) is gradscope's Recommends, installed by name because recommends are off here (they
 # would bring Qt's themes and translations too); environment-modules is the first of the two module systems
 # (they conflict: lmod replaces it below).
-install="apt-get install -y -q --no-install-recommends $(printf '/tmp/debs/%s ' "${deb_files[@]##*/}") openmpi-bin environment-modules"
+install="apt-get install -y -q --no-install-recommends $(printf '/tmp/debs/%s ' "${deb_files[@]##*/}")openmpi-bin environment-modules"
 echo "==> in the root: $install"
 if ! in_root "$install" >"$work/apt-install.log" 2>&1; then
   # The root's package lists may be older than the mirror (a cached root): refresh them once.
