@@ -332,15 +332,17 @@ fi
 # Each module system in a shell of its own, as its /etc/profile.d script sets it up. A tuner another module
 # had named comes back on unload.
 tuner="/$private/libnccl-tuner-gradscope.so"
+profiler="/$private/libnccl-profiler-gradscope.so"
 module_check='
   export NCCL_TUNER_PLUGIN=site-tuner
   before=$PATH
   module load gradscope || exit 1
   echo "gradscope=$(command -v gradscope)"
   echo "tuner=$NCCL_TUNER_PLUGIN"
+  echo "profiler=$GRADSCOPE_NCCL_PROFILER_PLUGIN profiler_on=${NCCL_PROFILER_PLUGIN:-no}"
   [ "$PATH" = "$before" ] && echo "path=unchanged" || echo "path=$PATH"
   module unload gradscope
-  echo "after=$NCCL_TUNER_PLUGIN"'
+  echo "after=$NCCL_TUNER_PLUGIN profiler_after=${GRADSCOPE_NCCL_PROFILER_PLUGIN:-unset}"'
 for system in "environment-modules:. /usr/share/modules/init/bash" "lmod:. /etc/profile.d/lmod.sh"; do
   name=${system%%:*}
   if [ "$name" = lmod ]; then
@@ -349,11 +351,12 @@ for system in "environment-modules:. /usr/share/modules/init/bash" "lmod:. /etc/
   fi
   echo "==> in the root, $name: module load gradscope"
   output=$(in_root "${system#*:}; $module_check" 2>&1) || { echo "$output" >&2; fail "$name: module load gradscope failed"; }
-  for line in "gradscope=/usr/bin/gradscope" "tuner=$tuner" "path=unchanged" "after=site-tuner"; do
+  for line in "gradscope=/usr/bin/gradscope" "tuner=$tuner" "profiler=$profiler profiler_on=no" "path=unchanged" \
+    "after=site-tuner profiler_after=unset"; do
     grep -qxF "$line" <<<"$output" || fail "$name: expected '$line' after module load gradscope; got: $(echo "$output" | tr '\n' ' ')"
   done
-  in_root "test -f $tuner" || fail "the module names $tuner, which is not installed"
-  echo "    gradscope on PATH (/usr/bin, left as it was), NCCL_TUNER_PLUGIN=$tuner, given back on unload"
+  in_root "test -f $tuner && test -f $profiler" || fail "the module names $tuner and $profiler; one is not installed"
+  echo "    gradscope on PATH (/usr/bin, left as it was), NCCL_TUNER_PLUGIN=$tuner, GRADSCOPE_NCCL_PROFILER_PLUGIN=$profiler; given back on unload"
 done
 phase_done "module load"
 
