@@ -22,6 +22,7 @@
 #include "gradscope/storage/export.h"
 #include "gradscope/storage/merge.h"
 #include "gradscope/storage/reader.h"
+#include "gradscope/storage/trace_input.h"
 #include "gradscope/tuner/exporters.h"
 
 namespace {
@@ -49,8 +50,14 @@ int execBench(int argc, char** argv) {
   return kExitError;
 }
 
+// traces.db -> traces.json; a run's directory traces/ -> traces.json beside it, not a hidden file inside.
 std::string defaultExportPath(const std::string& input, const std::string& extension) {
-  std::filesystem::path path(input);
+  std::filesystem::path path = std::filesystem::path(input).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();
+  if (std::filesystem::is_directory(path)) {
+    path += extension;
+    return path.string();
+  }
   path.replace_extension(extension);
   return path.string();
 }
@@ -133,7 +140,7 @@ int main(int argc, char** argv) {
   auto* report = app.add_subcommand("report",
                                     "What happened: time in collectives per API and size, slowest calls, "
                                     "per-rank spread, dropped events");
-  report->add_option("FILE", report_file, "Trace file (.db)")->required();
+  report->add_option("FILE", report_file, "Trace file (.db), or a run's directory of rank files")->required();
   report->add_option("--top", report_options.top_calls, "Slowest calls to list")->capture_default_str();
 
   // recommend
@@ -142,7 +149,10 @@ int main(int argc, char** argv) {
   auto* recommend = app.add_subcommand(
       "recommend",
       "Recommend the aggregation strategy per all-reduce size from measurements and the job's calls");
-  recommend->add_option("FILES", recommend_command.inputs, "Trace files (.db) with measurements")->required();
+  recommend
+      ->add_option("FILES", recommend_command.inputs,
+                   "Trace files (.db) with measurements, or runs' directories of rank files")
+      ->required();
   recommend
       ->add_option("--max-rel-error", recommend_command.max_rel_error,
                    "Allow lossy strategies whose worst measured relative L2 error is at most this "
@@ -202,7 +212,8 @@ int main(int argc, char** argv) {
   bool export_force = false;
   auto* exporter =
       app.add_subcommand("export", "Export a trace for other tools: Perfetto, Chrome trace JSON or CSV");
-  exporter->add_option("FILE", export_file, "Trace file (.db)")->required();
+  exporter->add_option("FILE", export_file, "Trace file (.db), or a run's directory of rank files")
+      ->required();
   exporter
       ->add_option("--format", export_format, "perfetto (native protobuf trace), chrome-trace (JSON) or csv")
       ->required()
@@ -258,7 +269,9 @@ int main(int argc, char** argv) {
 
   try {
     if (*report) {
-      const auto reader = storage::TraceReader::open(report_file);
+      const storage::TraceInput input(report_file);
+      const auto reader = storage::TraceReader::open(input.file());
+      report_options.name = input.name();
       cli::writeReport(reader, std::cout, report_options);
       std::cout.flush();
       if (!std::cout) fail("cannot write the report to standard output");
@@ -303,7 +316,8 @@ int main(int argc, char** argv) {
                                            : format == storage::ExportFormat::ChromeTrace ? ".json"
                                            : export_table == "calls"                      ? ".csv"
                                                                      : ".measurements.csv");
-      const auto reader = storage::TraceReader::open(export_file);
+      const storage::TraceInput input(export_file);
+      const auto reader = storage::TraceReader::open(input.file());
       storage::exportTrace(reader, format, export_table, export_output, export_force);
       if (export_output != "-") fmt::print(stderr, "wrote {}\n", export_output);
     }

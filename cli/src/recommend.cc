@@ -6,12 +6,16 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "gradscope/common/error.h"
 #include "gradscope/storage/files.h"
 #include "gradscope/storage/reader.h"
+#include "gradscope/storage/trace_input.h"
 #include "gradscope/storage/writer.h"
 #include "gradscope/tuner/exporters.h"
 #include "gradscope/tuner/recommend.h"
@@ -26,7 +30,14 @@ void runRecommend(const RecommendCommand& command, std::ostream& out, std::ostre
     fail("--max-rel-error must be a number >= 0 (0 allows lossless strategies only)");
   if (command.world && *command.world < 1) fail("--world must be a positive number of ranks");
 
-  const tuner::Inputs inputs = tuner::readInputs(command.inputs);
+  // A run's directory of rank files is merged into a temporary copy first (storage/trace_input.h).
+  std::vector<std::unique_ptr<storage::TraceInput>> opened;
+  std::vector<std::string> files;
+  for (const std::string& input : command.inputs) {
+    opened.push_back(std::make_unique<storage::TraceInput>(input));
+    files.push_back(opened.back()->file());
+  }
+  const tuner::Inputs inputs = tuner::readInputs(files);
   const tuner::Result result =
       tuner::recommend(inputs, {command.max_rel_error, command.allow_semantic_change, command.world,
                                 command.created, *format == tuner::Format::Predictions});
@@ -52,6 +63,13 @@ void runRecommend(const RecommendCommand& command, std::ostream& out, std::ostre
   // input (a CI artifact, a shared file) is not an error: the output above is what the user asked for.
   if (!command.store) return;
   const std::string& first = command.inputs.front();
+  if (opened.front()->merged()) {
+    log << fmt::format(
+        "note: {} is a directory of rank files, merged for this command only; the recommendation was not "
+        "stored (gradscope merge {} -o FILE keeps a merged trace that stores it)\n",
+        first, first);
+    return;
+  }
   if (::access(first.c_str(), W_OK) != 0) {
     log << fmt::format("note: {} is read-only; the recommendation was not stored in it\n", first);
     return;

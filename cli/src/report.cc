@@ -1028,7 +1028,7 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
     return it == rank_by_id.end() ? fmt::format("#{}", rank_id) : std::to_string(it->second->rank);
   };
 
-  out << fmt::format("gradscope report: {}\n\n", reader.path());
+  out << fmt::format("gradscope report: {}\n\n", options.name.empty() ? reader.path() : options.name);
   for (const auto& run : runs) {
     out << fmt::format("Run       {} ({}, backend {}, {} rank{}, host {})\n", run.uuid, run.mode,
                        name(run.backend), run.world_size, run.world_size == 1 ? "" : "s", run.host);

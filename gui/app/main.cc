@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -11,10 +12,13 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QFileInfo>
 #include <QScrollArea>
 #include <QTabWidget>
 #include <QTextStream>
 
+#include "gradscope/common/error.h"
+#include "gradscope/storage/trace_input.h"
 #include "widgets/comm_matrix_view.h"
 #include "widgets/main_window.h"
 #include "widgets/recommendation_view.h"
@@ -171,7 +175,25 @@ int main(int argc, char** argv) {
   if (dimensions.size() == 2 && dimensions[0].toInt() > 0 && dimensions[1].toInt() > 0) {
     window.resize(dimensions[0].toInt(), dimensions[1].toInt());
   }
-  const QStringList files = parser.positionalArguments();
+  QStringList files = parser.positionalArguments();
+  // A run's directory of rank files: merged into a temporary copy, opened, removed when the viewer exits
+  // (storage/trace_input.h). It is read once: there is no file for --live to follow.
+  std::optional<gradscope::storage::TraceInput> merged;
+  if (!files.isEmpty() && QFileInfo(files.first()).isDir()) {
+    if (parser.isSet(live)) {
+      QTextStream(stderr) << "gradscope-gui: --live follows one trace file, not a directory of rank files; "
+                             "name the file a rank is writing\n";
+      return 2;
+    }
+    QTextStream(stderr) << "gradscope-gui: merging the rank files of " << files.first() << "\n";
+    try {
+      merged.emplace(files.first().toStdString());
+    } catch (const gradscope::Error& error) {
+      QTextStream(stderr) << "gradscope-gui: " << error.what() << "\n";
+      return 2;
+    }
+    files[0] = QString::fromStdString(merged->file());
+  }
   if (parser.isSet(shots)) {
     if (files.isEmpty()) {
       QTextStream(stderr) << "gradscope-gui: --screenshots needs a FILE\n";

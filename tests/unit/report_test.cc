@@ -3,6 +3,7 @@
 
 #include "gradscope/cli/report.h"
 
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <set>
@@ -79,13 +80,69 @@ TEST(Report, TheCommandPrintsTheSameReport) {
 
   const auto top = runCli({"report", path, "--top", "3"});
   ASSERT_EQ(top.exit_code, 0) << test::describe(top);
-  EXPECT_EQ(top.out, report(path, ReportOptions{3}));
+  EXPECT_EQ(top.out, report(path, ReportOptions{3, {}}));
+}
+
+// A run's directory of rank files reads as its merged file: report, export and recommend merge it into a
+// temporary copy under TMPDIR, name the directory, and leave nothing behind.
+TEST(Report, ADirectoryOfRankFilesReadsAsItsMergedFile) {
+  TempDir dir;
+  const std::string merged = writeMergedJob(dir);
+  const std::string ranks = dir.path() + "/ranks";
+  const std::string scratch = dir.makeSubdir("tmp");
+  const auto cli = [&](const std::string& arguments) {
+    return test::runShell(fmt::format("TMPDIR={} {} {}", test::shellQuote(scratch),
+                                      test::shellQuote(GRADSCOPE_CLI_PATH), arguments));
+  };
+  const auto leftovers = [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(scratch))
+      names.push_back(entry.path().filename().string());
+    return names;
+  };
+
+  const auto from_directory = cli("report " + test::shellQuote(ranks));
+  ASSERT_EQ(from_directory.exit_code, 0) << test::describe(from_directory);
+  EXPECT_EQ(from_directory.out,
+            test::replaceAll(report(merged), "gradscope report: " + merged, "gradscope report: " + ranks));
+  EXPECT_TRUE(leftovers().empty()) << fmt::format("{}", fmt::join(leftovers(), " "));
+
+  // export: the same rows as the merged file's, written beside the directory by default.
+  const auto exported = cli("export " + test::shellQuote(ranks) + " --format csv");
+  ASSERT_EQ(exported.exit_code, 0) << test::describe(exported);
+  ASSERT_EQ(runCli({"export", merged, "--format", "csv"}).exit_code, 0);
+  EXPECT_EQ(test::readFile(ranks + ".csv"), test::readFile(dir.file("merged.csv")));
+  EXPECT_TRUE(leftovers().empty());
+
+  // recommend: the same plan as from the merged file; not stored anywhere (the merged copy is gone), and
+  // it says so. A benchmark trace alone in its directory, with a known winner.
+  const std::string bench_dir = dir.makeSubdir("bench");
+  testing::writeBenchTrace(bench_dir + "/rank0.db", 2, {{"sum/mpi.ring", 1 << 10, 1 << 14}});
+  const std::string bench_merged = dir.file("bench-merged.db");
+  storage::mergeTraces({bench_dir + "/rank0.db"}, bench_merged, {});
+  const auto planned = cli("recommend " + test::shellQuote(bench_dir) + " --format ompi-rules");
+  ASSERT_EQ(planned.exit_code, 0) << test::describe(planned);
+  const auto expected = runCli({"recommend", bench_merged, "--format", "ompi-rules", "--no-store"});
+  ASSERT_EQ(expected.exit_code, 0) << test::describe(expected);
+  EXPECT_NE(planned.out.find("ring (4)"), std::string::npos) << planned.out;
+  EXPECT_EQ(test::replaceAll(planned.out, bench_dir, "<input>"),
+            test::replaceAll(expected.out, bench_merged, "<input>"));
+  EXPECT_NE(planned.err.find("directory of rank files, merged for this command only"), std::string::npos)
+      << planned.err;
+  EXPECT_TRUE(leftovers().empty());
+
+  // A directory without trace files: one line naming it, exit 2 (bad input), nothing written.
+  const std::string empty = dir.makeSubdir("empty");
+  const auto refused = cli("report " + test::shellQuote(empty));
+  EXPECT_EQ(refused.exit_code, 2) << test::describe(refused);
+  EXPECT_EQ(refused.err, fmt::format("gradscope: {}: no trace files (*.db) in this directory\n", empty));
+  EXPECT_TRUE(leftovers().empty());
 }
 
 TEST(Report, TopLimitsTheSlowestCalls) {
   TempDir dir;
   const std::string path = writeMergedJob(dir);
-  const auto all = lines(report(path, ReportOptions{3}));
+  const auto all = lines(report(path, ReportOptions{3, {}}));
   const auto header = std::find_if(
       all.begin(), all.end(), [](const std::string& line) { return line.starts_with("Slowest calls ("); });
   ASSERT_NE(header, all.end());

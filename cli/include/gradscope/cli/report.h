@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <ostream>
+#include <string>
 
 #include "gradscope/storage/reader.h"
 
@@ -11,6 +12,8 @@ namespace gradscope::cli {
 
 struct ReportOptions {
   std::size_t top_calls = 10;  // rows in "Slowest calls"
+  std::string name;            // what the header names; empty: the reader's file (a directory's merged copy
+                               // is named by its directory)
 };
 
 // Writes the report of `reader` to `out`: the run, time in collectives per API and size bucket, the
