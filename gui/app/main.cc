@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   if (dimensions.size() == 2 && dimensions[0].toInt() > 0 && dimensions[1].toInt() > 0) {
     window.resize(dimensions[0].toInt(), dimensions[1].toInt());
   }
-  QStringList files = parser.positionalArguments();
+  const QStringList files = parser.positionalArguments();
   // A run's directory of rank files: merged into a temporary copy, opened, removed when the viewer exits
   // (storage/trace_input.h). It is read once: there is no file for --live to follow.
   std::optional<gradscope::storage::TraceInput> merged;
@@ -192,19 +192,24 @@ int main(int argc, char** argv) {
       QTextStream(stderr) << "gradscope-gui: " << error.what() << "\n";
       return 2;
     }
-    files[0] = QString::fromStdString(merged->file());
   }
+  // The trace to open, and what the window calls it: a directory by its own name, not its merged copy's.
+  const auto open = [&] {
+    if (merged)
+      window.openTrace(QString::fromStdString(merged->file()), QFileInfo(files.first()).absoluteFilePath());
+    else window.openTrace(files.first());
+  };
   if (parser.isSet(shots)) {
     if (files.isEmpty()) {
       QTextStream(stderr) << "gradscope-gui: --screenshots needs a FILE\n";
       return 2;
     }
-    window.openTrace(files.first());
+    open();
     return screenshots(window, parser.value(shots), parser.value(compare));
   }
   if (parser.isSet(compare)) window.compareWhenOpened(parser.value(compare));
   if (parser.isSet(live)) window.followWhenOpened();
-  if (!files.isEmpty()) window.openTrace(files.first());
+  if (!files.isEmpty()) open();
   window.show();
   return QApplication::exec();
 }

@@ -256,10 +256,10 @@ void MainWindow::compareWith(const QString& baseline_path) {
   runs_->compareWith(baseline_path);
 }
 
-void MainWindow::openTrace(const QString& path) {
+void MainWindow::openTrace(const QString& path, const QString& shown) {
   opening_ = true;
   const QString absolute = QFileInfo(path).absoluteFilePath();
-  statusBar()->showMessage(QStringLiteral("Opening %1…").arg(absolute));
+  statusBar()->showMessage(QStringLiteral("Opening %1…").arg(shown.isEmpty() ? absolute : shown));
   const std::string file = absolute.toStdString();
   open_job_.run<TraceInfo>(
       [file] {
@@ -270,14 +270,17 @@ void MainWindow::openTrace(const QString& path) {
           throw;
         }
       },
-      [this, absolute](Outcome<TraceInfo> outcome) {
+      [this, absolute, shown](Outcome<TraceInfo> outcome) {
         opening_ = false;
         statusBar()->clearMessage();
         if (!outcome.value) {
-          showError(QStringLiteral("Cannot open %1").arg(QFileInfo(absolute).fileName()), outcome.error);
+          showError(
+              QStringLiteral("Cannot open %1").arg(shown.isEmpty() ? QFileInfo(absolute).fileName() : shown),
+              outcome.error);
           return;
         }
-        addRecent(absolute);
+        shown_name_ = shown;
+        if (shown.isEmpty()) addRecent(absolute);
         showTrace(*outcome.value);
       });
 }
@@ -323,8 +326,9 @@ void MainWindow::showTrace(const TraceInfo& info) {
   const int total = splitter_->height() > 0 ? splitter_->height() : 700;
   const int timeline_height = std::clamp(timeline_->preferredHeight(), total / 4, total * 2 / 3);
   splitter_->setSizes({timeline_height, total - timeline_height});
-  setWindowTitle(
-      QStringLiteral("%1 — gradscope").arg(QFileInfo(QString::fromStdString(info.path)).fileName()));
+  setWindowTitle(QStringLiteral("%1 — gradscope")
+                     .arg(shown_name_.isEmpty() ? QFileInfo(QString::fromStdString(info.path)).fileName()
+                                                : shown_name_));
   if (!pending_baseline_.isEmpty()) {
     runs_->compareWith(std::exchange(pending_baseline_, QString()));
   }
@@ -342,7 +346,7 @@ void MainWindow::updateStatus() {
     status_mode_->clear();
     return;
   }
-  status_file_->setText(QString::fromStdString(info_->path));
+  status_file_->setText(shown_name_.isEmpty() ? QString::fromStdString(info_->path) : shown_name_);
   status_calls_->setText(QStringLiteral("%1 calls").arg(countText(info_->calls)));
   // "none" must mean none: a trace whose recording stopped says so here, not only in gradscope report.
   const DropSummary drops = summarizeDrops(info_->drops);

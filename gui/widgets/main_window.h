@@ -42,7 +42,9 @@ class MainWindow : public QMainWindow {
  public:
   explicit MainWindow(QWidget* parent = nullptr);
 
-  void openTrace(const QString& path);
+  // `shown`: what the title and the status bar name instead of `path`, which is then not remembered among
+  // the recent files (a run's directory of rank files, opened through its temporary merged copy).
+  void openTrace(const QString& path, const QString& shown = {});
   void compareWith(const QString& baseline_path);
   void setLive(bool live);
   bool live() const;
@@ -106,6 +108,7 @@ class MainWindow : public QMainWindow {
   QLabel* status_mode_;
   QTimer* live_timer_;
   std::optional<TraceInfo> info_;
+  QString shown_name_;  // openTrace's `shown` for the trace open now; empty: its path
   QString error_text_;
   bool opening_ = false;
   QString pending_baseline_;

@@ -7,6 +7,8 @@
 #include <QAbstractItemModelTester>
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
+#include <QFileInfo>
 #include <QHeaderView>
 #include <QImage>
 #include <QLabel>
@@ -129,6 +131,28 @@ class MainWindowTest : public QObject {
     QVERIFY(waitIdle(window));
     QVERIFY(!window.showingError());
     QVERIFY(window.trace().has_value());
+  }
+
+  // A run's directory of rank files is opened through its merged copy (gradscope-gui DIR): the window
+  // names the directory, not the temporary file.
+  void aMergedCopyIsNamedByItsDirectory() {
+    MainWindow window;
+    window.show();
+    const QString directory = QStringLiteral("/runs/job-17/ranks");
+    window.openTrace(trace_, directory);
+    QVERIFY(waitIdle(window));
+    QVERIFY(window.trace().has_value());
+    QCOMPARE(window.windowTitle(), QStringLiteral("%1 — gradscope").arg(directory));
+    const QList<QLabel*> labels = window.statusBar()->findChildren<QLabel*>();
+    QVERIFY(
+        std::any_of(labels.begin(), labels.end(), [&](QLabel* label) { return label->text() == directory; }));
+    QVERIFY(std::none_of(labels.begin(), labels.end(), [&](QLabel* label) {
+      return label->text().contains(QFileInfo(trace_).fileName());
+    }));
+    // A file opened afterwards is named by its own path again.
+    window.openTrace(trace_);
+    QVERIFY(waitIdle(window));
+    QCOMPARE(window.windowTitle(), QStringLiteral("%1 — gradscope").arg(QFileInfo(trace_).fileName()));
   }
 
   // The status bar says what the agent could not record: "nothing dropped", or in red how many calls
