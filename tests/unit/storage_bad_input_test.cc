@@ -112,8 +112,16 @@ TEST_F(BadInput, MissingFile) {
   expectRefused(dir_.file("nope.db"), {"no such file"});
 }
 
+// The reader takes files only; the command reads a directory as its rank files merged, and refuses one
+// holding none.
 TEST_F(BadInput, Directory) {
-  expectRefused(dir_.makeSubdir("traces.db"), {"is a directory"});
+  const std::string path = dir_.makeSubdir("traces.db");
+  const std::string message = test::errorMessage([&] { TraceReader::open(path); });
+  EXPECT_EQ(message.rfind(path + ": ", 0), 0u) << message;
+  EXPECT_NE(message.find("is a directory"), std::string::npos) << message;
+  const auto result = runCli({"report", path});
+  expectCliError(result, {path, "no trace files (*.db) in this directory"});
+  EXPECT_TRUE(result.out.empty()) << result.out;
 }
 
 TEST_F(BadInput, EmptyFile) {
