@@ -46,11 +46,11 @@ void rebuildTiles(sql::Database& db) {
     kCalls.read(calls.handle(), 0, call);
     tiles.add(call, call.id);
     if (++since_flush == (1 << 16)) {
-      upserter.upsert(tiles.drain());
+      tiles.drain([&](const std::vector<TileRow>& rows) { upserter.upsert(rows); });
       since_flush = 0;
     }
   }
-  upserter.upsert(tiles.drain());
+  tiles.drain([&](const std::vector<TileRow>& rows) { upserter.upsert(rows); });
   pruneTileLevels(db);
 }
 

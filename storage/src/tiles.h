@@ -10,6 +10,8 @@
 // also makes out-of-order arrivals correct (the upsert adds to the row already stored).
 
 #include <cstdint>
+#include <functional>
+#include <unordered_map>
 #include <vector>
 
 #include "gradscope/storage/records.h"
@@ -58,18 +60,21 @@ class TileAccumulator {
     }
   }
 
-  // Moves every pending and open tile out (the open ones restart empty).
-  std::vector<TileRow> drain() {
+  // Hands every pending and open tile to `sink` (a const std::vector<TileRow>&), then forgets them (the
+  // open ones restart empty). The list keeps its memory for the next rows.
+  template <typename Sink>
+  void drain(Sink&& sink) {
     for (OpenTiles& open : open_)
       for (TileRow& row : open.level)
         if (row.calls != 0) {
           pending_.push_back(row);
           row.calls = 0;
         }
-    std::vector<TileRow> out;
-    out.swap(pending_);
-    return out;
+    sink(static_cast<const std::vector<TileRow>&>(pending_));
+    pending_.clear();
   }
+  // Frees the list's memory (tens of MiB after a merge's commits), when no rows will follow soon.
+  void releaseMemory() { std::vector<TileRow>().swap(pending_); }
 
  private:
   struct OpenTiles {
@@ -77,18 +82,30 @@ class TileAccumulator {
     int api;
     TileRow level[kTileLevelCount];
   };
+  struct Key {
+    std::int64_t rank_id;
+    int api;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const {
+      return std::hash<std::int64_t>{}(key.rank_id * 1021 + key.api);
+    }
+  };
 
+  // The last tile set used, else a hash lookup: a merge keeps the tiles of every rank it wrote open, and a
+  // scan of them at each change of API took time in proportion to the number of ranks.
   OpenTiles& find(std::int64_t rank_id, int api) {
     if (last_ < open_.size() && open_[last_].rank_id == rank_id && open_[last_].api == api)
       return open_[last_];
-    for (std::size_t i = 0; i < open_.size(); ++i)
-      if (open_[i].rank_id == rank_id && open_[i].api == api) return open_[last_ = i];
-    open_.push_back(OpenTiles{rank_id, api, {}});
-    last_ = open_.size() - 1;
-    return open_.back();
+    const auto [it, added] = index_.try_emplace(Key{rank_id, api}, open_.size());
+    if (added) open_.push_back(OpenTiles{rank_id, api, {}});
+    last_ = it->second;
+    return open_[last_];
   }
 
   std::vector<OpenTiles> open_;
+  std::unordered_map<Key, std::size_t, KeyHash> index_;  // (rank, api) -> its entry in open_
   std::size_t last_ = 0;
   std::vector<TileRow> pending_;
 };

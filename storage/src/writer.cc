@@ -116,7 +116,7 @@ struct TraceWriter::Impl {
 
   void commit() {
     if (!in_transaction) return;
-    tile_upserter->upsert(tiles.drain());
+    tiles.drain([&](const std::vector<detail::TileRow>& rows) { tile_upserter->upsert(rows); });
     db.exec("COMMIT");
     in_transaction = false;
     rows_in_transaction = 0;
@@ -401,6 +401,9 @@ void TraceWriter::addDrops(std::int64_t rank_id, const std::string& kind, std::i
 void TraceWriter::commit() {
   try {
     impl_->commit();
+    // The automatic commits while calls are appended keep the tiles' memory; one asked for (a flush of
+    // the agent, the end of a merge's copying) frees it.
+    impl_->tiles.releaseMemory();
   } catch (const Error& error) {
     impl_->poison(error);
     throw;
