@@ -35,6 +35,12 @@ void pruneTileLevels(sql::Database& db) {
   }
 }
 
+void deleteFinerTiles(sql::Database& db, int level) {
+  sql::Statement remove(db, "DELETE FROM call_tiles WHERE level < ?");
+  remove.bind(1, level);
+  remove.run();
+}
+
 void rebuildTiles(sql::Database& db) {
   db.exec("DELETE FROM call_tiles");
   TileAccumulator tiles;
@@ -51,6 +57,7 @@ void rebuildTiles(sql::Database& db) {
     }
   }
   tiles.drain([&](const std::vector<TileRow>& rows) { upserter.upsert(rows); });
+  deleteFinerTiles(db, tiles.finestLevel());
   pruneTileLevels(db);
 }
 

@@ -8,7 +8,13 @@
 // call almost always lands in the open tile: a shift, a compare and a few adds per level. When a call
 // falls outside, the open tile is moved to the pending list; pending rows are upserted at commit, which
 // also makes out-of-order arrivals correct (the upsert adds to the row already stored).
+//
+// A level whose tiles hold fewer than two calls each indexes nothing the calls don't, and pruneTileLevels
+// removes it at the end anyway (it takes a quarter): the accumulator stops keeping such a level once it has
+// seen kDecideAfterCalls calls, so that a merge of thousands of ranks (a 4 ms tile per call, nearly) does
+// not write millions of rows only to delete them. The writer deletes the rows already stored.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <unordered_map>
@@ -37,15 +43,18 @@ struct TileRow {
 
 class TileAccumulator {
  public:
+  static constexpr std::int64_t kDecideAfterCalls = std::int64_t{1} << 18;
+
   // `id` is the call's id in the file.
   void add(const CallRecord& call, std::int64_t id) {
     OpenTiles& open = find(call.rank_id, static_cast<int>(call.api));
     const std::int64_t duration = call.end_ns > call.start_ns ? call.end_ns - call.start_ns : 0;
-    for (int l = 0; l < kTileLevelCount; ++l) {
+    ++calls_;
+    for (int l = first_level_; l < kTileLevelCount; ++l) {
       const std::int64_t tile = call.start_ns >> kTileLevels[l];
       TileRow& row = open.level[l];
       if (row.calls != 0 && row.tile != tile) {
-        pending_.push_back(row);
+        push(row, l);
         row.calls = 0;
       }
       if (row.calls == 0) {
@@ -62,21 +71,41 @@ class TileAccumulator {
 
   // Hands every pending and open tile to `sink` (a const std::vector<TileRow>&), then forgets them (the
   // open ones restart empty). The list keeps its memory for the next rows.
+  // Levels dropped since the last drain leave no row in the list (finestLevel() says which remain).
   template <typename Sink>
   void drain(Sink&& sink) {
     for (OpenTiles& open : open_)
-      for (TileRow& row : open.level)
-        if (row.calls != 0) {
-          pending_.push_back(row);
+      for (int l = first_level_; l < kTileLevelCount; ++l)
+        if (TileRow& row = open.level[l]; row.calls != 0) {
+          push(row, l);
           row.calls = 0;
         }
+    dropSparseLevels();
     sink(static_cast<const std::vector<TileRow>&>(pending_));
     pending_.clear();
   }
+  // The finest level still kept (kTileLevels' value): rows of finer levels are no longer written.
+  int finestLevel() const { return kTileLevels[first_level_]; }
   // Frees the list's memory (tens of MiB after a merge's commits), when no rows will follow soon.
   void releaseMemory() { std::vector<TileRow>().swap(pending_); }
 
  private:
+  void push(const TileRow& row, int level_index) {
+    pending_.push_back(row);
+    ++rows_[level_index];
+  }
+
+  // A level with more rows than half the calls (counting a tile drained open and continued twice) is
+  // dropped, and every finer one with it; never the coarsest.
+  void dropSparseLevels() {
+    if (calls_ < kDecideAfterCalls) return;
+    const int before = first_level_;
+    while (first_level_ < kTileLevelCount - 1 && rows_[first_level_] * 2 > calls_) ++first_level_;
+    if (first_level_ == before) return;
+    const int finest = kTileLevels[first_level_];
+    std::erase_if(pending_, [finest](const TileRow& row) { return row.level < finest; });
+  }
+
   struct OpenTiles {
     std::int64_t rank_id;
     int api;
@@ -108,6 +137,9 @@ class TileAccumulator {
   std::unordered_map<Key, std::size_t, KeyHash> index_;  // (rank, api) -> its entry in open_
   std::size_t last_ = 0;
   std::vector<TileRow> pending_;
+  std::int64_t calls_ = 0;                   // calls added
+  std::int64_t rows_[kTileLevelCount] = {};  // rows pushed, per level
+  int first_level_ = 0;                      // index in kTileLevels of the finest level kept
 };
 
 // Adds rows to call_tiles (summing into rows already there).
@@ -123,6 +155,9 @@ class TileUpserter {
 // Removes levels that index nothing the raw calls don't: a level with more than a quarter as many rows
 // as there are calls. The coarsest level is always kept (it is the time index of last resort).
 void pruneTileLevels(sql::Database& db);
+
+// Removes the rows of the levels finer than `level` (TileAccumulator dropped them).
+void deleteFinerTiles(sql::Database& db, int level);
 
 // Rebuilds call_tiles from the calls table (used after migration).
 void rebuildTiles(sql::Database& db);

@@ -116,7 +116,9 @@ struct TraceWriter::Impl {
 
   void commit() {
     if (!in_transaction) return;
+    const int finest = tiles.finestLevel();
     tiles.drain([&](const std::vector<detail::TileRow>& rows) { tile_upserter->upsert(rows); });
+    if (tiles.finestLevel() != finest) detail::deleteFinerTiles(db, tiles.finestLevel());
     db.exec("COMMIT");
     in_transaction = false;
     rows_in_transaction = 0;

@@ -7,10 +7,12 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -701,6 +703,86 @@ TEST_F(LargeTrace, CallsInWindowAndRawTimelineOnALargeTrace) {
       EXPECT_GE(busy, want_busy - static_cast<std::int64_t>(want.size()) * 2 - 20);
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// call_tiles levels: one whose tiles hold fewer than two calls is no longer written once 2^18 calls
+// (storage/src/tiles.h, kDecideAfterCalls) have shown it, and the rows stored before are deleted.
+
+constexpr std::int64_t kDecideAfterCalls = std::int64_t{1} << 18;
+
+// `count` calls of rank 0, `spacing_ns` apart, each 1 µs long, written in commits of 10,000 calls (an
+// agent's flushes, so that rows of the finest level are stored before the decision). Calls `probe` (the
+// tile levels stored, finest first) after every commit.
+std::vector<CallRecord> writeSpacedCalls(const std::string& path, std::int64_t count, std::int64_t spacing_ns,
+                                         const std::function<void(std::int64_t, int)>& probe) {
+  std::vector<CallRecord> calls = testing::manyCalls(static_cast<std::size_t>(count), 0, 1, 11);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    calls[i].start_ns = static_cast<std::int64_t>(i) * spacing_ns;
+    calls[i].end_ns = calls[i].start_ns + 1000;
+  }
+  TraceWriter writer = TraceWriter::create(path);
+  RunInfo run;
+  run.uuid = "tiles";
+  writer.addRun(run);
+  writer.addRank({0, 1, 0, "h", 1, "cpu", 0});
+  writer.addComm({0, 0, "world", Backend::Mpi, 1, 0});
+  for (std::size_t at = 0; at < calls.size(); at += 10'000) {
+    const std::size_t n = std::min<std::size_t>(10'000, calls.size() - at);
+    const std::int64_t first = writer.appendCalls(std::span<const CallRecord>(calls).subspan(at, n));
+    for (std::size_t i = 0; i < n; ++i) calls[at + i].id = first + static_cast<std::int64_t>(i);
+    writer.commit();
+    test::RawDb db(path, SQLITE_OPEN_READONLY);
+    probe(static_cast<std::int64_t>(at + n),
+          static_cast<int>(db.integer("SELECT min(level) FROM call_tiles")));
+  }
+  writer.finish();
+  return calls;
+}
+
+TEST(TileLevels, ALevelOfATileForNearlyEveryCallIsDroppedAfterTheDecision) {
+  TempDir dir;
+  const std::string path = dir.file("sparse.db");
+  // 5 ms apart: every call has its own 4 ms tile (level 22); a 67 ms tile (26) holds 13 of them.
+  int finest_before = -1, finest_after = -1;
+  const auto calls =
+      writeSpacedCalls(path, kDecideAfterCalls + 40'000, 5'000'000, [&](std::int64_t written, int finest) {
+        (written < kDecideAfterCalls ? finest_before : finest_after) = finest;
+      });
+  EXPECT_EQ(finest_before, kTileLevels[0]) << "rows of the finest level are stored before the decision";
+  EXPECT_EQ(finest_after, kTileLevels[1]) << "and deleted at the commit that decides";
+  test::RawDb db(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM call_tiles WHERE level = " + std::to_string(kTileLevels[0])), 0);
+  // The coarser levels count every call, and the time index still finds exactly the window's calls.
+  for (std::size_t l = 1; l < std::size(kTileLevels); ++l)
+    EXPECT_EQ(db.integer("SELECT coalesce(sum(calls), 0) FROM call_tiles WHERE level = " +
+                         std::to_string(kTileLevels[l])),
+              static_cast<std::int64_t>(calls.size()))
+        << "level " << kTileLevels[l];
+  const TraceReader reader = TraceReader::open(path);
+  std::mt19937_64 random(3);
+  const std::int64_t end = calls.back().end_ns;
+  for (int i = 0; i < 30; ++i) {
+    const std::int64_t t0 = std::uniform_int_distribution<std::int64_t>(0, end)(random);
+    const std::int64_t t1 = t0 + std::uniform_int_distribution<std::int64_t>(1, 200'000'000)(random);
+    std::vector<std::int64_t> want;
+    for (const CallRecord& c : calls)
+      if (c.start_ns < t1 && c.end_ns > t0) want.push_back(c.id);
+    EXPECT_EQ(idsOf(reader.callsInWindow(0, t0, t1)), want) << "[" << t0 << ", " << t1 << ")";
+  }
+}
+
+TEST(TileLevels, ALevelWhoseTilesHoldSeveralCallsIsKept) {
+  TempDir dir;
+  const std::string path = dir.file("dense.db");
+  // 250 µs apart: 16 calls to a 4 ms tile, 8 of each of the two APIs manyCalls mixes.
+  int finest_after = -1;
+  writeSpacedCalls(path, kDecideAfterCalls + 40'000, 250'000, [&](std::int64_t written, int finest) {
+    if (written > kDecideAfterCalls) finest_after = finest;
+  });
+  EXPECT_EQ(finest_after, kTileLevels[0]);
+  test::RawDb db(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(db.integer("SELECT min(level) FROM call_tiles"), kTileLevels[0]);
 }
 
 // ---------------------------------------------------------------------------------------------------
