@@ -183,7 +183,8 @@ class TraceReader {
   void forEachCall(const std::function<bool(const CallRecord&)>& visit) const;
   // The same calls without the GPU facts other than graph_replay (stream, NCCL algorithm, protocol and
   // channels stay unset): the calls table alone, its replays read in step from gpu_calls' partial index.
-  // About half the cost of forEachCall, for passes over every call of a large trace (the step model).
+  // About half the cost of forEachCall, for passes over every call of a large trace (the step model,
+  // lateness, callStatistics).
   void forEachCallWithoutGpuFacts(const std::function<bool(const CallRecord&)>& visit) const;
   // Streams the calls that have peer facts (CallRecord::hasPeerInfo: point-to-point calls and
   // all-to-alls, schema v5's peer_calls) in id order, as forEachCall reads them. The scan is driven by
