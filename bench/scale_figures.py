@@ -10,7 +10,8 @@ merged file is the one its report reads.
 Every figure is one process started by this script: wall = fork to wait4, peak RSS = ru_maxrss taken by
 /usr/bin/time -f %M (KiB, shown in MiB). Printed: the medians with the range (min-max) over the repeats,
 calls per second of the merge (calls / median wall), CPU time (user + sys, less sensitive to the machine's
-load than wall time), the load average at the start and the end, and, with
+load than wall time), the load average at the start and the end; for the build (not the baseline) also
+`gradscope report DIR`, the rank files' directory read as it is (merged into a temporary copy); and, with
 --check, whether the baseline's and the build's merged files hold the same rows (every table, row for row).
 
   /usr/bin/python3 bench/scale_figures.py BUILD_DIR [--baseline DIR] [--ranks 64,512,4096] [--steps 200]
@@ -119,7 +120,8 @@ def main():
     rows = []
     for ranks in [int(r) for r in options.ranks.split(",")]:
         inputs = synthetic_run(synth, options.scratch, ranks, options.steps)
-        figures = {tag: {"merge": [], "merge_cpu": [], "merge_rss": [], "report": [], "report_cpu": [], "report_rss": []}
+        figures = {tag: {"merge": [], "merge_cpu": [], "merge_rss": [], "report": [], "report_cpu": [], "report_rss": [],
+                         "dir": [], "dir_rss": []}
                    for tag, _ in binaries}
         calls = 0
         for repeat in range(options.repeats):
@@ -140,10 +142,15 @@ def main():
                 figures[tag]["report"].append(wall)
                 figures[tag]["report_cpu"].append(cpu)
                 figures[tag]["report_rss"].append(rss / 1024)
-                print(f"{ranks} ranks, repeat {repeat + 1}, {tag}: merge {figures[tag]['merge'][-1]:.2f} s "
-                      f"(CPU {figures[tag]['merge_cpu'][-1]:.1f} s) {figures[tag]['merge_rss'][-1]:.0f} MiB, "
-                      f"report {wall:.2f} s (CPU {cpu:.1f} s) {rss / 1024:.0f} MiB "
-                      f"(load {load()})", flush=True)
+                line = (f"{ranks} ranks, repeat {repeat + 1}, {tag}: merge {figures[tag]['merge'][-1]:.2f} s "
+                        f"(CPU {figures[tag]['merge_cpu'][-1]:.1f} s) {figures[tag]['merge_rss'][-1]:.0f} MiB, "
+                        f"report {wall:.2f} s (CPU {cpu:.1f} s) {rss / 1024:.0f} MiB")
+                if tag == "new":
+                    wall, rss, _, _ = measure([gradscope, "report", inputs], log + "-report-dir")
+                    figures[tag]["dir"].append(wall)
+                    figures[tag]["dir_rss"].append(rss / 1024)
+                    line += f", report DIR {wall:.2f} s {rss / 1024:.0f} MiB"
+                print(f"{line} (load {load()})", flush=True)
         same = ""
         if options.check and len(binaries) == 2:
             digests = {table_digest(os.path.join(options.scratch, f"merged-{ranks}-{tag}.db")) for tag, _ in binaries}
@@ -157,14 +164,18 @@ def main():
                          spread(f["merge_rss"], lambda v: f"{v:.0f}"),
                          spread(f["report"], lambda v: f"{v:.1f} s"),
                          spread(f["report_cpu"], lambda v: f"{v:.1f} s"),
-                         spread(f["report_rss"], lambda v: f"{v:.0f}"), same])
+                         spread(f["report_rss"], lambda v: f"{v:.0f}"),
+                         spread(f["dir"], lambda v: f"{v:.1f} s") if f["dir"] else "-",
+                         f"{calls / statistics.median(f['dir']) / 1000:,.0f} k" if f["dir"] else "-",
+                         spread(f["dir_rss"], lambda v: f"{v:.0f}") if f["dir"] else "-", same])
         if not options.keep:
             for tag, _ in binaries:
                 os.remove(os.path.join(options.scratch, f"merged-{ranks}-{tag}.db"))
 
     print(f"load average at the end: {load()}")
     header = ["ranks", "calls", "binary", "merge wall, median (range)", "merge calls/s", "merge CPU (user+sys)",
-              "merge peak RSS MiB", "report wall", "report CPU", "report peak RSS MiB", "check"]
+              "merge peak RSS MiB", "report wall", "report CPU", "report peak RSS MiB", "report DIR wall",
+              "report DIR calls/s", "report DIR peak RSS MiB", "check"]
     if options.markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))
