@@ -5,6 +5,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -194,26 +195,40 @@ std::vector<storage::CallRecord> manyCalls(std::size_t count, std::int64_t rank_
   return calls;
 }
 
-void writeLargeTrace(const std::string& path, std::int64_t calls, int ranks, std::uint64_t seed) {
-  storage::TraceWriter writer = storage::TraceWriter::create(path);
+namespace {
+
+// An MPI run of `ranks` ranks on one host, "node0", and one of its ranks (pid 100 + rank, on the CPU).
+storage::RunInfo oneHostRun(std::string uuid, std::string command, std::string mode, int ranks) {
   storage::RunInfo run;
-  run.uuid = fmt::format("00000000-0000-4000-8000-{:012x}", seed);
-  run.command = "large synthetic trace";
-  run.mode = "synthetic";
+  run.uuid = std::move(uuid);
+  run.command = std::move(command);
+  run.mode = std::move(mode);
   run.backend = Backend::Mpi;
   run.world_size = ranks;
   run.host = "node0";
   run.epoch_ns = 1'795'000'000'000'000'000;
-  const std::int64_t run_id = writer.addRun(run);
+  return run;
+}
+
+storage::RankInfo oneHostRank(std::int64_t run_id, int rank) {
+  storage::RankInfo info;
+  info.run_id = run_id;
+  info.rank = rank;
+  info.host = "node0";
+  info.pid = 100 + rank;
+  info.device = "cpu";
+  return info;
+}
+
+}  // namespace
+
+void writeLargeTrace(const std::string& path, std::int64_t calls, int ranks, std::uint64_t seed) {
+  storage::TraceWriter writer = storage::TraceWriter::create(path);
+  const std::int64_t run_id = writer.addRun(oneHostRun(fmt::format("00000000-0000-4000-8000-{:012x}", seed),
+                                                       "large synthetic trace", "synthetic", ranks));
   const std::int64_t per_rank = calls / ranks;
   for (int rank = 0; rank < ranks; ++rank) {
-    storage::RankInfo info;
-    info.run_id = run_id;
-    info.rank = rank;
-    info.host = "node0";
-    info.pid = 100 + rank;
-    info.device = "cpu";
-    const std::int64_t rank_id = writer.addRank(info);
+    const std::int64_t rank_id = writer.addRank(oneHostRank(run_id, rank));
     storage::CommInfo comm{0, rank_id, "world", Backend::Mpi, ranks, rank};
     const std::int64_t comm_id = writer.addComm(comm);
     const std::int64_t n = rank == ranks - 1 ? calls - per_rank * (ranks - 1) : per_rank;
@@ -237,24 +252,9 @@ void writeLargeTrace(const std::string& path, std::int64_t calls, int ranks, std
 
 void writeBenchTrace(const std::string& path, int ranks, const std::vector<BenchWinner>& winners) {
   storage::TraceWriter writer = storage::TraceWriter::create(path);
-  storage::RunInfo run;
-  run.uuid = "00000000-0000-4000-8000-0000000000b0";
-  run.command = "gradscope bench --backend mpi (synthetic)";
-  run.mode = "bench";
-  run.backend = Backend::Mpi;
-  run.world_size = ranks;
-  run.host = "node0";
-  run.epoch_ns = 1'795'000'000'000'000'000;
-  const std::int64_t run_id = writer.addRun(run);
-  for (int rank = 0; rank < ranks; ++rank) {
-    storage::RankInfo info;
-    info.run_id = run_id;
-    info.rank = rank;
-    info.host = "node0";
-    info.pid = 100 + rank;
-    info.device = "cpu";
-    writer.addRank(info);
-  }
+  const std::int64_t run_id = writer.addRun(oneHostRun(
+      "00000000-0000-4000-8000-0000000000b0", "gradscope bench --backend mpi (synthetic)", "bench", ranks));
+  for (int rank = 0; rank < ranks; ++rank) writer.addRank(oneHostRank(run_id, rank));
   const auto add = [&](const std::string& strategy, std::int64_t bytes, double median_ns) {
     storage::Measurement row;
     row.run_id = run_id;
