@@ -119,13 +119,25 @@ def check_hosts(args):
         if not any(line.split()[:2] == [str(rank), host] for line in report.stdout.splitlines()):
             fail(f"the report has no per-rank line for rank {rank} on {host}:\n{report.stdout}")
     lines = report.stdout.splitlines()
-    # (Three significant digits: 6.5 ms within 10 us reads -6.49, -6.50 or -6.51 ms.)
-    for host, members, offsets in ((f"{args.name}-h0", "0-1", ["0 ns"]),
-                                   (f"{args.name}-h1", "2-3", ["-6.49 ms", "-6.50 ms", "-6.51 ms"])):
-        if not any(line.split()[:2] == [host, members] and any(line.endswith(offset) for offset in offsets)
-                   for line in lines):
-            fail(f"the report's per-host table has no line for {host} with ranks {members} and offset {offsets[0]}:\n"
-                 f"{report.stdout}")
+    # The offset column has three significant digits: host 1's line must read the injected offset within the
+    # bound above (6.5 ms within 10 us reads -6.49, -6.50 or -6.51 ms), plus the rounding.
+    def shows_offset(line, host, members, want_ns):
+        fields = line.split()
+        if fields[:2] != [host, members]:
+            return False
+        if want_ns == 0:
+            return line.endswith("0 ns")
+        if len(fields) < 2 or fields[-1] != "ms":
+            return False
+        try:
+            shown_ns = float(fields[-2]) * 1e6
+        except ValueError:
+            return False
+        return abs(shown_ns - want_ns) <= bound + 5_000
+    for host, members, want_ns in ((f"{args.name}-h0", "0-1", 0), (f"{args.name}-h1", "2-3", -injected)):
+        if not any(shows_offset(line, host, members, want_ns) for line in lines):
+            fail(f"the report's per-host table has no line for {host} with ranks {members} and an offset of "
+                 f"{want_ns / 1e6:.2f} ms within {bound // 1000} us:\n{report.stdout}")
 
 
 def check_wire(args):
