@@ -10,9 +10,10 @@
 // also makes out-of-order arrivals correct (the upsert adds to the row already stored).
 //
 // A level whose tiles hold fewer than two calls each indexes nothing the calls don't, and pruneTileLevels
-// removes it at the end anyway (it takes a quarter): the accumulator stops keeping such a level once it has
-// seen kDecideAfterCalls calls, so that a merge of thousands of ranks (a 4 ms tile per call, nearly) does
-// not write millions of rows only to delete them. The writer deletes the rows already stored.
+// removes it at the end anyway (it removes any level with more rows than a quarter of the calls): the
+// accumulator stops keeping such a level once it has seen kDecideAfterCalls calls, so that a merge of
+// thousands of ranks (a 4 ms tile per call, nearly) does not write millions of rows only to delete them.
+// The writer deletes the rows already stored.
 
 #include <algorithm>
 #include <cstdint>
@@ -118,7 +119,8 @@ class TileAccumulator {
   };
   struct KeyHash {
     std::size_t operator()(const Key& key) const {
-      return std::hash<std::int64_t>{}(key.rank_id * 1021 + key.api);
+      return std::hash<std::uint64_t>{}(static_cast<std::uint64_t>(key.rank_id) * 1021 +
+                                        static_cast<std::uint64_t>(key.api));
     }
   };
 
