@@ -8,7 +8,6 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
-#include <QFileInfo>
 #include <QHeaderView>
 #include <QImage>
 #include <QLabel>
