@@ -449,6 +449,7 @@ void CuptiTracer::countDropped(cuda::CUcontext context, std::uint32_t stream) {
 }
 
 void CuptiTracer::flush() {
+  last_flush_began_ns_.store(monotonicNs(), std::memory_order_release);
   library_.activityFlushAll(0);
   countDropped(nullptr, 0);  // the global queue (the completion callback reads each buffer's own)
   flushes_.fetch_add(1, std::memory_order_acq_rel);

@@ -253,6 +253,8 @@ class CuptiTracer {
   // Background thread: delivers the completed buffers (cuptiActivityFlushAll(0)) and counts drops.
   void flush();
   std::uint64_t flushes() const { return flushes_.load(std::memory_order_acquire); }
+  // Monotonic time at which the last flush began (0: none yet).
+  std::int64_t lastFlushBeganNs() const { return last_flush_began_ns_.load(std::memory_order_acquire); }
   // Background thread: the span of `id` as Unix-epoch ns, once a kernel record of it has arrived.
   bool span(std::uint64_t id, std::int64_t& start_epoch_ns, std::int64_t& end_epoch_ns);
   void forget(std::uint64_t id);
@@ -278,6 +280,7 @@ class CuptiTracer {
   std::atomic<std::uint64_t> drops_{0};
   std::int64_t offset_ns_ = 0;  // Unix-epoch ns − CUPTI timestamp
   std::atomic<std::uint64_t> flushes_{0};
+  std::atomic<std::int64_t> last_flush_began_ns_{0};
   std::mutex mutex_;  // spans_
   KernelSpans spans_;
   bool graphs_ = false;  // the graph-node callbacks are on

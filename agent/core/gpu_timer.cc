@@ -193,7 +193,7 @@ CudaEventTimer::Pair* CudaEventTimer::claim(int domain_index, std::uint32_t& slo
       pair.settled = false;
       ++pair.generation;
       pair.cupti_drops = cupti_ != nullptr ? cupti_->drops() : 0;
-      pair.cupti_deadline = 0;
+      pair.cupti_seen_ns = 0;
       pair.siblings = 0;
       slot = static_cast<std::uint32_t>(domain_index) * pairs + index;
       return &pair;
@@ -307,20 +307,21 @@ GpuTimer::Status CudaEventTimer::query(std::uint32_t slot, std::int64_t& start_e
     leader.end_ns = last;
     leader.resolved = true;
     leader.settled = cupti_ == nullptr || !leader.correlated;
+    if (!leader.settled) leader.cupti_seen_ns = monotonicNs();
   }
   if (!leader.settled) {
+    // CUPTI hands a kernel's record over some time after the kernel (a buffer goes once all its records
+    // are complete), so a flush may bring a group's first kernels and a later one its last: the span is
+    // read from the first flush that began cupti_settle_ns after the events were seen complete.
+    const std::int64_t waited = cupti_->lastFlushBeganNs() - leader.cupti_seen_ns;
+    if (waited <= 0 || waited < options_.cupti_settle_ns) return Status::Pending;
     std::int64_t start = 0, end = 0;
-    if (cupti_->drops() != leader.cupti_drops) {
-      leader.settled = true;  // records may be missing: a partial span would be wrong, the events' is not
-    } else if (cupti_->span(correlationOf(slot), start, end)) {
+    // Dropped records: a partial span would be wrong, the events' is not. No kernel: the events' too.
+    if (cupti_->drops() == leader.cupti_drops && cupti_->span(correlationOf(slot), start, end)) {
       leader.start_ns = start;
       leader.end_ns = end;
-      leader.settled = true;
-    } else {
-      if (leader.cupti_deadline == 0) leader.cupti_deadline = cupti_->flushes() + kGraceFlushes;
-      if (cupti_->flushes() < leader.cupti_deadline) return Status::Pending;
-      leader.settled = true;
     }
+    leader.settled = true;
   }
   start_epoch_ns = leader.start_ns;
   end_epoch_ns = leader.end_ns;

@@ -29,8 +29,12 @@
 // GRADSCOPE_CUPTI=windows), the pair's id (correlationOf) is pushed as CUPTI's external correlation id
 // around the real NCCL call (enterCall/leaveCall), and query() prefers the span of the kernels CUPTI
 // reports for it (exact, and from the kernels themselves rather than the events around
-// them). The events stay the fallback: when CUPTI dropped records since the call was made, or has no
-// kernel of it kGraceFlushes flushes after the events completed, the events' span is used.
+// them). CUPTI hands a kernel's record over some time after the kernel ran, so the span is read from
+// the first flush of its buffers that began Options::cupti_settle_ns after the events were seen complete
+// (half the agent's flush interval: records later than that would be missed). The events stay the fallback:
+// when CUPTI dropped records since the call was made, or has no kernel of it by then, the events' span
+// is used. So a span may be known settleNs() after the call's work ran (the recorder waits that long
+// at the end).
 //
 // Threads. start/stop/startGroup/stopGroup: any job thread, lock-free, no allocation. domainOf: any
 // thread, serialised by a mutex (first sight of a stream). query/release/poll: the background thread
@@ -59,9 +63,6 @@ class CudaEventTimer final : public GpuTimer {
   // A renewed reference is kept only when the host clock reads around it are this close: half of it
   // is the reference's uncertainty.
   static constexpr std::int64_t kReferenceWidthNs = 250'000;
-  // Flushes of CUPTI's buffers after a call's events completed before its events' span is used instead
-  // of CUPTI's (a kernel record can be delivered a flush after the events are seen complete).
-  static constexpr std::uint64_t kGraceFlushes = 2;
 
   // domainOf() results other than a domain index.
   static constexpr int kNoDomain = -1;     // not timed on the GPU
@@ -73,6 +74,8 @@ class CudaEventTimer final : public GpuTimer {
     // The host clock read around each reference (Unix-epoch ns). Tests give one that the scheduler
     // cannot stretch past kReferenceWidthNs.
     std::int64_t (*host_clock_ns)() = realtimeNs;
+    // How long after a call's events were seen complete CUPTI's records of its kernels are waited for.
+    std::int64_t cupti_settle_ns = 25'000'000;
   };
 
   // `driver` must stay valid as long as the timer.
@@ -140,6 +143,7 @@ class CudaEventTimer final : public GpuTimer {
   Status query(std::uint32_t slot, std::int64_t& start_epoch_ns, std::int64_t& end_epoch_ns) override;
   void release(std::uint32_t slot) override;
   void poll() override;
+  std::int64_t settleNs() const override { return cupti_ != nullptr ? options_.cupti_settle_ns : 0; }
   void takeGraphReplays(std::vector<ReplaySpan>& out, bool final) override {
     if (cupti_ != nullptr) cupti_->takeReplays(out, final);
   }
@@ -160,12 +164,12 @@ class CudaEventTimer final : public GpuTimer {
     cuda::CUevent end = nullptr;
     std::uint32_t reference = 0;  // generation of the domain's reference when the start was recorded
     bool failed = false;
-    bool resolved = false;             // start_ns/end_ns hold the events' span (set by query)
-    bool settled = false;              // start_ns/end_ns are final (CUPTI's span, or the events' one)
-    std::uint32_t generation = 0;      // claims of this pair so far
-    std::uint64_t cupti_drops = 0;     // CUPTI's drop count when claimed
-    bool correlated = false;           // enterCall pushed its id: CUPTI may give its span
-    std::uint64_t cupti_deadline = 0;  // CUPTI flush count after which the events' span is used
+    bool resolved = false;           // start_ns/end_ns hold the events' span (set by query)
+    bool settled = false;            // start_ns/end_ns are final (CUPTI's span, or the events' one)
+    std::uint32_t generation = 0;    // claims of this pair so far
+    std::uint64_t cupti_drops = 0;   // CUPTI's drop count when claimed
+    bool correlated = false;         // enterCall pushed its id: CUPTI may give its span
+    std::int64_t cupti_seen_ns = 0;  // monotonic time at which the events were seen complete
     std::int64_t start_ns = 0, end_ns = 0;
     int siblings = 0;
     std::uint32_t sibling[kMaxGroupStreams - 1] = {};

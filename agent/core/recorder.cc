@@ -327,11 +327,24 @@ class Flusher {
 
   void resolveGpu(GpuTimer* timer, bool final) {
     if (timer == nullptr) return;
-    timer->poll();
+    // A span can be known only some time after the call's work has completed (GpuTimer::settleNs): at
+    // the end, what is pending is given up only after that long and a margin (polled every millisecond).
+    if (!final) return resolveGpuPass(*timer, false);
+    const std::int64_t give_up_at = monotonicNs() + timer->settleNs() + kFinalGpuMarginNs;
+    for (;;) {
+      const bool last = monotonicNs() >= give_up_at;
+      resolveGpuPass(*timer, last);
+      if (last || pending_gpu_.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  void resolveGpuPass(GpuTimer& timer, bool final) {
+    timer.poll();
     // Calls complete in order per stream, not across streams: query every pending one.
     for (auto it = pending_gpu_.begin(); it != pending_gpu_.end();) {
       std::int64_t start = 0, end = 0;
-      const auto status = timer->query(it->call.gpu_slot - 1, start, end);
+      const auto status = timer.query(it->call.gpu_slot - 1, start, end);
       const bool give_up = final || pending_gpu_.size() > kMaxPendingGpu;
       if (status == GpuTimer::Status::Pending && !give_up) {
         ++it;
@@ -344,7 +357,7 @@ class Flusher {
       } else {
         addCall(*it, span);
       }
-      timer->release(it->call.gpu_slot - 1);
+      timer.release(it->call.gpu_slot - 1);
       it = pending_gpu_.erase(it);
     }
   }
@@ -639,6 +652,8 @@ class Flusher {
   };
 
   static constexpr std::size_t kMaxPendingGpu = 1 << 16;
+  // At the end, beyond GpuTimer::settleNs: the calls whose work was still running when the job ended.
+  static constexpr std::int64_t kFinalGpuMarginNs = 10'000'000;
   static constexpr std::size_t kBatch = 256;
   // The joins' bounds (correlator.h): how many calls each remembers, and how many reports wait.
   static constexpr std::size_t kMaxNcclInfo = 4096;

@@ -154,12 +154,15 @@ class GpuTimer {
  public:
   enum class Status { Pending, Ready, Failed };
   virtual ~GpuTimer() = default;
-  // Background thread only. Ready: the call's GPU start and end as Unix-epoch ns.
+  // Background thread only. Ready: the call's GPU start and end as Unix-epoch ns. Pending: ask again
+  // after the next poll() (a span may be known only some polls after the call's work has completed).
   virtual Status query(std::uint32_t slot, std::int64_t& start_epoch_ns, std::int64_t& end_epoch_ns) = 0;
   // The slot's record is written; the timer may reuse it.
   virtual void release(std::uint32_t slot) = 0;
   // Background thread, at every flush: housekeeping (the CUDA timer renews its clock reference here).
   virtual void poll() {}
+  // How long after a call's work has completed its query may still answer Pending.
+  virtual std::int64_t settleNs() const { return 0; }
   // Background thread, after poll(): the GPU executions of graph-captured calls complete so far (all of
   // them when `final`), in launch order.
   virtual void takeGraphReplays(std::vector<ReplaySpan>& out, bool final) {

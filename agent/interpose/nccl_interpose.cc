@@ -103,7 +103,11 @@ CudaEventTimer* gpuTimer() {
       logTimingOff(why);
       return nullptr;
     }
-    auto* created = new CudaEventTimer(g_driver);  // lives as long as the process: records may refer to it
+    // Lives as long as the process: records may refer to it. CUPTI's records of a call's kernels are
+    // waited for half a flush interval after its events are seen complete: the next flush reads them.
+    CudaEventTimer::Options options;
+    options.cupti_settle_ns = config().flush_interval_ns / 2;
+    auto* created = new CudaEventTimer(g_driver, options);
     // CUPTI's kernel records give exact spans and the sampled windows' kernels; GRADSCOPE_CUPTI=windows
     // keeps to the events for the calls and takes kernel records inside the windows only; 0: no CUPTI.
     const char* cupti = std::getenv(env::kCupti);

@@ -18,6 +18,8 @@
 //
 // Knobs (environment): GRADSCOPE_FAKE_CUPTI_RECORDS_PER_BUFFER=N: at most N records a buffer;
 // GRADSCOPE_FAKE_CUPTI_HOLD=1: filled buffers are kept, never handed back (the client's pool runs dry);
+// GRADSCOPE_FAKE_CUPTI_LATE_NS=N: a kernel record is ready N ns after its kernel has ended (CUPTI delivers
+// records after the kernels, so one flush may bring a group's first kernels and a later one its last);
 // GRADSCOPE_FAKE_CUPTI_LOG=FILE: at exit, one line per kernel: "<external id> <start> <end> <graph node>"
 // (0: none).
 
@@ -137,7 +139,9 @@ void onKernel(gradscope::agent::cuda::CUstream, std::int64_t start, std::int64_t
   kernel.correlationId = correlation;
   kernel.name = name != nullptr ? name : kKernelName;
   kernel.graphNodeId = node;
-  Record record{std::vector<std::uint8_t>(kKernelRecordSize), end};
+  static const char* late_text = std::getenv("GRADSCOPE_FAKE_CUPTI_LATE_NS");
+  static const std::int64_t late = late_text != nullptr ? std::strtoll(late_text, nullptr, 10) : 0;
+  Record record{std::vector<std::uint8_t>(kKernelRecordSize), end + late};
   std::memcpy(record.bytes.data(), &kernel, sizeof kernel);
   g_state.pending.push_back(std::move(record));
 }
