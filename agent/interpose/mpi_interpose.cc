@@ -713,6 +713,12 @@ std::optional<int> shadowAllreduce(Api api, const void* sendbuf, void* recvbuf, 
     countUntouched(Untouched::Intercommunicator);
     return std::nullopt;
   }
+  // Explored there, its measurements (world 1) would sit beside the job's real ones, and recommend
+  // would ask which world size to plan for.
+  if (slot->size == 1) {
+    countUntouched(Untouched::SingleRank);
+    return std::nullopt;
+  }
   if (preparesAtCreation(Backend::Mpi) && !slot->prepared.load(std::memory_order_relaxed)) {
     countUntouched(Untouched::NotPrepared);
     return std::nullopt;

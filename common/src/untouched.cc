@@ -17,6 +17,9 @@ constexpr Entry kEntries[kUntouchedReasons] = {
      "calls on communicators the agent did not see created, in a job at MPI_THREAD_MULTIPLE: there it makes "
      "its own communicators only inside the job's creation calls (Open MPI can deadlock when threads create "
      "communicators at once), and MPI_Comm_idup, MPI_Comm_spawn and the like are not wrapped"},
+    {"single_rank",
+     "calls on communicators of one rank (MPI_COMM_SELF, a split of one): the sum is the input, so no "
+     "strategy has anything to aggregate, and times measured there would stand for no reduction of the job"},
 };
 
 }  // namespace

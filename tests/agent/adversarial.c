@@ -48,7 +48,8 @@ static const char* const kApiNames[kApis] = {"MPI_Allreduce", "MPI_Iallreduce",
                                              "MPI_Reduce",    "MPI_Reduce_scatter_block",
                                              "MPI_Allgather", "MPI_Bcast"};
 static int g_calls[kApis];
-static int g_world_calls; /* of them on MPI_COMM_WORLD: the trace must keep them on "world" */
+static int g_world_calls;  /* of them on MPI_COMM_WORLD: the trace must keep them on "world" */
+static int g_single_calls; /* all-reduces on intracommunicators of one rank: explore leaves them untouched */
 static pthread_mutex_t g_calls_mutex = PTHREAD_MUTEX_INITIALIZER;
 static int g_rank, g_size, g_line, g_failed;
 
@@ -56,6 +57,12 @@ static void counted(enum Api api, MPI_Comm comm) {
   pthread_mutex_lock(&g_calls_mutex);
   ++g_calls[api];
   if (comm == MPI_COMM_WORLD) ++g_world_calls;
+  if ((api == kAllreduce || api == kIallreduce) && comm != MPI_COMM_NULL) {
+    int inter = 0, size = 0;
+    MPI_Comm_test_inter(comm, &inter);
+    MPI_Comm_size(comm, &size);
+    if (!inter && size == 1) ++g_single_calls;
+  }
   pthread_mutex_unlock(&g_calls_mutex);
 }
 
@@ -432,6 +439,14 @@ static void caseTypes(void) {
   printFloats("types size-one-nonblocking", out, 256);
   MPI_Comm_free(&alone);
 
+  /* A duplicate the agent does not see made (MPI_Comm_idup is not wrapped): at MPI_THREAD_MULTIPLE explore
+   * and apply leave its sum untouched (not prepared). */
+  MPI_Comm duplicate;
+  ok(MPI_Comm_idup(MPI_COMM_WORLD, &duplicate, &request), "idup");
+  ok(MPI_Wait(&request, MPI_STATUS_IGNORE), "idup wait");
+  sumFloats(duplicate, 64, 30, "types idup");
+  MPI_Comm_free(&duplicate);
+
   fillFloats(in, 256, 25);
   ok(MPI_Allreduce(in, out, 256, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD), "max");
   counted(kAllreduce, MPI_COMM_WORLD);
@@ -535,7 +550,7 @@ int main(int argc, char** argv) {
   printLevel("after");
   printf("r%d 9999 calls", g_rank);
   for (int i = 0; i < kApis; ++i) printf(" %s=%d", kApiNames[i], g_calls[i]);
-  printf(" world=%d\n", g_world_calls);
+  printf(" world=%d single=%d\n", g_world_calls, g_single_calls);
   fflush(stdout);
   MPI_Finalize();
   return g_failed;

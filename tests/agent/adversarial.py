@@ -20,7 +20,9 @@ from mpi4py import MPI
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
 APIS = ["MPI_Allreduce", "MPI_Iallreduce", "MPI_Reduce", "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Bcast"]
-calls = dict.fromkeys(APIS + ["world"], 0)  # "world": those on MPI_COMM_WORLD, which the trace keeps as "world"
+# "world": those on MPI_COMM_WORLD, which the trace keeps as "world"; "single": the all-reduces on
+# intracommunicators of one rank, which explore and apply leave untouched
+calls = dict.fromkeys(APIS + ["world", "single"], 0)
 calls_lock = threading.Lock()
 line = 0
 LEVELS = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled", MPI.THREAD_SERIALIZED: "serialized",
@@ -32,6 +34,8 @@ def counted(api, comm):
         calls[api] += 1
         if comm == WORLD:
             calls["world"] += 1
+        if api in ("MPI_Allreduce", "MPI_Iallreduce") and not comm.Is_inter() and comm.Get_size() == 1:
+            calls["single"] += 1
 
 
 def write_line(text):
@@ -216,6 +220,12 @@ def case_types():
     counted("MPI_Iallreduce", alone)
     emit_array("types size-one-nonblocking", out)
     alone.Free()
+    # A duplicate the agent does not see made (MPI_Comm_idup is not wrapped): at MPI_THREAD_MULTIPLE explore
+    # and apply leave its sum untouched (not prepared).
+    duplicate, request = WORLD.Idup()
+    request.Wait()
+    sum_on(duplicate, 64, 30, "types idup")
+    duplicate.Free()
     out = np.empty(256, np.float32)
     WORLD.Allreduce(fill(256, 25), out, op=MPI.MAX)
     counted("MPI_Allreduce", WORLD)
@@ -250,7 +260,7 @@ def main():
     case_types()
     case_fork()
     emit("thread-level-after", LEVELS.get(MPI.Query_thread(), "unknown"))
-    write_line(f"r{RANK} 9999 calls " + " ".join(f"{api}={calls[api]}" for api in APIS + ["world"]))
+    write_line(f"r{RANK} 9999 calls " + " ".join(f"{api}={calls[api]}" for api in APIS + ["world", "single"]))
 
 
 if __name__ == "__main__":

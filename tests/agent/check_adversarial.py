@@ -21,8 +21,9 @@ sum/mpi.ring. Each run must
     nothing lost ("Dropped events": none of the kinds that lose calls), readable by gradscope report; the
     C job's spawned process (MPI_Comm_spawn) in a run of its own that names the job's run;
   - count, in explore and apply, the all-reduces left untouched (runs.config_json agent.shadow.untouched):
-    on intercommunicators, with invalid arguments, and at MPI_THREAD_MULTIPLE on MPI_COMM_SELF (not
-    prepared: the job never creates it), as many as the job made;
+    on intercommunicators, with invalid arguments, on communicators of one rank (single_rank), and at
+    MPI_THREAD_MULTIPLE on the duplicate MPI_Comm_idup made (not prepared: the agent does not see it made),
+    as many as the job made;
   - apply: have replaced the job's sums on MPI_COMM_WORLD (applied_calls);
   - print gradscope's lines, if any, each at the start of a line of stderr.
 Exits 0 when every check passes, 1 with one line per failure.
@@ -48,16 +49,19 @@ MODES = ["observe", "explore"] + [f"apply-{family}" for family in FAMILIES]
 # covered by observe, explore, and apply with one plain and one engine family (the others differ in
 # the comm library's transports only, which the ci preset covers).
 SANITIZER_MODES = ["observe", "explore", "apply-rs_ag", "apply-mpi.ring"]
-# Calls explore and apply must leave to the library, per job: the all-reduces on the intercommunicator
-# (blocking fp32 and fp64, nonblocking fp32) and the C job's negative count.
-# At MPI_THREAD_MULTIPLE the agent prepares communicators when the job creates them: MPI_COMM_SELF, which
-# the job never creates, is left untouched (its one sum).
-def untouched(kind, level):
+# Calls explore and apply must leave to the library, per job and rank: the all-reduces on the
+# intercommunicator (blocking fp32 and fp64, nonblocking fp32), the C job's negative count, and those on
+# communicators of one rank (MPI_COMM_SELF, a split of one, and at 3 ranks the threads case's odd part on
+# rank 1: the job counts them). At MPI_THREAD_MULTIPLE the agent prepares communicators when the job creates
+# them: the duplicate MPI_Comm_idup makes, which it does not see, is left untouched (its one sum).
+def untouched(kind, level, single):
     expected = {"intercommunicator": 3}
     if kind == "c":
         expected["invalid_arguments"] = 1
     if kind == "python" or level == "multiple":
         expected["not_prepared"] = 1
+    if single:
+        expected["single_rank"] = single
     return expected
 LOSES_CALLS = {"call", "call_rate", "thread_buffer", "comm_table", "iallreduce_table", "recording_stopped"}
 
@@ -142,6 +146,7 @@ def check_trace(args, merged, kind, mode, expected, label):
     for rank in range(args.np):
         want = Counter(expected.get(rank, Counter()))
         world = want.pop("world", 0)
+        want.pop("single", 0)
         want = +want
         check(+counts[rank] == want, f"{label}: rank {rank} recorded {dict(+counts[rank])}, the job made {dict(want)}")
         # A communicator the agent forgot and met again would be a new one ("world@1"), not "world".
@@ -153,10 +158,15 @@ def check_trace(args, merged, kind, mode, expected, label):
     check(len(agent_ranks) == args.np, f"{label}: agent statistics of {len(agent_ranks)} ranks")
     if mode != "observe":
         for entry in agent_ranks:
-            want = untouched(kind, args.level)
+            want = untouched(kind, args.level, expected.get(entry.get("rank"), Counter()).get("single", 0))
             check(entry.get("shadow", {}).get("untouched", {}) == want,
                   f"{label}: rank {entry.get('rank')} left {entry.get('shadow', {}).get('untouched')} untouched, "
                   f"expected {want}")
+    if mode == "explore":
+        # Nothing measured on a communicator of one rank (recommend would ask which world size to plan for).
+        worlds = sorted(w for (w,) in db.execute("SELECT DISTINCT world FROM measurements WHERE run_id = ?",
+                                                 (run_id,)))
+        check(args.np in worlds and 1 not in worlds, f"{label}: measurements at world sizes {worlds}")
     if mode.startswith("apply-"):
         applied = db.execute("SELECT count(*) FROM applied_calls a JOIN call_view c ON c.id = a.call_id "
                              "WHERE c.comm = 'world' AND c.run_id = ?", (run_id,)).fetchone()[0]

@@ -18,10 +18,12 @@ enum class Untouched : std::uint8_t {
   InvalidArguments,   // a negative count or a null buffer: the library refuses it (or so it should)
   NotPrepared,        // a communicator the agent could not prepare when the job created it, where it
                       // must (MPI at MPI_THREAD_MULTIPLE)
+  SingleRank,         // a communicator of one rank (MPI_COMM_SELF, a split of one): the sum is the input,
+                      // and a strategy's time there says nothing of the job's reductions
 };
-inline constexpr std::size_t kUntouchedReasons = 3;
+inline constexpr std::size_t kUntouchedReasons = 4;
 
-// "intercommunicator", "invalid_arguments", "not_prepared": the names in the trace.
+// "intercommunicator", "invalid_arguments", "not_prepared", "single_rank": the names in the trace.
 std::string_view name(Untouched reason);
 std::optional<Untouched> parseUntouched(std::string_view text);
 // One line for a person: which calls, and why no strategy ran on them.
