@@ -847,15 +847,18 @@ class DistinctInts {
 struct ReductionScan {
   SizeTally sizes;
   DistinctInts steps, ranks;
+  std::int64_t single_rank_calls = 0;
 };
 
-// Counts the reductions among the calls with ids in [first, last].
-void scanReductions(sql::Database& db, std::int64_t first, std::int64_t last, ReductionScan& out) {
+// Counts the reductions among the calls with ids in [first, last], except those on the communicators
+// marked in `single_rank` (by id).
+void scanReductions(sql::Database& db, std::int64_t first, std::int64_t last,
+                    const std::vector<bool>& single_rank, ReductionScan& out) {
   // Memory-mapped reads for the scan: the pages are used once, and copying each into SQLite's cache
   // costs a tenth of it.
   sqlite3_exec(db.handle(), "PRAGMA mmap_size = 68719476736", nullptr, nullptr, nullptr);
   sql::Statement query(db,
-                       "SELECT api, dtype, op, bytes, step, rank_id FROM calls "
+                       "SELECT api, dtype, op, bytes, step, rank_id, comm_id FROM calls "
                        "WHERE id BETWEEN ? AND ? AND op IS NOT NULL");
   query.bind(1, first);
   query.bind(2, last);
@@ -868,6 +871,14 @@ void scanReductions(sql::Database& db, std::int64_t first, std::int64_t last, Re
     pending = 0;
   };
   while (query.step()) {
+    if (!single_rank.empty() && !query.isNull(6)) {
+      const std::int64_t comm = query.int64(6);
+      if (comm >= 0 && static_cast<std::uint64_t>(comm) < single_rank.size() &&
+          single_rank[static_cast<std::size_t>(comm)]) {
+        ++out.single_rank_calls;
+        continue;
+      }
+    }
     tags[pending] = (query.int64(0) << 32) | ((query.int64(1) & 0xffff) << 16) | (query.int64(2) & 0xffff);
     sizes[pending] = query.int64(3);
     out.sizes.prefetch(tags[pending], sizes[pending]);
@@ -890,6 +901,16 @@ TraceReader::ReductionCounts TraceReader::reductionCounts(std::int64_t rows_per_
     if (lowest.step() && !lowest.isNull(0) && highest.step() && !highest.isNull(0))
       first = lowest.int64(0), last = highest.int64(0);
   }
+  // Communicators of one rank: their sums aggregate nothing (a rank's own MPI_COMM_SELF, a split of one).
+  std::vector<bool> single_rank;
+  {
+    sql::Statement query(impl_->db, "SELECT id FROM comms WHERE size = 1 AND id >= 0 ORDER BY id");
+    while (query.step()) {
+      const auto id = static_cast<std::size_t>(query.int64(0));
+      if (id >= single_rank.size()) single_rank.resize(id + 1, false);
+      single_rank[id] = true;
+    }
+  }
   // A large trace is read in id ranges by parallel read-only connections (ids are the rowid: each
   // range is a b-tree seek). A trace still being written may show each connection a slightly newer
   // snapshot; the counts are statistics of the workload, so that does not matter.
@@ -911,13 +932,13 @@ TraceReader::ReductionCounts TraceReader::reductionCounts(std::int64_t rows_per_
           sql::Database db(impl_->db.path(), SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
           sqlite3_busy_timeout(db.handle(), 5000);
           const auto [begin, end] = range(i);
-          scanReductions(db, begin, end, scans[static_cast<std::size_t>(i)]);
+          scanReductions(db, begin, end, single_rank, scans[static_cast<std::size_t>(i)]);
         } catch (...) {
           errors[static_cast<std::size_t>(i)] = std::current_exception();
         }
       });
     const auto [begin, end] = range(0);
-    scanReductions(impl_->db, begin, end, scans[0]);
+    scanReductions(impl_->db, begin, end, single_rank, scans[0]);
     sqlite3_exec(impl_->db.handle(), "PRAGMA mmap_size = 0", nullptr, nullptr, nullptr);  // this scan only
   }
   for (const auto& error : errors)
@@ -926,11 +947,13 @@ TraceReader::ReductionCounts TraceReader::reductionCounts(std::int64_t rows_per_
     scans[0].sizes.merge(scans[i].sizes);
     scans[0].steps.merge(scans[i].steps);
     scans[0].ranks.merge(scans[i].ranks);
+    scans[0].single_rank_calls += scans[i].single_rank_calls;
   }
 
   ReductionCounts result;
   result.steps = scans[0].steps.count();
   result.ranks = scans[0].ranks.count();
+  result.single_rank_calls = scans[0].single_rank_calls;
   result.sizes.reserve(scans[0].sizes.size());
   scans[0].sizes.forEach([&](std::int64_t tag, std::int64_t bytes, std::int64_t calls) {
     result.sizes.push_back({static_cast<Api>(tag >> 32), static_cast<DType>((tag >> 16) & 0xffff),

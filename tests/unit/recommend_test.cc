@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "gradscope/cli/recommend.h"
@@ -571,7 +572,9 @@ TEST(RecommendExport, OmpiRulesWithoutMpiAlgorithmsChangeNothing) {
 }
 
 // A trace as explore mode writes it: 4 ranks, 5 steps, measurements, consensus rows.
-std::string writeTrace(const TempDir& dir, const std::string& file, bool measurements = true, int world = 4) {
+// `self_sums`: each rank also sums 4 KiB twice a step on a communicator of its own (MPI_COMM_SELF).
+std::string writeTrace(const TempDir& dir, const std::string& file, bool measurements = true, int world = 4,
+                       bool self_sums = false) {
   const std::string path = dir.file(file);
   auto writer = storage::TraceWriter::create(path);
   storage::RunInfo info = run(Backend::Mpi);
@@ -591,13 +594,20 @@ std::string writeTrace(const TempDir& dir, const std::string& file, bool measure
     comm.size = world;
     comm.comm_rank = rank;
     const std::int64_t comm_id = writer.addComm(comm);
-    std::int64_t t = 0, seq = 0;
+    comm.key = fmt::format("self-{}", rank);
+    comm.size = 1;
+    comm.comm_rank = 0;
+    const std::int64_t self_id = self_sums ? writer.addComm(comm) : -1;
+    std::int64_t t = 0, seq = 0, self_seq = 0;
     for (int step = 0; step < 5; ++step)
-      for (std::int64_t bytes : {std::int64_t{1} << 20, std::int64_t{16} << 20}) {
+      for (std::int64_t bytes :
+           {std::int64_t{4} << 10, std::int64_t{1} << 20, std::int64_t{4} << 10, std::int64_t{16} << 20}) {
+        const bool self = bytes == std::int64_t{4} << 10;
+        if (self && !self_sums) continue;
         storage::CallRecord call;
         call.rank_id = rank_id;
-        call.comm_id = comm_id;
-        call.seq = seq++;
+        call.comm_id = self ? self_id : comm_id;
+        call.seq = self ? self_seq++ : seq++;
         call.step = step;
         call.api = Api::MpiAllreduce;
         call.dtype = DType::Fp32;
@@ -656,6 +666,29 @@ TEST(RecommendCommand, ReductionCountsPerSize) {
   EXPECT_EQ(counts.sizes[1].bytes, 16 << 20);
   EXPECT_EQ(counts.steps, 5);
   EXPECT_EQ(counts.ranks, 4);
+  EXPECT_EQ(counts.single_rank_calls, 0);
+}
+
+// Sums on a communicator of one rank aggregate nothing: the workload leaves them out, counted, serially
+// and in parallel ranges alike, and the tuner's workload is the world's sums alone.
+TEST(RecommendCommand, ReductionCountsLeaveOutOneRankCommunicators) {
+  TempDir dir;
+  const std::string path = writeTrace(dir, "job.db", true, 4, /*self_sums=*/true);
+  const auto reader = storage::TraceReader::open(path);
+  for (const std::int64_t rows_per_thread : {storage::TraceReader::kRowsPerThread, std::int64_t{7}}) {
+    const auto counts = reader.reductionCounts(rows_per_thread);
+    ASSERT_EQ(counts.sizes.size(), 2u);
+    EXPECT_EQ(counts.sizes[0].bytes, 1 << 20);
+    EXPECT_EQ(counts.sizes[0].calls, 4 * 5);
+    EXPECT_EQ(counts.sizes[1].bytes, 16 << 20);
+    EXPECT_EQ(counts.single_rank_calls, 4 * 5 * 2);
+    EXPECT_EQ(counts.steps, 5);
+    EXPECT_EQ(counts.ranks, 4);
+  }
+  const Inputs inputs = readInputs({path});
+  ASSERT_EQ(inputs.workload.size(), 2u);
+  EXPECT_EQ(inputs.workload[0].bytes, 1 << 20);
+  EXPECT_DOUBLE_EQ(inputs.workload[0].calls_per_step, 1);
 }
 
 TEST(RecommendCommand, ReductionCountsInParallelRangesAgree) {

@@ -160,8 +160,10 @@ class TraceReader {
   std::vector<DropRecord> drops() const;
 
   // The calls that carry a reduction op, counted per (api, dtype, op, bytes), with the number of distinct
-  // steps (>= 0) and ranks among them: the workload the tuner optimises. One narrow scan of `calls` (no
-  // join, six columns), because the tuner must read a ten-million-call trace in well under two seconds.
+  // steps (>= 0) and ranks among them: the workload the tuner optimises. Calls on communicators of one
+  // rank (comms.size = 1: MPI_COMM_SELF, a split of one) are left out, only counted: they aggregate
+  // nothing, so no strategy saves anything on them. One narrow scan of `calls` (no join, seven columns),
+  // because the tuner must read a ten-million-call trace in well under two seconds.
   struct ReductionCount {
     Api api = Api::Unknown;
     DType dtype = DType::Other;
@@ -170,9 +172,10 @@ class TraceReader {
     std::int64_t calls = 0;
   };
   struct ReductionCounts {
-    std::vector<ReductionCount> sizes;  // ordered by api, dtype, op, bytes
-    std::int64_t steps = 0;             // distinct known steps of those calls; 0 when none is known
-    std::int64_t ranks = 0;             // distinct ranks that issued them
+    std::vector<ReductionCount> sizes;   // ordered by api, dtype, op, bytes
+    std::int64_t steps = 0;              // distinct known steps of those calls; 0 when none is known
+    std::int64_t ranks = 0;              // distinct ranks that issued them
+    std::int64_t single_rank_calls = 0;  // calls left out: on communicators of one rank
   };
   // Traces of more than `rows_per_thread` calls are read in id ranges by parallel read-only connections
   // (one per core at most); tests lower it to exercise that path.
