@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -46,9 +47,13 @@ class StepTraceBuilder {
 
   // A collective: posted at `enqueue`, waited for from `start` (= enqueue for a blocking one) to `end`.
   void collective(int rank, std::int64_t seq, std::int64_t step, Api api, std::int64_t enqueue,
-                  std::int64_t start, std::int64_t end) {
+                  std::int64_t start, std::int64_t end, std::int64_t bytes = 1024,
+                  DType dtype = DType::Fp32) {
     CallRecord call = base(rank, step, api, enqueue, start, end);
     call.seq = seq;
+    call.bytes = bytes;
+    call.count = bytes / 4;
+    call.dtype = dtype;
     call.op = ReduceOp::Sum;
     add(call);
   }
@@ -172,6 +177,45 @@ TEST(StepModel, SplitsEachRanksStepExactly) {
   EXPECT_EQ(model.exposure[1].api, Api::MpiIallreduce);
   EXPECT_DOUBLE_EQ(model.exposure[1].transport_ns, 300);
   EXPECT_DOUBLE_EQ(model.exposure[1].exposed_ns, 190);
+}
+
+// A job that reduces its tensors one by one: thousands of sizes, each call's transport known (rank 1
+// arrives 10 ns after rank 0; both leave `size`-dependent ns later). The exposure has one entry per (api,
+// dtype, size), in that order, each exact, whatever the order the sizes came in.
+TEST(StepModel, ExposurePerSizeWithThousandsOfSizes) {
+  TempDir dir;
+  const std::string path = dir.file("sizes.db");
+  constexpr int kSizes = 3000;
+  {
+    StepTraceBuilder trace(path, 2);
+    std::int64_t t = 0, seq = 0;
+    for (int step = 0; step < 2; ++step)
+      for (int i = 0; i < kSizes; ++i) {
+        // Sizes in a scrambled order, two dtypes alternating.
+        const std::int64_t bytes = 4 * (1 + (i * 7919) % kSizes);
+        const DType dtype = i % 2 == 0 ? DType::Fp32 : DType::Bf16;
+        const std::int64_t transport = bytes % 97 + 1;
+        trace.collective(0, seq, step, Api::MpiAllreduce, t, t, t + 10 + transport, bytes, dtype);
+        trace.collective(1, seq, step, Api::MpiAllreduce, t + 10, t + 10, t + 10 + transport, bytes, dtype);
+        ++seq, t += 200;
+      }
+    trace.finish();
+  }
+  const StepModel model = computeStepModel(TraceReader::open(path));
+  ASSERT_EQ(model.exposure.size(), static_cast<std::size_t>(kSizes));
+  for (std::size_t i = 0; i < model.exposure.size(); ++i) {
+    const CallExposure& entry = model.exposure[i];
+    SCOPED_TRACE(::testing::Message() << "entry " << i << ": " << entry.bytes << " bytes");
+    if (i > 0) {
+      const CallExposure& before = model.exposure[i - 1];
+      EXPECT_LT(std::tie(before.api, before.dtype, before.bytes),
+                std::tie(entry.api, entry.dtype, entry.bytes));
+    }
+    EXPECT_EQ(entry.api, Api::MpiAllreduce);
+    EXPECT_EQ(entry.calls, 4);  // 2 ranks x 2 steps
+    EXPECT_DOUBLE_EQ(entry.transport_ns, static_cast<double>(entry.bytes % 97 + 1));
+    EXPECT_DOUBLE_EQ(entry.exposed_ns, entry.transport_ns);
+  }
 }
 
 TEST(StepModel, AReceiveWaitsForItsSenderOnAnotherClock) {

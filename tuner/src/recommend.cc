@@ -109,17 +109,24 @@ bool isKnownStrategy(std::string_view strategy) {
 }
 
 // The mean exposed time per call of the job's `api` `dtype` collectives of min..max bytes (weighted by
-// their calls), and the mean transport time; unset when the step model has none of them.
+// their calls), and the mean transport time; unset when the step model has none of them. `exposure` is
+// ordered by api, dtype, bytes: the range is found by a binary search (a scan per rule was a quarter of
+// `recommend` on a job with 887,000 sizes).
 std::optional<std::pair<double, double>> exposedPerCall(const std::vector<storage::CallExposure>& exposure,
                                                         Api api, DType dtype, std::int64_t min_bytes,
                                                         std::int64_t max_bytes) {
   double calls = 0, exposed = 0, transport = 0;
-  for (const auto& entry : exposure)
-    if (entry.api == api && entry.dtype == dtype && entry.bytes >= min_bytes && entry.bytes <= max_bytes) {
-      calls += static_cast<double>(entry.calls);
-      exposed += entry.exposed_ns * static_cast<double>(entry.calls);
-      transport += entry.transport_ns * static_cast<double>(entry.calls);
-    }
+  auto entry =
+      std::lower_bound(exposure.begin(), exposure.end(), std::tuple{api, dtype, min_bytes},
+                       [](const storage::CallExposure& a, const std::tuple<Api, DType, std::int64_t>& b) {
+                         return std::tie(a.api, a.dtype, a.bytes) < b;
+                       });
+  for (; entry != exposure.end() && entry->api == api && entry->dtype == dtype && entry->bytes <= max_bytes;
+       ++entry) {
+    calls += static_cast<double>(entry->calls);
+    exposed += entry->exposed_ns * static_cast<double>(entry->calls);
+    transport += entry->transport_ns * static_cast<double>(entry->calls);
+  }
   if (calls <= 0) return std::nullopt;
   return std::pair{exposed / calls, transport / calls};
 }
