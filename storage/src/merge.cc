@@ -739,6 +739,7 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
     writer.commit();
     const StepModel model = computeStepModel(TraceReader::open(out.temporaryPath()));
     writer.appendSteps(model.steps);
+    writer.appendExposure(model.exposure);
     summary.step_rows = static_cast<std::int64_t>(model.steps.size());
     writer.finish();
   }

@@ -633,6 +633,10 @@ std::vector<StepRecord> TraceReader::steps() const {
                  static_cast<std::size_t>(impl_->db.queryInt("SELECT count(*) FROM steps")));
 }
 
+std::vector<CallExposure> TraceReader::exposure() const {
+  return readAll(impl_->db, detail::kExposure, "api, dtype, bytes");
+}
+
 std::vector<GpuActivityRecord> TraceReader::gpuActivity() const {
   return readAll(impl_->db, detail::kGpuActivity, "rank_id, start_ns, kind");
 }

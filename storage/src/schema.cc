@@ -139,6 +139,14 @@ void migrateV6ToV7(sql::Database& db) {
     db.exec(detail::kGpuActivity.ddl());
 }
 
+void migrateV7ToV8(sql::Database& db) {
+  // exposure is new: an older merged file's is derived again by its readers (readOrComputeStepModel
+  // computes the model where steps are stored without exposure rows).
+  if (db.queryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'exposure'") > 0)
+    return;
+  db.exec(detail::kExposure.ddl());
+}
+
 }  // namespace
 
 std::span<const std::string_view> tableNames() {
@@ -174,6 +182,7 @@ void migrate(sql::Database& db, int from) {
   if (from <= 4) migrateV4ToV5(db);
   if (from <= 5) migrateV5ToV6(db);
   if (from <= 6) migrateV6ToV7(db);
+  if (from <= 7) migrateV7ToV8(db);
   db.exec("DROP VIEW IF EXISTS call_view");
   db.exec(kCallView);
   db.exec("PRAGMA legacy_alter_table = OFF");

@@ -597,6 +597,14 @@ std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader) {
   return computeStepModel(reader).steps;
 }
 
+StepModel readOrComputeStepModel(const TraceReader& reader) {
+  StepModel model;
+  model.steps = reader.steps();
+  if (!model.steps.empty()) model.exposure = reader.exposure();
+  if (model.steps.empty() || model.exposure.empty()) return computeStepModel(reader);
+  return model;
+}
+
 std::vector<StepTotals> stepTotals(std::span<const StepRecord> rows) {
   std::map<std::int64_t, StepTotals> by_step;
   std::map<std::int64_t, std::int64_t> most_caused;

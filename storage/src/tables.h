@@ -300,10 +300,28 @@ inline constexpr auto kGpuActivity = table(
                                       "compute kernels: the job's innermost NVTX range on the thread that\n"
                                       "launched them; NULL: none, or not a compute row"));
 
+// The exposure of the step model (storage/step_model.h), written by merge beside the steps: one row per
+// kind of collective, so that the tuner reads it instead of deriving it from every call again.
+inline constexpr auto kExposure = table(
+    {.name = "exposure",
+     .about = "What a faster transport could take off the step, per kind of MPI collective (derived at\n"
+              "merge from the calls with the steps; docs/schema.md, \"Steps\").",
+     .comment_at = 19,
+     .constraint = "PRIMARY KEY (api, dtype, bytes)",
+     .without_rowid = true},
+    column<&CallExposure::api>("api", "INTEGER NOT NULL", "names.domain 'api'"),
+    column<&CallExposure::dtype>("dtype", "INTEGER NOT NULL", "names.domain 'dtype'"),
+    column<&CallExposure::bytes>("bytes", "INTEGER NOT NULL", "calls.bytes"),
+    column<&CallExposure::calls>("calls", "INTEGER NOT NULL", "calls of this kind, over every rank"),
+    column<&CallExposure::transport_ns>("transport_ns", "REAL NOT NULL",
+                                        "mean time from the last rank's arrival to the call's end"),
+    column<&CallExposure::exposed_ns>("exposed_ns", "REAL NOT NULL",
+                                      "mean part of transport_ns the rank spent blocked"));
+
 // Every table, in the order a new file creates them.
 inline constexpr std::tuple kAllTables{
-    &kNames,           &kRuns,      &kRanks,        &kComms,     &kMeasurements,
-    &kRecommendations, &kDrops,     &kCalls,        &kCallTiles, &kGpuCalls,
-    &kPeerCalls,       &kConsensus, &kAppliedCalls, &kSteps,     &kGpuActivity};
+    &kNames,        &kRuns,  &kRanks,       &kComms,    &kMeasurements, &kRecommendations,
+    &kDrops,        &kCalls, &kCallTiles,   &kGpuCalls, &kPeerCalls,    &kConsensus,
+    &kAppliedCalls, &kSteps, &kGpuActivity, &kExposure};
 
 }  // namespace gradscope::storage::detail

@@ -383,6 +383,12 @@ void TraceWriter::appendSteps(std::span<const StepRecord> rows) {
   insertRows(impl_->db, detail::kSteps, rows);
 }
 
+void TraceWriter::appendExposure(std::span<const CallExposure> rows) {
+  if (rows.empty()) return;
+  impl_->begin();
+  insertRows(impl_->db, detail::kExposure, rows);
+}
+
 void TraceWriter::appendGpuActivity(std::span<const GpuActivityRecord> rows) {
   if (rows.empty()) return;
   impl_->begin();

@@ -466,6 +466,26 @@ TEST(StepModel, MergeStoresTheRowsAndTheReportShowsThem) {
   const TraceReader reader = TraceReader::open(merged);
   expectRows(reader.steps(), computeStepModel(TraceReader::open(input)).steps);
   EXPECT_TRUE(TraceReader::open(input).steps().empty());  // written by merge only
+  // The exposure too, bit for bit what the model computes; readOrComputeStepModel reads both back.
+  const StepModel computed = computeStepModel(TraceReader::open(input));
+  const auto sameExposure = [](const std::vector<CallExposure>& got, const std::vector<CallExposure>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].api, want[i].api);
+      EXPECT_EQ(got[i].dtype, want[i].dtype);
+      EXPECT_EQ(got[i].bytes, want[i].bytes);
+      EXPECT_EQ(got[i].calls, want[i].calls);
+      EXPECT_EQ(got[i].transport_ns, want[i].transport_ns);  // exact: REAL holds the double
+      EXPECT_EQ(got[i].exposed_ns, want[i].exposed_ns);
+    }
+  };
+  ASSERT_EQ(computed.exposure.size(), 2u);
+  sameExposure(reader.exposure(), computed.exposure);
+  const StepModel stored = readOrComputeStepModel(reader);
+  expectRows(stored.steps, computed.steps);
+  sameExposure(stored.exposure, computed.exposure);
+  EXPECT_TRUE(TraceReader::open(input).exposure().empty());
+  sameExposure(readOrComputeStepModel(TraceReader::open(input)).exposure, computed.exposure);
 
   std::ostringstream text;
   cli::writeReport(reader, text, {});

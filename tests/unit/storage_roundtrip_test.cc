@@ -1236,6 +1236,61 @@ TEST(StorageMigration, OpeningAV6TraceRebuildsStepsAndAddsGpuActivity) {
   EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
 }
 
+// A v7 file, made from the frozen v7 DDL, opens as v8: the exposure table is added, empty (readers derive
+// the model again where steps are stored without it), its steps rows stay, and it stores the definitions a
+// new file does.
+TEST(StorageMigration, OpeningAV7TraceAddsTheExposure) {
+  TempDir dir;
+  const std::string path = dir.file("v7.db");
+  {
+    RawDb db(path);
+    db.exec(test::readFile(test::goldenPath("schema_v7.sql")));
+    db.exec(R"sql(
+      INSERT INTO runs VALUES (1, 'v7-run', 'old job', 'observe', 1, 1, 'h0', '{}', '0.0.7', 1795000000000000000, 0,
+                               900000000);
+      INSERT INTO ranks VALUES (0, 1, 0, 'h0', 10, 'cpu', 0);
+      INSERT INTO comms VALUES (1, 0, 'world', 1, 1, 0);
+      INSERT INTO calls VALUES (1, 0, 1, 0, 3, 1, 7, 0, 256, 1024, 100, 110, 900);
+      INSERT INTO steps VALUES (0, 3, 100, 900, 10, 790, 0, 0, 0, 1, 0, 0);
+      PRAGMA application_id = 1196639056;
+      PRAGMA user_version = 7;
+    )sql");
+  }
+  const TraceReader reader = TraceReader::open(path);
+  EXPECT_EQ(reader.schemaVersion(), kSchemaVersion);
+  EXPECT_EQ(reader.steps().size(), 1u);
+  EXPECT_TRUE(reader.exposure().empty());
+  EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
+}
+
+// Exposure rows come back as written, ordered by (api, dtype, bytes), their doubles exact.
+TEST(StorageRoundTrip, Exposure) {
+  TempDir dir;
+  const std::string path = dir.file("exposure.db");
+  const std::vector<CallExposure> written = {{Api::MpiIallreduce, DType::Fp32, 4096, 8, 1.0 / 3.0, 0.1},
+                                             {Api::MpiAllreduce, DType::Bf16, 1 << 20, 2, 12345.678, 0},
+                                             {Api::MpiAllreduce, DType::Fp32, 64, 40, 900.5, 900.5}};
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    writer.appendExposure(written);
+    writer.finish();
+  }
+  const auto read = TraceReader::open(path).exposure();
+  ASSERT_EQ(read.size(), 3u);
+  std::vector<CallExposure> want = written;
+  std::sort(want.begin(), want.end(), [](const CallExposure& a, const CallExposure& b) {
+    return std::tie(a.api, a.dtype, a.bytes) < std::tie(b.api, b.dtype, b.bytes);
+  });
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(read[i].api, want[i].api);
+    EXPECT_EQ(read[i].dtype, want[i].dtype);
+    EXPECT_EQ(read[i].bytes, want[i].bytes);
+    EXPECT_EQ(read[i].calls, want[i].calls);
+    EXPECT_EQ(read[i].transport_ns, want[i].transport_ns);
+    EXPECT_EQ(read[i].exposed_ns, want[i].exposed_ns);
+  }
+}
+
 // GPU activity rows come back as written.
 TEST(StorageRoundTrip, GpuActivity) {
   TempDir dir;

@@ -144,7 +144,7 @@ Inputs readInputs(const std::vector<std::string>& paths) {
   std::map<std::tuple<Api, DType, std::int64_t>, storage::CallExposure> exposure;  // sums, then means
   for (const auto& path : paths) {
     const auto reader = storage::TraceReader::open(path);
-    const storage::StepModel model = storage::computeStepModel(reader);
+    const storage::StepModel model = storage::readOrComputeStepModel(reader);
     for (const auto& step : storage::stepTotals(model.steps)) step_spans.push_back(step.span_ns);
     for (const auto& entry : model.exposure) {
       auto& sum = exposure[{entry.api, entry.dtype, entry.bytes}];

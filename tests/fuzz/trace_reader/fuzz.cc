@@ -62,6 +62,8 @@ void query(const TraceReader& reader) {
   reader.appliedSummary();
   reader.recommendations();
   reader.reductionCounts();
+  reader.steps();
+  reader.exposure();
   reader.drops();
   std::size_t visited = 0;
   reader.forEachCall([&](const auto&) { return ++visited < 1000; });

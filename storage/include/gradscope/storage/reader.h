@@ -131,6 +131,8 @@ class TraceReader {
   // The step model merge stored (schema v6), ordered by rank id, step; empty for a file merge did not
   // write (storage/step_model.h derives the same rows from the calls).
   std::vector<StepRecord> steps() const;
+  // The step model's exposure merge stored (ordered by api, dtype, bytes); empty in a file not merged.
+  std::vector<CallExposure> exposure() const;
   // The GPU work of the agent's sampled windows (schema v7), ordered by rank id, start.
   std::vector<GpuActivityRecord> gpuActivity() const;
   // Graph replays (CallRecord::graph_replay) per API: of how many captured calls, how many, and their

@@ -143,6 +143,21 @@ struct StepRecord {
   std::int64_t idle_ns = 0;  // basis Gpu: the GPU ran no kernel (of compute_ns); 0 otherwise
 };
 
+// How much of one kind of call a faster transport could take off the step: over the MPI collectives of
+// one (api, dtype, bytes), the mean transport time (from the last rank's arrival to the call's end, what
+// an explored strategy's measured time stands for) and the mean exposed part of it (blocked after that
+// arrival). A call whose transport is d faster ends d earlier, and its step saves min(d, exposed): a
+// nonblocking call's hidden part shrinks first.
+// Derived at merge from the calls (storage/step_model.h), stored in the exposure table.
+struct CallExposure {
+  Api api = Api::Unknown;
+  DType dtype = DType::Other;
+  std::int64_t bytes = 0;
+  std::int64_t calls = 0;
+  double transport_ns = 0;  // means per call
+  double exposed_ns = 0;
+};
+
 // GPU work the agent sampled: CUPTI's kernel records inside its windows (docs/schema.md, "GPU steps").
 // Times are Unix-epoch ns in a rank's file, run-relative once merged, like the calls'.
 enum class GpuActivityKind : std::uint8_t {

@@ -19,8 +19,9 @@ inline constexpr std::int32_t kApplicationId = 0x47534350;
 // applied_calls, for the agent's explore and apply modes; v4 = gpu_calls.replay, the GPU executions of
 // graph-captured calls; v5 = peer_calls, the peers of point-to-point calls and the spread of all-to-alls
 // (see docs/schema.md); v6 = steps, where each rank's step went (the step model, written by merge);
-// v7 = gpu_activity, the GPU kernels of the agent's sampled windows, and steps.basis/idle_ns, GPU steps.
-inline constexpr int kSchemaVersion = 7;
+// v7 = gpu_activity, the GPU kernels of the agent's sampled windows, and steps.basis/idle_ns, GPU steps;
+// v8 = exposure, the step model's exposure per kind of collective, written by merge with the steps.
+inline constexpr int kSchemaVersion = 8;
 inline constexpr int kOldestMigratableVersion = 1;
 
 // Tile levels of call_tiles: a level-L tile spans 2^L ns (4.2 ms up to 4.6 minutes, a factor 16 apart).

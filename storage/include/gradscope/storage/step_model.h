@@ -49,20 +49,6 @@
 
 namespace gradscope::storage {
 
-// How much of one kind of call a faster transport could take off the step: over the MPI collectives of
-// one (api, dtype, bytes), the mean transport time (from the last rank's arrival to the call's end, what
-// an explored strategy's measured time stands for) and the mean exposed part of it (blocked after that
-// arrival). A call whose transport is d faster ends d earlier, and its step saves min(d, exposed): a
-// nonblocking call's hidden part shrinks first.
-struct CallExposure {
-  Api api = Api::Unknown;
-  DType dtype = DType::Other;
-  std::int64_t bytes = 0;
-  std::int64_t calls = 0;
-  double transport_ns = 0;  // means per call
-  double exposed_ns = 0;
-};
-
 // What a call saves on its step when its transport is `faster_ns` faster (negative: slower), given its
 // mean transport and exposed times (CallExposure): a faster one saves at most what was exposed; a slower
 // one first uses up the slack its hidden part left (a nonblocking call waited for later; a blocking call
@@ -83,6 +69,11 @@ StepModel computeStepModel(const TraceReader& reader,
 
 // The stored rows (merge writes them) when the file has any, else computeStepModel's.
 std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader);
+// The stored model (merge writes the steps and the exposure) when the file has both, else
+// computeStepModel's: the tuner's one read of a merged file's model instead of two of its every call. A
+// file whose steps are stored without exposure rows (one merged before schema v8, or a job whose steps
+// have no collectives) is computed.
+StepModel readOrComputeStepModel(const TraceReader& reader);
 
 // One step across its ranks.
 struct StepTotals {

@@ -63,6 +63,8 @@ class TraceWriter {
   std::int64_t addRecommendation(const RecommendationRecord& recommendation);
   // The step model's rows (merge writes them once the calls are in; a (rank, step) appears once).
   void appendSteps(std::span<const StepRecord> rows);
+  // The step model's exposure per kind of collective (merge writes it with the steps).
+  void appendExposure(std::span<const CallExposure> rows);
   // GPU work of the agent's sampled windows (the agent writes it as its windows close; merge copies it).
   void appendGpuActivity(std::span<const GpuActivityRecord> rows);
   // Adds `count` to the drops of this kind on this rank.
