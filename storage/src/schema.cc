@@ -140,10 +140,11 @@ void migrateV6ToV7(sql::Database& db) {
 }
 
 void migrateV7ToV8(sql::Database& db) {
-  // exposure is new: an older merged file's is derived again by its readers (readOrComputeStepModel
-  // computes the model where steps are stored without exposure rows).
+  // exposure is new. The derived steps rows go (readers derive the model again, like v6 -> v7), so that
+  // steps rows in a v8 file always come with their exposure, which may rightly be empty (an NCCL job).
   if (db.queryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'exposure'") > 0)
     return;
+  db.exec("DELETE FROM steps");
   db.exec(detail::kExposure.ddl());
 }
 

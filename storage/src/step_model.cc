@@ -600,8 +600,8 @@ std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader) {
 StepModel readOrComputeStepModel(const TraceReader& reader) {
   StepModel model;
   model.steps = reader.steps();
-  if (!model.steps.empty()) model.exposure = reader.exposure();
-  if (model.steps.empty() || model.exposure.empty()) return computeStepModel(reader);
+  if (model.steps.empty()) return computeStepModel(reader);
+  model.exposure = reader.exposure();  // written with the steps (schema v8), empty where no MPI collective is
   return model;
 }
 

@@ -9,7 +9,7 @@
   check_agent.py TOOLS --workdir DIR sigterm          SIGTERM to mpiexec mid-run: every rank file complete
   check_agent.py TOOLS --workdir DIR sigkill          SIGKILL to one rank mid-run: its file valid and recent
   check_agent.py TOOLS --workdir DIR failopen-output  output path under a regular file   } the job's stdout,
-  check_agent.py TOOLS --workdir DIR failopen-disk-full  a 560 kB tmpfs per rank fills up }
+  check_agent.py TOOLS --workdir DIR failopen-disk-full  a 640 kB tmpfs per rank fills up }
   check_agent.py TOOLS --workdir DIR failopen-config  bad GRADSCOPE_* values            } stderr and exit code
   check_agent.py TOOLS --workdir DIR failopen-exit-code  the sample's --exit-code 3     } as without the agent;
   check_agent.py TOOLS --workdir DIR failopen-non-mpi  sh, python, mpiexec preloaded    } one 'gradscope:' line
@@ -642,19 +642,20 @@ def check_failopen_output(args):
 
 
 def check_failopen_disk_full(args):
-    """The output's file system fills up while the job runs (a 560 kB tmpfs per rank, of which the rank's
-    new file takes about 300 kB; needs root, skipped otherwise): one line per rank, the job runs on, the
-    files stay valid and keep what was committed. 1000 steps of 1 ms or more: commits of a few steps each
-    (so some land before the disk is full, however slow the build), enough of them to fill it. One file
-    system per rank: on one shared by both, a rank whose background thread (at idle priority) got no CPU
-    until the other rank had filled the disk kept nothing, which happened under TSan."""
+    """The output's file system fills up while the job runs (a 640 kB tmpfs per rank, of which the rank's
+    new file takes 384 kB at schema v8, 24 pages of 16 KiB: 560 kB, enough at v7, left no room for the
+    first commit of calls once v8 added a table; needs root, skipped otherwise): one line per rank, the job
+    runs on, the files stay valid and keep what was committed. 1000 steps of 1 ms or more: commits of a few
+    steps each (so some land before the disk is full, however slow the build), enough of them to fill it.
+    One file system per rank: on one shared by both, a rank whose background thread (at idle priority) got
+    no CPU until the other rank had filled the disk kept nothing, which happened under TSan."""
     case = FailOpen(args, "disk full")
     tinies = [os.path.join(args.workdir, f"tiny{rank}") for rank in range(case.np)]
     mounted = []
     try:
         for tiny in tinies:
             os.makedirs(tiny, exist_ok=True)
-            result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=560k", "tmpfs", tiny], capture_output=True,
+            result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=640k", "tmpfs", tiny], capture_output=True,
                                     text=True, timeout=30)
             if result.returncode != 0:
                 print(f"check_agent: skipped: cannot mount a small tmpfs ({result.stderr.strip()})")

@@ -69,10 +69,9 @@ StepModel computeStepModel(const TraceReader& reader,
 
 // The stored rows (merge writes them) when the file has any, else computeStepModel's.
 std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader);
-// The stored model (merge writes the steps and the exposure) when the file has both, else
-// computeStepModel's: the tuner's one read of a merged file's model instead of two of its every call. A
-// file whose steps are stored without exposure rows (one merged before schema v8, or a job whose steps
-// have no collectives) is computed.
+// The stored model when the file has steps rows (merge writes the exposure with them; a file merged
+// before schema v8 had its rows dropped when it was upgraded), else computeStepModel's: the tuner's one
+// read of a merged file's model instead of two of its every call.
 StepModel readOrComputeStepModel(const TraceReader& reader);
 
 // One step across its ranks.
