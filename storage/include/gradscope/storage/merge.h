@@ -59,8 +59,9 @@ std::vector<std::string> expandTraceInputs(const std::vector<std::string>& input
 // call of its step-less ranks, then detectSteps' 12 bytes and 8-byte result per call of one rank, and 8
 // bytes (step) per call while it is copied; the clock samples, 24 bytes per (host, all-reduce) for the
 // first 4096 all-reduces of each communicator. The step model written at the end (computeStepModel over
-// the output) holds one rank's calls at a time and the rows, 96 bytes per (rank, step). A per-rank file
-// holds one rank.
+// the output: the steps and the exposure tables) holds one rank's calls at a time, the rows, 96 bytes per
+// (rank, step), and the exposure, about 100 bytes per distinct collective size. A per-rank file holds one
+// rank.
 MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::string& output,
                          const MergeOptions& options);
 
