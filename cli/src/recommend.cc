@@ -34,7 +34,7 @@ void runRecommend(const RecommendCommand& command, std::ostream& out, std::ostre
   std::vector<std::unique_ptr<storage::TraceInput>> opened;
   std::vector<std::string> files;
   for (const std::string& input : command.inputs) {
-    opened.push_back(std::make_unique<storage::TraceInput>(input));
+    opened.push_back(std::make_unique<storage::TraceInput>(input, 0, command.merge_link));
     files.push_back(opened.back()->file());
   }
   const tuner::Inputs inputs = tuner::readInputs(files);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <set>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -459,6 +461,205 @@ class DecodePipeline {
   std::vector<std::jthread> threads_;  // last: joined before the state above goes
 };
 
+// Across processes (MergeLink).
+//
+// Process 0 sends a reader Go (the inputs, step detection) for each merge, Stop when it fails, End after
+// its command. A reader answers Go with, per input of its share in input order, the input's Source, then
+// (once every Source is sent) per input its items and InputEnd; then Finished. A failure of its own is
+// sent as Failed in the place of what it could not read, after which it sends nothing more; Stop makes it
+// send Stopped. Finished, Failed and Stopped end what a reader sends for a merge.
+
+// A message's first byte: what it is.
+enum class Message : char {
+  // Control: process 0 to a reader.
+  Go = 'G',
+  Stop = 'S',
+  End = 'E',
+  // Data: a reader to process 0.
+  Source = 'R',
+  Item = 'I',
+  InputEnd = 'N',
+  Failed = 'X',
+  Finished = 'F',
+  Stopped = 'P',
+};
+
+class Encoder;
+class Decoder;
+template <typename T>
+void encode(Encoder& out, const T& row);
+template <typename T>
+void decode(Decoder& in, T& row);
+
+class Encoder {
+ public:
+  explicit Encoder(Message kind) { out_.push_back(static_cast<char>(kind)); }
+  template <typename T>
+  requires std::is_arithmetic_v<T> || std::is_enum_v<T>
+  void put(T value) { out_.append(reinterpret_cast<const char*>(&value), sizeof value); }
+  void put(const std::string& value) {
+    put(static_cast<std::uint64_t>(value.size()));
+    out_.append(value);
+  }
+  template <typename T>
+  void put(const std::optional<T>& value) {
+    put(value.has_value());
+    if (value) put(*value);
+  }
+  template <typename T>
+  void putAll(const std::vector<T>& rows) {
+    put(static_cast<std::uint64_t>(rows.size()));
+    for (const T& row : rows) encode(*this, row);
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Decoder {
+ public:
+  explicit Decoder(const std::string& in) : in_(in) {
+    if (in_.empty()) fail("merge: an empty message from another process");
+  }
+  Message kind() const { return static_cast<Message>(in_[0]); }
+  template <typename T>
+  requires std::is_arithmetic_v<T> || std::is_enum_v<T>
+  void get(T& value) {
+    need(sizeof value);
+    std::memcpy(&value, in_.data() + pos_, sizeof value);
+    pos_ += sizeof value;
+  }
+  void get(std::string& value) {
+    std::uint64_t size = 0;
+    get(size);
+    need(size);
+    value.assign(in_, pos_, size);
+    pos_ += size;
+  }
+  template <typename T>
+  void get(std::optional<T>& value) {
+    bool present = false;
+    get(present);
+    value.reset();
+    if (present) get(value.emplace());
+  }
+  template <typename T>
+  void getAll(std::vector<T>& rows) {
+    std::uint64_t size = 0;
+    get(size);
+    need(size);  // at least a byte per row: a corrupt size cannot reserve memory unbounded
+    rows.resize(size);
+    for (T& row : rows) decode(*this, row);
+  }
+  template <typename T>
+  T get() {
+    T value{};
+    get(value);
+    return value;
+  }
+
+ private:
+  void need(std::uint64_t bytes) const {
+    if (bytes > in_.size() - pos_) fail("merge: a truncated message from another process");
+  }
+  const std::string& in_;
+  std::size_t pos_ = 1;
+};
+
+// One function per row type, both ways, field by field (the members of records.h).
+template <typename Codec>
+void fields(Codec& c, auto& r, std::type_identity<RunInfo>) {
+  c(r.id), c(r.uuid), c(r.command), c(r.mode), c(r.backend), c(r.world_size), c(r.host), c(r.config_json),
+      c(r.tool_version), c(r.epoch_ns), c(r.start_ns), c(r.end_ns);
+}
+template <typename Codec>
+void fields(Codec& c, auto& r, std::type_identity<RankInfo>) {
+  c(r.id), c(r.run_id), c(r.rank), c(r.host), c(r.pid), c(r.device), c(r.clock_offset_ns);
+}
+template <typename Codec>
+void fields(Codec& c, auto& r, std::type_identity<CommInfo>) {
+  c(r.id), c(r.rank_id), c(r.key), c(r.backend), c(r.size), c(r.comm_rank);
+}
+template <typename Codec>
+void fields(Codec& c, auto& r, std::type_identity<CallRecord>) {
+  c(r.id), c(r.rank_id), c(r.comm_id), c(r.seq), c(r.step), c(r.api), c(r.dtype), c(r.op), c(r.count),
+      c(r.bytes), c(r.enqueue_ns), c(r.start_ns), c(r.end_ns), c(r.stream), c(r.nccl_algo), c(r.nccl_proto),
+      c(r.nccl_channels), c(r.graph_replay), c(r.dest), c(r.send_tag), c(r.source), c(r.recv_tag),
+      c(r.recv_bytes), c(r.peer_max_bytes), c(r.peer_min_bytes);
+}
+template <typename Codec>
+void fields(Codec& c, auto& r, std::type_identity<Measurement>) {
+  c(r.id), c(r.run_id), c(r.rank_id), c(r.call_id), c(r.strategy), c(r.api), c(r.dtype), c(r.bytes),
+      c(r.world), c(r.reps), c(r.min_ns), c(r.median_ns), c(r.p90_ns), c(r.max_ns), c(r.algbw_gbs),
+      c(r.busbw_gbs), c(r.rel_l2_error), c(r.max_abs_error), c(r.cosine), c(r.overflow_count);
+}
+template <typename Codec>
+void fields(Codec& c, auto& r, std::type_identity<ConsensusRecord>) {
+  c(r.id), c(r.rank_id), c(r.step), c(r.alpha), c(r.cosine_to_mean), c(r.grad_norm), c(r.diversity),
+      c(r.call_id);
+}
+template <typename Codec>
+void fields(Codec& c, auto& r, std::type_identity<AppliedCall>) {
+  c(r.call_id), c(r.strategy);
+}
+template <typename Codec>
+void fields(Codec& c, auto& r, std::type_identity<RecommendationRecord>) {
+  c(r.id), c(r.run_id), c(r.created_ns), c(r.json);
+}
+template <typename Codec>
+void fields(Codec& c, auto& r, std::type_identity<GpuActivityRecord>) {
+  c(r.rank_id), c(r.kind), c(r.start_ns), c(r.end_ns), c(r.kernels), c(r.range);
+}
+template <typename Codec>
+void fields(Codec& c, auto& r, std::type_identity<DropRecord>) {
+  c(r.rank_id), c(r.kind), c(r.count);
+}
+
+template <typename T>
+void encode(Encoder& out, const T& row) {
+  const auto put = [&](const auto& field) { out.put(field); };
+  fields(put, row, std::type_identity<T>{});
+}
+template <typename T>
+void decode(Decoder& in, T& row) {
+  const auto get = [&](auto& field) { in.get(field); };
+  fields(get, row, std::type_identity<T>{});
+}
+
+std::string encodeSource(const Source& source) {
+  Encoder out(Message::Source);
+  out.putAll(source.runs);
+  out.putAll(source.ranks);
+  return out.take();
+}
+
+std::string encodeFailure(const std::exception_ptr& error) {
+  Encoder out(Message::Failed);
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    out.put(true);
+    out.put(std::string(e.what()));
+  } catch (const std::exception& e) {
+    out.put(false);
+    out.put(std::string(e.what()));
+  } catch (...) {
+    out.put(false);
+    out.put(std::string("unknown exception"));
+  }
+  return out.take();
+}
+
+// A reader's failure, thrown on process 0 as it was on the reader: gradscope::Error (a user's problem) or
+// another exception (what main() calls an internal error).
+[[noreturn]] void throwFailure(Decoder& in) {
+  const bool user_error = in.get<bool>();
+  const std::string what = in.get<std::string>();
+  if (user_error) throw Error(what);
+  throw std::runtime_error(what);
+}
+
 // Runs `task(i)` for i in [0, count) on `threads` threads; rethrows the failure of the lowest i.
 void parallelFor(std::size_t count, int threads, const std::function<void(std::size_t)>& task) {
   std::vector<std::exception_ptr> errors(count);
@@ -479,6 +680,222 @@ void parallelFor(std::size_t count, int threads, const std::function<void(std::s
   }
   for (const auto& error : errors)
     if (error) std::rethrow_exception(error);
+}
+
+std::string encodeItem(const DecodedItem& item) {
+  Encoder out(Message::Item);
+  out.put(item.kind);
+  switch (item.kind) {
+    case DecodedItem::Kind::Header:
+      out.putAll(item.comms);
+      out.put(item.steps_detected);
+      break;
+    case DecodedItem::Kind::Calls: out.putAll(item.calls); break;
+    case DecodedItem::Kind::Tail:
+      out.putAll(item.measurements);
+      out.putAll(item.consensus);
+      out.putAll(item.applied);
+      out.putAll(item.recommendations);
+      out.putAll(item.gpu);
+      out.putAll(item.drops);
+      break;
+  }
+  return out.take();
+}
+
+DecodedItem decodeItem(Decoder& in) {
+  DecodedItem item;
+  in.get(item.kind);
+  switch (item.kind) {
+    case DecodedItem::Kind::Header:
+      in.getAll(item.comms);
+      in.get(item.steps_detected);
+      break;
+    case DecodedItem::Kind::Calls: in.getAll(item.calls); break;
+    case DecodedItem::Kind::Tail:
+      in.getAll(item.measurements);
+      in.getAll(item.consensus);
+      in.getAll(item.applied);
+      in.getAll(item.recommendations);
+      in.getAll(item.gpu);
+      in.getAll(item.drops);
+      break;
+    default: fail("merge: a message from another process holds an unknown item");
+  }
+  return item;
+}
+
+// The inputs of `share` (process `rank` of `size`): i % size == rank, in input order.
+std::vector<std::string> shareOf(const std::vector<std::string>& inputs, int rank, int size) {
+  std::vector<std::string> share;
+  for (std::size_t i = static_cast<std::size_t>(rank); i < inputs.size(); i += static_cast<std::size_t>(size))
+    share.push_back(inputs[i]);
+  return share;
+}
+
+// Validates `paths` (opens each, reads its runs and ranks, closes it) on `threads` threads: the sources,
+// and each input's failure where it had one.
+std::vector<Source> validateInputs(const std::vector<std::string>& paths, int threads,
+                                   std::vector<std::exception_ptr>& errors) {
+  std::vector<Source> sources(paths.size());
+  errors.assign(paths.size(), nullptr);
+  parallelFor(paths.size(), threads, [&](std::size_t i) {
+    try {
+      const TraceReader reader = TraceReader::open(paths[i]);
+      sources[i] = Source{paths[i], reader.runs(), reader.ranks()};
+      if (sources[i].runs.empty()) fail("{}: has no run; it is not a complete gradscope trace", paths[i]);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  });
+  return sources;
+}
+
+// Where process 0 takes each input's source and items from: its own threads for its share, the reader
+// whose share it is for the others. Constructing it starts the readers on this merge; destroying it before
+// finish() stops them (the merge failed) and takes what they still send, so that none is left waiting.
+class InputFeed {
+ public:
+  InputFeed(const std::vector<std::string>& inputs, int threads, bool detect_steps, MergeLink* link)
+      : inputs_(inputs),
+        threads_(threads),
+        detect_steps_(detect_steps),
+        link_(link),
+        processes_(link ? link->size() : 1),
+        stride_(static_cast<std::size_t>(processes_)),
+        ended_(stride_, false),
+        own_(shareOf(inputs, 0, processes_)) {
+    if (!link_) return;
+    Encoder go(Message::Go);
+    go.put(static_cast<std::uint64_t>(inputs.size()));
+    for (const std::string& input : inputs) go.put(input);
+    go.put(detect_steps);
+    const std::string message = go.take();
+    for (int reader = 1; reader < processes_; ++reader) link_->sendControl(reader, message);
+  }
+  InputFeed(const InputFeed&) = delete;
+  InputFeed& operator=(const InputFeed&) = delete;
+  ~InputFeed() {
+    if (!link_ || finished_) return;
+    local_.reset();
+    try {
+      for (int reader = 1; reader < processes_; ++reader)
+        link_->sendControl(reader, Encoder(Message::Stop).take());
+      for (int reader = 1; reader < processes_; ++reader)
+        while (!ended(reader)) ended(reader) = isLast(Decoder(link_->receiveData(reader)).kind());
+    } catch (...) {
+      // The link itself failed: the readers' launcher ends them with this process.
+    }
+    link_->readers_stopped = true;
+  }
+
+  // Every input's runs and ranks; throws the failure of the lowest input that has one, as one process.
+  std::vector<Source> validate() {
+    std::vector<std::exception_ptr> own_errors;
+    std::vector<Source> own = validateInputs(own_, threads_, own_errors);
+    std::vector<Source> sources(inputs_.size());
+    std::exception_ptr first_error;
+    for (std::size_t i = 0; i < inputs_.size() && !first_error; ++i) {
+      const int owner = ownerOf(i);
+      if (owner == 0) {
+        first_error = own_errors[i / stride_];
+        sources[i] = std::move(own[i / stride_]);
+        continue;
+      }
+      const std::string message = link_->receiveData(owner);
+      Decoder in(message);
+      if (in.kind() == Message::Source) {
+        sources[i].path = inputs_[i];
+        in.getAll(sources[i].runs);
+        in.getAll(sources[i].ranks);
+      } else {
+        first_error = failure(owner, in);
+      }
+    }
+    if (first_error) std::rethrow_exception(first_error);
+    local_ = std::make_unique<DecodePipeline>(own_, threads_, detect_steps_);
+    return sources;
+  }
+
+  // The next item of input `input` (taken in increasing order); nullopt when the input has no more.
+  std::optional<DecodedItem> next(std::size_t input) {
+    const int owner = ownerOf(input);
+    if (owner == 0) return local_->next(input / stride_);
+    const std::string message = link_->receiveData(owner);
+    Decoder in(message);
+    if (in.kind() == Message::Item) return decodeItem(in);
+    if (in.kind() == Message::InputEnd) return std::nullopt;
+    std::rethrow_exception(failure(owner, in));
+  }
+
+  // Every input taken: the readers' last messages of this merge.
+  void finish() {
+    for (int reader = 1; reader < processes_; ++reader) {
+      const std::string message = link_->receiveData(reader);
+      Decoder in(message);
+      if (in.kind() != Message::Finished) std::rethrow_exception(failure(reader, in));
+      ended(reader) = true;
+    }
+    finished_ = true;
+  }
+
+ private:
+  static bool isLast(Message kind) {
+    return kind == Message::Finished || kind == Message::Failed || kind == Message::Stopped;
+  }
+  int ownerOf(std::size_t input) const { return static_cast<int>(input % stride_); }
+  std::vector<bool>::reference ended(int process) { return ended_[static_cast<std::size_t>(process)]; }
+  // A reader's message where it should have sent a source or an item: its failure (it sends no more).
+  std::exception_ptr failure(int reader, Decoder& in) {
+    ended(reader) = isLast(in.kind());
+    try {
+      if (in.kind() == Message::Failed) throwFailure(in);
+      fail("merge: process {} sent an unexpected message ('{}')", reader, static_cast<char>(in.kind()));
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+
+  const std::vector<std::string>& inputs_;
+  const int threads_;
+  const bool detect_steps_;
+  MergeLink* const link_;
+  const int processes_;
+  const std::size_t stride_;  // processes_, as an index
+  std::vector<bool> ended_;   // by process: its last message of this merge taken
+  bool finished_ = false;
+  std::vector<std::string> own_;  // this process's share
+  std::unique_ptr<DecodePipeline> local_;
+};
+
+// A reader's part of one merge (Go received): false when process 0 stopped it.
+bool serveShare(MergeLink& link, const std::vector<std::string>& inputs, bool detect_steps, int threads) {
+  const std::vector<std::string> own = shareOf(inputs, link.rank(), link.size());
+  const auto send = [&](std::string message) {
+    if (link.pollControl()) {  // only Stop comes during a merge
+      link.sendData(Encoder(Message::Stopped).take());
+      return false;
+    }
+    link.sendData(std::move(message));
+    return true;
+  };
+  std::vector<std::exception_ptr> errors;
+  const std::vector<Source> sources = validateInputs(own, threads, errors);
+  for (std::size_t j = 0; j < own.size(); ++j) {
+    if (errors[j]) return send(encodeFailure(errors[j]));  // its last message of this merge
+    if (!send(encodeSource(sources[j]))) return false;
+  }
+  try {
+    DecodePipeline pipeline(own, threads, detect_steps);
+    for (std::size_t j = 0; j < own.size(); ++j) {
+      while (std::optional<DecodedItem> item = pipeline.next(j))
+        if (!send(encodeItem(*item))) return false;
+      if (!send(Encoder(Message::InputEnd).take())) return false;
+    }
+  } catch (...) {
+    return send(encodeFailure(std::current_exception()));
+  }
+  return send(Encoder(Message::Finished).take());
 }
 
 int decodingThreads(int jobs) {
@@ -517,13 +934,12 @@ std::vector<std::string> expandTraceInputs(const std::vector<std::string>& input
 MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::string& output,
                          const MergeOptions& options) {
   const int threads = decodingThreads(options.jobs);
+  MergeLink* const link =
+      options.link && options.link->size() > 1 && !options.link->readers_stopped ? options.link : nullptr;
+  // This process's threads read its inputs (all of them without a link), the readers theirs.
+  InputFeed feed(inputs, threads, options.detect_steps, link);
   // Validate every input before creating anything: open it, read its runs and ranks, close it.
-  std::vector<Source> sources(inputs.size());
-  parallelFor(inputs.size(), threads, [&](std::size_t i) {
-    const TraceReader reader = TraceReader::open(inputs[i]);
-    sources[i] = Source{inputs[i], reader.runs(), reader.ranks()};
-    if (sources[i].runs.empty()) fail("{}: has no run; it is not a complete gradscope trace", inputs[i]);
-  });
+  const std::vector<Source> sources = feed.validate();
 
   // Runs by uuid, and the checks that make a merge meaningful.
   struct MergedRun {
@@ -605,8 +1021,7 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
                         : std::optional(*merged.info.end_ns - merged.epoch_ns);
       merged.new_id = writer.addRun(info);
     }
-    // Threads decode the inputs; this one remaps and writes their rows in input order.
-    DecodePipeline pipeline(inputs, threads, options.detect_steps);
+    // Threads (and readers) decode the inputs; this one remaps and writes their rows in input order.
     std::int64_t last_call_id = 0;
     for (std::size_t input = 0; input < sources.size(); ++input) {
       const Source& source = sources[input];
@@ -646,7 +1061,7 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
       // The clock samples of the last (communicator, rank) seen: its host's times.
       std::pair<std::int64_t, std::int64_t> sampled{-1, -1};
       std::vector<HostTimes>* sampled_times = nullptr;
-      while (std::optional<DecodedItem> item = pipeline.next(input)) {
+      while (std::optional<DecodedItem> item = feed.next(input)) {
         if (item->kind == DecodedItem::Kind::Header) {
           for (CommInfo comm : item->comms) {
             const std::int64_t old_id = comm.id;
@@ -725,6 +1140,7 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
       summary.ranks += static_cast<int>(source.ranks.size());
       ++summary.files;
     }
+    feed.finish();
     const auto offsets = estimateClockOffsets(clock);
     clock.times.clear();  // before the step model, the merge's other large part
     for (const auto& [rank_id, host] : host_of_rank)
@@ -746,6 +1162,34 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
   out.commit();
   summary.runs = static_cast<int>(runs.size());
   return summary;
+}
+
+int serveMerges(MergeLink& link, int jobs) {
+  const int threads = decodingThreads(jobs);
+  for (;;) {
+    const std::string message = link.receiveControl();
+    Decoder in(message);
+    switch (in.kind()) {
+      case Message::End: return in.get<int>();
+      case Message::Go: {
+        std::vector<std::string> inputs(in.get<std::uint64_t>());
+        for (std::string& input : inputs) in.get(input);
+        if (!serveShare(link, inputs, in.get<bool>(), threads)) return -1;
+        break;
+      }
+      default:  // Stop
+        return -1;
+    }
+  }
+}
+
+void endMerges(MergeLink& link, int status) {
+  if (link.size() <= 1 || link.readers_stopped) return;
+  Encoder end(Message::End);
+  end.put(status);
+  const std::string message = end.take();
+  for (int reader = 1; reader < link.size(); ++reader) link.sendControl(reader, message);
+  link.readers_stopped = true;
 }
 
 }  // namespace gradscope::storage

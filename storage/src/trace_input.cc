@@ -22,7 +22,7 @@ void removeMergedCopy(const std::string& file) {
 
 }  // namespace
 
-TraceInput::TraceInput(const std::string& path, int jobs) : name_(path), file_(path) {
+TraceInput::TraceInput(const std::string& path, int jobs, MergeLink* link) : name_(path), file_(path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(path, ec)) return;
@@ -36,6 +36,7 @@ TraceInput::TraceInput(const std::string& path, int jobs) : name_(path), file_(p
   file_ = (directory / fmt::format("gradscope-{}-{}.db", ::getpid(), counter++)).string();
   MergeOptions options;
   options.jobs = jobs;
+  options.link = link;
   try {
     summary_ = mergeTraces(inputs, file_, options);
   } catch (...) {

@@ -8,7 +8,8 @@ under a name and subnet of its own and removes it at the end, whatever happened.
          host was recorded (the agent reached it through the launcher's -x, its environment otherwise bare
          as over ssh), that the ranks carry their real hosts, that merge estimated host 1's offset to within
          10 us of the 6.5 ms injected, and that the report lists the ranks with their hosts and groups them
-         by host, with the offset removed.
+         by host, with the offset removed. The rank files reported with one gradscope-mpi process per host
+         (mpirun -np 2 --map-by node gradscope report DIR) read as one process reads them.
   wire   2 hosts x 2 ranks, 1 Gbit/s links: `gradscope bench` of sum/native, sum/native/bf16 and sum/hier
          at 16 MiB: the native sum bit-exact, and the bf16 wire at least 1.4x faster than the native sum
          (half the bytes on a link that is the limit; docs/benchmarks.md has the 64 MiB figures); in a
@@ -24,6 +25,7 @@ CAP_SYS_ADMIN): cluster.sh check says why.
 import argparse
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -85,6 +87,30 @@ def run_environment(args):
     return env
 
 
+def check_split_report(args, cluster, work):
+    """The run's rank files reported by one gradscope-mpi process on each host (mpirun -np 2 --map-by node
+    gradscope report DIR: host 1's process reads its share and sends it over the TCP link), against one
+    process: the same report."""
+    ranks = os.path.join(work, "ranks-only")
+    os.makedirs(ranks, exist_ok=True)
+    for name in os.listdir(work):
+        if name.endswith(".db") and name != "trace.db":
+            shutil.copy2(os.path.join(work, name), ranks)
+    one = run([args.gradscope, "report", ranks])
+    if one.returncode != 0:
+        fail(f"gradscope report DIR exited {one.returncode}: {one.stderr}")
+    # The hosts' processes start with the launcher's environment only (as over ssh): the sanitizers'
+    # settings go with -x.
+    forwarded = [option for name in ("ASAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS", "OMPI_MCA_mca_base_component_disable_dlclose")
+                 if name in os.environ for option in ("-x", name)]
+    split = cluster.exec(0, ["mpirun", "-np", "2", "--map-by", "node", *forwarded, args.gradscope, "report", ranks])
+    if split.returncode != 0:
+        fail(f"mpirun -np 2 gradscope report DIR across the hosts exited {split.returncode}: {split.stderr[-2000:]}")
+    if split.stdout != one.stdout:
+        fail(f"the report of the rank files split across the two hosts differs from one process's:\n{split.stdout}")
+    print(f"mpirun -np 2 --map-by node gradscope report DIR: the report of one process ({len(os.listdir(ranks))} rank files)")
+
+
 def check_hosts(args):
     work = os.path.join(args.workdir, "run")
     offsets = [(0, -1_500_000), (1, 5_000_000)]
@@ -93,6 +119,7 @@ def check_hosts(args):
                                "--steps", "300", "--blocking", "--print-every", "0"], env=run_environment(args))
         if job.returncode != 0:
             fail(f"gradscope run exited {job.returncode}: {job.stderr[-2000:]}")
+        check_split_report(args, cluster, work)
     trace = os.path.join(work, "trace.db")
     with sqlite3.connect(trace) as db:
         ranks = db.execute("SELECT rank, host, clock_offset_ns FROM ranks ORDER BY rank").fetchall()

@@ -2,9 +2,14 @@
 // any call in absolute time, remaps ids and references, and refuses what would not make sense.
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
+#include <future>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -612,6 +617,187 @@ TEST_F(MergeTest, AFailureWhileCopyingStopsTheMergeAndItsThreads) {
     EXPECT_NE(std::string(error.what()).find(inputs[2]), std::string::npos) << error.what();
   }
   EXPECT_FALSE(std::filesystem::exists(output));
+}
+
+// A merge split across processes (MergeLink): here threads that share only messages.
+
+// Mailboxes between K "processes" of one test: process 0's control messages to each reader, and each
+// reader's data messages to process 0, in the order they were sent (what MPI promises per pair and tag).
+class Mailboxes {
+ public:
+  explicit Mailboxes(int processes)
+      : control_(static_cast<std::size_t>(processes)), data_(static_cast<std::size_t>(processes)) {}
+  void put(bool control, int process, std::string message) {
+    {
+      const std::lock_guard lock(mutex_);
+      box(control, process).push_back(std::move(message));
+    }
+    changed_.notify_all();
+  }
+  std::optional<std::string> take(bool control, int process, bool wait) {
+    std::unique_lock lock(mutex_);
+    auto& queue = box(control, process);
+    if (wait) changed_.wait(lock, [&] { return !queue.empty(); });
+    if (queue.empty()) return std::nullopt;
+    std::string message = std::move(queue.front());
+    queue.pop_front();
+    return message;
+  }
+  // Messages no one took: none once every process is done.
+  std::size_t left() {
+    const std::lock_guard lock(mutex_);
+    std::size_t count = 0;
+    for (const auto& queue : control_) count += queue.size();
+    for (const auto& queue : data_) count += queue.size();
+    return count;
+  }
+
+ private:
+  std::deque<std::string>& box(bool control, int process) {
+    return (control ? control_ : data_)[static_cast<std::size_t>(process)];
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::deque<std::string>> control_, data_;
+};
+
+class ThreadLink final : public MergeLink {
+ public:
+  ThreadLink(Mailboxes& boxes, int size, int rank) : boxes_(boxes), size_(size), rank_(rank) {}
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+  void sendControl(int to, std::string message) override { boxes_.put(true, to, std::move(message)); }
+  std::string receiveControl() override { return *boxes_.take(true, rank_, true); }
+  std::optional<std::string> pollControl() override { return boxes_.take(true, rank_, false); }
+  void sendData(std::string message) override { boxes_.put(false, rank_, std::move(message)); }
+  std::string receiveData(int from) override { return *boxes_.take(false, from, true); }
+
+ private:
+  Mailboxes& boxes_;
+  const int size_, rank_;
+};
+
+// K processes: process 0's link, and the readers serving its merges on threads of their own.
+class SplitMerge {
+ public:
+  explicit SplitMerge(int processes) : boxes_(processes), writer_(boxes_, processes, 0) {
+    for (int rank = 1; rank < processes; ++rank) {
+      links_.push_back(std::make_unique<ThreadLink>(boxes_, processes, rank));
+      readers_.push_back(
+          std::async(std::launch::async, [link = links_.back().get()] { return serveMerges(*link, 2); }));
+    }
+  }
+  MergeLink& link() { return writer_; }
+  // Ends the readers (endMerges) and returns what their serveMerges returned.
+  std::vector<int> end(int status) {
+    endMerges(writer_, status);
+    std::vector<int> codes;
+    for (auto& reader : readers_) codes.push_back(reader.get());
+    return codes;
+  }
+  std::size_t messagesLeft() { return boxes_.left(); }
+
+ private:
+  Mailboxes boxes_;
+  ThreadLink writer_;
+  std::vector<std::unique_ptr<ThreadLink>> links_;
+  std::vector<std::future<int>> readers_;
+};
+
+// Split across K processes (each reading the inputs i % K == its rank), the merge writes the file one
+// process writes, row for row, ids included; the readers then serve a second merge (recommend's several
+// directories) and end with the status process 0 gives them. More processes than inputs leaves some with
+// nothing.
+TEST_F(MergeTest, TheOutputDoesNotDependOnTheNumberOfProcesses) {
+  testing::SyntheticJob job;
+  job.ranks = 9;
+  job.steps = 12;
+  const auto inputs = writeJob(dir_, job, "split");
+  for (int rank : {1, 4, 8}) {
+    RawDb db(inputs[static_cast<std::size_t>(rank)]);
+    db.exec("UPDATE calls SET step = -1");
+    db.exec(
+        "INSERT INTO consensus (rank_id, step, call_id, alpha, cosine_to_mean, grad_norm, diversity) "
+        "SELECT rank_id, -1, max(id), 0.5, 0.9, 1.0, 0.1 FROM calls");
+    db.exec("INSERT INTO drops (rank_id, kind, count) SELECT id, 'call', 3 FROM ranks");
+  }
+  for (int rank : {2, 3, 7}) {
+    RawDb db(inputs[static_cast<std::size_t>(rank)]);
+    db.exec(fmt::format("UPDATE runs SET epoch_ns = epoch_ns + {}", rank == 7 ? -700'000 : 2'000'000));
+  }
+  const std::string reference = dir_.file("one-process.db");
+  const MergeSummary expected = mergeTraces(inputs, reference, MergeOptions{});
+  EXPECT_GT(expected.steps_detected, 0);
+  EXPECT_GT(expected.hosts_aligned, 0);
+  const auto rows = dumpTables(reference);
+  for (int processes : {2, 3, 4, 12}) {
+    SplitMerge split(processes);
+    for (int merge = 0; merge < 2; ++merge) {
+      MergeOptions options;
+      options.link = &split.link();
+      options.jobs = 1 + merge;
+      const std::string output = dir_.file(fmt::format("{}-processes-{}.db", processes, merge));
+      const MergeSummary summary = mergeTraces(inputs, output, options);
+      EXPECT_EQ(summary.calls, expected.calls) << processes;
+      EXPECT_EQ(summary.files, expected.files) << processes;
+      EXPECT_EQ(summary.steps_detected, expected.steps_detected) << processes;
+      EXPECT_EQ(summary.step_rows, expected.step_rows) << processes;
+      EXPECT_EQ(summary.largest_offset_ns, expected.largest_offset_ns) << processes;
+      EXPECT_EQ(dumpTables(output), rows) << processes << " processes, merge " << merge;
+    }
+    EXPECT_EQ(split.end(3), std::vector<int>(static_cast<std::size_t>(processes - 1), 3)) << processes;
+    EXPECT_EQ(split.messagesLeft(), 0u) << processes;
+  }
+}
+
+// A bad input in any process's share fails the split merge with the message one process gives, before
+// anything is written or once rows are (a reader's failure, or process 0's on a reader's rows); every
+// reader stops (serveMerges returns -1), no message is left untaken and no output is left.
+TEST_F(MergeTest, ABadInputInAnyShareStopsEveryProcessWithOneProcesssMessage) {
+  testing::SyntheticJob job;
+  job.ranks = 7;
+  job.steps = 6;
+  struct Case {
+    const char* what;
+    std::size_t input;
+    std::function<void(const std::string&)> spoil;
+  };
+  const std::vector<Case> cases = {
+      {"not a trace", 5, [](const std::string& path) { test::writeFile(path, "not a trace\n"); }},
+      {"no run", 3, [](const std::string& path) { RawDb(path).exec("DELETE FROM runs"); }},
+      {"a communicator of a missing rank", 4,
+       [](const std::string& path) { RawDb(path).exec("UPDATE comms SET rank_id = 99"); }},
+      {"a table missing, found once its calls are read", 6,
+       [](const std::string& path) { RawDb(path).exec("DROP TABLE applied_calls"); }},
+  };
+  for (const Case& bad : cases) {
+    const TempDir dir;
+    const auto inputs = writeJob(dir, job, "bad");
+    bad.spoil(inputs[bad.input]);
+    std::string expected;
+    try {
+      mergeTraces(inputs, dir.file("one.db"), MergeOptions{});
+      ADD_FAILURE() << bad.what << ": one process merged it";
+    } catch (const std::exception& error) {
+      expected = error.what();
+    }
+    for (int processes : {2, 3, 4}) {
+      SplitMerge split(processes);
+      MergeOptions options;
+      options.link = &split.link();
+      const std::string output = dir.file(fmt::format("split-{}.db", processes));
+      try {
+        mergeTraces(inputs, output, options);
+        ADD_FAILURE() << bad.what << ": merged across " << processes << " processes";
+      } catch (const std::exception& error) {
+        EXPECT_EQ(std::string(error.what()), expected) << bad.what << ", " << processes << " processes";
+      }
+      EXPECT_TRUE(split.link().readers_stopped) << bad.what;
+      EXPECT_EQ(split.end(2), std::vector<int>(static_cast<std::size_t>(processes - 1), -1)) << bad.what;
+      EXPECT_EQ(split.messagesLeft(), 0u) << bad.what << ", " << processes << " processes";
+      EXPECT_FALSE(std::filesystem::exists(output)) << bad.what;
+    }
+  }
 }
 
 // The offsets from the latest end of each all-reduce per host are those the per-rank ends gave (ranks on

@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+namespace gradscope::storage {
+class MergeLink;
+}
+
 namespace gradscope::cli {
 
 struct RecommendCommand {
@@ -19,6 +23,8 @@ struct RecommendCommand {
   std::string output;           // empty or "-": `out`
   bool store = true;            // store the JSON in the first input when it is writable
   std::string created;          // ISO 8601 UTC; empty: now (tests fix it)
+  // The processes a directory's rank files are merged across (storage/merge.h MergeLink), or null.
+  storage::MergeLink* merge_link = nullptr;
 };
 
 // Runs the command. The output goes to `command.output` (replaced if it exists) or `out`; notes (where

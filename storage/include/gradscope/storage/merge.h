@@ -3,10 +3,45 @@
 // Merging the per-rank files of a run into one file.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace gradscope::storage {
+
+// Messages between the processes of a merge split across processes (`mpirun -np K gradscope report DIR`:
+// gradscope-mpi implements it over MPI; the tests over threads). Process 0 writes the output. The others
+// are readers: reader r validates and decodes the inputs i with i % K == r on its cores and sends them to
+// process 0, which decodes the inputs i % K == 0 itself and writes every input's rows in input order, as
+// one process would: the output does not depend on K. Messages from one process to another arrive in
+// the order they were sent; a reader's send may wait until process 0 takes the message, which keeps what
+// is in flight bounded (MPI's rendezvous protocol for messages of this size).
+class MergeLink {
+ public:
+  virtual ~MergeLink() = default;
+  virtual int size() const = 0;  // processes, process 0 included
+  virtual int rank() const = 0;
+  // Process 0 to reader `to`, which waits for the next one or looks without waiting.
+  virtual void sendControl(int to, std::string message) = 0;
+  virtual std::string receiveControl() = 0;
+  virtual std::optional<std::string> pollControl() = 0;
+  // A reader to process 0, which takes reader `from`'s next message, waiting for it.
+  virtual void sendData(std::string message) = 0;
+  virtual std::string receiveData(int from) = 0;
+
+  // Process 0: a failed merge stopped the readers (serveMerges returned): no merge can use them again.
+  bool readers_stopped = false;
+};
+
+// A reader's part: serves process 0's merges, one after the other, until process 0 ends them
+// (endMerges) or stops them (a merge failed). Reads each input on `jobs` threads (0: one per core).
+// Returns the exit status process 0 ended them with, or -1 when it stopped them; process 0 says what
+// failed.
+int serveMerges(MergeLink& link, int jobs = 0);
+
+// Process 0, once its command is over: ends the readers' serveMerges with the command's exit status.
+// Does nothing when the readers were stopped already.
+void endMerges(MergeLink& link, int status);
 
 struct MergeOptions {
   // Merge files of different runs (each keeps its own run row). Runs that a run of the inputs spawned
@@ -15,6 +50,9 @@ struct MergeOptions {
   bool overwrite = false;    // replace an existing output file
   bool detect_steps = true;  // fill calls.step of ranks that have no explicit steps (steps.h)
   int jobs = 0;  // threads that read the inputs; 0: one per core. The output does not depend on it
+  // Split across the link's processes (this one is process 0): see MergeLink. Unset or one process:
+  // this process reads every input.
+  MergeLink* link = nullptr;
 };
 
 struct MergeSummary {
@@ -62,6 +100,11 @@ std::vector<std::string> expandTraceInputs(const std::vector<std::string>& input
 // the output: the steps and the exposure tables) holds one rank's calls at a time, the rows, 96 bytes per
 // (rank, step), and the exposure, about 100 bytes per distinct collective size. A per-rank file holds one
 // rank.
+//
+// Across processes (options.link): the readers validate their inputs first and process 0 refuses, before
+// writing anything, what one process would refuse, with the same message (the failure of the lowest
+// input); the clock samples, the remapping and the step model stay on process 0, where the rows are
+// written. A failure anywhere stops every reader before this throws.
 MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::string& output,
                          const MergeOptions& options);
 

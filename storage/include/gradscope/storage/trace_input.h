@@ -14,10 +14,11 @@ namespace gradscope::storage {
 // temporary file under the system's temporary directory (TMPDIR), which this object removes. The merged
 // copy takes about the disk space of the rank files together; `gradscope merge` keeps one instead.
 // Refuses, before writing anything, what mergeTraces refuses (files of several runs, a rank twice,
-// unreadable files) and a directory without trace files, naming the directory.
+// unreadable files) and a directory without trace files, naming the directory. With `link`, the rank
+// files are read across its processes (merge.h MergeLink; this one is process 0) and merged here.
 class TraceInput {
  public:
-  explicit TraceInput(const std::string& path, int jobs = 0);
+  explicit TraceInput(const std::string& path, int jobs = 0, MergeLink* link = nullptr);
   ~TraceInput();
   TraceInput(const TraceInput&) = delete;
   TraceInput& operator=(const TraceInput&) = delete;
