@@ -11,11 +11,13 @@ Every figure is one process started by this script: wall = fork to wait4, peak R
 /usr/bin/time -f %M (KiB, shown in MiB). Printed: the medians with the range (min-max) over the repeats,
 calls per second of the merge (calls / median wall), CPU time (user + sys, less sensitive to the machine's
 load than wall time), the load average at the start and the end; for the build (not the baseline) also
-`gradscope report DIR`, the rank files' directory read as it is (merged into a temporary copy); and, with
---check, whether the baseline's and the build's merged files hold the same rows (every table, row for row).
+`gradscope report DIR`, the rank files' directory read as it is (merged into a temporary copy); with --split K,
+`mpirun -np K gradscope report DIR` (the rank files read across K processes, gradscope-mpi; peak RSS: the
+largest process's) and whether its report is byte for byte the one-process one; and, with --check, whether
+the baseline's and the build's merged files hold the same rows (every table, row for row).
 
   /usr/bin/python3 bench/scale_figures.py BUILD_DIR [--baseline DIR] [--ranks 64,512,4096] [--steps 200]
-                                          [--repeats 3] [--jobs N] [--check] [--markdown]
+                                          [--repeats 3] [--jobs N] [--split K] [--check] [--markdown]
                                           [--scratch /tmp/scale-figures] [--keep]
 
 BUILD_DIR and --baseline: a build directory (cli/gradscope, tests/support/gradscope-synth) or a directory
@@ -104,6 +106,7 @@ def main():
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--jobs", type=int, help="gradscope merge --jobs for the build (not the baseline)")
+    parser.add_argument("--split", type=int, help="also time mpirun -np SPLIT gradscope report DIR (the build)")
     parser.add_argument("--check", action="store_true", help="compare the merged files' rows")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     parser.add_argument("--scratch", default="/tmp/scale-figures")
@@ -121,9 +124,10 @@ def main():
     for ranks in [int(r) for r in options.ranks.split(",")]:
         inputs = synthetic_run(synth, options.scratch, ranks, options.steps)
         figures = {tag: {"merge": [], "merge_cpu": [], "merge_rss": [], "report": [], "report_cpu": [], "report_rss": [],
-                         "dir": [], "dir_rss": []}
+                         "dir": [], "dir_rss": [], "split": [], "split_rss": []}
                    for tag, _ in binaries}
         calls = 0
+        split_same = True
         for repeat in range(options.repeats):
             order = binaries if repeat % 2 == 0 else list(reversed(binaries))
             for tag, gradscope in order:
@@ -146,10 +150,20 @@ def main():
                         f"(CPU {figures[tag]['merge_cpu'][-1]:.1f} s) {figures[tag]['merge_rss'][-1]:.0f} MiB, "
                         f"report {wall:.2f} s (CPU {cpu:.1f} s) {rss / 1024:.0f} MiB")
                 if tag == "new":
-                    wall, rss, _, _ = measure([gradscope, "report", inputs], log + "-report-dir")
+                    wall, rss, _, out = measure([gradscope, "report", inputs], log + "-report-dir")
                     figures[tag]["dir"].append(wall)
                     figures[tag]["dir_rss"].append(rss / 1024)
                     line += f", report DIR {wall:.2f} s {rss / 1024:.0f} MiB"
+                    if options.split:
+                        one_report = out
+                        wall, rss, _, out = measure(
+                            ["mpirun", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np",
+                             str(options.split), gradscope, "report", inputs], log + "-report-split")
+                        figures[tag]["split"].append(wall)
+                        figures[tag]["split_rss"].append(rss / 1024)
+                        if out != one_report:
+                            split_same = False
+                        line += f", {options.split} processes {wall:.2f} s {rss / 1024:.0f} MiB"
                 print(f"{line} (load {load()})", flush=True)
         same = ""
         if options.check and len(binaries) == 2:
@@ -167,7 +181,12 @@ def main():
                          spread(f["report_rss"], lambda v: f"{v:.0f}"),
                          spread(f["dir"], lambda v: f"{v:.1f} s") if f["dir"] else "-",
                          f"{calls / statistics.median(f['dir']) / 1000:,.0f} k" if f["dir"] else "-",
-                         spread(f["dir_rss"], lambda v: f"{v:.0f}") if f["dir"] else "-", same])
+                         spread(f["dir_rss"], lambda v: f"{v:.0f}") if f["dir"] else "-"]
+                        + ([spread(f["split"], lambda v: f"{v:.1f} s") if f["split"] else "-",
+                            spread(f["split_rss"], lambda v: f"{v:.0f}") if f["split"] else "-",
+                            ("same report" if split_same else "REPORT DIFFERS") if f["split"] else "-"]
+                           if options.split else [])
+                        + [same])
         if not options.keep:
             for tag, _ in binaries:
                 os.remove(os.path.join(options.scratch, f"merged-{ranks}-{tag}.db"))
@@ -175,7 +194,11 @@ def main():
     print(f"load average at the end: {load()}")
     header = ["ranks", "calls", "binary", "merge wall, median (range)", "merge calls/s", "merge CPU (user+sys)",
               "merge peak RSS MiB", "report wall", "report CPU", "report peak RSS MiB", "report DIR wall",
-              "report DIR calls/s", "report DIR peak RSS MiB", "check"]
+              "report DIR calls/s", "report DIR peak RSS MiB"]
+    if options.split:
+        header += [f"report DIR, {options.split} processes", f"{options.split} processes' peak RSS MiB",
+                   f"{options.split} processes' report"]
+    header += ["check"]
     if options.markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))

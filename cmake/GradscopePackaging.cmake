@@ -1,8 +1,8 @@
 # Debian packages with CPack (`cpack` in a build tree; scripts/package.sh builds them from a fresh `package`
 # preset build). One package per install component (cmake/GradscopeInstallFunctions.cmake):
 #
-#   gradscope       runtime  the command, gradscope-bench, the agent and its extensions, the NCCL plugins,
-#                            the sample jobs, the environment-modules file, the docs; no Qt
+#   gradscope       runtime  the command, gradscope-bench, gradscope-mpi, the agent and its extensions, the
+#                            NCCL plugins, the sample jobs, the environment-modules file, the docs; no Qt
 #   gradscope-gui   gui      the viewer
 #   gradscope-dev   dev      headers, static libraries, the CMake package
 #
@@ -65,8 +65,8 @@ string(TOUPPER ${GRADSCOPE_RUNTIME_COMPONENT} _gs_runtime)
 string(TOUPPER ${GRADSCOPE_GUI_COMPONENT} _gs_gui)
 string(TOUPPER ${GRADSCOPE_DEV_COMPONENT} _gs_dev)
 
-# gradscope. The agent links neither MPI, NCCL nor CUDA; gradscope-bench, the MPI extension and the samples
-# link Open MPI (shlibdeps finds libopenmpi3). mpirun is only a Recommends: jobs launched by srun or
+# gradscope. The agent links neither MPI, NCCL nor CUDA; gradscope-bench, gradscope-mpi, the MPI extension and
+# the samples link Open MPI (shlibdeps finds libopenmpi3). mpirun is only a Recommends: jobs launched by srun or
 # torchrun need none.
 set(CPACK_DEBIAN_${_gs_runtime}_PACKAGE_NAME gradscope)
 set(CPACK_DEBIAN_${_gs_runtime}_PACKAGE_SECTION devel)

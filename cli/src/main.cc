@@ -1,38 +1,20 @@
-// The gradscope command. Under an MPI launcher (mpirun -np K, srun), the commands that read a run's
+// The gradscope command. Under an MPI launcher (mpirun -np K, srun: common/launcher.h), the commands that read a run's
 // directory of rank files become gradscope-mpi, which splits the reading across the K processes.
 
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <filesystem>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "command_line.h"
 #include "gradscope/common/error.h"
+#include "gradscope/common/launcher.h"
 
 namespace {
-
-// The processes an MPI launcher started this one among and this one's rank in them: Open MPI's mpirun,
-// the PMI launchers (MPICH's and Intel MPI's hydra, srun --mpi=pmi2) and a Slurm job step. {1, 0} when
-// there is none.
-std::pair<int, int> launcherWorld() {
-  constexpr std::pair<const char*, const char*> kLaunchers[] = {
-      {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
-      {"PMI_SIZE", "PMI_RANK"},
-      {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"},
-  };
-  for (const auto& [size_name, rank_name] : kLaunchers) {
-    const char* size = std::getenv(size_name);
-    const char* rank = std::getenv(rank_name);
-    if (size && rank) return {std::atoi(size), std::atoi(rank)};
-  }
-  return {1, 0};
-}
 
 // The commands whose directory of rank files several processes can read (storage/merge.h MergeLink).
 bool readsRankFiles(int argc, char** argv) {
@@ -65,9 +47,9 @@ int execMpi(int argc, char** argv, int processes, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (readsRankFiles(argc, argv)) {
-    const auto [processes, rank] = launcherWorld();
-    if (processes > 1) return execMpi(argc, argv, processes, rank);
-  }
+  if (readsRankFiles(argc, argv))
+    if (const auto launch = gradscope::detectLaunch(gradscope::processEnvironment());
+        launch && launch->world_size > 1)
+      return execMpi(argc, argv, launch->world_size, launch->rank);
   return gradscope::cli::commandLine(argc, argv, nullptr);
 }

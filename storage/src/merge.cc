@@ -484,32 +484,32 @@ enum class Message : char {
   Stopped = 'P',
 };
 
+// A message's contents, written (Encoder) and read (Decoder) by the same functions: codeFields below call
+// `field` and `list` on either, in one order.
 class Encoder;
 class Decoder;
-template <typename T>
-void encode(Encoder& out, const T& row);
-template <typename T>
-void decode(Decoder& in, T& row);
+template <typename Coder, typename Row>
+void codeFields(Coder& c, Row& row);
 
 class Encoder {
  public:
   explicit Encoder(Message kind) { out_.push_back(static_cast<char>(kind)); }
   template <typename T>
   requires std::is_arithmetic_v<T> || std::is_enum_v<T>
-  void put(T value) { out_.append(reinterpret_cast<const char*>(&value), sizeof value); }
-  void put(const std::string& value) {
-    put(static_cast<std::uint64_t>(value.size()));
+  void field(T value) { out_.append(reinterpret_cast<const char*>(&value), sizeof value); }
+  void field(const std::string& value) {
+    field(static_cast<std::uint64_t>(value.size()));
     out_.append(value);
   }
   template <typename T>
-  void put(const std::optional<T>& value) {
-    put(value.has_value());
-    if (value) put(*value);
+  void field(const std::optional<T>& value) {
+    field(value.has_value());
+    if (value) field(*value);
   }
   template <typename T>
-  void putAll(const std::vector<T>& rows) {
-    put(static_cast<std::uint64_t>(rows.size()));
-    for (const T& row : rows) encode(*this, row);
+  void list(const std::vector<T>& rows) {
+    field(static_cast<std::uint64_t>(rows.size()));
+    for (const T& row : rows) codeFields(*this, row);
   }
   std::string take() { return std::move(out_); }
 
@@ -525,37 +525,33 @@ class Decoder {
   Message kind() const { return static_cast<Message>(in_[0]); }
   template <typename T>
   requires std::is_arithmetic_v<T> || std::is_enum_v<T>
-  void get(T& value) {
+  void field(T& value) {
     need(sizeof value);
     std::memcpy(&value, in_.data() + pos_, sizeof value);
     pos_ += sizeof value;
   }
-  void get(std::string& value) {
-    std::uint64_t size = 0;
-    get(size);
+  void field(std::string& value) {
+    const auto size = get<std::uint64_t>();
     need(size);
     value.assign(in_, pos_, size);
     pos_ += size;
   }
   template <typename T>
-  void get(std::optional<T>& value) {
-    bool present = false;
-    get(present);
+  void field(std::optional<T>& value) {
     value.reset();
-    if (present) get(value.emplace());
+    if (get<bool>()) field(value.emplace());
   }
   template <typename T>
-  void getAll(std::vector<T>& rows) {
-    std::uint64_t size = 0;
-    get(size);
+  void list(std::vector<T>& rows) {
+    const auto size = get<std::uint64_t>();
     need(size);  // at least a byte per row: a corrupt size cannot reserve memory unbounded
     rows.resize(size);
-    for (T& row : rows) decode(*this, row);
+    for (T& row : rows) codeFields(*this, row);
   }
   template <typename T>
   T get() {
     T value{};
-    get(value);
+    field(value);
     return value;
   }
 
@@ -567,70 +563,74 @@ class Decoder {
   std::size_t pos_ = 1;
 };
 
-// One function per row type, both ways, field by field (the members of records.h).
-template <typename Codec>
-void fields(Codec& c, auto& r, std::type_identity<RunInfo>) {
-  c(r.id), c(r.uuid), c(r.command), c(r.mode), c(r.backend), c(r.world_size), c(r.host), c(r.config_json),
-      c(r.tool_version), c(r.epoch_ns), c(r.start_ns), c(r.end_ns);
-}
-template <typename Codec>
-void fields(Codec& c, auto& r, std::type_identity<RankInfo>) {
-  c(r.id), c(r.run_id), c(r.rank), c(r.host), c(r.pid), c(r.device), c(r.clock_offset_ns);
-}
-template <typename Codec>
-void fields(Codec& c, auto& r, std::type_identity<CommInfo>) {
-  c(r.id), c(r.rank_id), c(r.key), c(r.backend), c(r.size), c(r.comm_rank);
-}
-template <typename Codec>
-void fields(Codec& c, auto& r, std::type_identity<CallRecord>) {
-  c(r.id), c(r.rank_id), c(r.comm_id), c(r.seq), c(r.step), c(r.api), c(r.dtype), c(r.op), c(r.count),
-      c(r.bytes), c(r.enqueue_ns), c(r.start_ns), c(r.end_ns), c(r.stream), c(r.nccl_algo), c(r.nccl_proto),
-      c(r.nccl_channels), c(r.graph_replay), c(r.dest), c(r.send_tag), c(r.source), c(r.recv_tag),
-      c(r.recv_bytes), c(r.peer_max_bytes), c(r.peer_min_bytes);
-}
-template <typename Codec>
-void fields(Codec& c, auto& r, std::type_identity<Measurement>) {
-  c(r.id), c(r.run_id), c(r.rank_id), c(r.call_id), c(r.strategy), c(r.api), c(r.dtype), c(r.bytes),
-      c(r.world), c(r.reps), c(r.min_ns), c(r.median_ns), c(r.p90_ns), c(r.max_ns), c(r.algbw_gbs),
-      c(r.busbw_gbs), c(r.rel_l2_error), c(r.max_abs_error), c(r.cosine), c(r.overflow_count);
-}
-template <typename Codec>
-void fields(Codec& c, auto& r, std::type_identity<ConsensusRecord>) {
-  c(r.id), c(r.rank_id), c(r.step), c(r.alpha), c(r.cosine_to_mean), c(r.grad_norm), c(r.diversity),
-      c(r.call_id);
-}
-template <typename Codec>
-void fields(Codec& c, auto& r, std::type_identity<AppliedCall>) {
-  c(r.call_id), c(r.strategy);
-}
-template <typename Codec>
-void fields(Codec& c, auto& r, std::type_identity<RecommendationRecord>) {
-  c(r.id), c(r.run_id), c(r.created_ns), c(r.json);
-}
-template <typename Codec>
-void fields(Codec& c, auto& r, std::type_identity<GpuActivityRecord>) {
-  c(r.rank_id), c(r.kind), c(r.start_ns), c(r.end_ns), c(r.kernels), c(r.range);
-}
-template <typename Codec>
-void fields(Codec& c, auto& r, std::type_identity<DropRecord>) {
-  c(r.rank_id), c(r.kind), c(r.count);
+// Every member of each row type of records.h, in declaration order. A member added there and not here
+// would be lost across processes: the sizes below then fail to compile, unless the member fits in padding
+// (taken on LP64 with libstdc++; the split-merge test compares every table row for row).
+#if defined(__GLIBCXX__) && __SIZEOF_POINTER__ == 8
+static_assert(sizeof(RunInfo) == 240 && sizeof(RankInfo) == 104 && sizeof(CommInfo) == 64);
+static_assert(sizeof(CallRecord) == 160 && sizeof(Measurement) == 208 && sizeof(ConsensusRecord) == 72);
+static_assert(sizeof(AppliedCall) == 40 && sizeof(RecommendationRecord) == 56);
+static_assert(sizeof(GpuActivityRecord) == 80 && sizeof(DropRecord) == 48);
+#endif
+template <typename Coder, typename Row>
+void codeFields(Coder& c, Row& r) {
+  using T = std::remove_const_t<Row>;
+  if constexpr (std::is_same_v<T, RunInfo>) {
+    c.field(r.id), c.field(r.uuid), c.field(r.command), c.field(r.mode), c.field(r.backend),
+        c.field(r.world_size), c.field(r.host), c.field(r.config_json), c.field(r.tool_version),
+        c.field(r.epoch_ns), c.field(r.start_ns), c.field(r.end_ns);
+  } else if constexpr (std::is_same_v<T, RankInfo>) {
+    c.field(r.id), c.field(r.run_id), c.field(r.rank), c.field(r.host), c.field(r.pid), c.field(r.device),
+        c.field(r.clock_offset_ns);
+  } else if constexpr (std::is_same_v<T, CommInfo>) {
+    c.field(r.id), c.field(r.rank_id), c.field(r.key), c.field(r.backend), c.field(r.size),
+        c.field(r.comm_rank);
+  } else if constexpr (std::is_same_v<T, CallRecord>) {
+    c.field(r.id), c.field(r.rank_id), c.field(r.comm_id), c.field(r.seq), c.field(r.step), c.field(r.api),
+        c.field(r.dtype), c.field(r.op), c.field(r.count), c.field(r.bytes), c.field(r.enqueue_ns),
+        c.field(r.start_ns), c.field(r.end_ns), c.field(r.stream), c.field(r.nccl_algo),
+        c.field(r.nccl_proto), c.field(r.nccl_channels), c.field(r.graph_replay), c.field(r.dest),
+        c.field(r.send_tag), c.field(r.source), c.field(r.recv_tag), c.field(r.recv_bytes),
+        c.field(r.peer_max_bytes), c.field(r.peer_min_bytes);
+  } else if constexpr (std::is_same_v<T, Measurement>) {
+    c.field(r.id), c.field(r.run_id), c.field(r.rank_id), c.field(r.call_id), c.field(r.strategy),
+        c.field(r.api), c.field(r.dtype), c.field(r.bytes), c.field(r.world), c.field(r.reps),
+        c.field(r.min_ns), c.field(r.median_ns), c.field(r.p90_ns), c.field(r.max_ns), c.field(r.algbw_gbs),
+        c.field(r.busbw_gbs), c.field(r.rel_l2_error), c.field(r.max_abs_error), c.field(r.cosine),
+        c.field(r.overflow_count);
+  } else if constexpr (std::is_same_v<T, ConsensusRecord>) {
+    c.field(r.id), c.field(r.rank_id), c.field(r.step), c.field(r.alpha), c.field(r.cosine_to_mean),
+        c.field(r.grad_norm), c.field(r.diversity), c.field(r.call_id);
+  } else if constexpr (std::is_same_v<T, AppliedCall>) {
+    c.field(r.call_id), c.field(r.strategy);
+  } else if constexpr (std::is_same_v<T, RecommendationRecord>) {
+    c.field(r.id), c.field(r.run_id), c.field(r.created_ns), c.field(r.json);
+  } else if constexpr (std::is_same_v<T, GpuActivityRecord>) {
+    c.field(r.rank_id), c.field(r.kind), c.field(r.start_ns), c.field(r.end_ns), c.field(r.kernels),
+        c.field(r.range);
+  } else if constexpr (std::is_same_v<T, DropRecord>) {
+    c.field(r.rank_id), c.field(r.kind), c.field(r.count);
+  } else if constexpr (std::is_same_v<T, Source>) {  // the path is process 0's own
+    c.list(r.runs), c.list(r.ranks);
+  } else {
+    static_assert(std::is_same_v<T, DecodedItem>);
+    c.field(r.kind);
+    switch (r.kind) {
+      case DecodedItem::Kind::Header: c.list(r.comms), c.field(r.steps_detected); return;
+      case DecodedItem::Kind::Calls: c.list(r.calls); return;
+      case DecodedItem::Kind::Tail:
+        c.list(r.measurements), c.list(r.consensus), c.list(r.applied), c.list(r.recommendations),
+            c.list(r.gpu), c.list(r.drops);
+        return;
+    }
+    fail("merge: a message from another process holds an unknown item");
+  }
 }
 
-template <typename T>
-void encode(Encoder& out, const T& row) {
-  const auto put = [&](const auto& field) { out.put(field); };
-  fields(put, row, std::type_identity<T>{});
-}
-template <typename T>
-void decode(Decoder& in, T& row) {
-  const auto get = [&](auto& field) { in.get(field); };
-  fields(get, row, std::type_identity<T>{});
-}
-
-std::string encodeSource(const Source& source) {
-  Encoder out(Message::Source);
-  out.putAll(source.runs);
-  out.putAll(source.ranks);
+template <typename Row>
+std::string encodeMessage(Message kind, const Row& row) {
+  Encoder out(kind);
+  codeFields(out, row);
   return out.take();
 }
 
@@ -639,14 +639,14 @@ std::string encodeFailure(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const Error& e) {
-    out.put(true);
-    out.put(std::string(e.what()));
+    out.field(true);
+    out.field(std::string(e.what()));
   } catch (const std::exception& e) {
-    out.put(false);
-    out.put(std::string(e.what()));
+    out.field(false);
+    out.field(std::string(e.what()));
   } catch (...) {
-    out.put(false);
-    out.put(std::string("unknown exception"));
+    out.field(false);
+    out.field(std::string("unknown exception"));
   }
   return out.take();
 }
@@ -680,49 +680,6 @@ void parallelFor(std::size_t count, int threads, const std::function<void(std::s
   }
   for (const auto& error : errors)
     if (error) std::rethrow_exception(error);
-}
-
-std::string encodeItem(const DecodedItem& item) {
-  Encoder out(Message::Item);
-  out.put(item.kind);
-  switch (item.kind) {
-    case DecodedItem::Kind::Header:
-      out.putAll(item.comms);
-      out.put(item.steps_detected);
-      break;
-    case DecodedItem::Kind::Calls: out.putAll(item.calls); break;
-    case DecodedItem::Kind::Tail:
-      out.putAll(item.measurements);
-      out.putAll(item.consensus);
-      out.putAll(item.applied);
-      out.putAll(item.recommendations);
-      out.putAll(item.gpu);
-      out.putAll(item.drops);
-      break;
-  }
-  return out.take();
-}
-
-DecodedItem decodeItem(Decoder& in) {
-  DecodedItem item;
-  in.get(item.kind);
-  switch (item.kind) {
-    case DecodedItem::Kind::Header:
-      in.getAll(item.comms);
-      in.get(item.steps_detected);
-      break;
-    case DecodedItem::Kind::Calls: in.getAll(item.calls); break;
-    case DecodedItem::Kind::Tail:
-      in.getAll(item.measurements);
-      in.getAll(item.consensus);
-      in.getAll(item.applied);
-      in.getAll(item.recommendations);
-      in.getAll(item.gpu);
-      in.getAll(item.drops);
-      break;
-    default: fail("merge: a message from another process holds an unknown item");
-  }
-  return item;
 }
 
 // The inputs of `share` (process `rank` of `size`): i % size == rank, in input order.
@@ -767,9 +724,9 @@ class InputFeed {
         own_(shareOf(inputs, 0, processes_)) {
     if (!link_) return;
     Encoder go(Message::Go);
-    go.put(static_cast<std::uint64_t>(inputs.size()));
-    for (const std::string& input : inputs) go.put(input);
-    go.put(detect_steps);
+    go.field(static_cast<std::uint64_t>(inputs.size()));
+    for (const std::string& input : inputs) go.field(input);
+    go.field(detect_steps);
     const std::string message = go.take();
     for (int reader = 1; reader < processes_; ++reader) link_->sendControl(reader, message);
   }
@@ -806,8 +763,7 @@ class InputFeed {
       Decoder in(message);
       if (in.kind() == Message::Source) {
         sources[i].path = inputs_[i];
-        in.getAll(sources[i].runs);
-        in.getAll(sources[i].ranks);
+        codeFields(in, sources[i]);
       } else {
         first_error = failure(owner, in);
       }
@@ -823,7 +779,11 @@ class InputFeed {
     if (owner == 0) return local_->next(input / stride_);
     const std::string message = link_->receiveData(owner);
     Decoder in(message);
-    if (in.kind() == Message::Item) return decodeItem(in);
+    if (in.kind() == Message::Item) {
+      DecodedItem item;
+      codeFields(in, item);
+      return item;
+    }
     if (in.kind() == Message::InputEnd) return std::nullopt;
     std::rethrow_exception(failure(owner, in));
   }
@@ -883,13 +843,13 @@ bool serveShare(MergeLink& link, const std::vector<std::string>& inputs, bool de
   const std::vector<Source> sources = validateInputs(own, threads, errors);
   for (std::size_t j = 0; j < own.size(); ++j) {
     if (errors[j]) return send(encodeFailure(errors[j]));  // its last message of this merge
-    if (!send(encodeSource(sources[j]))) return false;
+    if (!send(encodeMessage(Message::Source, sources[j]))) return false;
   }
   try {
     DecodePipeline pipeline(own, threads, detect_steps);
     for (std::size_t j = 0; j < own.size(); ++j) {
       while (std::optional<DecodedItem> item = pipeline.next(j))
-        if (!send(encodeItem(*item))) return false;
+        if (!send(encodeMessage(Message::Item, *item))) return false;
       if (!send(Encoder(Message::InputEnd).take())) return false;
     }
   } catch (...) {
@@ -1173,7 +1133,7 @@ int serveMerges(MergeLink& link, int jobs) {
       case Message::End: return in.get<int>();
       case Message::Go: {
         std::vector<std::string> inputs(in.get<std::uint64_t>());
-        for (std::string& input : inputs) in.get(input);
+        for (std::string& input : inputs) in.field(input);
         if (!serveShare(link, inputs, in.get<bool>(), threads)) return -1;
         break;
       }
@@ -1186,7 +1146,7 @@ int serveMerges(MergeLink& link, int jobs) {
 void endMerges(MergeLink& link, int status) {
   if (link.size() <= 1 || link.readers_stopped) return;
   Encoder end(Message::End);
-  end.put(status);
+  end.field(status);
   const std::string message = end.take();
   for (int reader = 1; reader < link.size(); ++reader) link.sendControl(reader, message);
   link.readers_stopped = true;

@@ -147,7 +147,7 @@ for file in "${deb_files[@]}"; do
     [ -f "$contents/$package/usr/share/doc/$package/$doc" ] || fail "$package has no /usr/share/doc/$package/$doc"
   done
 done
-for path in usr/bin/gradscope usr/bin/gradscope-bench "$private/libgradscope-agent.so" \
+for path in usr/bin/gradscope usr/bin/gradscope-bench usr/bin/gradscope-mpi "$private/libgradscope-agent.so" \
   "$private/libgradscope-agent-mpi.so" "$private/libnccl-tuner-gradscope.so" "$private/libnccl-profiler-gradscope.so" \
   "$private/samples/gradscope-sample-mpi-train" "usr/share/modulefiles/gradscope/$(dpkg-deb -f "${deb_files[0]}" Version | sed 's/-[^-]*$//')"; do
   [ -e "$contents/gradscope/$path" ] || fail "package gradscope has no /$path"
