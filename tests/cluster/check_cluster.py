@@ -116,7 +116,7 @@ def check_hosts(args):
     offsets = [(0, -1_500_000), (1, 5_000_000)]
     with Cluster(args.cluster, args.name, args.subnet, hosts=2, slots=2, offsets=offsets) as cluster:
         job = cluster.exec(0, [args.gradscope, "run", "-o", work, "--", "mpirun", "-np", "4", args.sample,
-                               "--steps", "300", "--blocking", "--print-every", "0"], env=run_environment(args))
+                               "--steps", "1000", "--blocking", "--print-every", "0"], env=run_environment(args))
         if job.returncode != 0:
             fail(f"gradscope run exited {job.returncode}: {job.stderr[-2000:]}")
         check_split_report(args, cluster, work)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`mpirun -np K gradscope report|recommend|export|merge DIR`: gradscope becomes gradscope-mpi, whose K
-processes split the reading of the run's rank files (storage/merge.h MergeLink). Checks, for K = 2, 3
-and 4 against one process:
+processes split the reading of the run's rank files (storage/merge.h MergeLink). Checks, for K in
+--processes (2, 3 and 4; a sanitizer build 3 alone) against one process:
 
   same     the report, the recommendation (a directory and a measurements file), the CSV export and the
            merged file's rows are byte for byte those of one process, printed once; every process exits 0
@@ -40,7 +40,9 @@ def main():
     parser.add_argument("--synth", required=True)
     parser.add_argument("--mpirun", required=True)
     parser.add_argument("--work", required=True)
+    parser.add_argument("--processes", default="2,3,4", help="the K to check, comma-separated")
     args = parser.parse_args()
+    counts = [int(k) for k in args.processes.split(",")]
 
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
@@ -83,7 +85,7 @@ def main():
         check(done.returncode == 0, f"{name}, one process: exit {done.returncode}: {done.stderr.strip()}")
         expected[name] = (done.stdout, rows(out) if name == "merge" else
                           open(out).read() if name == "export" else None)
-    for processes in (2, 3, 4):
+    for processes in counts:
         for name, arguments in commands.items():
             out = os.path.join(args.work, f"{name}-{processes}.out")
             done = launch(processes, arguments(out))
@@ -111,7 +113,7 @@ def main():
     one_line = one.stderr.strip()
     check(one.returncode != 0 and len(one_line.splitlines()) == 1 and "rank-6.db" in one_line,
           f"bad, one process: exit {one.returncode}, stderr {one_line!r}")
-    for processes in (2, 3, 4):
+    for processes in counts:
         for name in ("report", "merge"):
             out = os.path.join(args.work, f"bad-{processes}.db")
             done = launch(processes, ["report", bad_dir] if name == "report" else ["merge", bad_dir, "-o", out])
