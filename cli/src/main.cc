@@ -1,10 +1,14 @@
-// The gradscope command. Under an MPI launcher (mpirun -np K, srun: common/launcher.h), the commands that read a run's
-// directory of rank files become gradscope-mpi, which splits the reading across the K processes.
+// The gradscope command. Under an MPI launcher (mpirun -np K, srun: common/launcher.h), the commands that
+// read a run's directory of rank files become gradscope-mpi, which splits the reading across the K processes.
 
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -23,6 +27,34 @@ bool readsRankFiles(int argc, char** argv) {
   return command == "report" || command == "recommend" || command == "export" || command == "merge";
 }
 
+// Whether this process runs inside a rank of the job whose launcher variables it sees: an ancestor that
+// the launcher started (the ancestors up to the launcher's daemon carry its rank variable) has an MPI
+// library loaded, as a training script that reports its own run from a child process does. Such a child
+// must not become an MPI process of that job (MPI_Init would fail, a second process with the rank's
+// identity); it reads alone, as one process. Wrappers between the launcher and gradscope (time, numactl,
+// a shell) load no MPI and do not count. An ancestor whose /proc entries cannot be read ends the search.
+bool insideAnMpiRank() {
+  const auto read = [](const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(file), {});
+  };
+  pid_t pid = getppid();
+  for (int depth = 0; depth < 32 && pid > 1; ++depth) {
+    const std::string proc = "/proc/" + std::to_string(pid);
+    const std::string environment = read(proc + "/environ");
+    bool in_job = false;
+    for (const char* variable : {"OMPI_COMM_WORLD_RANK=", "PMI_RANK=", "SLURM_PROCID="})
+      in_job = in_job || environment.find(variable) != std::string::npos;
+    if (!in_job) return false;  // the launcher's daemon, or unreadable
+    if (read(proc + "/maps").find("/libmpi") != std::string::npos) return true;
+    const std::string status = read(proc + "/status");
+    const auto at = status.find("\nPPid:");
+    if (at == std::string::npos) return false;
+    pid = static_cast<pid_t>(std::atol(status.c_str() + at + 6));
+  }
+  return false;
+}
+
 // Becomes gradscope-mpi, from this executable's directory, with the same arguments. Returns only when it
 // cannot: then process 0 works alone (one line says why) and the other processes leave it to it, so that
 // the job still prints one report.
@@ -36,11 +68,12 @@ int execMpi(int argc, char** argv, int processes, int rank) {
   const int exec_error = errno;
   if (rank != 0) return 0;
   fmt::print(stderr,
-             "gradscope: cannot run {} ({}): process 0 reads every rank file alone and the other {} "
-             "process{} exit; build the gradscope_mpi target (it needs MPI) to split the reading\n",
+             "gradscope: cannot run {} ({}): process 0 reads every rank file alone and {} exit; build "
+             "the gradscope_mpi target (it needs MPI) to split the reading\n",
              helper.string(),
              exec_error == ENOENT ? "not part of this build" : gradscope::errnoMessage(exec_error),
-             processes - 1, processes == 2 ? "" : "es");
+             processes == 2 ? std::string("the other process")
+                            : fmt::format("the other {} processes", processes - 1));
   return gradscope::cli::commandLine(argc, argv, nullptr);
 }
 
@@ -49,7 +82,7 @@ int execMpi(int argc, char** argv, int processes, int rank) {
 int main(int argc, char** argv) {
   if (readsRankFiles(argc, argv))
     if (const auto launch = gradscope::detectLaunch(gradscope::processEnvironment());
-        launch && launch->world_size > 1)
+        launch && launch->world_size > 1 && !insideAnMpiRank())
       return execMpi(argc, argv, launch->world_size, launch->rank);
   return gradscope::cli::commandLine(argc, argv, nullptr);
 }

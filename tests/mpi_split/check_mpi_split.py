@@ -9,6 +9,10 @@ processes split the reading of the run's rank files (storage/merge.h MergeLink).
            process gives, a non-zero exit, no merged file and no temporary copy left in TMPDIR
   alone    a gradscope without gradscope-mpi beside it: process 0 reports alone (one line on stderr says
            why), the report printed once
+  nested   the ranks of an MPI job (mpi4py) each run `gradscope report DIR` as a child process: the child
+           sees the launcher's variables but must not join the job; each reads alone, the whole report
+  wrapped  mpirun -np 2 bash -c "gradscope report DIR": a wrapper without MPI between the launcher and
+           gradscope still splits, the report printed once
 """
 
 import argparse
@@ -136,6 +140,26 @@ def main():
     check(done.stderr.count("gradscope-mpi") == 1 and "not part of this build" in done.stderr,
           f"alone: stderr {done.stderr.strip()!r}")
     print("alone: " + done.stderr.strip())
+
+    # nested
+    child = ("import subprocess, sys\n"
+             "from mpi4py import MPI\n"
+             "done = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=120)\n"
+             "sys.stdout.write(done.stdout)\n"
+             "sys.stderr.write(done.stderr)\n"
+             "sys.exit(done.returncode)\n")
+    done = run([args.mpirun, "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", "2",
+                "/usr/bin/python3", "-c", child, args.gradscope, "report", ranks], env=env)
+    check(done.returncode == 0, f"nested: exit {done.returncode}: {done.stderr.strip()[-600:]}")
+    check(done.stdout == expected["report"][0] * 2, "nested: not the whole report once per rank")
+    print("nested: each rank's child read the rank files alone")
+
+    # wrapped
+    done = run([args.mpirun, "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", "2", "bash", "-c",
+                '"$0" report "$1"', args.gradscope, ranks], env=env)
+    check(done.returncode == 0, f"wrapped: exit {done.returncode}: {done.stderr.strip()[-600:]}")
+    check(done.stdout == expected["report"][0], "wrapped: the report differs from one process's")
+    print("wrapped: split through bash -c, the report printed once")
 
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
