@@ -35,9 +35,7 @@ using gradscope::cli::kExitError;
 // bench links MPI and CUDA, which the gradscope command must not need, and an exec (rather than a child
 // process) keeps `mpirun -np N gradscope bench ...` one process per rank. Returns only on failure.
 int execBench(int argc, char** argv) {
-  std::error_code error;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  const auto bench = (error ? std::filesystem::path(argv[0]) : self).parent_path() / "gradscope-bench";
+  const auto bench = gradscope::cli::siblingExecutable(argv[0], "gradscope-bench");
   std::vector<char*> arguments{const_cast<char*>("gradscope bench")};
   for (int i = 2; i < argc; ++i) arguments.push_back(argv[i]);
   arguments.push_back(nullptr);
@@ -64,6 +62,12 @@ std::string defaultExportPath(const std::string& input, const std::string& exten
 }
 
 }  // namespace
+
+std::filesystem::path gradscope::cli::siblingExecutable(const char* argv0, const char* name) {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return (error ? std::filesystem::path(argv0) : self).parent_path() / name;
+}
 
 int gradscope::cli::commandLine(int argc, char** argv, storage::MergeLink* merge_link) {
   using namespace gradscope;

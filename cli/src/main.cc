@@ -3,11 +3,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,8 +30,8 @@ bool readsRankFiles(int argc, char** argv) {
 }
 
 // Whether this process runs inside a rank of the job whose launcher variables it sees: an ancestor that
-// the launcher started (the ancestors up to the launcher's daemon carry its rank variable) has an MPI
-// library loaded, as a training script that reports its own run from a child process does. Such a child
+// the launcher started (the ancestors up to the launcher's daemon carry its variables: detectLaunch) has an
+// MPI library loaded, as a training script that reports its own run from a child process does. Such a child
 // must not become an MPI process of that job (MPI_Init would fail, a second process with the rank's
 // identity); it reads alone, as one process. Wrappers between the launcher and gradscope (time, numactl,
 // a shell) load no MPI and do not count. An ancestor whose /proc entries cannot be read ends the search.
@@ -41,11 +43,16 @@ bool insideAnMpiRank() {
   pid_t pid = getppid();
   for (int depth = 0; depth < 32 && pid > 1; ++depth) {
     const std::string proc = "/proc/" + std::to_string(pid);
+    std::map<std::string, std::string> variables;  // its environment: NAME=value\0...
     const std::string environment = read(proc + "/environ");
-    bool in_job = false;
-    for (const char* variable : {"OMPI_COMM_WORLD_RANK=", "PMI_RANK=", "SLURM_PROCID="})
-      in_job = in_job || environment.find(variable) != std::string::npos;
-    if (!in_job) return false;  // the launcher's daemon, or unreadable
+    for (std::size_t at = 0, end = 0; at < environment.size(); at = end + 1) {
+      end = std::min(environment.find('\0', at), environment.size());
+      if (const auto equals = environment.find('=', at); equals < end)
+        variables.emplace(environment.substr(at, equals - at),
+                          environment.substr(equals + 1, end - equals - 1));
+    }
+    if (!gradscope::detectLaunch(gradscope::environmentOf(variables)))
+      return false;  // the launcher's daemon, or unreadable
     if (read(proc + "/maps").find("/libmpi") != std::string::npos) return true;
     const std::string status = read(proc + "/status");
     const auto at = status.find("\nPPid:");
@@ -59,9 +66,7 @@ bool insideAnMpiRank() {
 // cannot: then process 0 works alone (one line says why) and the other processes leave it to it, so that
 // the job still prints one report.
 int execMpi(int argc, char** argv, int processes, int rank) {
-  std::error_code error;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  const auto helper = (error ? std::filesystem::path(argv[0]) : self).parent_path() / "gradscope-mpi";
+  const auto helper = gradscope::cli::siblingExecutable(argv[0], "gradscope-mpi");
   std::vector<char*> arguments(argv, argv + argc);
   arguments.push_back(nullptr);
   execv(helper.c_str(), arguments.data());
