@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdarg>
@@ -154,9 +155,12 @@ class TunerPlugin : public ::testing::Test {
       unsetenv(variable);
     std::lock_guard lock(logMutex);
     logLines.clear();
+    // A parameterised test's name holds a '/' ("IsRefusedWholeWithOneWarning/BadNumber"): one directory,
+    // so that TearDown removes all that SetUp made.
+    std::string test_name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(test_name.begin(), test_name.end(), '/', '-');
     directory_ = std::filesystem::temp_directory_path() /
-                 ("gradscope-tuner-test-" + std::to_string(getpid()) + "-" +
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+                 ("gradscope-tuner-test-" + std::to_string(getpid()) + "-" + test_name);
     std::filesystem::create_directories(directory_);
   }
   void TearDown() override {
