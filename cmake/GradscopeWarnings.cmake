@@ -4,9 +4,6 @@ target_compile_options(gradscope_warnings INTERFACE
   $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
     -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wconversion -Wsign-conversion
     -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough>
-  # A unity build includes each .cc into a generated one, where GCC takes a class of the .cc for a header's
-  # and warns of its members of anonymous-namespace types: true of every pimpl here, and no defect.
-  $<$<AND:$<BOOL:$<TARGET_PROPERTY:UNITY_BUILD>>,$<COMPILE_LANG_AND_ID:CXX,GNU>>:-Wno-subobject-linkage>
   $<$<AND:$<BOOL:${GRADSCOPE_WERROR}>,$<COMPILE_LANGUAGE:CXX>>:-Werror>)
 
 # Applies project warnings to a target we own (never to third-party code).

@@ -3,13 +3,13 @@
 namespace gradscope {
 namespace {
 
-struct DropKindEntry {
+struct Entry {
   std::string_view name;
   bool loses_calls;
   std::string_view meaning;
 };
 
-constexpr DropKindEntry kDropKindEntries[kDropKinds] = {
+constexpr Entry kEntries[kDropKinds] = {
     {"call", true, "calls not recorded: the agent's per-thread buffer was full (GRADSCOPE_BUFFER_CALLS)"},
     {"call_rate", true,
      "calls not recorded: the thread made more calls per second than the agent records "
@@ -48,21 +48,21 @@ constexpr DropKindEntry kDropKindEntries[kDropKinds] = {
 }  // namespace
 
 std::string_view name(DropKind kind) {
-  return kDropKindEntries[static_cast<std::size_t>(kind)].name;
+  return kEntries[static_cast<std::size_t>(kind)].name;
 }
 
 std::optional<DropKind> parseDropKind(std::string_view text) {
   for (std::size_t i = 0; i < kDropKinds; ++i)
-    if (kDropKindEntries[i].name == text) return static_cast<DropKind>(i);
+    if (kEntries[i].name == text) return static_cast<DropKind>(i);
   return std::nullopt;
 }
 
 std::string_view meaning(DropKind kind) {
-  return kDropKindEntries[static_cast<std::size_t>(kind)].meaning;
+  return kEntries[static_cast<std::size_t>(kind)].meaning;
 }
 
 bool losesCalls(DropKind kind) {
-  return kDropKindEntries[static_cast<std::size_t>(kind)].loses_calls;
+  return kEntries[static_cast<std::size_t>(kind)].loses_calls;
 }
 
 }  // namespace gradscope

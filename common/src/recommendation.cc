@@ -41,7 +41,7 @@ constexpr std::size_t kMaxQuoted = 60;
 
 constexpr std::array kAllReduceApis = {Api::MpiAllreduce, Api::MpiIallreduce, Api::NcclAllReduce};
 
-bool equalsIgnoringCase(std::string_view a, std::string_view b) {
+bool equalsIgnoreCase(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
          });
@@ -209,7 +209,7 @@ std::optional<TimeInterval> interval(const Json& value, std::string_view key, co
 
 std::optional<Backend> parseBackendName(std::string_view text) {
   for (Backend backend : allBackends())
-    if (equalsIgnoringCase(name(backend), text)) return backend;
+    if (equalsIgnoreCase(name(backend), text)) return backend;
   return std::nullopt;
 }
 
@@ -661,7 +661,7 @@ std::string_view name(ErrorClass error_class) {
 
 std::optional<ErrorClass> parseErrorClass(std::string_view text) {
   for (ErrorClass error_class : {ErrorClass::Lossless, ErrorClass::Lossy, ErrorClass::Semantic})
-    if (equalsIgnoringCase(name(error_class), text)) return error_class;
+    if (equalsIgnoreCase(name(error_class), text)) return error_class;
   return std::nullopt;
 }
 
@@ -686,7 +686,7 @@ std::optional<ErrorClass> strategyErrorClass(std::string_view strategy) {
     return ErrorClass::Semantic;
   if (count == 3)
     for (WireFormat wire : kWireFormats)
-      if (equalsIgnoringCase(parts[2], name(wire))) return ErrorClass::Lossy;
+      if (equalsIgnoreCase(parts[2], name(wire))) return ErrorClass::Lossy;
   return ErrorClass::Lossless;
 }
 

@@ -3,12 +3,12 @@
 namespace gradscope {
 namespace {
 
-struct UntouchedEntry {
+struct Entry {
   std::string_view name;
   std::string_view meaning;
 };
 
-constexpr UntouchedEntry kUntouchedEntries[kUntouchedReasons] = {
+constexpr Entry kEntries[kUntouchedReasons] = {
     {"intercommunicator",
      "calls on MPI intercommunicators: a sum there is the other group's, and the strategies run on "
      "intracommunicators"},
@@ -25,17 +25,17 @@ constexpr UntouchedEntry kUntouchedEntries[kUntouchedReasons] = {
 }  // namespace
 
 std::string_view name(Untouched reason) {
-  return kUntouchedEntries[static_cast<std::size_t>(reason)].name;
+  return kEntries[static_cast<std::size_t>(reason)].name;
 }
 
 std::optional<Untouched> parseUntouched(std::string_view text) {
   for (std::size_t i = 0; i < kUntouchedReasons; ++i)
-    if (kUntouchedEntries[i].name == text) return static_cast<Untouched>(i);
+    if (kEntries[i].name == text) return static_cast<Untouched>(i);
   return std::nullopt;
 }
 
 std::string_view meaning(Untouched reason) {
-  return kUntouchedEntries[static_cast<std::size_t>(reason)].meaning;
+  return kEntries[static_cast<std::size_t>(reason)].meaning;
 }
 
 }  // namespace gradscope

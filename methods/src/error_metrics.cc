@@ -1,10 +1,11 @@
 // Error metrics against an fp64 reference.
 //
-// Determinism: the sums run over fixed blocks of kMetricsBlock elements (whatever the thread count), each
-// block accumulates in kMetricsLanes fixed lanes (element i of a block goes to lane i % kMetricsLanes), lanes
-// are added in lane order and blocks in block order. The result therefore depends only on the inputs, not on
-// the executor or the instruction set: the kernels are compiled without floating-point contraction (no FMA in
-// the AVX2/AVX-512 clones that the baseline clone would not have), so all three clones compute the same bits.
+// Determinism: the sums run over fixed blocks of kBlock elements (whatever the thread count), each
+// block accumulates in kLanes fixed lanes (element i of a block goes to lane i % kLanes), lanes are
+// added in lane order and blocks in block order. The result therefore depends only on the inputs, not
+// on the executor or the instruction set: the kernels are compiled without floating-point contraction
+// (no FMA in the AVX2/AVX-512 clones that the baseline clone would not have), so all three clones
+// compute the same bits.
 
 #include "gradscope/methods/error_metrics.h"
 
@@ -23,8 +24,8 @@
 namespace gradscope::methods {
 namespace {
 
-constexpr std::size_t kMetricsBlock = detail::kMetricsReductionBlock;  // defines the sum order
-constexpr std::size_t kMetricsLanes = 16;
+constexpr std::size_t kBlock = detail::kMetricsReductionBlock;  // defines the sum order
+constexpr std::size_t kLanes = 16;
 constexpr std::uint64_t kSignBit = 0x8000000000000000ull;
 constexpr std::uint64_t kExponentBits = 0x7FF0000000000000ull;
 
@@ -86,19 +87,19 @@ struct Partial {
   std::uint64_t nan = 0;
 };
 
-// One block: lanes of sums, element i in lane i % kMetricsLanes. Non-finite result elements are masked out
+// One block: lanes of sums, element i in lane i % kLanes. Non-finite result elements are masked out
 // of every sum (their bits and the reference's are zeroed), so the loop has no branches.
 template <class L>
 GS_NO_CONTRACTION GS_CPU_KERNEL void compareBlock(const typename L::Elem* GS_RESTRICT result,
                                                   const double* GS_RESTRICT reference, std::size_t n,
                                                   Partial* GS_RESTRICT partial) {
-  double diff_squares[kMetricsLanes] = {};
-  double reference_squares[kMetricsLanes] = {};
-  double result_squares[kMetricsLanes] = {};
-  double products[kMetricsLanes] = {};
-  std::uint64_t max_abs_bits[kMetricsLanes] = {};
-  std::uint64_t overflow[kMetricsLanes] = {};
-  std::uint64_t nan[kMetricsLanes] = {};
+  double diff_squares[kLanes] = {};
+  double reference_squares[kLanes] = {};
+  double result_squares[kLanes] = {};
+  double products[kLanes] = {};
+  std::uint64_t max_abs_bits[kLanes] = {};
+  std::uint64_t overflow[kLanes] = {};
+  std::uint64_t nan[kLanes] = {};
   const auto element = [&](std::size_t i, std::size_t lane) __attribute__((always_inline)) {
     const std::uint64_t r = doubleBits(L::load(result[i]));
     const std::uint64_t f = doubleBits(reference[i]);
@@ -119,12 +120,12 @@ GS_NO_CONTRACTION GS_CPU_KERNEL void compareBlock(const typename L::Elem* GS_RES
     overflow[lane] += static_cast<std::uint64_t>(!r_finite && !r_nan && f_finite);
     nan[lane] += static_cast<std::uint64_t>(r_nan && !f_nan);
   };
-  const std::size_t full = n / kMetricsLanes * kMetricsLanes;
-  for (std::size_t block = 0; block < full; block += kMetricsLanes)
-    for (std::size_t lane = 0; lane < kMetricsLanes; ++lane) element(block + lane, lane);
+  const std::size_t full = n / kLanes * kLanes;
+  for (std::size_t block = 0; block < full; block += kLanes)
+    for (std::size_t lane = 0; lane < kLanes; ++lane) element(block + lane, lane);
   for (std::size_t i = full; i < n; ++i) element(i, i - full);
   Partial sum;
-  for (std::size_t lane = 0; lane < kMetricsLanes; ++lane) {
+  for (std::size_t lane = 0; lane < kLanes; ++lane) {
     sum.diff_squares += diff_squares[lane];
     sum.reference_squares += reference_squares[lane];
     sum.result_squares += result_squares[lane];
@@ -140,14 +141,14 @@ template <class L>
 ErrorMetrics compareTyped(const void* raw_result, const double* reference, std::size_t count,
                           CpuExecutor& executor) {
   const auto* result = static_cast<const typename L::Elem*>(raw_result);
-  const std::size_t blocks = (count + kMetricsBlock - 1) / kMetricsBlock;
+  const std::size_t blocks = (count + kBlock - 1) / kBlock;
   std::vector<Partial> partials(blocks);
-  executor.parallelFor(blocks, kMetricsBlock * (sizeof(typename L::Elem) + sizeof(double)), 1,
+  executor.parallelFor(blocks, kBlock * (sizeof(typename L::Elem) + sizeof(double)), 1,
                        [&](std::size_t begin, std::size_t end) {
                          for (std::size_t b = begin; b < end; ++b) {
-                           const std::size_t first = b * kMetricsBlock;
-                           compareBlock<L>(result + first, reference + first,
-                                           std::min(kMetricsBlock, count - first), &partials[b]);
+                           const std::size_t first = b * kBlock;
+                           compareBlock<L>(result + first, reference + first, std::min(kBlock, count - first),
+                                           &partials[b]);
                          }
                        });
   Partial total;
@@ -185,9 +186,9 @@ ErrorMetrics compareTyped(const void* raw_result, const double* reference, std::
 template <class L>
 GS_CPU_KERNEL void absoluteLanes(const typename L::Elem* GS_RESTRICT x, std::size_t n,
                                  double* GS_RESTRICT lanes) {
-  const std::size_t full = n / kMetricsLanes * kMetricsLanes;
-  for (std::size_t block = 0; block < full; block += kMetricsLanes)
-    for (std::size_t lane = 0; lane < kMetricsLanes; ++lane)
+  const std::size_t full = n / kLanes * kLanes;
+  for (std::size_t block = 0; block < full; block += kLanes)
+    for (std::size_t lane = 0; lane < kLanes; ++lane)
       lanes[lane] += bitsDouble(doubleBits(L::load(x[block + lane])) & ~kSignBit);
   for (std::size_t i = full; i < n; ++i) lanes[i - full] += bitsDouble(doubleBits(L::load(x[i])) & ~kSignBit);
 }
@@ -196,7 +197,7 @@ template <class L>
 double sumOfAbsolutesTyped(const void* const* inputs, std::size_t k, std::size_t count) {
   double total = 0;
   for (std::size_t input = 0; input < k; ++input) {
-    double lanes[kMetricsLanes] = {};
+    double lanes[kLanes] = {};
     absoluteLanes<L>(static_cast<const typename L::Elem*>(inputs[input]), count, lanes);
     double sum = 0;
     for (double lane : lanes) sum += lane;

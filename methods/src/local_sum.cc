@@ -10,7 +10,7 @@
 // wide margin: Kahan fp32 K=8 ran at ~28 GB/s against ~21 GB/s, memcpy 26.5 GB/s. For K <= 16 the loop
 // over inputs is unrolled at compile time (AddN, Kahan, and the Tree, whose order is then a fixed
 // expression); larger K loop at run time (AddN, Kahan) or use the tile program (Tree). Every kernel also
-// prefetches each input stream kSumPrefetchBytes ahead.
+// prefetches each input stream kPrefetchBytes ahead.
 //
 // Tile program (Tree with K > 16, and fp16 on CPUs without F16C). A small list of `destination = a + b`
 // steps over inputs and tile-local accumulator slots (buildTreeProgram, buildAddNProgram), run tile by
@@ -264,11 +264,11 @@ template <class T>
 // misses in flight than K interleaved streams need once a block costs more than a few instructions
 // (16-bit conversions, Kahan): on two cores, fp16/bf16 AddN K=8 went from ~0.8 to ~0.9-1.0 of memcpy
 // with it. (detail::prefetchAhead: a prefetch never faults, so running past a buffer's end is harmless.)
-constexpr std::size_t kSumPrefetchBytes = 1024;
+constexpr std::size_t kPrefetchBytes = 1024;
 
 template <class Elem>
 [[gnu::always_inline]] inline void prefetchInputs(const Elem* const* in, std::size_t k, std::size_t element) {
-  for (std::size_t i = 0; i < k; ++i) detail::prefetchAhead(in[i] + element, kSumPrefetchBytes);
+  for (std::size_t i = 0; i < k; ++i) detail::prefetchAhead(in[i] + element, kPrefetchBytes);
 }
 
 // AddN with K only known at run time (K > kMaxFixedK).
@@ -557,8 +557,8 @@ GS_CPU_KERNEL void accumulateKernel(typename T::Elem* GS_RESTRICT out, const typ
   constexpr std::size_t lanes = 64 / sizeof(typename T::Elem);
   const std::size_t full = n / lanes * lanes;
   for (std::size_t block = 0; block < full; block += lanes) {
-    detail::prefetchAhead(out + block, kSumPrefetchBytes);
-    detail::prefetchAhead(x + block, kSumPrefetchBytes);
+    detail::prefetchAhead(out + block, kPrefetchBytes);
+    detail::prefetchAhead(x + block, kPrefetchBytes);
     for (std::size_t j = 0; j < lanes; ++j)
       out[block + j] = T::store(T::load(out[block + j]) + T::load(x[block + j]));
   }

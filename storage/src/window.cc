@@ -11,7 +11,7 @@ namespace gradscope::storage {
 namespace {
 
 // t - d for d >= 0, saturating: windows may be given as the whole int64 range.
-std::int64_t saturatingMinus(std::int64_t t, std::int64_t d) {
+std::int64_t saturatingSub(std::int64_t t, std::int64_t d) {
   std::int64_t out = 0;
   return __builtin_sub_overflow(t, d, &out) ? std::numeric_limits<std::int64_t>::min() : out;
 }
@@ -64,13 +64,13 @@ void findWindowIds(sql::Database& db, CallWindow& window, const std::vector<Rank
                        "AND tile BETWEEN ?3 AND ?4 AND (tile >= ?5 OR (tile << ?1) + max_ns > ?6)");
   for (const RankTiles& rank : ranks) {
     if (window.rank_id && *window.rank_id != rank.rank_id) continue;
-    const std::int64_t from = saturatingMinus(window.t0_ns, rank.longest_ns);
+    const std::int64_t from = saturatingSub(window.t0_ns, rank.longest_ns);
     tiles.bind(1, rank.level);
     tiles.bind(2, rank.rank_id);
     tiles.bind(3, from >> rank.level);
     tiles.bind(4, (window.t1_ns - 1) >> rank.level);
     tiles.bind(5, window.t0_ns >> rank.level);
-    tiles.bind(6, saturatingMinus(window.t0_ns, (std::int64_t{1} << rank.level) - 1));
+    tiles.bind(6, saturatingSub(window.t0_ns, (std::int64_t{1} << rank.level) - 1));
     if (tiles.step() && !tiles.isNull(0))
       window.ids.push_back({rank.rank_id, tiles.int64(0), tiles.int64(1)});
     tiles.reset();

@@ -52,7 +52,7 @@ std::string range(const RecommendationRule& rule) {
                      bytes(rule.max_bytes));
 }
 
-std::string intervalText(const TimeInterval& time) {
+std::string interval(const TimeInterval& time) {
   return fmt::format("{} [{}, {}]", formatDuration(time.median_ns), formatDuration(time.low_ns),
                      formatDuration(time.high_ns));
 }
@@ -170,7 +170,7 @@ std::string formatText(const Recommendation& recommendation, const Report& repor
   if (report.baseline_per_step) {
     out += fmt::format("{}Predicted reduction time {} (95% intervals){}\n", markdown ? "## " : "",
                        perStep(report), markdown ? "\n" : ":");
-    out += fmt::format("{}baseline sum/native: {}\n", bullet, intervalText(*report.baseline_per_step));
+    out += fmt::format("{}baseline sum/native: {}\n", bullet, interval(*report.baseline_per_step));
     if (!report.async_choice.empty())
       out += fmt::format(
           "{}recommended:         {} for every reduction (the synchronous choices below are what "
@@ -178,7 +178,7 @@ std::string formatText(const Recommendation& recommendation, const Report& repor
           bullet, report.async_choice);
     else
       out += fmt::format("{}recommended:         {} ({:.1f}% less)\n", bullet,
-                         intervalText(*report.choice_per_step), 100 * savedShare(report));
+                         interval(*report.choice_per_step), 100 * savedShare(report));
     // The step is what the user waits for: what of the reductions' saving it keeps (storage/step_model.h).
     if (report.step_ns && report.step_saving_ns && *report.step_ns > 0) {
       const double reductions_saved = report.baseline_per_step->median_ns - report.choice_per_step->median_ns;
@@ -198,7 +198,7 @@ std::string formatText(const Recommendation& recommendation, const Report& repor
         "|\n|---|---|---:|---:|---|---|---:|\n";
     for (const auto& row : rows)
       out += fmt::format("| {} | {} | {} | {:.4g} | {} | {} | {:.1f}% |\n", name(row.api), name(row.dtype),
-                         sizeText(row), row.calls_per_step, row.baseline ? intervalText(*row.baseline) : "-",
+                         sizeText(row), row.calls_per_step, row.baseline ? interval(*row.baseline) : "-",
                          row.baseline ? row.best : "-", 100 * row.gain);
   } else {
     std::size_t size_width = 11;
@@ -208,7 +208,7 @@ std::string formatText(const Recommendation& recommendation, const Report& repor
     for (const auto& row : rows)
       out += fmt::format("{:<15} {:<6} {:>{}} {:>9.4g}  {:<32} {:<28} {:>5.1f}%\n", name(row.api),
                          name(row.dtype), sizeText(row), size_width, row.calls_per_step,
-                         row.baseline ? intervalText(*row.baseline) : "-", row.baseline ? row.best : "-",
+                         row.baseline ? interval(*row.baseline) : "-", row.baseline ? row.best : "-",
                          100 * row.gain);
   }
   if (rows.size() < report.sizes.size())

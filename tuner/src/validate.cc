@@ -16,7 +16,7 @@
 namespace gradscope::tuner {
 namespace {
 
-constexpr int kValidateResamples = 2000;
+constexpr int kBootstrapResamples = 2000;
 constexpr std::uint64_t kBootstrapSeed = 1;
 
 enum class Kind : std::uint8_t { None, With, Without, Mixed };
@@ -124,7 +124,7 @@ std::optional<Validation> validateRun(const storage::TraceReader& reader, const 
   out.change = out.step_with_ns / out.step_without_ns - 1;
   std::mt19937_64 random(kBootstrapSeed);
   std::vector<double> ratios, resample_with(with.size()), resample_without(without.size());
-  for (int i = 0; i < kValidateResamples; ++i) {
+  for (int i = 0; i < kBootstrapResamples; ++i) {
     for (double& v : resample_with)
       v = with[std::uniform_int_distribution<std::size_t>(0, with.size() - 1)(random)];
     for (double& v : resample_without)
