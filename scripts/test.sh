@@ -7,6 +7,7 @@
 #         corpus (scripts/fuzz.sh, docs/reliability.md); skipped with one line when clang is missing
 #
 #   scripts/test.sh [CTEST_ARGS...]   # extra arguments go to every ctest run, e.g. -R storage
+#                                     (asan runs the unit tests as shards unit.shardN: GTEST_FILTER=... picks among them)
 #   GRADSCOPE_TEST_PRESETS="ci" scripts/test.sh   # only some presets
 #   GRADSCOPE_FUZZ_SECONDS=60 scripts/test.sh       # fuzz longer
 #
