@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -37,6 +38,30 @@ void chooseTickSource() {
 #endif
 }
 
+ClockPair readClockPair(std::uint64_t (*read_ticks)(), std::int64_t (*read_mono_ns)()) {
+  // Five tries: one is nearly always undisturbed (a bracket of a few tens of ns).
+  ClockPair best{};
+  std::uint64_t best_bracket = UINT64_MAX;
+  for (int i = 0; i < 5; ++i) {
+    const std::uint64_t before = read_ticks();
+    const std::int64_t mono = read_mono_ns();
+    const std::uint64_t after = read_ticks();
+    if (after >= before && after - before < best_bracket) {
+      best_bracket = after - before;
+      best = {before + (after - before) / 2, mono};
+    }
+  }
+  return best;
+}
+
+ClockPair readClockPair() {
+  if (!g_ticks_are_tsc) {
+    const std::int64_t now = monotonicNs();
+    return {static_cast<std::uint64_t>(now), now};
+  }
+  return readClockPair(ticks, monotonicNs);
+}
+
 namespace {
 
 // mono_to_epoch: realtime − monotonic, from back-to-back reads (three, keeping the tightest pair).
@@ -59,21 +84,21 @@ constexpr double kMaxSlew = 0.01;  // a segment's slope is within 1% of the meas
 
 }  // namespace
 
-ClockConversion::ClockConversion()
+ClockConversion::ClockConversion(ClockPair anchor)
     : tsc_(g_ticks_are_tsc),
-      anchor_ticks_(ticks()),
-      anchor_mono_ns_(monotonicNs()),
+      anchor_ticks_(anchor.tick),
+      anchor_mono_ns_(anchor.mono_ns),
       mono_to_epoch_ns_(monoToEpochNs()),
       last_refine_mono_ns_(anchor_mono_ns_) {
   if (!tsc_) return;
-  // A first rate from a 2 ms interval; refine() improves on it.
+  // A first rate from a 2 ms interval (pairs read within ~50 ns of each other: 25 ppm); refine() improves
+  // on it.
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  const std::uint64_t t = ticks();
-  const std::int64_t m = monotonicNs();
-  ticks_per_ns_ = static_cast<double>(t - anchor_ticks_) /
-                  static_cast<double>(std::max<std::int64_t>(1, m - anchor_mono_ns_));
+  const ClockPair now = readClockPair();
+  ticks_per_ns_ = static_cast<double>(now.tick - anchor_ticks_) /
+                  static_cast<double>(std::max<std::int64_t>(1, now.mono_ns - anchor_mono_ns_));
   segments_.push_back({anchor_ticks_, 0.0, 1.0 / ticks_per_ns_});
-  last_refine_mono_ns_ = m;
+  last_refine_mono_ns_ = now.mono_ns;
 }
 
 ClockConversion::ClockConversion(bool tsc, std::uint64_t anchor_ticks, std::int64_t anchor_mono_ns,
