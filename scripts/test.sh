@@ -46,9 +46,29 @@ for preset in $presets; do
   fi
   timings+=("$preset $((SECONDS - preset_start)) s (build $((built_at - preset_start)) s, tests $((SECONDS - built_at)) s)")
 done
+# The failing tests again, at the end where a CI log's tail shows them: each one's name and the last lines
+# of its output (ctest's LastTest.log). Up to 5 tests per preset; the log has them all.
+report_failures() {
+  local preset=$1 dir=build/$1/Testing/Temporary shown=0 name
+  [ -s "$dir/LastTestsFailed.log" ] || return 0
+  echo "==> $preset: failed tests: $(cut -d: -f2- "$dir/LastTestsFailed.log" | tr '\n' ' ')" >&2
+  while IFS= read -r name && [ "$shown" -lt 5 ]; do
+    shown=$((shown + 1))
+    echo "==> $preset: the end of $name's output:" >&2
+    awk -v test="$name" '
+      $0 ~ /^[0-9]+\/[0-9]+ Test: / { current = substr($0, index($0, "Test: ") + 6); next }
+      current == test && /^Output:$/ { keep = 1; n = 0; next }
+      keep && /^<end of output>$/ { keep = 0; for (i = (n > 30 ? n - 30 : 0); i < n; i++) print "    " lines[i]; next }
+      keep { lines[n++] = $0 }' "$dir/LastTest.log" | grep -v '^    -*$' >&2 || true
+  done < <(cut -d: -f2- "$dir/LastTestsFailed.log")
+}
+
 # Where CI's time goes (README: the whole suite stays under 45 minutes on 2 cores).
 printf '==> time: %s\n' "${timings[@]}" "total $SECONDS s"
 if [ ${#failed[@]} -ne 0 ]; then
+  for preset in "${failed[@]}"; do
+    [ "$preset" = fuzz ] || report_failures "$preset"
+  done
   echo "==> FAILED presets: ${failed[*]}" >&2
   exit 1
 fi
