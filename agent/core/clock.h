@@ -45,7 +45,7 @@ inline std::uint64_t ticks() {
 // A tick and the CLOCK_MONOTONIC time at one instant: the clock read between two tick reads, the tightest
 // of a few tries, placed at the middle of its bracket. Two plain reads in a row can be tens of µs apart (the
 // first clock_gettime of a process binds its symbol; an interrupt), and a calibration carries that gap into
-// every time it converts: it made a first rate 2% off, and ranks' clocks 10-25 µs apart for a whole run.
+// every time it converts: it made a first rate 2% off, and ranks' clocks 3-25 µs apart for a whole run.
 struct ClockPair {
   std::uint64_t tick;
   std::int64_t mono_ns;
