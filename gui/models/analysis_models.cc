@@ -12,17 +12,12 @@
 
 #include "gradscope/common/units.h"
 #include "gradscope/tuner/model.h"
+#include "models/units_text.h"
 
 namespace gradscope::gui {
 
 namespace {
 
-QString bytesText(std::int64_t bytes) {
-  return QString::fromStdString(formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(bytes, 0))));
-}
-QString durationText(double ns) {
-  return QString::fromStdString(formatDuration(ns));
-}
 QString errorText(std::optional<double> error) {
   if (!error) return QStringLiteral("–");
   if (*error == 0) return QStringLiteral("0 (exact)");

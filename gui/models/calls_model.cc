@@ -9,6 +9,7 @@
 #include "gradscope/common/units.h"
 #include "gradscope/storage/call_columns.h"
 #include "models/sql.h"
+#include "models/units_text.h"
 
 namespace gradscope::gui {
 
@@ -238,12 +239,9 @@ QVariant CallsModel::data(const QModelIndex& index, int role) const {
       return call.step >= 0 ? QVariant::fromValue<qint64>(call.step) : QVariant(QStringLiteral("–"));
     case CallColumn::Api:
       return QString::fromUtf8(name(call.api).data(), static_cast<qsizetype>(name(call.api).size()));
-    case CallColumn::Bytes:
-      return QString::fromStdString(
-          formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(call.bytes, 0))));
+    case CallColumn::Bytes: return bytesText(call.bytes);
     case CallColumn::Start: return formatTime(call.start_ns);
-    case CallColumn::Duration:
-      return QString::fromStdString(formatDuration(static_cast<double>(call.end_ns - call.start_ns)));
+    case CallColumn::Duration: return durationText(call.end_ns - call.start_ns);
     case CallColumn::Seq:
       // A CUDA graph replay shares its captured call's seq (docs/schema.md, "CUDA graphs").
       if (call.graph_replay > 0) return QStringLiteral("%1 · replay %2").arg(call.seq).arg(call.graph_replay);

@@ -6,7 +6,7 @@
 
 #include <QBrush>
 
-#include "gradscope/common/units.h"
+#include "models/units_text.h"
 
 namespace gradscope::gui {
 
@@ -22,13 +22,6 @@ constexpr double kLightTextFrom = 0.6;
 
 double rampPosition(double share) {
   return kLightest + (1 - kLightest) * std::clamp(share, 0.0, 1.0);
-}
-
-QString bytesText(std::int64_t bytes) {
-  return QString::fromStdString(formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(bytes, 0))));
-}
-QString durationText(std::int64_t ns) {
-  return QString::fromStdString(formatDuration(static_cast<double>(ns)));
 }
 
 }  // namespace
@@ -98,7 +91,8 @@ bool CommMatrixModel::empty() const {
 
 QString CommMatrixModel::valueText(double value) const {
   if (!(value > 0)) return {};
-  return metric_ == MatrixMetric::Bytes ? bytesText(std::llround(value)) : durationText(std::llround(value));
+  return metric_ == MatrixMetric::Bytes ? bytesText(std::llround(value))
+                                        : durationText(static_cast<std::int64_t>(std::llround(value)));
 }
 
 int CommMatrixModel::rowCount(const QModelIndex& parent) const {

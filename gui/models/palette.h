@@ -29,4 +29,11 @@ QColor strategyColor(std::string_view strategy);
 // Bars that a filter leaves out.
 QColor dimmedColor();
 
+// The painted views' ink (timeline, steps, communication matrix): text, secondary text, grid lines, and
+// the outline of what the pointer or the selection marks.
+inline const QColor kText{0x22, 0x26, 0x2e};
+inline const QColor kMuted{0x6b, 0x72, 0x80};
+inline const QColor kGrid{0xe2, 0xe5, 0xea};
+inline const QColor kOutline{0x11, 0x11, 0x11};
+
 }  // namespace gradscope::gui

@@ -9,6 +9,7 @@
 
 #include "gradscope/common/units.h"
 #include "models/palette.h"
+#include "models/units_text.h"
 
 namespace gradscope::gui {
 
@@ -88,12 +89,6 @@ QColor stepRampColour(StepFigure figure, double share) {
 }
 
 // ---- StepBreakdown
-
-namespace {
-QString durationText(double ns) {
-  return QString::fromStdString(formatDuration(std::max(ns, 0.0)));
-}
-}  // namespace
 
 const storage::StepRecord* StepBreakdown::cell(int rank_index, int step_index) const {
   if (rank_index < 0 || step_index < 0 || rank_index >= static_cast<int>(ranks.size()) ||
@@ -279,11 +274,11 @@ QString StepBreakdownModel::cellToolTip(int rank_index, int step_index) const {
                "no breakdown (GRADSCOPE_GPU_WINDOWS)<br><i>click: show it on the timeline</i>")
         .arg(breakdown_.rankLabel(rank_index).toHtmlEscaped())
         .arg(step)
-        .arg(durationText(static_cast<double>(row->end_ns - row->start_ns)))
+        .arg(spanText(static_cast<double>(row->end_ns - row->start_ns)))
         .arg(row->calls);
   const QString gpu = row->basis == storage::StepBasis::Gpu
                           ? QStringLiteral("<br>measured on the GPU: idle %1 (no kernel running)")
-                                .arg(durationText(static_cast<double>(row->idle_ns)))
+                                .arg(spanText(static_cast<double>(row->idle_ns)))
                           : QString();
   return QStringLiteral(
              "<b>%1, step %2</b><br>%3: <b>%4</b><hr>step time %5<br>compute %6<br>exposed communication %7 "
@@ -291,13 +286,11 @@ QString StepBreakdownModel::cellToolTip(int rank_index, int step_index) const {
              "show it on the timeline</i>")
       .arg(breakdown_.rankLabel(rank_index).toHtmlEscaped())
       .arg(step)
-      .arg(stepFigureName(figure_), durationText(v.value_or(0)),
-           durationText(static_cast<double>(row->end_ns - row->start_ns)),
-           durationText(static_cast<double>(row->compute_ns)),
-           durationText(static_cast<double>(row->exposed_ns)),
-           durationText(static_cast<double>(row->waiting_ns)),
-           durationText(static_cast<double>(row->hidden_ns)),
-           durationText(static_cast<double>(row->caused_ns)))
+      .arg(stepFigureName(figure_), spanText(v.value_or(0)),
+           spanText(static_cast<double>(row->end_ns - row->start_ns)),
+           spanText(static_cast<double>(row->compute_ns)), spanText(static_cast<double>(row->exposed_ns)),
+           spanText(static_cast<double>(row->waiting_ns)), spanText(static_cast<double>(row->hidden_ns)),
+           spanText(static_cast<double>(row->caused_ns)))
       .arg(row->calls)
       .arg(gpu);
 }
@@ -312,10 +305,10 @@ QString StepBreakdownModel::barToolTip(int step_index, std::optional<int> rank_i
                      .arg(t.step)
                      .arg(rank_index ? breakdown_.rankLabel(*rank_index).toHtmlEscaped()
                                      : QStringLiteral("mean over %1 ranks").arg(t.ranks),
-                          durationText(p.compute_ns), durationText(p.exposed_only_ns + p.waiting_ns),
-                          durationText(p.waiting_ns), durationText(p.hidden_ns));
+                          spanText(p.compute_ns), spanText(p.exposed_only_ns + p.waiting_ns),
+                          spanText(p.waiting_ns), spanText(p.hidden_ns));
   if (!rank_index) {
-    text += QStringLiteral("<br>slowest rank's span %1").arg(durationText(static_cast<double>(t.span_ns)));
+    text += QStringLiteral("<br>slowest rank's span %1").arg(spanText(static_cast<double>(t.span_ns)));
     if (t.last_rank_id >= 0) {
       const auto last = std::find_if(breakdown_.ranks.begin(), breakdown_.ranks.end(),
                                      [&](const StepRank& r) { return r.rank_id == t.last_rank_id; });
@@ -323,7 +316,7 @@ QString StepBreakdownModel::barToolTip(int step_index, std::optional<int> rank_i
                               ? breakdown_.rankLabel(static_cast<int>(last - breakdown_.ranks.begin()))
                               : QStringLiteral("rank id %1").arg(t.last_rank_id);
       text += QStringLiteral("<br>ranks waited %1 in all, most for %2")
-                  .arg(durationText(static_cast<double>(t.lost_ns)), who.toHtmlEscaped());
+                  .arg(spanText(static_cast<double>(t.lost_ns)), who.toHtmlEscaped());
     }
   }
   return text + QStringLiteral("<br><i>click: show the step on the timeline</i>");
@@ -341,7 +334,7 @@ QVariant StepBreakdownModel::data(const QModelIndex& index, int role) const {
   if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
   const std::optional<double> v = breakdown_.value(index.row(), index.column(), figure_);
   switch (role) {
-    case Qt::DisplayRole: return v ? durationText(*v) : QString();
+    case Qt::DisplayRole: return v ? spanText(*v) : QString();
     case kValueRole: return v ? QVariant(*v) : QVariant();
     case Qt::BackgroundRole: return v ? QVariant(QBrush(stepRampColour(figure_, share(*v)))) : QVariant();
     case Qt::ToolTipRole: return cellToolTip(index.row(), index.column());
@@ -618,8 +611,8 @@ StepsScene buildStepsScene(const StepBreakdownModel& model, QSize size, const Te
   const int label_left = scene.scale.right() + 7;
   const int label_width = std::max(1, size.width() - label_left - 4);
   const auto scale_label = [&](double value, int y) {
-    scene.scale_labels.push_back(SceneText{QRect(label_left, y - text.height / 2, label_width, text.height),
-                                           durationText(value), false});
+    scene.scale_labels.push_back(
+        SceneText{QRect(label_left, y - text.height / 2, label_width, text.height), spanText(value), false});
   };
   scale_label(model.scaleHigh(), scene.scale.top() + text.height / 2);
   scale_label((model.scaleHigh() + model.scaleLow()) / 2, scene.scale.top() + scene.scale.height() / 2);

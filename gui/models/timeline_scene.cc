@@ -7,6 +7,7 @@
 
 #include "gradscope/common/units.h"
 #include "models/palette.h"
+#include "models/units_text.h"
 
 namespace gradscope::gui {
 
@@ -242,7 +243,7 @@ QString statusText(const TimelineSceneInput& input, const TimelineMath& m) {
                              .arg(calls, input.colour_by == ColourBy::Strategy
                                              ? QStringLiteral(" (zoom in for strategy colours)")
                                              : QString());
-  status += QStringLiteral("  ·  window %1").arg(QString::fromStdString(formatDuration(m.window.length())));
+  status += QStringLiteral("  ·  window %1").arg(durationText(m.window.length()));
   if (input.loading) status += QStringLiteral("  ·  loading…");
   return status;
 }
@@ -306,8 +307,7 @@ void addArrows(const TimelineSceneInput& input, TimelineScene& scene) {
     arrow.recv_call_id = flow->recv_call_id;
     arrow.bytes = flow->bytes;
     arrow.tag = flow->tag;
-    QString text = QString::fromStdString(
-        formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(flow->bytes, 0))));
+    QString text = bytesText(flow->bytes);
     if (flow->tag >= 0) text += QStringLiteral(" · tag %1").arg(flow->tag);
     // Right of the visible part's middle (left of it near the plot's right edge), inside the plot.
     const int label_width = input.text.width(text) + 6;

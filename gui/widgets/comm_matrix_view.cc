@@ -14,20 +14,13 @@
 #include <QVBoxLayout>
 
 #include "gradscope/common/units.h"
+#include "models/palette.h"
+#include "models/units_text.h"
 #include "widgets/chart_util.h"
 
 namespace gradscope::gui {
 
-namespace {
-const QColor kText(0x22, 0x26, 0x2e);
-const QColor kMuted(0x6b, 0x72, 0x80);
-const QColor kGrid(0xe2, 0xe5, 0xea);
-const QColor kHover(0x11, 0x11, 0x11);
-
-QString durationText(std::int64_t ns) {
-  return QString::fromStdString(formatDuration(static_cast<double>(ns)));
-}
-}  // namespace
+namespace {}  // namespace
 
 // ---- CommMatrixWidget
 
@@ -124,7 +117,7 @@ void CommMatrixWidget::paintEvent(QPaintEvent*) {
   if (hovered_) {
     const QRect cell(scene.grid.left() + hovered_->second * scene.cell,
                      scene.grid.top() + hovered_->first * scene.cell, scene.cell, scene.cell);
-    painter.setPen(QPen(kHover, scene.cell >= 8 ? 2 : 1));
+    painter.setPen(QPen(kOutline, scene.cell >= 8 ? 2 : 1));
     painter.drawRect(cell.adjusted(0, 0, -1, -1));
   }
 }

@@ -20,6 +20,7 @@
 
 #include "gradscope/common/units.h"
 #include "gradscope/storage/files.h"
+#include "models/units_text.h"
 #include "widgets/chart_util.h"
 
 namespace gradscope::gui {
@@ -51,10 +52,6 @@ QString gainText(const TimeInterval& baseline, const TimeInterval& choice) {
       .arg(100 * gain, 0, 'f', 1)
       .arg(100 * std::min(low, high), 0, 'f', 1)
       .arg(100 * std::max(low, high), 0, 'f', 1);
-}
-
-QString durationText(double ns) {
-  return QString::fromStdString(formatDuration(ns));
 }
 
 // What the chosen async strategy saves on the step, as `gradscope recommend` says it: of the median step

@@ -14,20 +14,14 @@
 #include <QVBoxLayout>
 
 #include "gradscope/common/units.h"
+#include "models/palette.h"
+#include "models/units_text.h"
 #include "widgets/chart_util.h"
 
 namespace gradscope::gui {
 
 namespace {
-const QColor kText(0x22, 0x26, 0x2e);
-const QColor kMuted(0x6b, 0x72, 0x80);
-const QColor kGrid(0xe2, 0xe5, 0xea);
-const QColor kHover(0x11, 0x11, 0x11);
 const QColor kEmptyCell(0xf3, 0xf4, 0xf6);  // a rank without the step
-
-QString durationText(double ns) {
-  return QString::fromStdString(formatDuration(std::max(ns, 0.0)));
-}
 
 // The timeline's window for a step: its span with a twentieth on each side, so its edges show.
 TimeRange padded(TimeRange range) {
@@ -159,7 +153,7 @@ void StepsWidget::paintEvent(QPaintEvent*) {
     const QRect cell(
         scene.columnLeft(hovered_->second), scene.heatmap.top() + hovered_->first * scene.row_height,
         scene.columnRight(hovered_->second) - scene.columnLeft(hovered_->second), scene.row_height);
-    painter.setPen(QPen(kHover, scene.row_height >= 8 ? 2 : 1));
+    painter.setPen(QPen(kOutline, scene.row_height >= 8 ? 2 : 1));
     painter.drawRect(cell.adjusted(0, 0, -1, -1));
   }
 }
@@ -355,7 +349,7 @@ QString StepsView::noteText() const {
           .arg(breakdown.hosts.size())
           .arg(breakdown.hosts.size() == 1 ? QString() : QStringLiteral("s"),
                hosts.join(QStringLiteral(", ")),
-               durationText(measured > 0 ? span / static_cast<double>(measured) : 0.0), share(compute),
+               spanText(measured > 0 ? span / static_cast<double>(measured) : 0.0), share(compute),
                share(exposed), share(waiting));
   if (gpu_rows > 0)
     text += QStringLiteral(

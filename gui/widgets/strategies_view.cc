@@ -22,6 +22,7 @@
 #include "gradscope/common/units.h"
 #include "gradscope/tuner/model.h"
 #include "models/palette.h"
+#include "models/units_text.h"
 #include "widgets/chart_util.h"
 
 namespace gradscope::gui {
@@ -204,8 +205,7 @@ void StrategiesView::fillSizes() {
   std::set<std::int64_t> sizes;
   for (const StrategyPoint* p : pointsOfGroup()) sizes.insert(p->bytes);
   for (const std::int64_t bytes : sizes) {
-    size_->addItem(QString::fromStdString(formatBytes(static_cast<std::uint64_t>(bytes))),
-                   QVariant::fromValue<qint64>(bytes));
+    size_->addItem(bytesText(bytes), QVariant::fromValue<qint64>(bytes));
   }
   size_->setCurrentIndex(size_->count() - 1);
 }

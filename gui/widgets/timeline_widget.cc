@@ -15,6 +15,8 @@
 #include "gradscope/common/units.h"
 #include "models/analysis_models.h"
 #include "models/palette.h"
+#include "models/units_text.h"
+#include "widgets/chart_util.h"
 
 namespace gradscope::gui {
 
@@ -24,18 +26,9 @@ const QColor kBackground(0xff, 0xff, 0xff);
 const QColor kGutter(0xf3, 0xf4, 0xf6);
 const QColor kStripe(0xf8, 0xf9, 0xfb);
 const QColor kHostBand(0xe4, 0xe8, 0xee);
-const QColor kText(0x22, 0x26, 0x2e);
-const QColor kMuted(0x6b, 0x72, 0x80);
-const QColor kGrid(0xe2, 0xe5, 0xea);
 const QColor kError(0xc6, 0x28, 0x28);
-const QColor kSelection(0x11, 0x11, 0x11);
 const QColor kRubberBand(0x4e, 0x79, 0xa7);
 const QColor kArrow(0x1f, 0x29, 0x37);
-
-void drawText(QPainter& painter, const SceneText& text) {
-  const Qt::Alignment alignment = Qt::AlignVCenter | (text.right ? Qt::AlignRight : Qt::AlignLeft);
-  painter.drawText(text.rect, static_cast<int>(alignment.toInt()), text.text);
-}
 
 // Messages: a line from the send's end to the receive's end, an arrowhead there when it is in view, the
 // size and tag beside it on a white ground. Antialiased: slanted lines look broken without.
@@ -62,7 +55,7 @@ void drawArrows(QPainter& painter, const std::vector<SceneArrow>& arrows, const 
     painter.setFont(font);
     painter.fillRect(arrow.label.rect, QColor(255, 255, 255, 220));
     painter.setPen(kArrow);
-    drawText(painter, arrow.label);
+    drawSceneText(painter, arrow.label);
   }
   painter.restore();
 }
@@ -270,21 +263,21 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
       painter.fillRect(QRect(scene.plot.left(), row.top, scene.plot.width(), row.height), kStripe);
     }
     painter.setPen(kText);
-    if (row.label) drawText(painter, *row.label);
+    if (row.label) drawSceneText(painter, *row.label);
     painter.setFont(font());
   }
 
   // Time axis with grid lines.
   painter.fillRect(scene.axis, kBackground);
   painter.setPen(kMuted);
-  drawText(painter, scene.axis_title);
+  drawSceneText(painter, scene.axis_title);
   for (const AxisTick& tick : scene.ticks) {
     painter.setPen(kGrid);
     painter.drawLine(tick.x, scene.axis.bottom() + 1, tick.x, scene.plot.bottom());
     painter.setPen(kMuted);
     painter.drawLine(tick.x, scene.axis.bottom() - 5, tick.x, scene.axis.bottom());
     painter.setPen(kText);
-    drawText(painter, tick.label);
+    drawSceneText(painter, tick.label);
   }
   painter.setPen(kGrid);
   painter.drawLine(scene.plot.left(), scene.axis.bottom(), scene.plot.right(), scene.axis.bottom());
@@ -293,7 +286,7 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
   drawBars(painter, scene.posted);
   drawBars(painter, scene.bars);
   if (scene.selection) {
-    painter.setPen(QPen(kSelection, 2));
+    painter.setPen(QPen(kOutline, 2));
     painter.setBrush(Qt::NoBrush);
     painter.drawRect(*scene.selection);
   }
@@ -312,14 +305,14 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
   for (const LegendEntry& entry : scene.legend) {
     painter.fillRect(entry.swatch, entry.posted ? kMuted : apiColor(entry.api));
     painter.setPen(kText);
-    drawText(painter, entry.label);
+    drawSceneText(painter, entry.label);
   }
   if (scene.legend_more) {
     painter.setPen(kMuted);
-    drawText(painter, *scene.legend_more);
+    drawSceneText(painter, *scene.legend_more);
   }
   painter.setPen(scene.status_is_error ? kError : kMuted);
-  drawText(painter, scene.status);
+  drawSceneText(painter, scene.status);
 }
 
 void TimelineWidget::resizeEvent(QResizeEvent*) {
@@ -426,9 +419,7 @@ QString TimelineWidget::peerText(const storage::CallRecord& call) const {
   if (isNonblocking(call.api) && call.enqueue_ns < call.start_ns) {
     text +=
         QStringLiteral("<br>posted at %1, waited for from %2 (%3 later)")
-            .arg(
-                time(call.enqueue_ns), time(call.start_ns),
-                QString::fromStdString(formatDuration(static_cast<double>(call.start_ns - call.enqueue_ns))));
+            .arg(time(call.enqueue_ns), time(call.start_ns), durationText(call.start_ns - call.enqueue_ns));
   }
   const std::vector<const PeerFlow*> flows = flows_ ? flows_->of(call.id) : std::vector<const PeerFlow*>{};
   for (const PeerFlow* flow : flows) {
@@ -453,13 +444,10 @@ QString TimelineWidget::peerText(const storage::CallRecord& call) const {
   }
   if (call.recv_bytes >= 0 && call.api != Api::MpiRecv && call.api != Api::MpiIrecv &&
       call.api != Api::NcclRecv)
-    text += QStringLiteral("<br>received %1")
-                .arg(QString::fromStdString(formatBytes(static_cast<std::uint64_t>(call.recv_bytes))));
+    text += QStringLiteral("<br>received %1").arg(bytesText(call.recv_bytes));
   if (call.peer_max_bytes >= 0) {
     text += QStringLiteral("<br>per peer %1 to %2")
-                .arg(QString::fromStdString(formatBytes(
-                         static_cast<std::uint64_t>(std::max<std::int64_t>(call.peer_min_bytes, 0)))),
-                     QString::fromStdString(formatBytes(static_cast<std::uint64_t>(call.peer_max_bytes))));
+                .arg(bytesText(call.peer_min_bytes), bytesText(call.peer_max_bytes));
   }
   return text;
 }
@@ -480,16 +468,14 @@ QString TimelineWidget::tooltipAt(QPoint point) const {
                        .arg(row->rank)
                        .arg(host);
     text += QStringLiteral("%1 · %2 × %3%4<br>")
-                .arg(QString::fromStdString(
-                    formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(call->bytes, 0)))))
+                .arg(bytesText(call->bytes))
                 .arg(call->count)
                 .arg(toQString(name(call->dtype)))
                 .arg(call->op == ReduceOp::None ? QString()
                                                 : QStringLiteral(" · op ") + toQString(name(call->op)));
-    text +=
-        QStringLiteral("duration %1 · starts at %2<br>")
-            .arg(QString::fromStdString(formatDuration(static_cast<double>(call->end_ns - call->start_ns))))
-            .arg(QString::fromStdString(tickLabel(static_cast<double>(call->start_ns), 1000)));
+    text += QStringLiteral("duration %1 · starts at %2<br>")
+                .arg(durationText(call->end_ns - call->start_ns))
+                .arg(QString::fromStdString(tickLabel(static_cast<double>(call->start_ns), 1000)));
     text += QStringLiteral("call %1 · seq %2 · step %3")
                 .arg(call->id)
                 .arg(call->seq)
@@ -514,12 +500,11 @@ QString TimelineWidget::tooltipAt(QPoint point) const {
       .arg(row->rank)
       .arg(host)
       .arg(bucket->calls)
-      .arg(QString::fromStdString(formatDuration(bucket_ns)))
-      .arg(QString::fromStdString(formatDuration(static_cast<double>(bucket->busy_ns))))
+      .arg(durationText(bucket_ns))
+      .arg(durationText(bucket->busy_ns))
       .arg(std::min(100.0, 100.0 * static_cast<double>(bucket->busy_ns) / bucket_ns), 0, 'f', 1)
-      .arg(QString::fromStdString(
-          formatBytes(static_cast<std::uint64_t>(std::max<std::int64_t>(bucket->bytes, 0)))))
-      .arg(QString::fromStdString(formatDuration(static_cast<double>(bucket->max_ns))))
+      .arg(bytesText(bucket->bytes))
+      .arg(durationText(bucket->max_ns))
       .arg(toQString(name(bucket->dominant_api)));
 }
 
