@@ -196,7 +196,8 @@ int gradscope::cli::commandLine(int argc, char** argv, storage::MergeLink* merge
   check->add_option(
       "--min-step-gain", check_options.min_step_gain,
       "Exit 1 unless the plan of a validated apply run (gradscope run --validate) made the step at "
-      "least this much faster, e.g. 2% (--baseline may be left out)");
+      "least this much faster over the whole 95% interval of its measurement, e.g. 2% (--baseline may be "
+      "left out)");
 
   // merge
   std::vector<std::string> merge_inputs;

@@ -123,6 +123,52 @@ std::string readFile(const std::string& path) {
   return text.str();
 }
 
+// --min-step-gain gates on proof: the gain's whole 95% interval must reach the minimum. A run whose interval
+// spans a slowdown passes no minimum, whatever its point estimate (a noisy run measured "71% faster
+// [-51%, 90%]" and passed a 50% gate on its point estimate).
+TEST(CheckStepGain, PassesOnlyWhenTheWholeIntervalReachesTheMinimum) {
+  TempDir dir;
+  const auto traceWith = [&](const std::string& name, double change, double low, double high) {
+    Validation validation;
+    validation.window_calls = 14;
+    validation.windows_with = validation.windows_without = 29;
+    validation.steps_with = validation.steps_without = 60;
+    validation.step_without_ns = 1'000'000;
+    validation.step_with_ns = 1'000'000 * (1 + change);
+    validation.change = change, validation.change_low = low, validation.change_high = high;
+    const std::string path = dir.file(name + ".db");
+    TraceWriter writer = TraceWriter::create(path);
+    storage::RunInfo run;
+    run.uuid = name;
+    run.mode = "apply";
+    run.backend = Backend::Mpi;
+    run.world_size = 2;
+    run.host = "h";
+    run.config_json =
+        nlohmann::json{{"validation", nlohmann::json::parse(validationJson(validation))}}.dump();
+    writer.addRun(run);
+    writer.finish(1'000'000);
+    return path;
+  };
+  CheckCommand gate;
+  gate.min_step_gain = 0.02;
+  // 5% faster, between 3% and 7%: at least 2%.
+  CheckRun proven = runCheck("", traceWith("proven", -0.05, -0.07, -0.03), gate);
+  EXPECT_EQ(proven.exit_code, kCheckExitOk) << proven.out << proven.err;
+  EXPECT_TRUE(proven.out.starts_with("OK: the plan made the step 5.00% faster [3.00%, 7.00%]")) << proven.out;
+  // 1% faster: below the minimum.
+  CheckRun below = runCheck("", traceWith("below", -0.01, -0.015, -0.005), gate);
+  EXPECT_EQ(below.exit_code, kCheckExitRegression);
+  EXPECT_NE(below.out.find("--min-step-gain 2.00%: below it"), std::string::npos) << below.out;
+  // 71% faster on its point estimate, but anywhere from 51% slower to 90% faster: not shown.
+  gate.min_step_gain = 0.5;
+  CheckRun noisy = runCheck("", traceWith("noisy", -0.71, -0.90, 0.51), gate);
+  EXPECT_EQ(noisy.exit_code, kCheckExitRegression);
+  EXPECT_TRUE(noisy.out.starts_with("REGRESSION: the plan made the step 71.00% faster [-51.00%, 90.00%]"))
+      << noisy.out;
+  EXPECT_NE(noisy.out.find("its 95% interval reaches below it"), std::string::npos) << noisy.out;
+}
+
 TEST(CheckStatistics, RankTestsGiveExactTails) {
   // Completely separated 8 against 8: one arrangement of C(16, 8) = 12870.
   EXPECT_NEAR(mannWhitneyGreater(samples(1000, 8), samples(1200, 8)), 1.0 / 12870, 1e-12);
