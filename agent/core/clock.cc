@@ -64,19 +64,10 @@ ClockPair readClockPair() {
 
 namespace {
 
-// mono_to_epoch: realtime − monotonic, from back-to-back reads (three, keeping the tightest pair).
+// mono_to_epoch: realtime − monotonic, the realtime read between two monotonic reads (readClockPair).
 std::int64_t monoToEpochNs() {
-  std::int64_t best_gap = INT64_MAX, offset = 0;
-  for (int i = 0; i < 3; ++i) {
-    const std::int64_t m0 = monotonicNs();
-    const std::int64_t r = realtimeNs();
-    const std::int64_t m1 = monotonicNs();
-    if (m1 - m0 < best_gap) {
-      best_gap = m1 - m0;
-      offset = r - (m0 + (m1 - m0) / 2);
-    }
-  }
-  return offset;
+  const ClockPair pair = readClockPair([] { return static_cast<std::uint64_t>(monotonicNs()); }, realtimeNs);
+  return pair.mono_ns - static_cast<std::int64_t>(pair.tick);
 }
 
 constexpr std::int64_t kMinRefineIntervalNs = 5'000'000;

@@ -51,7 +51,8 @@ struct ClockPair {
   std::int64_t mono_ns;
 };
 ClockPair readClockPair();
-// The same from given clocks (tests).
+// The same from given clocks: `read_mono_ns` read between two reads of `read_ticks` (tests, and the
+// realtime − monotonic offset, which reads realtime between two monotonic reads).
 ClockPair readClockPair(std::uint64_t (*read_ticks)(), std::int64_t (*read_mono_ns)());
 
 // Chooses the tick source: the TSC when the CPU says it is invariant (constant rate, runs in every

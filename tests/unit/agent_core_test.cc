@@ -677,17 +677,8 @@ TEST(ClockConversion, TicksConvertToTheWallClock) {
   ClockConversion clock;
   // The wall clock read between two tick reads, the tightest of a few tries.
   const auto error_now = [&] {
-    std::int64_t best_bracket = INT64_MAX, error = 0;
-    for (int i = 0; i < 5; ++i) {
-      const std::uint64_t before = ticks();
-      const std::int64_t wall = realtimeNs();
-      const std::uint64_t after = ticks();
-      if (static_cast<std::int64_t>(after - before) < best_bracket) {
-        best_bracket = static_cast<std::int64_t>(after - before);
-        error = clock.toEpochNs(before + (after - before) / 2) - wall;
-      }
-    }
-    return error;
+    const ClockPair wall = readClockPair(ticks, realtimeNs);
+    return clock.toEpochNs(wall.tick) - wall.mono_ns;
   };
   // 20 ms on the first rate alone, then after a refinement. Calibration pairs read within ~100 ns of each
   // other put the first rate within 1e-4 (2 µs at 20 ms); when each pair was two plain reads in a row, a
