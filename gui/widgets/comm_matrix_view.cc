@@ -20,8 +20,6 @@
 
 namespace gradscope::gui {
 
-namespace {}  // namespace
-
 // ---- CommMatrixWidget
 
 CommMatrixWidget::CommMatrixWidget(CommMatrixModel* model, QWidget* parent) : QWidget(parent), model_(model) {
