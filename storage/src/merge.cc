@@ -8,6 +8,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -1114,10 +1115,20 @@ MergeSummary mergeTraces(const std::vector<std::string>& inputs, const std::stri
     // The step model needs every rank's calls, their steps and the clocks' offsets: read back what was
     // just written (committed, so a reader of the WAL sees it), then store its rows with the rest.
     writer.commit();
-    const StepModel model = computeStepModel(TraceReader::open(out.temporaryPath()));
-    writer.appendSteps(model.steps);
-    writer.appendExposure(model.exposure);
-    summary.step_rows = static_cast<std::int64_t>(model.steps.size());
+    {
+      // The tuner's workload too, counted once here rather than by every recommend and check: beside the
+      // model (one thread), through a connection of its own.
+      auto counts_later = std::async(std::launch::async, [path = out.temporaryPath()] {
+        return TraceReader::open(path).reductionCounts();
+      });
+      const StepModel model = computeStepModel(TraceReader::open(out.temporaryPath()));
+      const TraceReader::ReductionCounts counts = counts_later.get();
+      writer.appendSteps(model.steps);
+      writer.appendExposure(model.exposure);
+      writer.appendStepCalls(model.step_calls);
+      writer.setReductionCounts(counts.sizes, counts);
+      summary.step_rows = static_cast<std::int64_t>(model.steps.size());
+    }
     writer.finish();
   }
   out.commit();

@@ -637,6 +637,11 @@ std::vector<CallExposure> TraceReader::exposure() const {
   return readAll(impl_->db, detail::kExposure, "api, dtype, bytes");
 }
 
+std::vector<StepCallTime> TraceReader::stepCalls() const {
+  return readAll(impl_->db, detail::kStepCalls, "step, api, size_class",
+                 static_cast<std::size_t>(impl_->db.queryInt("SELECT count(*) FROM step_calls")));
+}
+
 std::vector<GpuActivityRecord> TraceReader::gpuActivity() const {
   return readAll(impl_->db, detail::kGpuActivity, "rank_id, start_ns, kind");
 }
@@ -896,6 +901,15 @@ void scanReductions(sql::Database& db, std::int64_t first, std::int64_t last,
 }  // namespace
 
 TraceReader::ReductionCounts TraceReader::reductionCounts(std::int64_t rows_per_thread) const {
+  // Stored by merge (schema v9): its rows, already in order.
+  if (const auto totals = readAll(impl_->db, detail::kReductionTotals, "rowid"); !totals.empty()) {
+    ReductionCounts stored;
+    static_cast<ReductionTotals&>(stored) = totals.front();
+    stored.sizes =
+        readAll(impl_->db, detail::kReductionSizes, "api, dtype, op, bytes",
+                static_cast<std::size_t>(impl_->db.queryInt("SELECT count(*) FROM reduction_sizes")));
+    return stored;
+  }
   std::int64_t first = 0, last = -1;
   {
     // Two statements: SQLite answers a lone min() or max() of the rowid from the b-tree's ends, but

@@ -148,6 +148,16 @@ void migrateV7ToV8(sql::Database& db) {
   db.exec(detail::kExposure.ddl());
 }
 
+void migrateV8ToV9(sql::Database& db) {
+  // step_calls, reduction_sizes and reduction_totals are new. The derived steps and exposure rows go
+  // (readers derive the model again, like v7 -> v8), so that steps rows in a v9 file always come with
+  // their step_calls; without a reduction_totals row, the reductions are counted from the calls.
+  if (db.queryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'step_calls'") > 0)
+    return;
+  db.exec("DELETE FROM steps; DELETE FROM exposure;");
+  db.exec(detail::kStepCalls.ddl() + detail::kReductionSizes.ddl() + detail::kReductionTotals.ddl());
+}
+
 }  // namespace
 
 std::span<const std::string_view> tableNames() {
@@ -184,6 +194,7 @@ void migrate(sql::Database& db, int from) {
   if (from <= 5) migrateV5ToV6(db);
   if (from <= 6) migrateV6ToV7(db);
   if (from <= 7) migrateV7ToV8(db);
+  if (from <= 8) migrateV8ToV9(db);
   db.exec("DROP VIEW IF EXISTS call_view");
   db.exec(kCallView);
   db.exec("PRAGMA legacy_alter_table = OFF");

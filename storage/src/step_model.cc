@@ -1,6 +1,7 @@
 #include "gradscope/storage/step_model.h"
 
 #include <algorithm>
+#include <bit>
 #include <functional>
 #include <map>
 #include <set>
@@ -123,62 +124,141 @@ bool isCollective(const Call& call) {
   return call.comm >= 0 && !numberedApart(call.api);
 }
 
-// CallExposure entries by (api, dtype, bytes): open addressing over a flat array, one probe per call
-// for most calls (a node-based map costs a cache miss per level).
-class ExposureTable {
+// Entries by key: open addressing over a flat array, one probe per call for most calls (a node-based map
+// costs a cache miss per level, and a job that reduces tensors one by one has hundreds of thousands of
+// sizes). `Key` has == and hash(); the entries come out in no order.
+template <typename Key, typename Entry>
+class FlatTable {
  public:
-  ExposureTable() : slots_(64) {}
+  FlatTable() : slots_(64) {}
 
-  // The entry of that key, created (zero calls) when new.
-  CallExposure& at(Api api, DType dtype, std::int64_t bytes) {
-    if (last_ != nullptr && last_->bytes == bytes && last_->api == api && last_->dtype == dtype)
-      return *last_;
+  // The entry of that key, value-initialised when new.
+  Entry& at(const Key& key) {
+    if (last_ != nullptr && last_->key == key) return last_->entry;
     if (2 * (used_ + 1) > slots_.size()) grow();
-    Slot& found = slots_[find(api, dtype, bytes)];
+    Slot& found = slots_[find(key)];
     if (!found.used) {
       found.used = true;
-      found.entry.api = api, found.entry.dtype = dtype, found.entry.bytes = bytes;
+      found.key = key;
       ++used_;
     }
-    return *(last_ = &found.entry);
+    return (last_ = &found)->entry;
   }
-  // Every entry, in no order; the table is empty afterwards.
-  std::vector<CallExposure> take() {
-    std::vector<CallExposure> entries;
-    entries.reserve(used_);
+  // Every (key, entry), in no order; the table is empty afterwards.
+  template <typename Visit>
+  void take(Visit&& visit) {
     for (const Slot& slot : slots_)
-      if (slot.used) entries.push_back(slot.entry);
-    *this = ExposureTable();
-    return entries;
+      if (slot.used) visit(slot.key, slot.entry);
+    *this = FlatTable();
   }
+  std::size_t size() const { return used_; }
 
  private:
   struct Slot {
     bool used = false;
-    CallExposure entry;
+    Key key;
+    Entry entry{};
   };
   // The slot holding the key, or the empty one where it goes.
-  std::size_t find(Api api, DType dtype, std::int64_t bytes) const {
+  std::size_t find(const Key& key) const {
     const std::size_t mask = slots_.size() - 1;
-    const auto h = static_cast<std::uint64_t>(bytes) * 0x9E3779B97F4A7C15ull ^
-                   (static_cast<std::uint64_t>(api) << 16 | static_cast<std::uint64_t>(dtype));
-    std::size_t i = static_cast<std::size_t>(h ^ (h >> 29)) & mask;
-    while (slots_[i].used &&
-           (slots_[i].entry.bytes != bytes || slots_[i].entry.api != api || slots_[i].entry.dtype != dtype))
-      i = (i + 1) & mask;
+    std::size_t i = static_cast<std::size_t>(key.hash()) & mask;
+    while (slots_[i].used && !(slots_[i].key == key)) i = (i + 1) & mask;
     return i;
   }
   void grow() {
     std::vector<Slot> old(slots_.size() * 2);
     old.swap(slots_);
     for (const Slot& slot : old)
-      if (slot.used) slots_[find(slot.entry.api, slot.entry.dtype, slot.entry.bytes)] = slot;
+      if (slot.used) slots_[find(slot.key)] = slot;
     last_ = nullptr;
   }
 
   std::vector<Slot> slots_;
   std::size_t used_ = 0;
-  CallExposure* last_ = nullptr;
+  Slot* last_ = nullptr;
+};
+
+std::uint64_t mixHash(std::uint64_t h) {
+  return h ^ (h >> 29);
+}
+
+// A kind of collective, for the exposure.
+struct ExposureKey {
+  Api api = Api::Unknown;
+  DType dtype = DType::Other;
+  std::int64_t bytes = 0;
+  bool operator==(const ExposureKey&) const = default;
+  std::uint64_t hash() const {
+    return mixHash(static_cast<std::uint64_t>(bytes) * 0x9E3779B97F4A7C15ull ^
+                   (static_cast<std::uint64_t>(api) << 16 | static_cast<std::uint64_t>(dtype)));
+  }
+};
+
+// A step's calls of one API and size class (StepCallTime).
+struct StepCallKey {
+  std::int64_t step = 0;
+  Api api = Api::Unknown;
+  int size_class = -1;
+  bool operator==(const StepCallKey&) const = default;
+  std::uint64_t hash() const {
+    const auto kind = static_cast<std::uint64_t>(api) << 8 | static_cast<std::uint8_t>(size_class + 1);
+    return mixHash(static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ull ^ kind);
+  }
+};
+
+// floor(log2(bytes)), -1 for none (StepCallTime::size_class).
+int sizeClass(std::int64_t bytes) {
+  return bytes > 0 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes))) - 1 : -1;
+}
+
+// The calls' time per (step, api, size class). A rank's calls of one step come together and fall into a few
+// kinds, summed in a short list first: the table of every step's kinds (hundreds of thousands of entries
+// in a long run) is probed once per kind and rank step, not once per call.
+class StepCallTally {
+ public:
+  void add(std::uint32_t rank, std::int64_t step, Api api, int size_class, std::int64_t ns) {
+    if (rank != rank_ || step != step_ || current_.size() == kCurrentKinds) {
+      flush();
+      rank_ = rank, step_ = step;
+    }
+    for (StepCallTime& kind : current_)
+      if (kind.api == api && kind.size_class == size_class) {
+        ++kind.calls, kind.total_ns += ns;
+        return;
+      }
+    current_.push_back({step, api, size_class, 1, ns});
+  }
+  // Every (step, api, size class), in that order; the tally is empty afterwards.
+  std::vector<StepCallTime> take() {
+    flush();
+    std::vector<StepCallTime> rows;
+    rows.reserve(table_.size());
+    table_.take([&](const StepCallKey& key, StepCallTime row) {
+      row.step = key.step, row.api = key.api, row.size_class = key.size_class;
+      rows.push_back(row);
+    });
+    std::sort(rows.begin(), rows.end(), [](const StepCallTime& a, const StepCallTime& b) {
+      return std::tie(a.step, a.api, a.size_class) < std::tie(b.step, b.api, b.size_class);
+    });
+    *this = StepCallTally();
+    return rows;
+  }
+
+ private:
+  static constexpr std::size_t kCurrentKinds = 32;  // searched linearly; past that, summed in part
+  void flush() {
+    for (const StepCallTime& kind : current_) {
+      StepCallTime& sum = table_.at({kind.step, kind.api, kind.size_class});
+      sum.calls += kind.calls, sum.total_ns += kind.total_ns;
+    }
+    current_.clear();
+  }
+
+  FlatTable<StepCallKey, StepCallTime> table_;
+  std::vector<StepCallTime> current_;
+  std::uint32_t rank_ = 0;
+  std::int64_t step_ = -1;
 };
 
 // Who posted each collective last (its enqueue, compared on rank 0's clock), by (communicator, seq,
@@ -473,10 +553,11 @@ StepModel computeStepModel(const TraceReader& reader,
   std::vector<std::uint32_t> finished;  // ranks in the order their rows were placed
   std::vector<std::map<std::int64_t, StepRecord>> bounds(rank_ids.size());
   std::vector<std::vector<Call>> pending(rank_ids.size());  // a rank's MPI calls until its last
-  // Exposure per (api, dtype, bytes), in a flat hash table: a job that reduces tensors one by one has
-  // hundreds of thousands of sizes, on which an ordered map took a third of `gradscope recommend`;
-  // the entries are sorted once at the end.
-  ExposureTable exposure;
+  // Exposure per (api, dtype, bytes) and the calls' time per (step, api, size class), in flat hash tables:
+  // a job that reduces tensors one by one has hundreds of thousands of sizes, on which an ordered map took
+  // a third of `gradscope recommend`; the entries are sorted once at the end.
+  FlatTable<ExposureKey, CallExposure> exposure;
+  StepCallTally step_calls;
   std::vector<Interval> blocked, in_flight, waiting;
   const auto finishRank = [&](std::uint32_t r) {
     RankSteps rank = appendConsecutiveSpans(bounds[r], rows);
@@ -508,6 +589,7 @@ StepModel computeStepModel(const TraceReader& reader,
     if (record.id > last_id[r]) return true;  // written after the first pass (a trace being written)
     const bool host = backendOf(record.api) == Backend::Mpi;
     if (record.step >= 0) {
+      step_calls.add(r, record.step, record.api, sizeClass(record.bytes), record.end_ns - record.start_ns);
       auto [it, inserted] = bounds[r].try_emplace(record.step);
       StepRecord& row = it->second;
       const std::int64_t finish = host ? record.end_ns : record.enqueue_ns;
@@ -539,7 +621,7 @@ StepModel computeStepModel(const TraceReader& reader,
       // Exposure per kind of collective, in id order.
       if (!isPointToPoint(call.api) && call.exposure) {
         const std::int64_t arrived = std::max(call.enqueue, call.last);
-        CallExposure& entry = exposure.at(call.api, call.dtype, call.bytes);
+        CallExposure& entry = exposure.at({call.api, call.dtype, call.bytes});
         ++entry.calls;
         entry.transport_ns += static_cast<double>(std::max<std::int64_t>(0, call.end - arrived));
         entry.exposed_ns +=
@@ -572,7 +654,12 @@ StepModel computeStepModel(const TraceReader& reader,
       return rank_index.at(a.rank_id) < rank_index.at(b.rank_id);
     });
 
-  model.exposure = exposure.take();
+  model.exposure.reserve(exposure.size());
+  exposure.take([&](const ExposureKey& key, CallExposure entry) {
+    entry.api = key.api, entry.dtype = key.dtype, entry.bytes = key.bytes;
+    model.exposure.push_back(entry);
+  });
+  model.step_calls = step_calls.take();
   for (CallExposure& entry : model.exposure) {
     entry.transport_ns /= static_cast<double>(entry.calls);
     entry.exposed_ns /= static_cast<double>(entry.calls);
@@ -597,11 +684,14 @@ std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader) {
   return computeStepModel(reader).steps;
 }
 
-StepModel readOrComputeStepModel(const TraceReader& reader) {
+StepModel readOrComputeStepModel(const TraceReader& reader, StoredParts parts) {
   StepModel model;
   model.steps = reader.steps();
   if (model.steps.empty()) return computeStepModel(reader);
-  model.exposure = reader.exposure();  // written with the steps (schema v8), empty where no MPI collective is
+  // Written with the steps: the exposure (schema v8; empty where no MPI collective is) and the step calls
+  // (v9).
+  if (parts.exposure) model.exposure = reader.exposure();
+  if (parts.step_calls) model.step_calls = reader.stepCalls();
   return model;
 }
 

@@ -318,10 +318,52 @@ inline constexpr auto kExposure = table(
     column<&CallExposure::exposed_ns>("exposed_ns", "REAL NOT NULL",
                                       "mean part of transport_ns the rank spent blocked"));
 
+// The calls' time per step and kind, written by merge beside the steps: what `gradscope check` compares
+// between two runs step by step, without reading every call of both again.
+inline constexpr auto kStepCalls = table(
+    {.name = "step_calls",
+     .about = "The calls of each step by API and size class, over every rank (derived at merge with the\n"
+              "steps; docs/schema.md, \"Derived at merge\").",
+     .comment_at = 17,
+     .constraint = "PRIMARY KEY (step, api, size_class)",
+     .without_rowid = true},
+    column<&StepCallTime::step>("step", "INTEGER NOT NULL", "calls.step"),
+    column<&StepCallTime::api>("api", "INTEGER NOT NULL", "names.domain 'api'"),
+    column<&StepCallTime::size_class>("size_class", "INTEGER NOT NULL",
+                                      "floor(log2(bytes)): calls of 2^k up to 2^(k+1) bytes; -1: 0 bytes"),
+    column<&StepCallTime::calls>("calls", "INTEGER NOT NULL", "calls of the class in the step"),
+    column<&StepCallTime::total_ns>("total_ns", "INTEGER NOT NULL", "their end_ns - start_ns, summed"));
+
+// The workload the tuner weighs (TraceReader::reductionCounts), written by merge: recommend reads these
+// rows instead of counting every call.
+inline constexpr auto kReductionSizes = table(
+    {.name = "reduction_sizes",
+     .about = "The reductions of the trace by kind, over every rank, leaving out those on communicators of\n"
+              "one rank (derived at merge; docs/schema.md, \"Derived at merge\").",
+     .comment_at = 13,
+     .constraint = "PRIMARY KEY (api, dtype, op, bytes)",
+     .without_rowid = true},
+    column<&ReductionCount::api>("api", "INTEGER NOT NULL", "names.domain 'api'"),
+    column<&ReductionCount::dtype>("dtype", "INTEGER NOT NULL", "names.domain 'dtype'"),
+    column<&ReductionCount::op>("op", "INTEGER NOT NULL", "names.domain 'op'"),
+    column<&ReductionCount::bytes>("bytes", "INTEGER NOT NULL", "calls.bytes"),
+    column<&ReductionCount::calls>("calls", "INTEGER NOT NULL", "calls of this kind"));
+
+inline constexpr auto kReductionTotals =
+    table({.name = "reduction_totals",
+           .about = "One row, written by merge with reduction_sizes (a file without it has its reductions\n"
+                    "counted from the calls).",
+           .comment_at = 19},
+          column<&ReductionTotals::steps>("steps", "INTEGER NOT NULL",
+                                          "distinct known steps of those reductions; 0: none known"),
+          column<&ReductionTotals::ranks>("ranks", "INTEGER NOT NULL", "distinct ranks that issued them"),
+          column<&ReductionTotals::single_rank_calls>("single_rank_calls", "INTEGER NOT NULL",
+                                                      "reductions left out: on communicators of one rank"));
+
 // Every table, in the order a new file creates them.
 inline constexpr std::tuple kAllTables{
-    &kNames,        &kRuns,  &kRanks,       &kComms,    &kMeasurements, &kRecommendations,
-    &kDrops,        &kCalls, &kCallTiles,   &kGpuCalls, &kPeerCalls,    &kConsensus,
-    &kAppliedCalls, &kSteps, &kGpuActivity, &kExposure};
+    &kNames,       &kRuns,      &kRanks,     &kComms,          &kMeasurements,   &kRecommendations, &kDrops,
+    &kCalls,       &kCallTiles, &kGpuCalls,  &kPeerCalls,      &kConsensus,      &kAppliedCalls,    &kSteps,
+    &kGpuActivity, &kExposure,  &kStepCalls, &kReductionSizes, &kReductionTotals};
 
 }  // namespace gradscope::storage::detail

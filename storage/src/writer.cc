@@ -389,6 +389,19 @@ void TraceWriter::appendExposure(std::span<const CallExposure> rows) {
   insertRows(impl_->db, detail::kExposure, rows);
 }
 
+void TraceWriter::appendStepCalls(std::span<const StepCallTime> rows) {
+  if (rows.empty()) return;
+  impl_->begin();
+  insertRows(impl_->db, detail::kStepCalls, rows);
+}
+
+void TraceWriter::setReductionCounts(std::span<const ReductionCount> sizes, const ReductionTotals& totals) {
+  impl_->begin();
+  impl_->db.exec("DELETE FROM reduction_sizes; DELETE FROM reduction_totals;");
+  insertRows(impl_->db, detail::kReductionSizes, sizes);
+  insertRow(impl_->db, detail::kReductionTotals, totals);
+}
+
 void TraceWriter::appendGpuActivity(std::span<const GpuActivityRecord> rows) {
   if (rows.empty()) return;
   impl_->begin();

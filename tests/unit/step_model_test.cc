@@ -457,6 +457,66 @@ TEST(StepModel, StepSavingOfAFasterOrSlowerTransport) {
   EXPECT_DOUBLE_EQ(stepSavingNs(0, 300, 100), 0);
 }
 
+void expectStepCalls(const std::vector<StepCallTime>& got, const std::vector<StepCallTime>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "row " << i);
+    EXPECT_EQ(got[i].step, want[i].step);
+    EXPECT_EQ(got[i].api, want[i].api);
+    EXPECT_EQ(got[i].size_class, want[i].size_class);
+    EXPECT_EQ(got[i].calls, want[i].calls);
+    EXPECT_EQ(got[i].total_ns, want[i].total_ns);
+  }
+}
+
+// The calls' time per step, API and size class, over the ranks: each call counted once, in the class of
+// its bytes (1024 and 1500 bytes share [1 KiB, 2 KiB); 2048 is the next; 0 bytes its own), a call without
+// a step nowhere.
+TEST(StepModel, StepCallsSumEachStepsCallsByKind) {
+  TempDir dir;
+  const std::string path = dir.file("kinds.db");
+  {
+    StepTraceBuilder trace(path, 2);
+    trace.collective(0, 0, 0, Api::MpiAllreduce, 0, 0, 100, 1024);
+    trace.collective(1, 0, 0, Api::MpiAllreduce, 0, 0, 130, 1024);
+    trace.collective(0, 1, 0, Api::MpiAllreduce, 200, 200, 207, 1500);
+    trace.collective(1, 1, 0, Api::MpiAllreduce, 200, 200, 211, 2048);
+    trace.collective(0, 2, 0, Api::MpiBarrier, 300, 300, 350, 0);
+    trace.collective(1, 2, 0, Api::MpiBarrier, 300, 300, 320, 0);
+    trace.collective(0, 3, -1, Api::MpiAllreduce, 400, 400, 900, 1024);  // an evaluation pass: no step
+    trace.collective(1, 3, -1, Api::MpiAllreduce, 400, 400, 900, 1024);
+    trace.collective(0, 4, 1, Api::MpiAllreduce, 1000, 1000, 1050, 1024);
+    trace.collective(1, 4, 1, Api::MpiAllreduce, 1000, 1000, 1090, 1024);
+    trace.finish();
+  }
+  const StepModel model = computeStepModel(TraceReader::open(path));
+  expectStepCalls(model.step_calls, {
+                                        {0, Api::MpiAllreduce, 10, 3, 100 + 130 + 7},
+                                        {0, Api::MpiAllreduce, 11, 1, 11},
+                                        {0, Api::MpiBarrier, -1, 2, 50 + 20},
+                                        {1, Api::MpiAllreduce, 10, 2, 50 + 90},
+                                    });
+}
+
+// More kinds in one rank's step than the tally sums in its short list (32), each kind twice, the second
+// round after the list was flushed: every kind's two calls still add up to one row.
+TEST(StepModel, StepCallsOfAStepWithManyKinds) {
+  TempDir dir;
+  const std::string path = dir.file("many.db");
+  constexpr int kKinds = 40;
+  {
+    StepTraceBuilder trace(path, 1);
+    std::int64_t t = 0, seq = 0;
+    for (int round = 0; round < 2; ++round)
+      for (int k = 0; k < kKinds; ++k, ++seq, t += 100)
+        trace.collective(0, seq, 0, Api::MpiAllreduce, t, t, t + k + 1, std::int64_t{1} << k);
+    trace.finish();
+  }
+  std::vector<StepCallTime> want;
+  for (int k = 0; k < kKinds; ++k) want.push_back({0, Api::MpiAllreduce, k, 2, 2 * (k + 1)});
+  expectStepCalls(computeStepModel(TraceReader::open(path)).step_calls, want);
+}
+
 TEST(StepModel, MergeStoresTheRowsAndTheReportShowsThem) {
   TempDir dir;
   const std::string input = dir.file("in.db"), merged = dir.file("merged.db");
@@ -486,6 +546,26 @@ TEST(StepModel, MergeStoresTheRowsAndTheReportShowsThem) {
   sameExposure(stored.exposure, computed.exposure);
   EXPECT_TRUE(TraceReader::open(input).exposure().empty());
   sameExposure(readOrComputeStepModel(TraceReader::open(input)).exposure, computed.exposure);
+  // The calls' time per step and kind, and the tuner's reduction counts: stored as computed from the calls.
+  ASSERT_EQ(computed.step_calls.size(), 6u);  // 3 steps x 2 APIs, all of 1 KiB
+  expectStepCalls(reader.stepCalls(), computed.step_calls);
+  expectStepCalls(stored.step_calls, computed.step_calls);
+  EXPECT_TRUE(TraceReader::open(input).stepCalls().empty());
+  const TraceReader::ReductionCounts counted = TraceReader::open(input).reductionCounts();
+  const TraceReader::ReductionCounts read = reader.reductionCounts();
+  EXPECT_EQ(read.steps, 3);
+  EXPECT_EQ(read.ranks, 2);
+  EXPECT_EQ(read.single_rank_calls, 0);
+  ASSERT_EQ(read.sizes.size(), 2u);
+  ASSERT_EQ(counted.sizes.size(), 2u);
+  for (std::size_t i = 0; i < read.sizes.size(); ++i) {
+    EXPECT_EQ(read.sizes[i].api, counted.sizes[i].api);
+    EXPECT_EQ(read.sizes[i].dtype, counted.sizes[i].dtype);
+    EXPECT_EQ(read.sizes[i].op, counted.sizes[i].op);
+    EXPECT_EQ(read.sizes[i].bytes, counted.sizes[i].bytes);
+    EXPECT_EQ(read.sizes[i].calls, 6);
+    EXPECT_EQ(read.sizes[i].calls, counted.sizes[i].calls);
+  }
 
   std::ostringstream text;
   cli::writeReport(reader, text, {});

@@ -1263,6 +1263,80 @@ TEST(StorageMigration, OpeningAV7TraceAddsTheExposure) {
   EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
 }
 
+// A v8 file, made from the frozen v8 DDL, opens as v9: step_calls, reduction_sizes and reduction_totals are
+// added, empty; the derived steps and exposure rows go (readers derive them again with the step_calls), the
+// calls stay and are counted from them; and it stores the definitions a new file does.
+TEST(StorageMigration, OpeningAV8TraceAddsTheStepCallsAndTheReductionCounts) {
+  TempDir dir;
+  const std::string path = dir.file("v8.db");
+  {
+    RawDb db(path);
+    db.exec(test::readFile(test::goldenPath("schema_v8.sql")));
+    db.exec(R"sql(
+      INSERT INTO runs VALUES (1, 'v8-run', 'old job', 'observe', 1, 2, 'h0', '{}', '0.0.8', 1795000000000000000, 0,
+                               900000000);
+      INSERT INTO ranks VALUES (0, 1, 0, 'h0', 10, 'cpu', 0);
+      INSERT INTO comms VALUES (1, 0, 'world', 1, 2, 0);
+      INSERT INTO calls VALUES (1, 0, 1, 0, 3, 1, 7, 0, 256, 1024, 100, 110, 900);
+      INSERT INTO steps VALUES (0, 3, 100, 900, 10, 790, 0, 0, 0, 1, 0, 0);
+      INSERT INTO exposure VALUES (1, 7, 1024, 1, 790.0, 790.0);
+      PRAGMA application_id = 1196639056;
+      PRAGMA user_version = 8;
+    )sql");
+  }
+  const TraceReader reader = TraceReader::open(path);
+  EXPECT_EQ(reader.schemaVersion(), kSchemaVersion);
+  EXPECT_TRUE(reader.steps().empty());
+  EXPECT_TRUE(reader.exposure().empty());
+  EXPECT_TRUE(reader.stepCalls().empty());
+  const TraceReader::ReductionCounts counts = reader.reductionCounts();
+  ASSERT_EQ(counts.sizes.size(), 1u);
+  EXPECT_EQ(counts.sizes[0].bytes, 1024);
+  EXPECT_EQ(counts.sizes[0].calls, 1);
+  EXPECT_EQ(counts.steps, 1);
+  EXPECT_EQ(schemaObjects(path), newFileSchemaObjects(dir));
+}
+
+// The step calls and the reduction counts come back as written, ordered by their keys: the stored counts
+// are what reductionCounts() returns in place of counting the calls (a file without calls here).
+TEST(StorageRoundTrip, StepCallsAndReductionCounts) {
+  TempDir dir;
+  const std::string path = dir.file("derived.db");
+  const std::vector<StepCallTime> step_calls = {{2, Api::MpiAllreduce, 10, 4, 9'000'000'000'000},
+                                                {0, Api::MpiBarrier, -1, 2, 70},
+                                                {0, Api::MpiAllreduce, 62, 1, 1}};
+  const std::vector<ReductionCount> sizes = {{Api::MpiAllreduce, DType::Fp32, ReduceOp::Sum, 4096, 12},
+                                             {Api::MpiAllreduce, DType::Bf16, ReduceOp::Max, 8, 3}};
+  {
+    TraceWriter writer = TraceWriter::create(path);
+    writer.appendStepCalls(step_calls);
+    writer.setReductionCounts(sizes, ReductionTotals{5, 2, 7});
+    writer.finish();
+  }
+  const TraceReader reader = TraceReader::open(path);
+  const std::vector<StepCallTime> read = reader.stepCalls();
+  ASSERT_EQ(read.size(), 3u);
+  const std::vector<std::size_t> order = {2, 1, 0};  // by (step, api, size_class)
+  for (std::size_t i = 0; i < read.size(); ++i) {
+    const StepCallTime& want = step_calls[order[i]];
+    EXPECT_EQ(read[i].step, want.step);
+    EXPECT_EQ(read[i].api, want.api);
+    EXPECT_EQ(read[i].size_class, want.size_class);
+    EXPECT_EQ(read[i].calls, want.calls);
+    EXPECT_EQ(read[i].total_ns, want.total_ns);
+  }
+  const TraceReader::ReductionCounts counts = reader.reductionCounts();
+  EXPECT_EQ(counts.steps, 5);
+  EXPECT_EQ(counts.ranks, 2);
+  EXPECT_EQ(counts.single_rank_calls, 7);
+  ASSERT_EQ(counts.sizes.size(), 2u);
+  EXPECT_EQ(counts.sizes[0].dtype, DType::Fp32);  // by (api, dtype, op, bytes): fp32 is code 7, bf16 9
+  EXPECT_EQ(counts.sizes[0].calls, 12);
+  EXPECT_EQ(counts.sizes[1].op, ReduceOp::Max);
+  EXPECT_EQ(counts.sizes[1].bytes, 8);
+  EXPECT_EQ(counts.sizes[1].calls, 3);
+}
+
 // Exposure rows come back as written, ordered by (api, dtype, bytes), their doubles exact.
 TEST(StorageRoundTrip, Exposure) {
   TempDir dir;

@@ -3,7 +3,6 @@
 #include "gradscope/tuner/check.h"
 
 #include <algorithm>
-#include <bit>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -99,12 +98,14 @@ struct RunFigures {
 };
 
 // The step model's figures (the step's time, the ranks' mean compute, exposed and waiting) and the time
-// per step in each API and size (the calls' durations summed over the ranks, divided by the ranks).
+// per step in each API and size class (the calls' durations summed over the ranks, divided by the ranks).
 // Empty when the trace has no steps. The breakdown comes from the steps that have one (a GPU job's steps
-// outside the agent's sampled windows have their time only), and is left out when none has.
+// outside the agent's sampled windows have their time only), and is left out when none has. A merged
+// trace holds all of it (steps, step_calls); another has it derived from its calls.
 RunFigures runFigures(const storage::TraceReader& reader) {
   RunFigures run;
-  const std::vector<storage::StepTotals> steps = storage::stepTotals(storage::readOrComputeSteps(reader));
+  const storage::StepModel model = storage::readOrComputeStepModel(reader, {.exposure = false});
+  const std::vector<storage::StepTotals> steps = storage::stepTotals(model.steps);
   if (steps.empty()) return run;
   run.steps = static_cast<std::int64_t>(steps.size());
   std::map<std::int64_t, std::size_t> index;
@@ -125,17 +126,13 @@ RunFigures runFigures(const storage::TraceReader& reader) {
   std::map<std::pair<Api, int>, std::vector<double>> per_api;
   std::int64_t ranks = 0;
   for (const auto& step : steps) ranks = std::max<std::int64_t>(ranks, step.ranks);
-  // The calls table alone: the figures use no GPU or peer facts (half the cost of a scan with them).
-  reader.forEachCallWithoutGpuFacts([&](const storage::CallRecord& call) {
-    const auto it = index.find(call.step);
-    if (it == index.end()) return true;
-    const int bucket =
-        call.bytes > 0 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(call.bytes))) - 1 : -1;
-    auto& values = per_api[{call.api, bucket}];
+  for (const storage::StepCallTime& row : model.step_calls) {
+    const auto it = index.find(row.step);
+    if (it == index.end()) continue;
+    auto& values = per_api[{row.api, row.size_class}];
     if (values.empty()) values.assign(steps.size(), 0.0);
-    values[it->second] += static_cast<double>(call.end_ns - call.start_ns) / static_cast<double>(ranks);
-    return true;
-  });
+    values[it->second] += static_cast<double>(row.total_ns) / static_cast<double>(ranks);
+  }
   for (auto& [key, values] : per_api)
     run.figures.emplace_back(
         fmt::format("{} {}", name(key.first),

@@ -140,18 +140,17 @@ Inputs readInputs(const std::vector<std::string>& paths) {
   bool steps_known = true;
   double cosine_sum = 0;
   std::int64_t cosine_rows = 0;
-  std::vector<std::int64_t> step_spans;                                            // every file's steps
-  std::map<std::tuple<Api, DType, std::int64_t>, storage::CallExposure> exposure;  // sums, then means
+  std::vector<std::int64_t> step_spans;         // every file's steps
+  std::vector<storage::CallExposure> exposure;  // every file's, as sums; added up per key below
   for (const auto& path : paths) {
     const auto reader = storage::TraceReader::open(path);
-    const storage::StepModel model = storage::readOrComputeStepModel(reader);
+    const storage::StepModel model = storage::readOrComputeStepModel(reader, {.step_calls = false});
     for (const auto& step : storage::stepTotals(model.steps)) step_spans.push_back(step.span_ns);
-    for (const auto& entry : model.exposure) {
-      auto& sum = exposure[{entry.api, entry.dtype, entry.bytes}];
-      sum.api = entry.api, sum.dtype = entry.dtype, sum.bytes = entry.bytes;
-      sum.calls += entry.calls;
-      sum.transport_ns += entry.transport_ns * static_cast<double>(entry.calls);
-      sum.exposed_ns += entry.exposed_ns * static_cast<double>(entry.calls);
+    exposure.reserve(exposure.size() + model.exposure.size());
+    for (storage::CallExposure entry : model.exposure) {
+      entry.transport_ns *= static_cast<double>(entry.calls);
+      entry.exposed_ns *= static_cast<double>(entry.calls);
+      exposure.push_back(entry);
     }
     for (auto& run : reader.runs()) inputs.runs.push_back(std::move(run));
     std::vector<MeasurementRow> measured = loadMeasurements(reader);
@@ -176,6 +175,7 @@ Inputs readInputs(const std::vector<std::string>& paths) {
     // Every rank issues the job's reductions, so a rank's share is what one step of the job costs.
     const double per = static_cast<double>(std::max<std::int64_t>(1, counts.ranks)) *
                        static_cast<double>(std::max<std::int64_t>(1, counts.steps));
+    rates.reserve(rates.size() + counts.sizes.size());
     for (const auto& size : counts.sizes) {
       if (!isReduction(size.api) || size.op != ReduceOp::Sum || size.bytes <= 0) {
         inputs.other_reductions += size.calls;
@@ -196,6 +196,7 @@ Inputs readInputs(const std::vector<std::string>& paths) {
   };
   if (!std::is_sorted(rates.begin(), rates.end(), by_key))
     std::stable_sort(rates.begin(), rates.end(), by_key);
+  inputs.workload.reserve(rates.size());
   for (const auto& entry : rates) {
     auto& workload = inputs.workload;
     if (!workload.empty() && workload.back().api == entry.api && workload.back().dtype == entry.dtype &&
@@ -211,10 +212,26 @@ Inputs readInputs(const std::vector<std::string>& paths) {
                      step_spans.end());
     inputs.step_ns = static_cast<double>(step_spans[step_spans.size() / 2]);
   }
-  for (auto& [key, entry] : exposure) {
+  // The same for the exposure: each file's comes sorted; the sums are added in file order.
+  const auto by_kind = [](const storage::CallExposure& a, const storage::CallExposure& b) {
+    return std::tie(a.api, a.dtype, a.bytes) < std::tie(b.api, b.dtype, b.bytes);
+  };
+  if (!std::is_sorted(exposure.begin(), exposure.end(), by_kind))
+    std::stable_sort(exposure.begin(), exposure.end(), by_kind);
+  inputs.exposure.reserve(exposure.size());
+  for (const auto& entry : exposure) {
+    auto& out = inputs.exposure;
+    if (!out.empty() && !by_kind(out.back(), entry)) {
+      out.back().calls += entry.calls;
+      out.back().transport_ns += entry.transport_ns;
+      out.back().exposed_ns += entry.exposed_ns;
+    } else {
+      out.push_back(entry);
+    }
+  }
+  for (auto& entry : inputs.exposure) {
     entry.transport_ns /= static_cast<double>(entry.calls);
     entry.exposed_ns /= static_cast<double>(entry.calls);
-    inputs.exposure.push_back(entry);
   }
   return inputs;
 }
@@ -381,6 +398,7 @@ Result recommend(const Inputs& inputs, const RecommendOptions& options) {
 
   // The workload: the job's reductions on this backend, or one call of each measured baseline size.
   std::vector<WorkloadEntry> workload;
+  workload.reserve(inputs.workload.size());
   for (const auto& entry : inputs.workload)
     if (backendOf(entry.api) == backend) workload.push_back(entry);
   if (workload.size() < inputs.workload.size())

@@ -64,6 +64,7 @@ void query(const TraceReader& reader) {
   reader.reductionCounts();
   reader.steps();
   reader.exposure();
+  reader.stepCalls();
   reader.drops();
   std::size_t visited = 0;
   reader.forEachCall([&](const auto&) { return ++visited < 1000; });

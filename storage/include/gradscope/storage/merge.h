@@ -97,9 +97,11 @@ std::vector<std::string> expandTraceInputs(const std::vector<std::string>& input
 // call of its step-less ranks, then detectSteps' 12 bytes and 8-byte result per call of one rank, and 8
 // bytes (step) per call while it is copied; the clock samples, 24 bytes per (host, all-reduce) for the
 // first 4096 all-reduces of each communicator. The step model written at the end (computeStepModel over
-// the output: the steps and the exposure tables) holds one rank's calls at a time, the rows, 96 bytes per
-// (rank, step), and the exposure, about 100 bytes per distinct collective size. A per-rank file holds one
-// rank.
+// the output: the steps, exposure and step_calls tables) holds one rank's calls at a time, the rows, 96
+// bytes per (rank, step), the exposure, about 100 bytes per distinct collective size, and the step calls,
+// about 64 bytes per (step, api, size class); the tuner's workload after it (TraceReader::reductionCounts
+// over the output: reduction_sizes, reduction_totals), 48-96 bytes per distinct reduction size and thread. A
+// per-rank file holds one rank.
 //
 // Across processes (options.link): the readers validate their inputs first and process 0 refuses, before
 // writing anything, what one process would refuse, with the same message (the failure of the lowest

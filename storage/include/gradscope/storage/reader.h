@@ -133,6 +133,9 @@ class TraceReader {
   std::vector<StepRecord> steps() const;
   // The step model's exposure merge stored (ordered by api, dtype, bytes); empty in a file not merged.
   std::vector<CallExposure> exposure() const;
+  // The calls' time per step, API and size class merge stored with the steps (ordered by step, api,
+  // size_class); empty in a file not merged.
+  std::vector<StepCallTime> stepCalls() const;
   // The GPU work of the agent's sampled windows (schema v7), ordered by rank id, start.
   std::vector<GpuActivityRecord> gpuActivity() const;
   // Graph replays (CallRecord::graph_replay) per API: of how many captured calls, how many, and their
@@ -164,20 +167,12 @@ class TraceReader {
   // The calls that carry a reduction op, counted per (api, dtype, op, bytes), with the number of distinct
   // steps (>= 0) and ranks among them: the workload the tuner optimises. Calls on communicators of one
   // rank (comms.size = 1: MPI_COMM_SELF, a split of one) are left out, only counted: they aggregate
-  // nothing, so no strategy saves anything on them. One narrow scan of `calls` (no join, seven columns),
-  // because the tuner must read a ten-million-call trace in well under two seconds.
-  struct ReductionCount {
-    Api api = Api::Unknown;
-    DType dtype = DType::Other;
-    ReduceOp op = ReduceOp::Other;
-    std::int64_t bytes = 0;
-    std::int64_t calls = 0;
-  };
-  struct ReductionCounts {
-    std::vector<ReductionCount> sizes;   // ordered by api, dtype, op, bytes
-    std::int64_t steps = 0;              // distinct known steps of those calls; 0 when none is known
-    std::int64_t ranks = 0;              // distinct ranks that issued them
-    std::int64_t single_rank_calls = 0;  // calls left out: on communicators of one rank
+  // nothing, so no strategy saves anything on them. A merged trace stores them (reduction_sizes and
+  // reduction_totals, schema v9): they are read back. Otherwise one narrow scan of `calls` (no join, seven
+  // columns), because the tuner must read a ten-million-call trace in well under two seconds.
+  using ReductionCount = storage::ReductionCount;
+  struct ReductionCounts : ReductionTotals {
+    std::vector<ReductionCount> sizes;  // ordered by api, dtype, op, bytes
   };
   // Traces of more than `rows_per_thread` calls are read in id ranges by parallel read-only connections
   // (one per core at most); tests lower it to exercise that path.

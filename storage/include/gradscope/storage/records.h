@@ -158,6 +158,31 @@ struct CallExposure {
   double exposed_ns = 0;
 };
 
+// The calls of one step by API and size class, over every rank: what `gradscope check` compares step by
+// step between two runs. Derived at merge with the steps (storage/step_model.h), stored in step_calls.
+struct StepCallTime {
+  std::int64_t step = 0;
+  Api api = Api::Unknown;
+  int size_class = -1;  // floor(log2(bytes)): the calls of [2^k, 2^(k+1)) bytes; -1 for 0 bytes
+  std::int64_t calls = 0;
+  std::int64_t total_ns = 0;  // their durations (end_ns - start_ns), summed
+};
+
+// The reductions of a trace by kind (TraceReader::reductionCounts: what recommend weighs each size by).
+// Derived at merge from the calls, stored in reduction_sizes and reduction_totals.
+struct ReductionCount {
+  Api api = Api::Unknown;
+  DType dtype = DType::Other;
+  ReduceOp op = ReduceOp::Other;
+  std::int64_t bytes = 0;
+  std::int64_t calls = 0;
+};
+struct ReductionTotals {
+  std::int64_t steps = 0;              // distinct known steps of those calls; 0 when none is known
+  std::int64_t ranks = 0;              // distinct ranks that issued them
+  std::int64_t single_rank_calls = 0;  // calls left out: on communicators of one rank
+};
+
 // GPU work the agent sampled: CUPTI's kernel records inside its windows (docs/schema.md, "GPU steps").
 // Times are Unix-epoch ns in a rank's file, run-relative once merged, like the calls'.
 enum class GpuActivityKind : std::uint8_t {

@@ -20,8 +20,10 @@ inline constexpr std::int32_t kApplicationId = 0x47534350;
 // graph-captured calls; v5 = peer_calls, the peers of point-to-point calls and the spread of all-to-alls
 // (see docs/schema.md); v6 = steps, where each rank's step went (the step model, written by merge);
 // v7 = gpu_activity, the GPU kernels of the agent's sampled windows, and steps.basis/idle_ns, GPU steps;
-// v8 = exposure, the step model's exposure per kind of collective, written by merge with the steps.
-inline constexpr int kSchemaVersion = 8;
+// v8 = exposure, the step model's exposure per kind of collective, written by merge with the steps;
+// v9 = step_calls, the calls' time per step and kind, written with the steps, and reduction_sizes and
+// reduction_totals, the workload the tuner weighs: what check and recommend read instead of every call.
+inline constexpr int kSchemaVersion = 9;
 inline constexpr int kOldestMigratableVersion = 1;
 
 // Tile levels of call_tiles: a level-L tile spans 2^L ns (4.2 ms up to 4.6 minutes, a factor 16 apart).

@@ -35,7 +35,8 @@
 // last), each rank's distinct steps and the point-to-point calls' postings; the second keeps a rank's MPI
 // calls (72 bytes each) until its last call, when its rows are made (the ranks of merged and per-rank files
 // keep their calls together; ranks whose calls interleave are held together). The rows themselves are
-// 96 bytes per (rank, step); a GPU rank's NCCL calls are all kept (72 bytes each).
+// 96 bytes per (rank, step); a GPU rank's NCCL calls are all kept (72 bytes each); the calls' time per step
+// and kind (StepModel::step_calls) about 64 bytes per (step, api, size class).
 
 #include <cstdint>
 #include <functional>
@@ -58,6 +59,8 @@ double stepSavingNs(double faster_ns, double transport_ns, double exposed_ns);
 struct StepModel {
   std::vector<StepRecord> steps;       // ordered by rank id, step
   std::vector<CallExposure> exposure;  // ordered by api, dtype, bytes
+  // The calls with a step, every rank's, by (step, api, size class), in that order.
+  std::vector<StepCallTime> step_calls;
 };
 
 // The step model of every rank of `reader`'s trace. Empty when no call has a step. `exposure_of`, when
@@ -69,10 +72,15 @@ StepModel computeStepModel(const TraceReader& reader,
 
 // The stored rows (merge writes them) when the file has any, else computeStepModel's.
 std::vector<StepRecord> readOrComputeSteps(const TraceReader& reader);
-// The stored model when the file has steps rows (merge writes the exposure with them; a file merged
-// before schema v8 had its rows dropped when it was upgraded), else computeStepModel's: the tuner's one
-// read of a merged file's model instead of two of its every call.
-StepModel readOrComputeStepModel(const TraceReader& reader);
+// The stored model when the file has steps rows (merge writes the exposure and the step calls with them;
+// a file merged before schema v9 had its rows dropped when it was upgraded), else computeStepModel's: the
+// tuner's one read of a merged file's model instead of two of its every call. `parts` leaves out stored
+// parts a caller does not use (a computed model has them all).
+struct StoredParts {
+  bool exposure = true;
+  bool step_calls = true;
+};
+StepModel readOrComputeStepModel(const TraceReader& reader, StoredParts parts = {});
 
 // One step across its ranks.
 struct StepTotals {

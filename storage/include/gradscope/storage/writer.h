@@ -65,6 +65,11 @@ class TraceWriter {
   void appendSteps(std::span<const StepRecord> rows);
   // The step model's exposure per kind of collective (merge writes it with the steps).
   void appendExposure(std::span<const CallExposure> rows);
+  // The calls' time per step and kind (merge writes it with the steps).
+  void appendStepCalls(std::span<const StepCallTime> rows);
+  // The reductions by kind and their totals (merge writes them once; TraceReader::reductionCounts then
+  // reads them instead of counting the calls).
+  void setReductionCounts(std::span<const ReductionCount> sizes, const ReductionTotals& totals);
   // GPU work of the agent's sampled windows (the agent writes it as its windows close; merge copies it).
   void appendGpuActivity(std::span<const GpuActivityRecord> rows);
   // Adds `count` to the drops of this kind on this rank.

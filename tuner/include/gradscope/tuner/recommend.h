@@ -55,8 +55,9 @@ struct Inputs {
   std::optional<AsyncAnalysis> async;
 };
 
-// Reads every file: runs, measurements, the calls (TraceReader::reductionCounts: counts per size from one
-// narrow scan, so a trace of millions of calls costs neither memory nor much time) and the consensus rows.
+// Reads every file: runs, measurements, the calls (TraceReader::reductionCounts: counts per size, stored
+// by merge or from one narrow scan, so a trace of millions of calls costs neither memory nor much time)
+// and the consensus rows.
 // Throws gradscope::Error for a file that cannot be opened.
 Inputs readInputs(const std::vector<std::string>& paths);
 
