@@ -102,6 +102,25 @@ std::string joined(const std::set<std::string>& names) {
   return text;
 }
 
+// Entries of several files, one per (api, dtype, bytes), in that order, each kind's added up in file order
+// by `add`. One file's come sorted already (reductionCounts, the stored exposure): then the check is the
+// only pass.
+template <typename Entry, typename Add>
+std::vector<Entry> addUpByKind(std::vector<Entry> entries, Add add) {
+  const auto by_kind = [](const Entry& a, const Entry& b) {
+    return std::tie(a.api, a.dtype, a.bytes) < std::tie(b.api, b.dtype, b.bytes);
+  };
+  if (!std::is_sorted(entries.begin(), entries.end(), by_kind))
+    std::stable_sort(entries.begin(), entries.end(), by_kind);
+  std::vector<Entry> out;
+  out.reserve(entries.size());
+  for (const Entry& entry : entries) {
+    if (!out.empty() && !by_kind(out.back(), entry)) add(out.back(), entry);
+    else out.push_back(entry);
+  }
+  return out;
+}
+
 }  // namespace
 
 bool isKnownStrategy(std::string_view strategy) {
@@ -190,20 +209,9 @@ Inputs readInputs(const std::vector<std::string>& paths) {
   }
   inputs.steps_known = files_with_calls > 0 && steps_known;
   // Several files with calls are taken as repeats of one job: their rates are averaged, not added.
-  // One file's counts come sorted already (reductionCounts): then the check is the only pass.
-  const auto by_key = [](const WorkloadEntry& a, const WorkloadEntry& b) {
-    return std::tie(a.api, a.dtype, a.bytes) < std::tie(b.api, b.dtype, b.bytes);
-  };
-  if (!std::is_sorted(rates.begin(), rates.end(), by_key))
-    std::stable_sort(rates.begin(), rates.end(), by_key);
-  inputs.workload.reserve(rates.size());
-  for (const auto& entry : rates) {
-    auto& workload = inputs.workload;
-    if (!workload.empty() && workload.back().api == entry.api && workload.back().dtype == entry.dtype &&
-        workload.back().bytes == entry.bytes)
-      workload.back().calls_per_step += entry.calls_per_step;
-    else workload.push_back(entry);
-  }
+  inputs.workload = addUpByKind(std::move(rates), [](WorkloadEntry& sum, const WorkloadEntry& entry) {
+    sum.calls_per_step += entry.calls_per_step;
+  });
   for (auto& entry : inputs.workload) entry.calls_per_step /= files_with_calls;
   if (cosine_rows > 0) inputs.mean_cosine_to_mean = cosine_sum / static_cast<double>(cosine_rows);
   if (!step_spans.empty()) {
@@ -212,23 +220,12 @@ Inputs readInputs(const std::vector<std::string>& paths) {
                      step_spans.end());
     inputs.step_ns = static_cast<double>(step_spans[step_spans.size() / 2]);
   }
-  // The same for the exposure: each file's comes sorted; the sums are added in file order.
-  const auto by_kind = [](const storage::CallExposure& a, const storage::CallExposure& b) {
-    return std::tie(a.api, a.dtype, a.bytes) < std::tie(b.api, b.dtype, b.bytes);
-  };
-  if (!std::is_sorted(exposure.begin(), exposure.end(), by_kind))
-    std::stable_sort(exposure.begin(), exposure.end(), by_kind);
-  inputs.exposure.reserve(exposure.size());
-  for (const auto& entry : exposure) {
-    auto& out = inputs.exposure;
-    if (!out.empty() && !by_kind(out.back(), entry)) {
-      out.back().calls += entry.calls;
-      out.back().transport_ns += entry.transport_ns;
-      out.back().exposed_ns += entry.exposed_ns;
-    } else {
-      out.push_back(entry);
-    }
-  }
+  inputs.exposure =
+      addUpByKind(std::move(exposure), [](storage::CallExposure& sum, const storage::CallExposure& entry) {
+        sum.calls += entry.calls;
+        sum.transport_ns += entry.transport_ns;
+        sum.exposed_ns += entry.exposed_ns;
+      });
   for (auto& entry : inputs.exposure) {
     entry.transport_ns /= static_cast<double>(entry.calls);
     entry.exposed_ns /= static_cast<double>(entry.calls);
