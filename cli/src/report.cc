@@ -1,7 +1,6 @@
 #include "gradscope/cli/report.h"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <future>
 #include <iterator>
@@ -85,11 +84,6 @@ void writeMeasurements(std::vector<storage::Measurement> measurements, std::ostr
   }
 }
 
-// Size bucket of a buffer as the time table groups calls (TraceReader::callStatistics): [2^k, 2^(k+1)).
-int log2Bucket(std::int64_t bytes) {
-  return bytes > 0 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes))) - 1 : -1;
-}
-
 // Lossless as comm::Strategy::lossless() defines it: a sum without a wire precision, "sum/<transport>".
 // The report reads the name because gradscope does not link the strategies (they need MPI or NCCL).
 bool isLossless(std::string_view strategy) {
@@ -119,7 +113,7 @@ void writeExplored(const std::vector<storage::Measurement>& measurements, std::o
     if (m.strategy.starts_with("async/")) continue;  // an error without a time: "Synchronous or asynchronous"
     ++count;
     calls.insert(*m.call_id);
-    Timed& timed = buckets[{m.api, m.dtype, log2Bucket(m.bytes)}][m.strategy];
+    Timed& timed = buckets[{m.api, m.dtype, sizeClass(m.bytes)}][m.strategy];
     timed.median_ns.push_back(m.median_ns);
     if (m.rel_l2_error)
       timed.worst_error = std::max(timed.worst_error.value_or(*m.rel_l2_error), *m.rel_l2_error);
@@ -357,7 +351,7 @@ void writeUnexplored(const storage::TraceReader::ReductionCounts& reductions,
                      const std::vector<storage::Measurement>& explored, std::ostream& out) {
   using Bucket = std::tuple<Api, DType, int>;
   std::set<Bucket> measured;
-  for (const storage::Measurement& m : explored) measured.insert({m.api, m.dtype, log2Bucket(m.bytes)});
+  for (const storage::Measurement& m : explored) measured.insert({m.api, m.dtype, sizeClass(m.bytes)});
   std::map<Bucket, std::int64_t> missing;
   for (const auto& size : reductions.sizes) {
     const bool explorable_api =
@@ -365,7 +359,7 @@ void writeUnexplored(const storage::TraceReader::ReductionCounts& reductions,
     const bool explorable_dtype = size.dtype == DType::Fp32 || size.dtype == DType::Fp64 ||
                                   size.dtype == DType::Fp16 || size.dtype == DType::Bf16;
     if (!explorable_api || !explorable_dtype || size.op != ReduceOp::Sum || size.bytes <= 0) continue;
-    const Bucket bucket{size.api, size.dtype, log2Bucket(size.bytes)};
+    const Bucket bucket{size.api, size.dtype, sizeClass(size.bytes)};
     if (!measured.contains(bucket)) missing[bucket] += size.calls;
   }
   if (missing.empty()) return;

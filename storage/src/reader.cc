@@ -20,6 +20,7 @@
 
 #include "file_util.h"
 #include "gradscope/common/error.h"
+#include "gradscope/common/units.h"
 #include "gradscope/storage/call_columns.h"
 #include "gradscope/storage/schema.h"
 #include "schema_sql.h"
@@ -474,8 +475,7 @@ TraceReader::CallStatistics TraceReader::callStatistics(std::size_t top) const {
   std::priority_queue<CallRecord, std::vector<CallRecord>, decltype(longer)> longest(longer);
   forEachCallWithoutGpuFacts([&](const CallRecord& call) {
     const std::int64_t duration = call.end_ns - call.start_ns;
-    const int bucket =
-        call.bytes > 0 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(call.bytes))) - 1 : -1;
+    const int bucket = sizeClass(call.bytes);
     SizeBucket& size = sizes[{static_cast<int>(call.api), bucket}];
     if (size.calls == 0) {
       size.api = call.api;

@@ -1,7 +1,6 @@
 #include "gradscope/storage/step_model.h"
 
 #include <algorithm>
-#include <bit>
 #include <functional>
 #include <map>
 #include <set>
@@ -11,6 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "gradscope/common/units.h"
 #include "gradscope/storage/peers.h"
 
 namespace gradscope::storage {
@@ -206,11 +206,6 @@ struct StepCallKey {
     return mixHash(static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ull ^ kind);
   }
 };
-
-// floor(log2(bytes)), -1 for none (StepCallTime::size_class).
-int sizeClass(std::int64_t bytes) {
-  return bytes > 0 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes))) - 1 : -1;
-}
 
 // The calls' time per (step, api, size class). A rank's calls of one step come together and fall into a few
 // kinds, summed in a short list first: the table of every step's kinds (hundreds of thousands of entries
