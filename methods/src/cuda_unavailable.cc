@@ -69,6 +69,9 @@ void scale(const float*, std::size_t, float, float*, Stream) {
 float finiteAmax(const float*, std::size_t, Stream) {
   unavailable();
 }
+void delayedCorrection(DType, const void*, void*, const void*, void*, std::size_t, double, Stream) {
+  unavailable();
+}
 
 ErrorMetrics compareToReference(DType, const void*, const double*, std::size_t, Stream) {
   unavailable();

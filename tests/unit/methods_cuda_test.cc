@@ -32,6 +32,7 @@
 #include "gradscope/common/types.h"
 #include "gradscope/methods/adaptive.h"
 #include "gradscope/methods/cuda.h"
+#include "gradscope/methods/delayed.h"
 #include "gradscope/methods/error_metrics.h"
 #include "gradscope/methods/local_sum.h"
 #include "gradscope/methods/numeric.h"
@@ -323,6 +324,9 @@ TEST(CudaUnavailable, EveryFunctionThrowsTheReasonInsteadOfCrashing) {
       reason, [&] { (void)cuda::consensusStats(gradients, 4, nullptr); }, "consensusStats");
   expectUnavailable(
       reason, [&] { cuda::copy(host, host, 16, nullptr); }, "copy");
+  expectUnavailable(
+      reason, [&] { cuda::delayedCorrection(DType::Fp32, host, host, host, host, 4, 2.0, nullptr); },
+      "delayedCorrection");
   // Nothing to free: a default-constructed buffer is fine anywhere.
   cuda::DeviceBuffer empty;
   EXPECT_EQ(empty.get(), nullptr);
@@ -402,6 +406,36 @@ TEST_F(CudaTest, DeviceBufferRoundTripsAndMoves) {
   cuda::copy(copy.get(), moved.get(), data.size(), stream());
   EXPECT_EQ(fromDevice(copy, data.size()), data);
   EXPECT_THROW(moved.upload(data.data(), moved.size() + 1, stream()), Error);
+}
+
+// async/dga<K>'s correction (delayed.h): the CPU's bits for every element, and the gradient kept, in
+// place and not, for the four dtypes the async strategies take.
+TEST_F(CudaTest, DelayedCorrectionMatchesTheCpuBitForBit) {
+  constexpr std::size_t kCount = 4099;
+  std::uint64_t seed = 700;
+  for (const DType dtype : {DType::Fp32, DType::Fp64, DType::Fp16, DType::Bf16}) {
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE(std::string(name(dtype)) + (in_place ? " in place" : ""));
+      const std::size_t bytes = kCount * sizeOf(dtype);
+      const Bytes gradient = randomElements(dtype, kCount, ++seed);
+      const Bytes sum = randomElements(dtype, kCount, ++seed);
+      const Bytes older = randomElements(dtype, kCount, ++seed);
+      Bytes host_older = older;
+      Bytes host_out = in_place ? gradient : Bytes(bytes);
+      methods::delayedCorrection(dtype, in_place ? host_out.data() : gradient.data(), host_older.data(),
+                                 sum.data(), host_out.data(), kCount, 3.0);
+
+      cuda::DeviceBuffer d_gradient = toDevice(gradient);
+      cuda::DeviceBuffer d_sum = toDevice(sum);
+      cuda::DeviceBuffer d_older = toDevice(older);
+      cuda::DeviceBuffer d_out = filled(bytes);
+      void* out = in_place ? d_gradient.get() : d_out.get();
+      cuda::delayedCorrection(dtype, d_gradient.get(), d_older.get(), d_sum.get(), out, kCount, 3.0,
+                              stream());
+      EXPECT_TRUE(sameElements(dtype, host_out, fromDevice(in_place ? d_gradient : d_out, bytes), kCount));
+      EXPECT_TRUE(sameElements(dtype, host_older, fromDevice(d_older, bytes), kCount)) << "older";
+    }
+  }
 }
 
 TEST_F(CudaTest, CudaErrorsBecomeOneLineErrorsNamingTheCall) {

@@ -87,6 +87,10 @@ DotProducts dotProducts(const float* a, const float* b, std::size_t count, Strea
 void adasum(Gradients gradients, std::size_t count, float* out, Stream stream);
 ConsensusStats consensusStats(Gradients gradients, std::size_t count, Stream stream);
 
+// delayed.h on the GPU: out = sum + ranks · (gradient − older), older = gradient (the CPU's bits).
+void delayedCorrection(DType dtype, const void* gradient, void* older, const void* sum, void* out,
+                       std::size_t count, double ranks, Stream stream);
+
 // Device-to-device copy bandwidth reference for benchmarks: copies `bytes` from src to dst.
 void copy(void* dst, const void* src, std::size_t bytes, Stream stream);
 
