@@ -744,7 +744,7 @@ bool StrategyExtension::applyAsync(CommState& state, comm::Communicator& comm, c
     // Made with agreement: a rank that cannot run a second thread in MPI refuses for every rank.
     std::string local_error;
     try {
-      state.async_worker = std::make_shared<comm::AsyncWorker>(comm, hooks_.own_thread);
+      state.async_worker = comm::AsyncWorker::make(comm, hooks_.own_thread);
     } catch (const std::exception& failure) {
       local_error = failure.what();
     }
@@ -777,7 +777,9 @@ bool StrategyExtension::applyAsync(CommState& state, comm::Communicator& comm, c
     site.count = call.count;
   }
   site.last_step = call.site.step;
+  afterJob(call, comm);
   site.strategy->run(send != nullptr ? send : recv, recv, call.count);
+  beforeJob(call, comm);
   return true;
 }
 

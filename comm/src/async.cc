@@ -1,56 +1,103 @@
-// The async strategies of async.h: a worker thread that sums in the order it is handed sums, and the
-// call sites that hand them over and return stale (or corrected) results.
+// The async strategies of async.h: the two workers (a thread for host memory, a second stream for device
+// memory) and the call sites that hand them sums and return stale (or corrected) results.
 
 #include "gradscope/comm/async.h"
 
 #include <algorithm>
-#include <cstring>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "gradscope/common/error.h"
-#include "gradscope/methods/element.h"
 
 namespace gradscope::comm {
+namespace {
 
-// ---- AsyncWorker ------------------------------------------------------------------------------------------
+// ---- Host memory: a thread
+// ---------------------------------------------------------------------------------
 
-AsyncWorker::AsyncWorker(Communicator& comm, std::function<void()> on_start) {
-  std::string why_not;
-  comm_ = comm.concurrentCopy(why_not);
-  if (!comm_) fail("{}", why_not);
-  ranks_ = comm_->size();
-  thread_ = std::thread([this, on_start = std::move(on_start)] { loop(on_start); });
-}
-
-AsyncWorker::~AsyncWorker() {
-  {
-    const std::lock_guard lock(mutex_);
-    stopping_ = true;
+class ThreadWorker final : public AsyncWorker {
+ public:
+  ThreadWorker(Communicator& owner, std::function<void()> on_start) {
+    std::string why_not;
+    comm_ = owner.concurrentCopy(why_not);
+    if (!comm_) fail("{}", why_not);
+    ranks_ = comm_->size();
+    thread_ = std::thread([this, on_start = std::move(on_start)] { loop(on_start); });
   }
-  posted_.notify_one();
-  thread_.join();
-}
-
-AsyncWorker::Ticket AsyncWorker::post(const void* send, void* recv, std::size_t count, DType dtype) {
-  Ticket ticket = 0;
-  {
-    const std::lock_guard lock(mutex_);
-    tasks_.push_back({send, recv, count, dtype});
-    ticket = ++next_;
+  // Finishes what was handed over, then stops the thread and frees the communicator.
+  ~ThreadWorker() override {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    posted_.notify_one();
+    thread_.join();
   }
-  posted_.notify_one();
-  return ticket;
-}
+  ThreadWorker(const ThreadWorker&) = delete;
+  ThreadWorker& operator=(const ThreadWorker&) = delete;
 
-void AsyncWorker::wait(Ticket ticket) {
-  std::unique_lock lock(mutex_);
-  if (done_ < ticket) {
+  Ticket post(const void* send, void* recv, std::size_t count, DType dtype) override {
+    Ticket ticket = 0;
+    {
+      const std::lock_guard lock(mutex_);
+      tasks_.push_back({send, recv, count, dtype});
+      ticket = ++next_;
+    }
+    posted_.notify_one();
+    return ticket;
+  }
+
+  void wait(Ticket ticket) override {
+    std::unique_lock lock(mutex_);
+    waitLocked(lock, ticket);
+    if (!failure_.empty()) fail("{}", failure_);
+  }
+
+  void drain() override {
+    std::unique_lock lock(mutex_);
+    waitLocked(lock, next_);
+  }
+
+  int ranks() const override { return ranks_; }
+
+ private:
+  struct Task {
+    const void* send;
+    void* recv;
+    std::size_t count;
+    DType dtype;
+  };
+
+  void waitLocked(std::unique_lock<std::mutex>& lock, Ticket ticket) {
+    if (done_ >= ticket) return;
     waiters_.fetch_add(1, std::memory_order_relaxed);
     completed_.wait(lock, [&] { return done_ >= ticket; });
     waiters_.fetch_sub(1, std::memory_order_relaxed);
   }
-  if (!failure_.empty()) fail("{}", failure_);
-}
+
+  void loop(const std::function<void()>& on_start);
+
+  static constexpr std::chrono::microseconds kFirstPause{5}, kLongestPause{100};
+
+  std::unique_ptr<Communicator> comm_;
+  int ranks_ = 1;
+  std::mutex mutex_;
+  std::condition_variable posted_, completed_;
+  std::deque<Task> tasks_;
+  Ticket next_ = 0;  // tickets handed out
+  Ticket done_ = 0;  // tickets complete (in order)
+  bool stopping_ = false;
+  std::atomic<int> waiters_{0};  // job threads waiting: the worker then yields instead of sleeping
+  std::string failure_;
+  std::thread thread_;
+};
 
 // The sums in flight are tested, not waited for in the library: MPI's blocking calls busy-poll, which on
 // a machine whose cores the ranks keep busy takes the job's CPU for the whole reduction. Every sum handed
@@ -59,7 +106,7 @@ void AsyncWorker::wait(Ticket ticket) {
 // while the job waits. They complete in order: a ticket is done once it and every one before it are.
 // After a failure the rest are only marked complete (each wait() throws): the ranks may no longer agree
 // on which sums were made.
-void AsyncWorker::loop(const std::function<void()>& on_start) {
+void ThreadWorker::loop(const std::function<void()>& on_start) {
   if (on_start) on_start();
   std::deque<std::unique_ptr<PendingReduction>> flying;  // nullptr: failed, complete at once
   auto pause = kFirstPause;
@@ -115,10 +162,67 @@ void AsyncWorker::loop(const std::function<void()>& on_start) {
   }
 }
 
+// ---- Device memory: a second stream
+// ------------------------------------------------------------------------
+//
+// The owner's calls come from the job's threads one at a time (the agent holds the communicator's lock),
+// so no lock here. A ticket's mark lives until the owner has been made to wait for it.
+
+class QueueWorker final : public AsyncWorker {
+ public:
+  explicit QueueWorker(Communicator& owner) : owner_(owner) {
+    std::string why_not;
+    copy_ = owner.concurrentCopy(why_not);
+    if (!copy_) fail("{}", why_not);
+  }
+  ~QueueWorker() override { drain(); }
+  QueueWorker(const QueueWorker&) = delete;
+  QueueWorker& operator=(const QueueWorker&) = delete;
+
+  Ticket post(const void* send, void* recv, std::size_t count, DType dtype) override {
+    if (const std::unique_ptr<QueueMark> written = owner_.markQueue()) copy_->waitForMark(*written);
+    copy_->allReduce(send, recv, count, Element{dtype}, ReduceOp::Sum);
+    marks_.emplace(++next_, copy_->markQueue());
+    return next_;
+  }
+
+  void wait(Ticket ticket) override {
+    const auto it = marks_.find(ticket);
+    if (it == marks_.end()) return;  // waited for before
+    if (it->second) owner_.waitForMark(*it->second);
+    marks_.erase(it);
+  }
+
+  // Never throws: called where buffers are about to be freed. A failed stream fails the job's next call.
+  void drain() override {
+    try {
+      copy_->synchronize();
+      owner_.synchronize();
+    } catch (const std::exception&) {
+    }
+  }
+
+  int ranks() const override { return copy_->size(); }
+
+ private:
+  Communicator& owner_;
+  std::unique_ptr<Communicator> copy_;
+  std::map<Ticket, std::unique_ptr<QueueMark>> marks_;
+  Ticket next_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<AsyncWorker> AsyncWorker::make(Communicator& owner, std::function<void()> on_start) {
+  if (owner.memory() == Memory::Device) return std::make_shared<QueueWorker>(owner);
+  return std::make_shared<ThreadWorker>(owner, std::move(on_start));
+}
+
 // ---- AsyncStrategy ----------------------------------------------------------------------------------------
 
-AsyncStrategy::AsyncStrategy(const StrategyName& name, DType dtype, std::shared_ptr<AsyncWorker> worker)
-    : Strategy(name), dtype_(dtype), worker_(std::move(worker)) {
+AsyncStrategy::AsyncStrategy(const StrategyName& name, Communicator& comm, DType dtype,
+                             std::shared_ptr<AsyncWorker> worker)
+    : Strategy(name), local_(comm.local()), dtype_(dtype), worker_(std::move(worker)) {
   if (name.aggregator != Aggregator::Async || name.staleness < 1 || name.staleness > kMaxStaleness)
     fail("{} is not an async strategy", name.text());
   if (dtype != DType::Fp32 && dtype != DType::Fp64 && dtype != DType::Fp16 && dtype != DType::Bf16)
@@ -127,13 +231,7 @@ AsyncStrategy::AsyncStrategy(const StrategyName& name, DType dtype, std::shared_
 }
 
 AsyncStrategy::~AsyncStrategy() {
-  for (Slot& slot : slots_) {
-    try {
-      waitFor(slot);
-    } catch (const std::exception&) {
-      // The worker failed: nothing of ours is still being written.
-    }
-  }
+  settle();
 }
 
 void AsyncStrategy::waitFor(Slot& slot) {
@@ -142,52 +240,29 @@ void AsyncStrategy::waitFor(Slot& slot) {
   worker_->wait(slot.ticket);
 }
 
+// On the GPU the drain is a host wait for the owner's stream, which has waited for the job's: only where
+// buffers are freed (a change of size, the end), never at a step.
+void AsyncStrategy::settle() noexcept {
+  if (count_ == 0) return;  // nothing allocated, nothing posted
+  for (Slot& slot : slots_) {
+    try {
+      waitFor(slot);
+    } catch (const std::exception&) {
+      // The sum failed: nothing of ours is still being written.
+    }
+  }
+  worker_->drain();
+}
+
 void AsyncStrategy::restart(std::size_t count) {
-  for (Slot& slot : slots_) waitFor(slot);
+  settle();
   const std::size_t bytes = count * sizeOf(dtype_);
   for (Slot& slot : slots_) {
-    slot.input.assign(bytes, std::byte{0});
-    slot.sum.assign(bytes, std::byte{0});
+    slot.input = local_.allocate(bytes);
+    slot.sum = local_.allocate(bytes);
   }
   count_ = count;
   step_ = 0;
-}
-
-namespace {
-
-// dga's correction for a type the CPU computes in (fp32, fp64): one pass the compiler vectorises.
-template <typename T>
-void correctTyped(const void* send, void* input, const void* sum, void* recv, std::size_t count,
-                  double ranks) {
-  const auto* g = static_cast<const T*>(send);
-  auto* older = static_cast<T*>(input);
-  const auto* s = static_cast<const T*>(sum);
-  auto* out = static_cast<T*>(recv);
-  for (std::size_t i = 0; i < count; ++i) {
-    const T now = g[i];  // read first: send may be recv
-    out[i] = static_cast<T>(static_cast<double>(s[i]) +
-                            ranks * (static_cast<double>(now) - static_cast<double>(older[i])));
-    older[i] = now;
-  }
-}
-
-}  // namespace
-
-void AsyncStrategy::correct(const void* send, Slot& slot, void* recv) const {
-  const auto ranks = static_cast<double>(worker_->ranks());
-  if (dtype_ == DType::Fp32)
-    return correctTyped<float>(send, slot.input.data(), slot.sum.data(), recv, count_, ranks);
-  if (dtype_ == DType::Fp64)
-    return correctTyped<double>(send, slot.input.data(), slot.sum.data(), recv, count_, ranks);
-  const auto* in = static_cast<const std::byte*>(send);
-  auto* out = static_cast<std::byte*>(recv);
-  for (std::size_t i = 0; i < count_; ++i) {
-    const double gradient = methods::loadElement(dtype_, in, i);
-    const double older = methods::loadElement(dtype_, slot.input.data(), i);
-    const double sum = methods::loadElement(dtype_, slot.sum.data(), i);
-    methods::storeElement(dtype_, slot.input.data(), i, gradient);
-    methods::storeElement(dtype_, out, i, sum + ranks * (gradient - older));
-  }
 }
 
 RunStats AsyncStrategy::run(const void* send, void* recv, std::size_t count) {
@@ -197,20 +272,21 @@ RunStats AsyncStrategy::run(const void* send, void* recv, std::size_t count) {
   Slot& slot = slots_[static_cast<std::size_t>(step_ % static_cast<std::int64_t>(slots_.size()))];
   if (step_ < static_cast<std::int64_t>(slots_.size())) {
     // Synchronous: the sum of this step, also kept for step t + K.
-    std::memcpy(slot.input.data(), send, bytes);
-    slot.ticket = worker_->post(slot.input.data(), slot.sum.data(), count, dtype_);
+    local_.copy(slot.input.get(), send, bytes);
+    slot.ticket = worker_->post(slot.input.get(), slot.sum.get(), count, dtype_);
     slot.pending = true;
     waitFor(slot);
-    std::memcpy(recv, slot.sum.data(), bytes);
+    local_.copy(recv, slot.sum.get(), bytes);
   } else {
     waitFor(slot);  // the sum of step t - K, normally long done
     if (name().delay == StrategyName::Delay::Dga) {
-      correct(send, slot, recv);
+      local_.delayedCorrection(dtype_, send, slot.input.get(), slot.sum.get(), recv, count_,
+                               static_cast<double>(worker_->ranks()));
     } else {
-      std::memcpy(slot.input.data(), send, bytes);  // first: send may be recv
-      std::memcpy(recv, slot.sum.data(), bytes);
+      local_.copy(slot.input.get(), send, bytes);  // first: send may be recv
+      local_.copy(recv, slot.sum.get(), bytes);
     }
-    slot.ticket = worker_->post(slot.input.data(), slot.sum.data(), count, dtype_);
+    slot.ticket = worker_->post(slot.input.get(), slot.sum.get(), count, dtype_);
     slot.pending = true;
   }
   ++step_;

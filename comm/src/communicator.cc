@@ -70,13 +70,15 @@ std::unique_ptr<PendingReduction> Communicator::startAllReduce(const void* send,
 }
 
 std::unique_ptr<Communicator> Communicator::concurrentCopy(std::string& why_not) {
-  why_not =
-      memory() == Memory::Device
-          ? fmt::format("the async strategies run on host memory ({} keeps its buffers on the GPU)",
-                        gradscope::name(backend()))
-          : fmt::format("{} cannot run collectives from a second thread here", gradscope::name(backend()));
+  why_not = fmt::format("{} cannot run collectives concurrently here", gradscope::name(backend()));
   return nullptr;
 }
+
+std::unique_ptr<QueueMark> Communicator::markQueue() {
+  return nullptr;
+}
+
+void Communicator::waitForMark(const QueueMark&) {}
 
 namespace {
 constexpr std::string_view kMpiThreadNames[] = {"single", "funneled", "serialized", "multiple"};

@@ -14,6 +14,7 @@
 #include "gradscope/common/error.h"
 #include "gradscope/methods/adaptive.h"
 #include "gradscope/methods/cpu_executor.h"
+#include "gradscope/methods/delayed.h"
 #include "gradscope/methods/wire.h"
 
 namespace gradscope::comm {
@@ -138,6 +139,11 @@ class HostLocalOps final : public LocalOps {
 
   void adasumPair(const float* a, const float* b, std::size_t count, float* out) override {
     methods::adasumPair(a, b, count, out);
+  }
+
+  void delayedCorrection(DType dtype, const void* gradient, void* older, const void* sum, void* out,
+                         std::size_t count, double ranks) override {
+    methods::delayedCorrection(dtype, gradient, older, sum, out, count, ranks);
   }
 
   float finiteAmax(const float* in, std::size_t count) override {

@@ -127,6 +127,10 @@ class DeviceLocalOps final : public LocalOps {
   float finiteAmax(const float* in, std::size_t count) override {
     return cuda::finiteAmax(in, count, stream_);
   }
+  void delayedCorrection(DType dtype, const void* gradient, void* older, const void* sum, void* out,
+                         std::size_t count, double ranks) override {
+    cuda::delayedCorrection(dtype, gradient, older, sum, out, count, ranks, stream_);
+  }
 
  private:
   cudaStream_t stream_;
@@ -175,6 +179,18 @@ std::string ncclVersion() {
 }
 
 // ---- The communicator -------------------------------------------------------------------------------------
+
+// An event recorded on a communicator's stream. Destroying it while a stream still waits for it is
+// allowed: CUDA releases the event once that wait is over.
+struct StreamMark final : QueueMark {
+  StreamMark() = default;
+  StreamMark(const StreamMark&) = delete;
+  StreamMark& operator=(const StreamMark&) = delete;
+  ~StreamMark() override {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+  cudaEvent_t event = nullptr;
+};
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -416,6 +432,24 @@ class NcclCommunicator final : public Communicator {
     std::optional<ScopedEnvironment> proto;
     if (protocol != -1) proto.emplace("NCCL_PROTO", fmt::format("allreduce:{}", protocol_name));
     return splitWith(0, rank_);
+  }
+
+  // A split over the same ranks: its own NCCL communicator and stream, so that its collectives run
+  // beside this one's (ordered with markQueue / waitForMark).
+  std::unique_ptr<Communicator> concurrentCopy(std::string&) override { return splitWith(0, rank_); }
+
+  std::unique_ptr<QueueMark> markQueue() override {
+    activate();
+    auto mark = std::make_unique<StreamMark>();
+    checkCuda(cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    checkCuda(cudaEventRecord(mark->event, stream()), "cudaEventRecord");
+    return mark;
+  }
+  void waitForMark(const QueueMark& mark) override {
+    const auto* event = dynamic_cast<const StreamMark*>(&mark);
+    if (event == nullptr) fail("NCCL waitForMark: the mark is not from an NCCL communicator's stream");
+    activate();
+    checkCuda(cudaStreamWaitEvent(stream(), event->event, 0), "cudaStreamWaitEvent");
   }
 
   LocalOps& local() override { return *local_; }

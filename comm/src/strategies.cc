@@ -444,9 +444,9 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyName& name, Communicator& c
   if (name.aggregator == Aggregator::Async) {
     if (name.wire || name.transport != Transport::Native)
       fail("{}: async takes no transport or wire", name.text());
-    auto worker = options.async_worker ? options.async_worker
-                                       : std::make_shared<AsyncWorker>(comm, options.async_thread_start);
-    return std::make_unique<AsyncStrategy>(name, dtype, std::move(worker));
+    auto worker =
+        options.async_worker ? options.async_worker : AsyncWorker::make(comm, options.async_thread_start);
+    return std::make_unique<AsyncStrategy>(name, comm, dtype, std::move(worker));
   }
   if (name.aggregator != Aggregator::Sum && name.wire)
     fail("{}: adacons and adasum take no wire precision", name.text());

@@ -1,7 +1,9 @@
-// async/stale<K> and async/dga<K> (async.h) on the MPI communicator, under mpiexec with 2 and 3 ranks at
-// MPI_THREAD_MULTIPLE (`--threads multiple`). Inputs are small integers regenerated on every rank from
-// (seed, step, rank, index), so every sum and every dga correction is exact and each rank can compute
-// what each step must return: bit for bit.
+// async/stale<K> and async/dga<K> (async.h) on the test world's communicator: MPI under mpiexec with 2 and
+// 3 ranks at MPI_THREAD_MULTIPLE (`--threads multiple`), whose worker is a thread, and NCCL on a GPU
+// (strategies_test_nccl_main.cc), whose worker is a second stream. Buffers are in the communicator's
+// memory (uploaded and downloaded through its LocalOps). Inputs are small integers regenerated on every
+// rank from (seed, step, rank, index), so every sum and every dga correction is exact in all four dtypes
+// and each rank can compute what each step must return: bit for bit.
 
 #include "gradscope/comm/async.h"
 
@@ -19,6 +21,7 @@
 #include "gradscope/comm/strategy.h"
 #include "gradscope/common/error.h"
 #include "gradscope/common/strategy_name.h"
+#include "gradscope/methods/element.h"
 #include "strategies_test_world.h"
 
 namespace gradscope::comm {
@@ -48,23 +51,37 @@ double sumAt(std::uint32_t seed, std::int64_t step, int ranks, std::size_t index
 // The worker, or a skip where this world cannot run one (MPI below MPI_THREAD_MULTIPLE).
 std::shared_ptr<AsyncWorker> workerOrSkip(std::string& why) {
   try {
-    return std::make_shared<AsyncWorker>(testWorld());
+    return AsyncWorker::make(testWorld());
   } catch (const Error& error) {
     why = error.what();
     return nullptr;
   }
 }
 
-template <typename T>
-std::vector<T> gradients(std::uint32_t seed, std::int64_t step, int rank, std::size_t count) {
-  std::vector<T> values(count);
-  for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<T>(gradientAt(seed, step, rank, i));
+using Bytes = std::vector<std::byte>;
+
+// A rank's gradient of a step, as `dtype`'s bytes.
+Bytes gradients(DType dtype, std::uint32_t seed, std::int64_t step, int rank, std::size_t count) {
+  Bytes values(count * sizeOf(dtype));
+  for (std::size_t i = 0; i < count; ++i)
+    methods::storeElement(dtype, values.data(), i, gradientAt(seed, step, rank, i));
   return values;
+}
+
+// A buffer of the communicator's memory holding `bytes`, and back.
+Buffer toComm(Communicator& comm, const Bytes& bytes) {
+  Buffer buffer = comm.local().allocate(bytes.size());
+  comm.local().upload(buffer.get(), bytes.data(), bytes.size());
+  return buffer;
+}
+Bytes fromComm(Communicator& comm, const Buffer& buffer, std::size_t bytes) {
+  Bytes host(bytes);
+  comm.local().download(host.data(), buffer.get(), bytes);
+  return host;
 }
 
 // Runs `steps` steps of one site (count changing to `count_after` at step `change_at`) and checks every
 // result against the exact expectation. `global` counts the steps; the site's own step restarts at a change.
-template <typename T>
 void checkSite(const std::string& text, DType dtype, std::uint32_t seed, std::size_t count,
                std::size_t count_after, std::int64_t change_at, std::int64_t steps,
                const std::shared_ptr<AsyncWorker>& worker) {
@@ -76,22 +93,24 @@ void checkSite(const std::string& text, DType dtype, std::uint32_t seed, std::si
   EXPECT_FALSE(strategy->lossless());
   const int ranks = comm.size();
   const int K = name.staleness;
+  const std::size_t size = sizeOf(dtype);
   std::int64_t restarted_at = 0;
   for (std::int64_t step = 0; step < steps; ++step) {
     SCOPED_TRACE(fmt::format("{} {}, step {}", text, gradscope::name(dtype), step));
     const std::size_t n = step < change_at ? count : count_after;
     if (step == change_at) restarted_at = step;
-    std::vector<T> send = gradients<T>(seed, step, comm.rank(), n);
-    std::vector<T> recv(n, T(-1));
+    const Bytes send = gradients(dtype, seed, step, comm.rank(), n);
+    const Buffer send_buffer = toComm(comm, send);
     const bool in_place = step % 2 == 1;
-    if (in_place) {
-      recv = send;
-      strategy->run(recv.data(), recv.data(), n);
-    } else {
-      strategy->run(send.data(), recv.data(), n);
-      EXPECT_EQ(send, gradients<T>(seed, step, comm.rank(), n)) << "send changed";
+    const Buffer recv_buffer = in_place ? Buffer{} : toComm(comm, Bytes(n * size, std::byte{0xA5}));
+    void* recv = in_place ? send_buffer.get() : recv_buffer.get();
+    strategy->run(send_buffer.get(), recv, n);
+    if (!in_place) {
+      EXPECT_EQ(fromComm(comm, send_buffer, n * size), send) << "send changed";
     }
+    const Bytes got = fromComm(comm, in_place ? send_buffer : recv_buffer, n * size);
     const std::int64_t local = step - restarted_at;
+    Bytes want(n * size);
     for (std::size_t i = 0; i < n; ++i) {
       double expected = 0;
       if (local < K) {
@@ -102,9 +121,10 @@ void checkSite(const std::string& text, DType dtype, std::uint32_t seed, std::si
           expected +=
               ranks * (gradientAt(seed, step, comm.rank(), i) - gradientAt(seed, step - K, comm.rank(), i));
       }
-      const T want = static_cast<T>(expected);
-      ASSERT_EQ(std::memcmp(&recv[i], &want, sizeof(T)), 0)
-          << "element " << i << ": got " << recv[i] << ", want " << want << (in_place ? " (in place)" : "");
+      methods::storeElement(dtype, want.data(), i, expected);
+      ASSERT_EQ(std::memcmp(got.data() + i * size, want.data() + i * size, size), 0)
+          << "element " << i << ": got " << methods::loadElement(dtype, got.data(), i) << ", want "
+          << expected << (in_place ? " (in place)" : "");
     }
   }
 }
@@ -115,8 +135,21 @@ TEST(Async, StaleAndDgaStepByStepWithASizeChange) {
   if (!worker) GTEST_SKIP() << why;
   std::uint32_t seed = 1;
   for (const char* text : {"async/stale1", "async/stale2", "async/stale4", "async/dga1", "async/dga2"}) {
-    checkSite<float>(text, DType::Fp32, ++seed, 7, 300, 9, 16, worker);
-    checkSite<double>(text, DType::Fp64, ++seed, 1, 5, 6, 10, worker);
+    checkSite(text, DType::Fp32, ++seed, 7, 300, 9, 16, worker);
+    checkSite(text, DType::Fp64, ++seed, 1, 5, 6, 10, worker);
+  }
+}
+
+// The 2-byte types: sums of integers within ±64 are exact in fp16 and bf16 up to 3 ranks, and so is a
+// correction of up to 3 · 128 on them in fp16; bf16 rounds it once, as the expectation does.
+TEST(Async, HalfPrecisionSitesAreExact) {
+  std::string why;
+  const auto worker = workerOrSkip(why);
+  if (!worker) GTEST_SKIP() << why;
+  std::uint32_t seed = 40;
+  for (const char* text : {"async/stale1", "async/stale2", "async/dga1"}) {
+    checkSite(text, DType::Fp16, ++seed, 33, 4, 5, 9, worker);
+    checkSite(text, DType::Bf16, ++seed, 33, 4, 5, 9, worker);
   }
 }
 
@@ -134,19 +167,23 @@ TEST(Async, SitesShareOneWorker) {
   constexpr std::uint32_t kSeedA = 11, kSeedB = 12;
   constexpr std::size_t kA = 1000, kB = 3;
   for (std::int64_t step = 0; step < 6; ++step) {
-    std::vector<float> a = gradients<float>(kSeedA, step, comm.rank(), kA);
-    std::vector<float> b = gradients<float>(kSeedB, step, comm.rank(), kB);
-    stale->run(a.data(), a.data(), kA);
-    dga->run(b.data(), b.data(), kB);
+    const Buffer a = toComm(comm, gradients(DType::Fp32, kSeedA, step, comm.rank(), kA));
+    const Buffer b = toComm(comm, gradients(DType::Fp32, kSeedB, step, comm.rank(), kB));
+    stale->run(a.get(), a.get(), kA);
+    dga->run(b.get(), b.get(), kB);
+    std::vector<float> a_got(kA), b_got(kB);
+    comm.local().download(a_got.data(), a.get(), kA * sizeof(float));
+    comm.local().download(b_got.data(), b.get(), kB * sizeof(float));
     const std::int64_t source = step == 0 ? 0 : step - 1;
     for (std::size_t i = 0; i < kA; ++i)
-      ASSERT_EQ(a[i], static_cast<float>(sumAt(kSeedA, source, ranks, i))) << "step " << step << " a" << i;
+      ASSERT_EQ(a_got[i], static_cast<float>(sumAt(kSeedA, source, ranks, i)))
+          << "step " << step << " a" << i;
     for (std::size_t i = 0; i < kB; ++i) {
       double want = sumAt(kSeedB, source, ranks, i);
       if (step > 0)
         want +=
             ranks * (gradientAt(kSeedB, step, comm.rank(), i) - gradientAt(kSeedB, step - 1, comm.rank(), i));
-      ASSERT_EQ(b[i], static_cast<float>(want)) << "step " << step << " b" << i;
+      ASSERT_EQ(b_got[i], static_cast<float>(want)) << "step " << step << " b" << i;
     }
   }
 }

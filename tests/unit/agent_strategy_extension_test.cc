@@ -22,7 +22,9 @@ namespace {
 // One rank: every reduction is a copy. Host memory underneath, reported as the GPU's.
 class LoopbackCommunicator final : public comm::Communicator {
  public:
-  explicit LoopbackCommunicator(int* synchronizations) : synchronizations_(synchronizations) {}
+  // `copies`: where concurrentCopy() counts the copies it makes; nullptr: it refuses.
+  explicit LoopbackCommunicator(int* synchronizations, int* copies = nullptr)
+      : synchronizations_(synchronizations), copies_(copies) {}
 
   Backend backend() const override { return Backend::Nccl; }
   int rank() const override { return 0; }
@@ -64,6 +66,15 @@ class LoopbackCommunicator final : public comm::Communicator {
     return std::make_unique<LoopbackCommunicator>(synchronizations_);
   }
   int nodeColor() override { return 0; }
+  // Every call is complete on return: the queue marks stay the base class's (nothing to wait for).
+  std::unique_ptr<comm::Communicator> concurrentCopy(std::string& why_not) override {
+    if (copies_ == nullptr) {
+      why_not = "loopback: no second queue";
+      return nullptr;
+    }
+    ++*copies_;
+    return std::make_unique<LoopbackCommunicator>(synchronizations_);
+  }
   std::unique_ptr<comm::Communicator> withAlgorithm(int, int) override {
     fail("loopback: no engine algorithms");
   }
@@ -75,6 +86,7 @@ class LoopbackCommunicator final : public comm::Communicator {
     if (send != recv && bytes != 0) std::memmove(recv, send, bytes);
   }
   int* synchronizations_;
+  int* copies_;
   std::unique_ptr<comm::LocalOps> local_ = comm::makeHostLocalOps();
 };
 
@@ -83,8 +95,8 @@ class TestExtension final : public StrategyExtension {
  public:
   TestExtension() : StrategyExtension(AgentHooks{}) {}
 
-  int joins = 0, copies = 0, after = 0, before = 0, synchronizations = 0;
-  bool refuse_duplicate = false;
+  int joins = 0, copies = 0, after = 0, before = 0, synchronizations = 0, concurrent_copies = 0;
+  bool refuse_duplicate = false, refuse_concurrent = false;
 
  protected:
   bool agreeToStart(const std::string& local_problem, std::string& error) override {
@@ -101,7 +113,8 @@ class TestExtension final : public StrategyExtension {
   std::unique_ptr<comm::Communicator> duplicate(const ShadowCall&, bool join, bool) override {
     ++joins;
     if (refuse_duplicate || !join) fail("rank 1 could not start");
-    return std::make_unique<LoopbackCommunicator>(&synchronizations);
+    return std::make_unique<LoopbackCommunicator>(&synchronizations,
+                                                  refuse_concurrent ? nullptr : &concurrent_copies);
   }
   bool take(const ShadowCall& call, std::size_t input_bytes, bool want_gather, Capture& capture) override {
     const std::size_t bytes = Capture::baseBytes(input_bytes, call.count) +
@@ -379,10 +392,42 @@ TEST(AgentStrategyExtension, AsyncFollowingEndsWhenTheSiteSkipsOrChanges) {
   EXPECT_FALSE(extension.follows(resized));
 }
 
-// The async strategies keep host buffers and a worker thread: on a communicator of device memory (NCCL)
-// they are refused with the reason, and the refusal is remembered.
-TEST(AgentStrategyExtension, AsyncIsRefusedOnDeviceMemory) {
+// On a communicator of device memory (NCCL's) the async strategies run on a second queue, a concurrent
+// copy of the duplicate, made once for the communicator's sites; the duplicate waits for the job's call
+// before each step and the job for the duplicate after it, as for every applied strategy. One rank: the
+// sum of a step is its gradient, so stale1 returns the gradient of the step before (of this one at the
+// first step), and dga1 always this step's.
+TEST(AgentStrategyExtension, AsyncRunsOnDeviceMemoryThroughAQueueOfItsOwn) {
   TestExtension extension;
+  std::string error;
+  ASSERT_TRUE(extension.start(settings({}, 0), "", error)) << error;
+  constexpr std::size_t kCount = 16;
+  for (std::int64_t step = 0; step < 4; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    for (const std::uint32_t ordinal : {0u, 1u}) {
+      ShadowCall call = fp32Call(kCount, 2 * step + ordinal);
+      call.site.ordinal = ordinal;
+      call.site.step = step;
+      if (step == 0 && ordinal == 0) {
+        ASSERT_TRUE(extension.join(call, error)) << error;
+      }
+      const std::vector<float> send = stepGradient(step + 10 * ordinal, kCount);
+      std::vector<float> recv(kCount, -1.0f);
+      const char* strategy = ordinal == 0 ? "async/stale1" : "async/dga1";
+      ASSERT_TRUE(extension.apply(call, send.data(), recv.data(), strategy, error)) << error;
+      const std::int64_t source = ordinal == 0 && step > 0 ? step - 1 : step;
+      EXPECT_EQ(recv, stepGradient(source + 10 * ordinal, kCount)) << strategy;
+    }
+  }
+  EXPECT_EQ(extension.concurrent_copies, 1);  // one queue for both sites
+  EXPECT_EQ(extension.after, 8);
+  EXPECT_EQ(extension.before, 8);
+}
+
+// A communicator that cannot queue a second copy refuses them with its reason, and remembers it.
+TEST(AgentStrategyExtension, AsyncIsRefusedWhereNoSecondQueueCanBeMade) {
+  TestExtension extension;
+  extension.refuse_concurrent = true;
   std::string error;
   ASSERT_TRUE(extension.start(settings({}, 0), "", error)) << error;
   const ShadowCall call = fp32Call(16, 0);
@@ -390,7 +435,11 @@ TEST(AgentStrategyExtension, AsyncIsRefusedOnDeviceMemory) {
   const std::vector<float> send = stepGradient(0, 16);
   std::vector<float> recv(16);
   EXPECT_FALSE(extension.apply(call, send.data(), recv.data(), "async/stale1", error));
-  EXPECT_NE(error.find("host memory"), std::string::npos) << error;
+  EXPECT_NE(error.find("no second queue"), std::string::npos) << error;
+  error.clear();
+  EXPECT_FALSE(extension.apply(call, send.data(), recv.data(), "async/stale1", error));
+  EXPECT_NE(error.find("no second queue"), std::string::npos) << error;
+  EXPECT_EQ(extension.after, 0);  // nothing ran
 }
 
 }  // namespace

@@ -107,6 +107,10 @@ class LocalOps {
   virtual void adasumPair(const float* a, const float* b, std::size_t count, float* out) = 0;
   // Largest finite |x| (0 for an empty or all-non-finite buffer).
   virtual float finiteAmax(const float* in, std::size_t count) = 0;
+  // methods/delayed.h (async/dga<K>): out = sum + ranks · (gradient − older), then older = gradient;
+  // fp32, fp64, fp16, bf16 (out may be gradient).
+  virtual void delayedCorrection(DType dtype, const void* gradient, void* older, const void* sum, void* out,
+                                 std::size_t count, double ranks) = 0;
 };
 
 // A reduction in flight (Communicator::startAllReduce): test() says whether it is complete, and moves it
@@ -115,6 +119,13 @@ class PendingReduction {
  public:
   virtual ~PendingReduction() = default;
   virtual bool test() = 0;
+};
+
+// A point in a communicator's queue of work (NCCL: an event recorded on its stream), which another
+// communicator's later work can wait for without the host waiting (Communicator::waitForMark).
+class QueueMark {
+ public:
+  virtual ~QueueMark() = default;
 };
 
 class Communicator {
@@ -190,11 +201,18 @@ class Communicator {
   virtual std::unique_ptr<PendingReduction> startAllReduce(const void* send, void* recv, std::size_t count,
                                                            Element type, ReduceOp op);
 
-  // A communicator over the same ranks whose collectives may run on another thread while this one's run
-  // (the async strategies' worker thread, async.h). Collective. nullptr, with one line in `why_not`, where
-  // this process cannot: MPI below MPI_THREAD_MULTIPLE, a sealed MPI communicator not sealed with one
-  // (mpiDuplicateOf), device memory (the async strategies' host-side buffers).
+  // A communicator over the same ranks whose collectives may run while this one's run (the async
+  // strategies' sums, async.h): MPI, on another thread; NCCL, queued on a CUDA stream of its own. Collective.
+  // nullptr, with one line in `why_not`, where this process cannot: MPI below MPI_THREAD_MULTIPLE, a sealed
+  // MPI communicator not sealed with one (mpiDuplicateOf).
   virtual std::unique_ptr<Communicator> concurrentCopy(std::string& why_not);
+
+  // Ordering between communicators whose work is queued (NCCL: each on its own stream), without the host
+  // waiting: markQueue() marks everything queued here so far, and waitForMark(mark) makes the work queued
+  // here from then on start after it, whichever communicator's queue the mark is from. Where every call
+  // is complete when it returns (MPI), markQueue() is nullptr and waitForMark() has nothing to do.
+  virtual std::unique_ptr<QueueMark> markQueue();
+  virtual void waitForMark(const QueueMark& mark);
 
   virtual LocalOps& local() = 0;
   // One line for reports: "MPI, 2 ranks on 1 node (Open MPI 4.1.4)", "NCCL 2.28.9, 1 rank, NVIDIA H100".

@@ -43,8 +43,9 @@ struct StrategyOptions {
   // synchronisation per run (the counters are read back), which would stall the job's thread.
   bool wire_stats = true;
   methods::AdaConsOptions adacons{.beta = 0.9, .epsilon = 1e-8, .scale = methods::AdaConsScale::MatchSumNorm};
-  // async/*: the worker the call site hands its sums to (one per communicator serves all its sites); null:
-  // the strategy makes its own, collectively, and `async_thread_start` runs first on its thread.
+  // async/*: the worker the call site hands its sums to (one per communicator serves all its sites, made
+  // with AsyncWorker::make of that communicator); null: the strategy makes its own, collectively, and
+  // `async_thread_start` runs first on its thread (host memory).
   std::shared_ptr<AsyncWorker> async_worker;
   std::function<void()> async_thread_start;
 };
