@@ -134,13 +134,13 @@ TEST(TunerAsync, RanksSharingCpusMakeTheReplayAnUpperBound) {
   EXPECT_NE(shared.verdict.find("upper bound"), std::string::npos) << shared.verdict;
 }
 
-TEST(TunerAsync, GpuStepsSayTheAgentAppliesAsyncOverMpiOnly) {
+TEST(TunerAsync, GpuStepsSayTheSumsShareTheGpuWithTheJob) {
   auto rows = syncSteps(2, 32, 5000, [](int t, int r) { return (t + r) % 2 == 0 ? 20000.0 : 10000.0; });
-  EXPECT_EQ(analyzeAsync(rows, {}).verdict.find("over MPI only"), std::string::npos);
+  EXPECT_EQ(analyzeAsync(rows, {}).verdict.find("second NCCL communicator"), std::string::npos);
   for (auto& row : rows) row.basis = storage::StepBasis::Gpu;
   const AsyncAnalysis gpu = analyzeAsync(rows, {});
-  EXPECT_NE(gpu.verdict.find(
-                "The steps are on the GPU (NCCL): gradscope applies the async strategies over MPI only"),
+  EXPECT_NE(gpu.verdict.find("The steps are on the GPU (NCCL): there the async sums run on a second NCCL "
+                             "communicator and stream beside the job's kernels"),
             std::string::npos)
       << gpu.verdict;
 }
@@ -152,22 +152,23 @@ TEST(TunerAsync, TooFewStepsOrRanksAreSaid) {
 }
 
 // A job whose late rank alternates (what async hides), sum/native measured at its one size, and explore's
-// errors of async/stale1: the inputs of recommend().
-Inputs asyncJobInputs(double async_error) {
+// errors of async/stale1: the inputs of recommend(). NCCL: the same job's all-reduces on GPUs.
+Inputs asyncJobInputs(double async_error, Backend backend = Backend::Mpi) {
+  const Api api = backend == Backend::Nccl ? Api::NcclAllReduce : Api::MpiAllreduce;
   Inputs inputs;
   storage::RunInfo info;
   info.id = 1;
   info.uuid = "00000000-0000-4000-8000-0000000000a5";
-  info.backend = Backend::Mpi;
+  info.backend = backend;
   info.world_size = 2;
   inputs.runs.push_back(info);
   for (const std::int64_t bytes : {1024, 4096, 16384})
     for (const double factor : {0.99, 1.0, 1.01}) {
       MeasurementRow row;
-      row.backend = Backend::Mpi;
+      row.backend = backend;
       row.measurement.run_id = 1;
       row.measurement.strategy = "sum/native";
-      row.measurement.api = Api::MpiAllreduce;
+      row.measurement.api = api;
       row.measurement.bytes = bytes;
       row.measurement.world = 2;
       row.measurement.reps = 10;
@@ -179,12 +180,12 @@ Inputs asyncJobInputs(double async_error) {
   std::vector<MeasurementRow> errors;
   for (int i = 0; i < 4; ++i) {
     MeasurementRow row;
-    row.backend = Backend::Mpi;
+    row.backend = backend;
     row.measurement.strategy = "async/stale1";
     row.measurement.rel_l2_error = async_error;
     errors.push_back(row);
   }
-  inputs.workload = {{Api::MpiAllreduce, DType::Fp32, 4096, 1}};
+  inputs.workload = {{api, DType::Fp32, 4096, 1}};
   inputs.steps_known = true;
   inputs.step_ns = 25000;
   inputs.async = analyzeAsync(
@@ -227,6 +228,20 @@ TEST(TunerAsync, RecommendedForTheWholeJobOnlyWhenAllowedAndWithinTheBudget) {
   // The file says it and reads back the same.
   EXPECT_EQ(parseRecommendation(toJson(chosen.recommendation)), chosen.recommendation);
   EXPECT_NE(toJson(chosen.recommendation).find("predicted_step_saving_ns"), std::string::npos);
+}
+
+// The agent applies them over NCCL too (a second communicator and stream): an NCCL job gets the same choice.
+TEST(TunerAsync, RecommendedForAnNcclJobAsForAnMpiOne) {
+  RecommendOptions options;
+  options.created = "2026-12-02T00:00:00Z";
+  options.allow_semantic_change = true;
+  options.max_rel_error = 0.5;
+  const Result chosen = recommend(asyncJobInputs(0.4, Backend::Nccl), options);
+  ASSERT_EQ(chosen.report.async_choice, "async/stale1");
+  ASSERT_EQ(chosen.recommendation.rules.size(), 1u);
+  EXPECT_EQ(chosen.recommendation.backend, Backend::Nccl);
+  EXPECT_EQ(chosen.recommendation.rules[0].api, Api::NcclAllReduce);
+  EXPECT_EQ(chosen.recommendation.rules[0].strategy, "async/stale1");
 }
 
 }  // namespace

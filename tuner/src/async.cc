@@ -285,8 +285,10 @@ AsyncAnalysis analyzeAsync(std::span<const storage::StepRecord> rows,
   if (std::any_of(rows.begin(), rows.end(),
                   [](const storage::StepRecord& row) { return row.basis != storage::StepBasis::Host; }))
     text +=
-        " The steps are on the GPU (NCCL): gradscope applies the async strategies over MPI only, so this is "
-        "what an asynchronous scheme of the framework's own would buy.";
+        " The steps are on the GPU (NCCL): there the async sums run on a second NCCL communicator and "
+        "stream beside the job's kernels and take SMs and links from them, so the replayed saving is an "
+        "upper "
+        "bound until apply mode's --validate measures it.";
   out.shared_cpus = shared_cpus;
   if (shared_cpus)
     text += fmt::format(

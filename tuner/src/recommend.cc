@@ -235,7 +235,7 @@ Inputs readInputs(const std::vector<std::string>& paths) {
 
 // Synchronous or asynchronous: a choice for the whole job (a reduction left synchronous would keep the
 // ranks in lock-step), weighed on the step against what the synchronous plan saves there.
-void chooseAsync(const Inputs& inputs, const RecommendOptions& options, Backend backend,
+void chooseAsync(const Inputs& inputs, const RecommendOptions& options,
                  const std::vector<WorkloadEntry>& workload, Result& result) {
   Report& report = result.report;
   report.async = inputs.async;
@@ -249,7 +249,6 @@ void chooseAsync(const Inputs& inputs, const RecommendOptions& options, Backend 
     if (!option.error_median) why = "its error was never measured (run explore mode)";
     else if (!options.allow_semantic_change)
       why = "changes what the job computes (allow it with --allow-semantic-change)";
-    else if (backend != Backend::Mpi) why = "the agent runs async strategies on MPI (host memory) only";
     else if (options.max_rel_error > 0 && *option.error_median > options.max_rel_error)
       why = fmt::format("measured gradient error {:.3g} per step is above the budget {:.3g}",
                         *option.error_median, options.max_rel_error);
@@ -611,7 +610,7 @@ Result recommend(const Inputs& inputs, const RecommendOptions& options) {
       reasoning.push_back(fmt::format(
           "{} cannot be predicted at the workload's sizes (measured at one size only).", strategy));
   }
-  chooseAsync(inputs, options, backend, workload, result);
+  chooseAsync(inputs, options, workload, result);
   if (recommendation.rules.empty() && any)
     reasoning.push_back("Nothing beats sum/native beyond the noise: keep the job as it is.");
 

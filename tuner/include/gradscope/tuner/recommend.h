@@ -13,7 +13,7 @@
 // - async strategies (async.h) are a choice for the whole job, weighed on the step: with
 //   allow_semantic_change, an async strategy whose error explore measured (within max_rel_error when it is
 //   above 0) replaces every rule when the low end of its replayed step saving beats the synchronous plan's
-//   saving on the step (MPI only: the agent runs them on host memory).
+//   saving on the step (MPI and NCCL alike).
 // Errors are gradscope::Error with one line saying what is missing and how to get it.
 
 #include <cstdint>
