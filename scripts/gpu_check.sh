@@ -280,7 +280,7 @@ else
     grep 'FAIL' "$out_dir/agent_nccl.log" | head -n 10 >>"$out_dir/summary.txt" || true
     status=1
   else
-    echo "agent:  NCCL jobs ok: exact calls, GPU spans, NVTX steps; two ranks: NCCL's choices, the tuner's rules, explore (agent_nccl.log)" >>"$out_dir/summary.txt"
+    echo "agent:  NCCL jobs ok: exact calls, GPU spans, NVTX steps; two ranks: NCCL's choices, the tuner's rules, explore, apply (bf16 wire, async/stale1, async/dga1) (agent_nccl.log)" >>"$out_dir/summary.txt"
   fi
 
   # gradscope bench against an independent nccl-tests-style loop, and what the agent's GPU timing costs.

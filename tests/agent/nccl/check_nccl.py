@@ -1458,6 +1458,42 @@ def check_real_pair_shadow(args, workdir):
             db.close()
             check(applied == [("sum/rs_ag/bf16", PAIR_STEPS * len(PAIR_SIZES))],
                   f"real-pair-shadow: {name}: applied calls {applied}")
+    check_real_pair_async(args, workdir)
+
+
+def check_real_pair_async(args, workdir):
+    """real-pair-shadow, async: apply mode with an async/stale1 plan, then async/dga1, on every call; the job
+    checks each call's result against what the strategy must return (nccl-pair --expect: the first step
+    synchronous, then the site's sum of the step before, or dga's correction of it), bit for bit, so
+    `wrong 0` on both ranks is the proof; applied_calls names the strategy for every call."""
+    for strategy, expect in (("async/stale1", "stale1"), ("async/dga1", "dga1")):
+        label = f"real-pair-shadow ({strategy})"
+        plan = os.path.join(workdir, f"plan-{expect}.json")
+        rules = recommendation([("fp32", 0, 1 << 40, strategy)])
+        rules.update(world_size=2, allow_semantic_change=True)
+        for rule in rules["rules"]:
+            rule.update(world_size=2, error_class="semantic")
+        with open(plan, "w") as f:
+            json.dump(rules, f, indent=2)
+        out = os.path.join(workdir, f"apply-{expect}")
+        os.makedirs(out, exist_ok=True)
+        env = dict(plugin_env(args), GRADSCOPE_MODE="apply", GRADSCOPE_RECOMMENDATION=plan,
+                   GRADSCOPE_ALLOW_SEMANTIC_CHANGE="1", LD_PRELOAD=preload(args.agent),
+                   GRADSCOPE_OUTPUT=os.path.join(out, "trace-%p.db"))
+        result = run([args.job, "--steps", str(PAIR_STEPS), "--expect", expect], env, out, timeout=300)
+        check(result.returncode == 0, f"{label}: exit status {result.returncode}: {result.stdout[-600:]} "
+              f"{result.stderr[-1200:]}")
+        for rank in (0, 1):
+            check(f"rank {rank}: done, {PAIR_STEPS} steps x 4 all-reduces, wrong 0" in result.stdout,
+                  f"{label}: rank {rank}: results not what {strategy} returns: {result.stdout[-600:]}")
+        files = sorted(f for f in os.listdir(out) if f.startswith("trace-") and f.endswith(".db"))
+        check(len(files) == 2, f"{label}: expected two rank traces, found {files}")
+        for name in files:
+            db = sqlite3.connect(f"file:{os.path.join(out, name)}?mode=ro", uri=True)
+            applied = db.execute("SELECT strategy, COUNT(*) FROM applied_calls GROUP BY strategy").fetchall()
+            db.close()
+            check(applied == [(strategy, PAIR_STEPS * len(PAIR_SIZES))], f"{label}: {name}: applied calls {applied}")
+        print(f"check_nccl: {label}: {PAIR_STEPS} steps x {len(PAIR_SIZES)} sizes on 2 ranks, every result exact")
 
 
 def main():

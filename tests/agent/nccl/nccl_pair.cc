@@ -6,7 +6,7 @@
 // NCCL_HOSTID, so each rank gets its own (gradscope-pair-<rank>) and NCCL sees two nodes of one GPU
 // each, joined by its socket transport over the loopback interface (NCCL_SOCKET_IFNAME=lo unless set).
 //
-//   nccl-pair [--steps N]
+//   nccl-pair [--steps N] [--expect sync|stale<K>|dga<K>]
 //
 // The process started by the user only launches: it starts itself twice (GRADSCOPE_PAIR_RANK=0 and 1),
 // rank 0 makes the unique id and hands it to the launcher through a pipe, which gives it to rank 1.
@@ -14,6 +14,10 @@
 // step; the inputs are small integers, so every sum is exact under any algorithm and protocol and is
 // checked element by element. Each rank prints one line per size and a final line; the launcher
 // prints nothing of its own. Exit status 0, 1 for a wrong sum, 3 when CUDA or NCCL fails.
+//
+// --expect says what each call must return when the agent applies an async strategy to every call
+// (docs/async.md; a = (i + step) % 7): sync (the default) 3a[t]; stale<K> 3a[t-K] from step K on, dga<K>
+// 3a[t-K] + 2(r + 1)(a[t] - a[t-K]) from step K on; the first K steps their own sums. All exact in fp32.
 //
 // Never linked with gradscope: the agent and the plugins observe it from outside
 // (tests/agent/nccl/check_nccl.py real-pair, scripts/gpu_check.sh).
@@ -28,6 +32,7 @@
 #include <cstring>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -64,8 +69,40 @@ bool fromHex(const char* text, ncclUniqueId& id) {
   return true;
 }
 
+// What a call must return (--expect).
+struct Expect {
+  enum class Kind { Sync, Stale, Dga } kind = Kind::Sync;
+  int staleness = 0;
+
+  float at(int rank, int step, std::size_t i) const {
+    const auto a = [i](int t) { return static_cast<int>((i + static_cast<std::size_t>(t)) % 7); };
+    if (kind == Kind::Sync || step < staleness) return static_cast<float>(3 * a(step));
+    const int before = step - staleness;
+    if (kind == Kind::Stale) return static_cast<float>(3 * a(before));
+    return static_cast<float>(3 * a(before) + 2 * (rank + 1) * (a(step) - a(before)));
+  }
+};
+
+bool parseExpect(const char* text, Expect& expect) {
+  const std::string value = text;
+  if (value == "sync") {
+    expect = {};
+    return true;
+  }
+  for (const auto& [prefix, kind] :
+       {std::pair{"stale", Expect::Kind::Stale}, std::pair{"dga", Expect::Kind::Dga}}) {
+    const std::string p = prefix;
+    if (value.size() == p.size() + 1 && value.compare(0, p.size(), p) == 0 && value.back() >= '1' &&
+        value.back() <= '4') {
+      expect = {kind, value.back() - '0'};
+      return true;
+    }
+  }
+  return false;
+}
+
 // One rank: returns the process exit status.
-int runRank(int rank, int steps) {
+int runRank(int rank, int steps, const Expect& expect) {
   const auto cuda = [rank](cudaError_t rc, const char* what) {
     if (rc != cudaSuccess) fail(rank, what, cudaGetErrorString(rc));
   };
@@ -110,9 +147,7 @@ int runRank(int rank, int steps) {
       cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       cuda(cudaMemcpy(result.data(), recv, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
       std::uint64_t wrong = 0;
-      for (std::size_t i = 0; i < count; ++i)
-        wrong +=
-            result[i] != static_cast<float>(3 * static_cast<int>((i + static_cast<std::size_t>(step)) % 7));
+      for (std::size_t i = 0; i < count; ++i) wrong += result[i] != expect.at(rank, step, i);
       wrong_total += wrong;
       if (step == steps - 1)
         std::printf("rank %d: %zu bytes: wrong %llu\n", rank, bytes, static_cast<unsigned long long>(wrong));
@@ -185,11 +220,21 @@ int launch(char** argv) {
 
 int main(int argc, char** argv) {
   int steps = 5;
+  Expect expect;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--expect") == 0 && i + 1 < argc) {
+      if (!parseExpect(argv[++i], expect)) {
+        std::fprintf(stderr, "nccl-pair: --expect takes sync, stale1..stale4 or dga1..dga4, not %s\n",
+                     argv[i]);
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "nccl-pair: unknown argument %s (usage: nccl-pair [--steps N])\n", argv[i]);
+      std::fprintf(
+          stderr,
+          "nccl-pair: unknown argument %s (usage: nccl-pair [--steps N] [--expect sync|stale<K>|dga<K>])\n",
+          argv[i]);
       return 2;
     }
   }
@@ -199,5 +244,5 @@ int main(int argc, char** argv) {
   }
   const char* rank = std::getenv("GRADSCOPE_PAIR_RANK");
   if (rank == nullptr) return launch(argv);
-  return runRank(std::atoi(rank), steps);
+  return runRank(std::atoi(rank), steps, expect);
 }
