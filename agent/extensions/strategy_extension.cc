@@ -735,8 +735,10 @@ bool StrategyExtension::appliesAsync() const {
 }
 
 // A call site runs its own strategy instance (its steps and buffers), restarted (its first K steps
-// synchronous again) when it changes: another strategy, dtype or size, a step skipped (a validation
-// window without the plan), or a step of another shape. A change the job did not ask for is said once.
+// synchronous again) when it changes: built anew for another strategy, dtype or size; restarted with its
+// buffers kept for a step skipped (a validation window without the plan) or a step of another shape, so
+// that switching the plan at a window's edge allocates and frees nothing (over NCCL, freeing is a host
+// wait). A change the job did not ask for is said once.
 bool StrategyExtension::applyAsync(CommState& state, comm::Communicator& comm, const ShadowCall& call,
                                    const std::string& strategy, const void* send, void* recv,
                                    std::string& error) {
@@ -754,11 +756,13 @@ bool StrategyExtension::applyAsync(CommState& state, comm::Communicator& comm, c
     }
   }
   if (call.site.reshaped)
-    for (auto& [ordinal, site] : state.async_sites) site.strategy.reset();
+    for (auto& [ordinal, site] : state.async_sites)
+      if (site.strategy) site.strategy->restart();
   CommState::AsyncSite& site = state.async_sites[call.site.ordinal];
   const bool moved = call.site.changed || call.site.reshaped;
-  if (!site.strategy || site.text != strategy || site.dtype != call.dtype || site.count != call.count ||
-      call.site.step != site.last_step + 1 || moved) {
+  const bool rebuild =
+      !site.strategy || site.text != strategy || site.dtype != call.dtype || site.count != call.count;
+  if (rebuild || call.site.step != site.last_step + 1 || moved) {
     std::string parse_error;
     const auto name = parseStrategyName(strategy, &parse_error);
     if (!name) fail("{}", parse_error);
@@ -768,13 +772,20 @@ bool StrategyExtension::applyAsync(CommState& state, comm::Communicator& comm, c
           "synchronous for {} step(s) (said once; if the job's steps are not detected, mark them with "
           "{} or {})",
           strategy, call.site.ordinal, name->staleness, env::kStepCalls, env::kStepNvtx));
-    site.strategy.reset();
-    comm::StrategyOptions options;
-    options.async_worker = state.async_worker;
-    site.strategy = comm::makeStrategy(*name, comm, call.dtype, options);
-    site.text = strategy;
-    site.dtype = call.dtype;
-    site.count = call.count;
+    if (rebuild) {
+      site.strategy.reset();
+      comm::StrategyOptions options;
+      options.async_worker = state.async_worker;
+      std::unique_ptr<comm::Strategy> built = comm::makeStrategy(*name, comm, call.dtype, options);
+      if (dynamic_cast<comm::AsyncStrategy*>(built.get()) == nullptr)
+        fail("{} is not an async strategy", strategy);
+      site.strategy.reset(static_cast<comm::AsyncStrategy*>(built.release()));
+      site.text = strategy;
+      site.dtype = call.dtype;
+      site.count = call.count;
+    } else {
+      site.strategy->restart();
+    }
   }
   site.last_step = call.site.step;
   afterJob(call, comm);

@@ -154,7 +154,7 @@ class StrategyExtension : public Extension {
     // one strategy per call site, by ordinal (call_sites.h).
     std::shared_ptr<comm::AsyncWorker> async_worker;
     struct AsyncSite {
-      std::unique_ptr<comm::Strategy> strategy;
+      std::unique_ptr<comm::AsyncStrategy> strategy;
       std::string text;
       DType dtype = DType::Other;
       std::size_t count = 0;

@@ -265,6 +265,11 @@ void AsyncStrategy::restart(std::size_t count) {
   step_ = 0;
 }
 
+void AsyncStrategy::restart() {
+  for (Slot& slot : slots_) waitFor(slot);
+  step_ = 0;
+}
+
 RunStats AsyncStrategy::run(const void* send, void* recv, std::size_t count) {
   if (count == 0) return {};
   if (count != count_) restart(count);

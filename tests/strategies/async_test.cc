@@ -188,6 +188,35 @@ TEST(Async, SitesShareOneWorker) {
   }
 }
 
+// restart(): the site's next step is its step 0 again (synchronous for K steps), the size unchanged.
+TEST(Async, RestartIsSynchronousAgainForKSteps) {
+  std::string why;
+  const auto worker = workerOrSkip(why);
+  if (!worker) GTEST_SKIP() << why;
+  Communicator& comm = testWorld();
+  StrategyOptions options;
+  options.async_worker = worker;
+  std::unique_ptr<Strategy> built =
+      makeStrategy(*parseStrategyName("async/stale2"), comm, DType::Fp32, options);
+  auto* site = dynamic_cast<AsyncStrategy*>(built.get());
+  ASSERT_NE(site, nullptr);
+  constexpr std::uint32_t kSeed = 77;
+  constexpr std::size_t kCount = 9;
+  const int ranks = comm.size();
+  // Steps 0-4, a restart, steps 5-8: the site's own steps 0, 1 (synchronous) and 2, 3 (stale by 2).
+  const std::int64_t returned[] = {0, 1, 0, 1, 2, 5, 6, 5, 6};
+  for (std::int64_t step = 0; step < 9; ++step) {
+    if (step == 5) site->restart();
+    const Buffer buffer = toComm(comm, gradients(DType::Fp32, kSeed, step, comm.rank(), kCount));
+    site->run(buffer.get(), buffer.get(), kCount);
+    std::vector<float> got(kCount);
+    comm.local().download(got.data(), buffer.get(), kCount * sizeof(float));
+    for (std::size_t i = 0; i < kCount; ++i)
+      ASSERT_EQ(got[i], static_cast<float>(sumAt(kSeed, returned[step], ranks, i)))
+          << "step " << step << " " << i;
+  }
+}
+
 TEST(Async, RefusesWhatItCannotRun) {
   std::string why;
   const auto worker = workerOrSkip(why);

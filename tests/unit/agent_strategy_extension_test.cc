@@ -424,6 +424,28 @@ TEST(AgentStrategyExtension, AsyncRunsOnDeviceMemoryThroughAQueueOfItsOwn) {
   EXPECT_EQ(extension.before, 8);
 }
 
+// A step the site skips (a validation window without the plan) restarts it: synchronous again, on the
+// same instance and queue.
+TEST(AgentStrategyExtension, AsyncSiteRestartsAfterASkippedStep) {
+  TestExtension extension;
+  std::string error;
+  ASSERT_TRUE(extension.start(settings({}, 0), "", error)) << error;
+  constexpr std::size_t kCount = 8;
+  for (const std::int64_t step : {0, 1, 2, 5, 6}) {
+    ShadowCall call = fp32Call(kCount, step);
+    call.site.step = step;
+    if (step == 0) {
+      ASSERT_TRUE(extension.join(call, error)) << error;
+    }
+    const std::vector<float> send = stepGradient(step, kCount);
+    std::vector<float> recv(kCount);
+    ASSERT_TRUE(extension.apply(call, send.data(), recv.data(), "async/stale1", error)) << error;
+    const std::int64_t source = step == 0 || step == 5 ? step : step - 1;  // 5 follows a gap: synchronous
+    EXPECT_EQ(recv, stepGradient(source, kCount)) << "step " << step;
+  }
+  EXPECT_EQ(extension.concurrent_copies, 1);
+}
+
 // A communicator that cannot queue a second copy refuses them with its reason, and remembers it.
 TEST(AgentStrategyExtension, AsyncIsRefusedWhereNoSecondQueueCanBeMade) {
   TestExtension extension;

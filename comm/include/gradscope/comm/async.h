@@ -60,7 +60,8 @@ class AsyncWorker {
   // fails).
   virtual void wait(Ticket ticket) = 0;
   // Blocks until every sum handed over and the owner's work so far are complete: the buffers they use
-  // may then be freed.
+  // may then be freed. Never throws (a failed sum shows at its wait(); a failed stream at the job's next
+  // call).
   virtual void drain() = 0;
   virtual int ranks() const = 0;
 };
@@ -78,6 +79,9 @@ class AsyncStrategy final : public Strategy {
   bool lossless() const override { return false; }
   // The site's next step; a count other than the last one's restarts it (its step 0 again).
   RunStats run(const void* send, void* recv, std::size_t count) override;
+  // The next run is the site's step 0 again (a step was skipped, or the steps changed shape): its sums in
+  // flight are waited for as run() waits (the host never does on the GPU), its buffers kept.
+  void restart();
 
  private:
   struct Slot {
