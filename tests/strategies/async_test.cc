@@ -80,6 +80,14 @@ Bytes fromComm(Communicator& comm, const Buffer& buffer, std::size_t bytes) {
   return host;
 }
 
+// A call site of the test world under `text`, handing its sums to `worker`.
+std::unique_ptr<Strategy> siteOf(const std::string& text, DType dtype,
+                                 const std::shared_ptr<AsyncWorker>& worker) {
+  StrategyOptions options;
+  options.async_worker = worker;
+  return makeStrategy(*parseStrategyName(text), testWorld(), dtype, options);
+}
+
 // Runs `steps` steps of one site (count changing to `count_after` at step `change_at`) and checks every
 // result against the exact expectation. `global` counts the steps; the site's own step restarts at a change.
 void checkSite(const std::string& text, DType dtype, std::uint32_t seed, std::size_t count,
@@ -87,9 +95,7 @@ void checkSite(const std::string& text, DType dtype, std::uint32_t seed, std::si
                const std::shared_ptr<AsyncWorker>& worker) {
   Communicator& comm = testWorld();
   const StrategyName name = *parseStrategyName(text);
-  StrategyOptions options;
-  options.async_worker = worker;
-  const std::unique_ptr<Strategy> strategy = makeStrategy(name, comm, dtype, options);
+  const std::unique_ptr<Strategy> strategy = siteOf(text, dtype, worker);
   EXPECT_FALSE(strategy->lossless());
   const int ranks = comm.size();
   const int K = name.staleness;
@@ -129,28 +135,26 @@ void checkSite(const std::string& text, DType dtype, std::uint32_t seed, std::si
   }
 }
 
+// Every dtype: fp16 and bf16 too, where sums of integers within ±64 are exact up to 3 ranks, and so is a
+// correction of up to 3 · 128 in fp16; bf16 rounds that once, as the expectation does.
 TEST(Async, StaleAndDgaStepByStepWithASizeChange) {
   std::string why;
   const auto worker = workerOrSkip(why);
   if (!worker) GTEST_SKIP() << why;
+  struct Shape {
+    DType dtype;
+    std::size_t count, count_after;
+    std::int64_t change_at, steps;
+  };
+  constexpr Shape kShapes[] = {{DType::Fp32, 7, 300, 9, 16},
+                               {DType::Fp64, 1, 5, 6, 10},
+                               {DType::Fp16, 33, 4, 5, 9},
+                               {DType::Bf16, 33, 4, 5, 9}};
   std::uint32_t seed = 1;
-  for (const char* text : {"async/stale1", "async/stale2", "async/stale4", "async/dga1", "async/dga2"}) {
-    checkSite(text, DType::Fp32, ++seed, 7, 300, 9, 16, worker);
-    checkSite(text, DType::Fp64, ++seed, 1, 5, 6, 10, worker);
-  }
-}
-
-// The 2-byte types: sums of integers within ±64 are exact in fp16 and bf16 up to 3 ranks, and so is a
-// correction of up to 3 · 128 on them in fp16; bf16 rounds it once, as the expectation does.
-TEST(Async, HalfPrecisionSitesAreExact) {
-  std::string why;
-  const auto worker = workerOrSkip(why);
-  if (!worker) GTEST_SKIP() << why;
-  std::uint32_t seed = 40;
-  for (const char* text : {"async/stale1", "async/stale2", "async/dga1"}) {
-    checkSite(text, DType::Fp16, ++seed, 33, 4, 5, 9, worker);
-    checkSite(text, DType::Bf16, ++seed, 33, 4, 5, 9, worker);
-  }
+  for (const char* text : {"async/stale1", "async/stale2", "async/stale4", "async/dga1", "async/dga2"})
+    for (const Shape& shape : kShapes)
+      checkSite(text, shape.dtype, ++seed, shape.count, shape.count_after, shape.change_at, shape.steps,
+                worker);
 }
 
 // Sites of one communicator share its worker, their sums interleaved as a job's layers are.
@@ -159,10 +163,8 @@ TEST(Async, SitesShareOneWorker) {
   const auto worker = workerOrSkip(why);
   if (!worker) GTEST_SKIP() << why;
   Communicator& comm = testWorld();
-  StrategyOptions options;
-  options.async_worker = worker;
-  const auto stale = makeStrategy(*parseStrategyName("async/stale1"), comm, DType::Fp32, options);
-  const auto dga = makeStrategy(*parseStrategyName("async/dga1"), comm, DType::Fp32, options);
+  const auto stale = siteOf("async/stale1", DType::Fp32, worker);
+  const auto dga = siteOf("async/dga1", DType::Fp32, worker);
   const int ranks = comm.size();
   constexpr std::uint32_t kSeedA = 11, kSeedB = 12;
   constexpr std::size_t kA = 1000, kB = 3;
@@ -194,10 +196,7 @@ TEST(Async, RestartIsSynchronousAgainForKSteps) {
   const auto worker = workerOrSkip(why);
   if (!worker) GTEST_SKIP() << why;
   Communicator& comm = testWorld();
-  StrategyOptions options;
-  options.async_worker = worker;
-  std::unique_ptr<Strategy> built =
-      makeStrategy(*parseStrategyName("async/stale2"), comm, DType::Fp32, options);
+  const std::unique_ptr<Strategy> built = siteOf("async/stale2", DType::Fp32, worker);
   auto* site = dynamic_cast<AsyncStrategy*>(built.get());
   ASSERT_NE(site, nullptr);
   constexpr std::uint32_t kSeed = 77;
@@ -221,9 +220,7 @@ TEST(Async, RefusesWhatItCannotRun) {
   std::string why;
   const auto worker = workerOrSkip(why);
   if (!worker) GTEST_SKIP() << why;
-  StrategyOptions options;
-  options.async_worker = worker;
-  EXPECT_THROW(makeStrategy(*parseStrategyName("async/stale1"), testWorld(), DType::Int32, options), Error);
+  EXPECT_THROW(siteOf("async/stale1", DType::Int32, worker), Error);
   std::string error;
   EXPECT_FALSE(parseStrategyName("async/stale5", &error));
   EXPECT_FALSE(parseStrategyName("async/stale1/bf16", &error));
