@@ -774,12 +774,7 @@ bool StrategyExtension::applyAsync(CommState& state, comm::Communicator& comm, c
           strategy, call.site.ordinal, name->staleness, env::kStepCalls, env::kStepNvtx));
     if (rebuild) {
       site.strategy.reset();
-      comm::StrategyOptions options;
-      options.async_worker = state.async_worker;
-      std::unique_ptr<comm::Strategy> built = comm::makeStrategy(*name, comm, call.dtype, options);
-      if (dynamic_cast<comm::AsyncStrategy*>(built.get()) == nullptr)
-        fail("{} is not an async strategy", strategy);
-      site.strategy.reset(static_cast<comm::AsyncStrategy*>(built.release()));
+      site.strategy = std::make_unique<comm::AsyncStrategy>(*name, comm, call.dtype, state.async_worker);
       site.text = strategy;
       site.dtype = call.dtype;
       site.count = call.count;

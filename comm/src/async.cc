@@ -19,16 +19,19 @@
 namespace gradscope::comm {
 namespace {
 
-// ---- Host memory: a thread
-// ---------------------------------------------------------------------------------
+// The owner's concurrentCopy(), or gradscope::Error with why there is none.
+std::unique_ptr<Communicator> copyOf(Communicator& owner) {
+  std::string why_not;
+  std::unique_ptr<Communicator> copy = owner.concurrentCopy(why_not);
+  if (!copy) fail("{}", why_not);
+  return copy;
+}
+
+// ---- Host memory: a thread --------------------------------------------------------------------------------
 
 class ThreadWorker final : public AsyncWorker {
  public:
-  ThreadWorker(Communicator& owner, std::function<void()> on_start) {
-    std::string why_not;
-    comm_ = owner.concurrentCopy(why_not);
-    if (!comm_) fail("{}", why_not);
-    ranks_ = comm_->size();
+  ThreadWorker(Communicator& owner, std::function<void()> on_start) : comm_(copyOf(owner)) {
     thread_ = std::thread([this, on_start = std::move(on_start)] { loop(on_start); });
   }
   // Finishes what was handed over, then stops the thread and frees the communicator.
@@ -65,7 +68,7 @@ class ThreadWorker final : public AsyncWorker {
     waitLocked(lock, next_);
   }
 
-  int ranks() const override { return ranks_; }
+  int ranks() const override { return comm_->size(); }
 
  private:
   struct Task {
@@ -87,7 +90,6 @@ class ThreadWorker final : public AsyncWorker {
   static constexpr std::chrono::microseconds kFirstPause{5}, kLongestPause{100};
 
   std::unique_ptr<Communicator> comm_;
-  int ranks_ = 1;
   std::mutex mutex_;
   std::condition_variable posted_, completed_;
   std::deque<Task> tasks_;
@@ -162,19 +164,14 @@ void ThreadWorker::loop(const std::function<void()>& on_start) {
   }
 }
 
-// ---- Device memory: a second stream
-// ------------------------------------------------------------------------
+// ---- Device memory: a second stream -----------------------------------------------------------------------
 //
 // The owner's calls come from the job's threads one at a time (the agent holds the communicator's lock),
 // so no lock here. A ticket's mark lives until the owner has been made to wait for it.
 
 class QueueWorker final : public AsyncWorker {
  public:
-  explicit QueueWorker(Communicator& owner) : owner_(owner) {
-    std::string why_not;
-    copy_ = owner.concurrentCopy(why_not);
-    if (!copy_) fail("{}", why_not);
-  }
+  explicit QueueWorker(Communicator& owner) : owner_(owner), copy_(copyOf(owner)) {}
   ~QueueWorker() override { drain(); }
   QueueWorker(const QueueWorker&) = delete;
   QueueWorker& operator=(const QueueWorker&) = delete;
