@@ -9,7 +9,8 @@
 # one rank), nccl_strategies-np2.log and -np3.log (every strategy on NCCL with 2 and 3 ranks, checked),
 # the agent on real NCCL jobs (agent_build.log, agent_nccl.log; agent_nccl/ and
 # agent_nccl-nvtx/ with the trace and its report; agent_nccl-pair*/ for two ranks on the one GPU with the
-# NCCL plugins; agent_ddp/ and agent_ddp2/ for PyTorch DDP, one rank and two, where torch is installed,
+# NCCL plugins; agent_ddp/ (observe, one rank), agent_ddp2-explore/ and agent_ddp2/ (explore and apply, two
+# ranks) for PyTorch DDP where torch is installed,
 # agent_windows/ for the step model's GPU windows on it: their cost per step and the GPU-measured steps),
 # nccl_compare.txt (gradscope bench against an nccl-tests-style loop), gpu_timing_costs.txt and
 # summary.txt.
@@ -24,10 +25,14 @@
 #                                 reads it; this script also puts <prefix>/lib[/<multiarch>] on
 #                                 LD_LIBRARY_PATH so the test and benchmark binaries find those libraries.
 #   GRADSCOPE_GPU_BUILD_DIR       the build directory (default: build/gpu).
+#   GRADSCOPE_GPU_PREBUILT=1      the build directory already holds what the checks run (built elsewhere and
+#                                 staged by scripts/gpu_stage.sh): no bootstrap, configure or build here.
 #   GRADSCOPE_CUDA_ARCHITECTURES  CMAKE_CUDA_ARCHITECTURES (default: the project's "80;90", whose PTX
 #                                 also runs on newer GPUs through the driver's JIT).
 #   GRADSCOPE_BENCH_FILTER        --benchmark_filter for the benchmarks (default: all of them).
 #   GRADSCOPE_SKIP_BENCH=1        build and test only.
+#   GRADSCOPE_STRATEGIES_TIMEOUT  seconds each run of the NCCL strategy tests may take (default 900).
+#   GRADSCOPE_WINDOWS_ROUNDS      interleaved rounds of the DDP GPU-windows figure (default 5).
 #   GRADSCOPE_ALLOW_SKIPPED=1     accept GPU tests that skipped for want of a usable GPU (normally an
 #                                 error here: on a GPU machine it means the library could not use it).
 #
@@ -43,7 +48,7 @@ out_dir=$(cd "$out_dir" && pwd)
 build_dir=${GRADSCOPE_GPU_BUILD_DIR:-$repo_root/build/gpu}
 jobs=$(nproc 2>/dev/null || echo 4)
 
-say() { echo "==> $*"; }
+say() { echo "==> [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 die() {
   echo "==> FAILED: $*" >&2
   echo "FAILED: $*" >>"$out_dir/summary.txt"
@@ -71,8 +76,11 @@ else
 fi
 
 # ---- Dependencies ------------------------------------------------------------------------------------
+prebuilt=${GRADSCOPE_GPU_PREBUILT:-0}
 build_packages=(cmake g++ libsqlite3-dev libfmt-dev libcli11-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev)
-if [ "${GRADSCOPE_SKIP_BOOTSTRAP:-0}" = 1 ]; then
+if [ "$prebuilt" = 1 ]; then
+  say "dependencies: prebuilt binaries in $build_dir (GRADSCOPE_GPU_PREBUILT=1)"
+elif [ "${GRADSCOPE_SKIP_BOOTSTRAP:-0}" = 1 ]; then
   say "dependencies: bootstrap skipped (GRADSCOPE_SKIP_BOOTSTRAP=1)"
 else
   missing=()
@@ -107,6 +115,17 @@ if [ -n "${CMAKE_PREFIX_PATH:-}" ]; then
 fi
 
 # ---- Configure and build ----------------------------------------------------------------------------------
+# build_targets LOG TARGET...: builds the targets into the build directory, or nothing when it is prebuilt.
+build_targets() {
+  local log=$1
+  shift
+  if [ "$prebuilt" = 1 ]; then
+    echo "prebuilt: $*" >"$log"
+    return 0
+  fi
+  cmake --build "$build_dir" --parallel "$jobs" --target "$@" >"$log" 2>&1
+}
+
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 cmake_args=(-S "$repo_root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -115,13 +134,15 @@ cmake_args=(-S "$repo_root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE
 [ -n "${CMAKE_PREFIX_PATH:-}" ] && cmake_args+=("-DCMAKE_PREFIX_PATH=$(echo "$CMAKE_PREFIX_PATH" | tr : ';')")
 
 say "configuring $build_dir (CUDA on)"
-if ! cmake "${cmake_args[@]}" >"$out_dir/configure.log" 2>&1; then
+if [ "$prebuilt" = 1 ]; then
+  [ -x "$build_dir/tests/gradscope_unit_tests" ] || die "GRADSCOPE_GPU_PREBUILT=1 but $build_dir has no tests/gradscope_unit_tests (scripts/gpu_stage.sh)"
+  echo "prebuilt" >"$out_dir/configure.log"
+elif ! cmake "${cmake_args[@]}" >"$out_dir/configure.log" 2>&1; then
   tail -n 20 "$out_dir/configure.log" >&2
   die "configure failed; see $out_dir/configure.log"
 fi
 say "building gradscope_unit_tests, gradscope_cuda_bench and gradscope-bench ($jobs jobs; nvcc takes a few minutes)"
-if ! cmake --build "$build_dir" --parallel "$jobs" --target gradscope_unit_tests gradscope_cuda_bench gradscope-bench \
-  >"$out_dir/build.log" 2>&1; then
+if ! build_targets "$out_dir/build.log" gradscope_unit_tests gradscope_cuda_bench gradscope-bench; then
   grep -E "error|Error" "$out_dir/build.log" | head -n 20 >&2 || tail -n 20 "$out_dir/build.log" >&2
   die "build failed; see $out_dir/build.log"
 fi
@@ -218,8 +239,7 @@ fi
 # tests/strategies on NCCL communicators; with one GPU the ranks share it as separate NCCL hosts
 # (strategies_test_nccl_main.cc). Logs in nccl_strategies-np2.log and -np3.log.
 say "NCCL strategies with 2 and 3 ranks (gradscope_strategy_tests_nccl)"
-if ! cmake --build "$build_dir" --parallel "$jobs" --target gradscope_strategy_tests_nccl \
-  >"$out_dir/strategies_build.log" 2>&1; then
+if ! build_targets "$out_dir/strategies_build.log" gradscope_strategy_tests_nccl; then
   tail -n 5 "$out_dir/strategies_build.log" >&2
   say "NCCL strategy tests FAILED to build; see $out_dir/strategies_build.log"
   echo "strategies: FAILED to build (strategies_build.log)" >>"$out_dir/summary.txt"
@@ -228,9 +248,9 @@ else
   strategies_bin=$build_dir/tests/strategies/gradscope_strategy_tests_nccl
   for ranks in 2 3; do
     strategies_status=0
-    timeout 900 "$strategies_bin" --ranks "$ranks" >"$out_dir/nccl_strategies-np$ranks.log" 2>&1 ||
+    timeout "${GRADSCOPE_STRATEGIES_TIMEOUT:-900}" "$strategies_bin" --ranks "$ranks" >"$out_dir/nccl_strategies-np$ranks.log" 2>&1 ||
       strategies_status=$?
-    summary=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$out_dir/nccl_strategies-np$ranks.log" | tr '\n' ' ')
+    summary=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$out_dir/nccl_strategies-np$ranks.log" | tr '\n' ' ' || true)
     echo "strategies: NCCL, $ranks ranks: exit $strategies_status; $summary(nccl_strategies-np$ranks.log)" \
       >>"$out_dir/summary.txt"
     if [ "$strategies_status" -ne 0 ]; then
@@ -248,10 +268,9 @@ fi
 say "agent on a one-rank NCCL job (check_nccl.py real, real-nvtx)"
 agent_so=$build_dir/agent/libgradscope-agent.so
 gradscope_bin=$build_dir/cli/gradscope
-if ! cmake --build "$build_dir" --parallel "$jobs" --target gradscope_agent gradscope gradscope_nccl_job_real \
-  gradscope_nccl_pair_real gradscope_nccl_profiler gradscope_nccl_tuner gradscope_nccl_tests_allreduce \
-  gradscope_gpu_timing_costs \
-  >"$out_dir/agent_build.log" 2>&1; then
+if ! build_targets "$out_dir/agent_build.log" gradscope_agent gradscope \
+  gradscope_nccl_job_real gradscope_nccl_pair_real gradscope_nccl_profiler gradscope_nccl_tuner \
+  gradscope_nccl_tests_allreduce gradscope_gpu_timing_costs; then
   tail -n 5 "$out_dir/agent_build.log" >&2
   say "agent NCCL check FAILED to build (is tests/agent/nccl in the build?); see $out_dir/agent_build.log"
   echo "agent:  NCCL job FAILED to build (agent_build.log)" >>"$out_dir/summary.txt"
@@ -354,7 +373,7 @@ PYTHON
     win_dir=$out_dir/agent_windows
     rm -rf "$win_dir" && mkdir -p "$win_dir"
     win_status=0
-    for round in 1 2 3 4 5; do
+    for round in $(seq "${GRADSCOPE_WINDOWS_ROUNDS:-5}"); do
       for kind in bare windows cupti; do
         mkdir -p "$win_dir/$kind-$round"
         case $kind in
@@ -396,8 +415,42 @@ PYTHON
     fi
 
     # samples/pytorch_ddp with two ranks on this GPU (NCCL_HOSTID per rank, LOCAL_RANK 0 for both) under
-    # `gradscope run --mode apply`: NCCL loads both plugins, every NCCL call gets NCCL's algorithm and
-    # protocol, and the all-reduces the plan's Ring/Simple.
+    # `gradscope run --mode explore`, the budget lifted: both ranks time every strategy on the same DDP
+    # buckets, and `gradscope recommend` reads the trace.
+    ddp2_job=(torchrun --nproc_per_node=2 --no-python bash -c
+      'export NCCL_HOSTID=gradscope-ddp-$RANK LOCAL_RANK=0 NCCL_SOCKET_IFNAME=lo; exec python3 samples/pytorch_ddp/train.py "$@"'
+      ddp2)
+    say "agent exploring a two-rank PyTorch DDP job (one GPU)"
+    ddpx_dir=$out_dir/agent_ddp2-explore
+    rm -rf "$ddpx_dir" && mkdir -p "$ddpx_dir"
+    ddpx_status=0
+    GRADSCOPE_EXPLORE_WARMUP=0 GRADSCOPE_AGENT_PATH="$agent_so" "$gradscope_bin" run --mode explore \
+      --explore-budget 1 -o "$ddpx_dir/run" -- "${ddp2_job[@]}" --steps 40 --print-every 20 \
+      >"$ddpx_dir/ddp2.log" 2>&1 || ddpx_status=$?
+    if [ "$ddpx_status" -eq 0 ] && python3 - "$ddpx_dir/run/trace.db" >>"$ddpx_dir/ddp2.log" 2>&1 <<'PYTHON' &&
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute("SELECT r.rank, m.strategy, count(*), max(m.rel_l2_error), min(m.median_ns) FROM measurements m "
+                  "JOIN calls c ON c.id = m.call_id JOIN ranks r ON r.id = c.rank_id GROUP BY 1, 2").fetchall()
+print("ddp2 explore: (rank, strategy, samples, worst rel error, fastest median ns; async: errors only):")
+for row in rows:
+    print("  ", row)
+ranks = {row[0] for row in rows}
+strategies = {row[1] for row in rows}
+lossless = all(row[3] < 1e-5 for row in rows if row[1] in ("sum/native", "sum/rs_ag"))
+sys.exit(0 if ranks == {0, 1} and {"sum/native", "sum/rs_ag", "sum/native/bf16"} <= strategies and lossless
+         and all(row[4] > 0 for row in rows if not row[1].startswith("async/")) else 1)
+PYTHON
+      "$gradscope_bin" recommend "$ddpx_dir/run/trace.db" >"$ddpx_dir/recommend.txt" 2>&1; then
+      echo "agent:  two-rank PyTorch DDP explored and recommended: $(grep -c . "$ddpx_dir/recommend.txt") lines (agent_ddp2-explore/)" >>"$out_dir/summary.txt"
+    else
+      say "two-rank DDP explore check FAILED (exit $ddpx_status); see $ddpx_dir"
+      echo "agent:  two-rank PyTorch DDP explore FAILED (agent_ddp2-explore/ddp2.log)" >>"$out_dir/summary.txt"
+      status=1
+    fi
+
+    # The same job under `gradscope run --mode apply`: NCCL loads both plugins, every NCCL call gets
+    # NCCL's algorithm and protocol, and the all-reduces the plan's Ring/Simple.
     say "agent and both NCCL plugins on a two-rank PyTorch DDP job (one GPU)"
     ddp2_dir=$out_dir/agent_ddp2
     rm -rf "$ddp2_dir" && mkdir -p "$ddp2_dir"
@@ -409,9 +462,7 @@ JSON
     ddp2_status=0
     NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING GRADSCOPE_AGENT_PATH="$agent_so" \
       "$gradscope_bin" run --mode apply --recommendation "$ddp2_dir/plan.json" -o "$ddp2_dir/run" -- \
-      torchrun --nproc_per_node=2 --no-python bash -c \
-      'export NCCL_HOSTID=gradscope-ddp-$RANK LOCAL_RANK=0 NCCL_SOCKET_IFNAME=lo; exec python3 samples/pytorch_ddp/train.py "$@"' \
-      ddp2 --steps 40 --print-every 20 >"$ddp2_dir/ddp2.log" 2>&1 || ddp2_status=$?
+      "${ddp2_job[@]}" --steps 40 --print-every 20 >"$ddp2_dir/ddp2.log" 2>&1 || ddp2_status=$?
     if [ "$ddp2_status" -eq 0 ] && python3 - "$ddp2_dir/run/trace.db" "$ddp2_dir/ddp2.log" >>"$ddp2_dir/ddp2.log" 2>&1 <<'PYTHON'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
