@@ -43,6 +43,7 @@ enum CUstreamCaptureMode {
 // cuda.h: CU_EVENT_DEFAULT = 0 (timing enabled, unlike CU_EVENT_DISABLE_TIMING = 2);
 // CU_STREAM_NON_BLOCKING = 1 (no implicit synchronisation with the legacy default stream).
 inline constexpr unsigned kEventDefault = 0x0;
+inline constexpr unsigned kEventDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING: order and completion only
 inline constexpr unsigned kStreamNonBlocking = 0x1;
 
 // cuda.h: `typedef int CUdevice_v1; typedef CUdevice_v1 CUdevice;` and opaque handles. CUstream_st is

@@ -225,6 +225,10 @@ class CuptiTracer {
   // Whether the kernel records are on now (throughout, or around a window): a call correlated now gets its
   // span from them. Hot path: one load.
   bool correlating() const { return spans_on_ || records_on_.load(std::memory_order_relaxed); }
+  // Whether the kernel records are on throughout (start's `spans`): every call's span can come from them.
+  bool spansThroughout() const { return spans_on_; }
+  // Whether graph-captured calls' replays are traced (the graph-node callbacks are on).
+  bool tracesGraphs() const { return graphs_; }
   // Hot path, around the real NCCL call.
   void push(std::uint64_t id) const {
     library_.activityPushExternalCorrelationId(cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);

@@ -134,6 +134,11 @@ bool CudaEventTimer::setUp(Domain& domain, std::string& error) {
       return failed("cuEventCreate", rc);
     if (const CUresult rc = driver_.eventCreate(&pair.end, cuda::kEventDefault); rc != cuda::CUDA_SUCCESS)
       return failed("cuEventCreate", rc);
+    if (untimed_) {
+      if (const CUresult rc = driver_.eventCreate(&pair.done, cuda::kEventDisableTiming);
+          rc != cuda::CUDA_SUCCESS)
+        return failed("cuEventCreate", rc);
+    }
   }
   for (Reference& reference : domain.references)
     if (const CUresult rc = driver_.eventCreate(&reference.event, cuda::kEventDefault);
@@ -154,6 +159,7 @@ void CudaEventTimer::destroy(Domain& domain) {
   for (std::uint32_t i = 0; i < options_.pairs_per_domain; ++i) {
     if (domain.pairs[i].start != nullptr) driver_.eventDestroy(domain.pairs[i].start);
     if (domain.pairs[i].end != nullptr) driver_.eventDestroy(domain.pairs[i].end);
+    if (domain.pairs[i].done != nullptr) driver_.eventDestroy(domain.pairs[i].done);
   }
   for (Reference& reference : domain.references)
     if (reference.event != nullptr) driver_.eventDestroy(reference.event);
@@ -177,7 +183,7 @@ bool CudaEventTimer::recordReference(Domain& domain, Reference& reference, bool 
   return false;
 }
 
-CudaEventTimer::Pair* CudaEventTimer::claim(int domain_index, std::uint32_t& slot) {
+CudaEventTimer::Pair* CudaEventTimer::claim(int domain_index, bool untimed, std::uint32_t& slot) {
   Domain& domain = *domains_[domain_index].load(std::memory_order_acquire);
   const std::uint32_t pairs = options_.pairs_per_domain;
   for (int i = 0; i < kClaimTries; ++i) {
@@ -193,6 +199,7 @@ CudaEventTimer::Pair* CudaEventTimer::claim(int domain_index, std::uint32_t& slo
       pair.settled = false;
       ++pair.generation;
       pair.cupti_drops = cupti_ != nullptr ? cupti_->drops() : 0;
+      pair.untimed = untimed;
       pair.cupti_seen_ns = 0;
       pair.siblings = 0;
       slot = static_cast<std::uint32_t>(domain_index) * pairs + index;
@@ -213,9 +220,10 @@ void CudaEventTimer::free(std::uint32_t slot) {
 std::uint32_t CudaEventTimer::start(int domain, cuda::CUstream stream, bool& captured) {
   if (capturing(driver_, stream, captured)) return 0;
   std::uint32_t slot = 0;
-  Pair* pair = claim(domain, slot);
+  const bool untimed = untimedNow();
+  Pair* pair = claim(domain, untimed, slot);
   if (pair == nullptr) return 0;
-  if (driver_.eventRecord(pair->start, stream) != cuda::CUDA_SUCCESS) {
+  if (!untimed && driver_.eventRecord(pair->start, stream) != cuda::CUDA_SUCCESS) {
     countDrop(DropKind::GpuTiming);
     free(slot);
     return 0;
@@ -225,19 +233,21 @@ std::uint32_t CudaEventTimer::start(int domain, cuda::CUstream stream, bool& cap
 
 void CudaEventTimer::stop(std::uint32_t gpu_slot, cuda::CUstream stream) {
   Pair& pair = this->pair(gpu_slot - 1);
-  if (driver_.eventRecord(pair.end, stream) != cuda::CUDA_SUCCESS) pair.failed = true;
+  if (driver_.eventRecord(pair.untimed ? pair.done : pair.end, stream) != cuda::CUDA_SUCCESS)
+    pair.failed = true;
 }
 
 void CudaEventTimer::startGroup(Group& group, const int* domains, const cuda::CUstream* streams, int n) {
   group = Group{};
   for (int i = 0; i < n; ++i)
     if (domains[i] >= 0 && capturing(driver_, streams[i], group.captured)) return;
+  const bool untimed = untimedNow();  // the same for every pair of the group
   for (int i = 0; i < n && group.count < kMaxGroupStreams; ++i) {
     if (domains[i] < 0) continue;
     std::uint32_t slot = 0;
-    Pair* pair = claim(domains[i], slot);
+    Pair* pair = claim(domains[i], untimed, slot);
     if (pair == nullptr) continue;
-    if (driver_.eventRecord(pair->start, streams[i]) != cuda::CUDA_SUCCESS) {
+    if (!untimed && driver_.eventRecord(pair->start, streams[i]) != cuda::CUDA_SUCCESS) {
       countDrop(DropKind::GpuTiming);
       free(slot);
       continue;
@@ -256,9 +266,12 @@ void CudaEventTimer::startGroup(Group& group, const int* domains, const cuda::CU
 void CudaEventTimer::stopGroup(Group& group, std::int32_t members) {
   if (group.count == 0) return;
   Pair& leader = pair(group.ids[0]);
-  for (int i = 0; i < group.count; ++i)
-    if (driver_.eventRecord(pair(group.ids[i]).end, group.streams[i]) != cuda::CUDA_SUCCESS)
+  for (int i = 0; i < group.count; ++i) {
+    const Pair& member = pair(group.ids[i]);
+    if (driver_.eventRecord(member.untimed ? member.done : member.end, group.streams[i]) !=
+        cuda::CUDA_SUCCESS)
       leader.failed = true;
+  }
   if (members <= 0) {
     free(group.ids[0]);
     group.leader = 0;
@@ -288,8 +301,13 @@ GpuTimer::Status CudaEventTimer::query(std::uint32_t slot, std::int64_t& start_e
       Domain& domain = domainOfSlot(id);
       const Pair& pair = this->pair(id);
       useContextOf(domain);
-      const CUresult ready = driver_.eventQuery(pair.end);
+      const CUresult ready = driver_.eventQuery(pair.untimed ? pair.done : pair.end);
       if (ready == cuda::CUDA_ERROR_NOT_READY) return Status::Pending;
+      if (pair.untimed) {  // complete; the span is CUPTI's alone
+        if (ready == cuda::CUDA_SUCCESS) continue;
+        leader.failed = true;
+        return Status::Failed;
+      }
       const Reference& reference = domain.references[pair.reference % kReferences];
       float start_ms = 0, end_ms = 0;
       if (ready != cuda::CUDA_SUCCESS || reference.generation != pair.reference ||
@@ -303,8 +321,8 @@ GpuTimer::Status CudaEventTimer::query(std::uint32_t slot, std::int64_t& start_e
       last = std::max(last, reference.host_ns +
                                 static_cast<std::int64_t>(std::llround(static_cast<double>(end_ms) * 1e6)));
     }
-    leader.start_ns = first;
-    leader.end_ns = last;
+    leader.start_ns = leader.untimed ? 0 : first;
+    leader.end_ns = leader.untimed ? 0 : last;
     leader.resolved = true;
     leader.settled = cupti_ == nullptr || !leader.correlated;
     if (!leader.settled) leader.cupti_seen_ns = monotonicNs();
@@ -317,9 +335,14 @@ GpuTimer::Status CudaEventTimer::query(std::uint32_t slot, std::int64_t& start_e
     if (waited <= 0 || waited < options_.cupti_settle_ns) return Status::Pending;
     std::int64_t start = 0, end = 0;
     // Dropped records: a partial span would be wrong, the events' is not. No kernel: the events' too.
-    if (cupti_->drops() == leader.cupti_drops && cupti_->span(correlationOf(slot), start, end)) {
+    // Without timing events there is nothing to fall back on: the call is host-timed.
+    const bool complete = cupti_->drops() == leader.cupti_drops;
+    if (complete && cupti_->span(correlationOf(slot), start, end)) {
       leader.start_ns = start;
       leader.end_ns = end;
+    } else if (leader.untimed) {
+      leader.failed = true;
+      return complete ? Status::NoKernel : Status::Failed;
     }
     leader.settled = true;
   }
@@ -354,6 +377,14 @@ void CudaEventTimer::poll() {
     reference.generation = generation;
     domain.current.store(generation, std::memory_order_release);
   }
+}
+
+GpuTimer::SpanSource CudaEventTimer::spanSource() const {
+  if (cupti_ == nullptr) return {"events", cupti_off_};
+  if (untimedNow()) return {"cupti", cupti_->tracesGraphs() ? "" : "CUDA graph replays are not traced"};
+  if (untimed_) return {"cupti+events", "CUPTI dropped kernel records; timing events since"};
+  return {"cupti+events",
+          "CUPTI's kernel records are on inside the GPU windows only (GRADSCOPE_CUPTI=windows)"};
 }
 
 std::uint32_t CudaEventTimer::pairsInUse() const {

@@ -31,10 +31,16 @@
 // reports for it (exact, and from the kernels themselves rather than the events around
 // them). CUPTI hands a kernel's record over some time after the kernel ran, so the span is read from
 // the first flush of its buffers that began Options::cupti_settle_ns after the events were seen complete
-// (half the agent's flush interval: records later than that would be missed). The events stay the fallback:
-// when CUPTI dropped records since the call was made, or has no kernel of it by then, the events' span
-// is used. So a span may be known settleNs() after the call's work ran (the recorder waits that long
-// at the end).
+// (half the agent's flush interval: records later than that would be missed). So a span may be known
+// settleNs() after the call's work ran (the recorder waits that long at the end).
+//
+// Which events. A timing event costs ~1.4 us of host time to record, one without timing ~0.2 us (H100,
+// docs/benchmarks.md). With the kernel records on throughout and none dropped yet, CUPTI gives every span,
+// so a call records no timing event: one event without timing (the pair's `done`) after the call tells
+// the background thread that its work completed. Such a call whose kernels CUPTI has not reported by then
+// is host-timed: a "gpu_timing" drop when CUPTI dropped records meanwhile, else Status::NoKernel (NCCL
+// launched nothing). From CUPTI's first dropped record on, and with the records on inside windows only,
+// calls record the timing pair, whose span is the fallback. spanSource() says which applies now.
 //
 // Threads. start/stop/startGroup/stopGroup: any job thread, lock-free, no allocation. domainOf: any
 // thread, serialised by a mutex (first sight of a stream). query/release/poll: the background thread
@@ -110,8 +116,17 @@ class CudaEventTimer final : public GpuTimer {
   void leaveCall(bool correlated) const {
     if (correlated) cupti_->pop();
   }
-  // Before any call is timed. The timer does not own the tracer.
-  void useCupti(CuptiTracer* tracer) { cupti_ = tracer; }
+  // Before any call is timed (and any domain is set up). The timer does not own the tracer.
+  void useCupti(CuptiTracer* tracer) {
+    cupti_ = tracer;
+    untimed_ = tracer != nullptr && tracer->spansThroughout();
+  }
+  // Why CUPTI does not time the calls (no libcupti, GRADSCOPE_CUPTI=0, ...), for spanSource().
+  void noteCuptiOff(std::string why) { cupti_off_ = std::move(why); }
+  // Where the calls' GPU spans come from now: "cupti" (kernel records; events without timing for completion),
+  // "cupti+events" (CUPTI's, with timing events as the fallback: records inside windows only, or after CUPTI
+  // dropped some), or "events" (no CUPTI).
+  SpanSource spanSource() const override;
   // CUPTI's external id of a claimed pair: its generation (bumped at each claim) and index.
   std::uint64_t correlationOf(std::uint32_t slot) const {
     return (static_cast<std::uint64_t>(pair(slot).generation) << 32) | slot;
@@ -160,9 +175,11 @@ class CudaEventTimer final : public GpuTimer {
   struct Pair {
     std::atomic<std::uint32_t> state{kFree};
     std::atomic<std::int32_t> refs{0};  // records still to be released
-    cuda::CUevent start = nullptr;
+    cuda::CUevent start = nullptr;      // timing events
     cuda::CUevent end = nullptr;
-    std::uint32_t reference = 0;  // generation of the domain's reference when the start was recorded
+    cuda::CUevent done = nullptr;  // without timing: the call's completion when CUPTI gives the span
+    bool untimed = false;          // this claim records `done` only (Which events, above)
+    std::uint32_t reference = 0;   // generation of the domain's reference when the start was recorded
     bool failed = false;
     bool resolved = false;           // start_ns/end_ns hold the events' span (set by query)
     bool settled = false;            // start_ns/end_ns are final (CUPTI's span, or the events' one)
@@ -194,8 +211,11 @@ class CudaEventTimer final : public GpuTimer {
     return *domains_[slot / options_.pairs_per_domain].load(std::memory_order_acquire);
   }
   Pair& pair(std::uint32_t slot) const { return domainOfSlot(slot).pairs[slot % options_.pairs_per_domain]; }
-  // A free pair of `domain`, marked busy; its id in `slot`. nullptr when none is free (counted).
-  Pair* claim(int domain, std::uint32_t& slot);
+  // Whether a call claimed now records `done` only: CUPTI times every call and has dropped nothing so far.
+  bool untimedNow() const { return untimed_ && cupti_->drops() == 0; }
+  // A free pair of `domain`, marked busy, recording `done` only when `untimed`; its id in `slot`. nullptr
+  // when none is free (counted).
+  Pair* claim(int domain, bool untimed, std::uint32_t& slot);
   void free(std::uint32_t slot);
   bool setUp(Domain& domain, std::string& error);
   void destroy(Domain& domain);
@@ -212,6 +232,8 @@ class CudaEventTimer final : public GpuTimer {
   cuda::CUcontext background_context_ = nullptr;
   bool background_relaxed_ = false;
   CuptiTracer* cupti_ = nullptr;
+  bool untimed_ = false;  // CUPTI's kernel records are on throughout (useCupti)
+  std::string cupti_off_;
 };
 
 }  // namespace gradscope::agent

@@ -352,7 +352,7 @@ class Flusher {
       }
       std::int64_t span[2] = {start, end};
       if (status != GpuTimer::Status::Ready) {
-        countDrop(DropKind::GpuTiming);
+        if (status != GpuTimer::Status::NoKernel) countDrop(DropKind::GpuTiming);
         addCall(*it, nullptr);  // host enqueue times instead
       } else {
         addCall(*it, span);
@@ -635,6 +635,11 @@ class Flusher {
       stats.flusher_cpu_ns = static_cast<std::int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec;
       stats.buffer_bytes = static_cast<std::int64_t>(g_buffers->size()) * g_buffers->capacity() *
                            static_cast<std::int64_t>(sizeof(CallEvent));
+      if (const GpuTimer* timer = g_gpu_timer.load(std::memory_order_acquire)) {
+        GpuTimer::SpanSource spans = timer->spanSource();
+        stats.gpu_spans = std::move(spans.source);
+        stats.gpu_spans_note = std::move(spans.note);
+      }
       output_.finish(stats, clock_.epochNsNow(), signalled);
     } catch (const std::exception& error) {
       fail(error.what());

@@ -152,10 +152,11 @@ void countCallNotRecorded();
 // GPU calls are recorded with gpu_slot != 0; the background thread asks the timer for their span.
 class GpuTimer {
  public:
-  enum class Status { Pending, Ready, Failed };
+  enum class Status { Pending, Ready, Failed, NoKernel };
   virtual ~GpuTimer() = default;
   // Background thread only. Ready: the call's GPU start and end as Unix-epoch ns. Pending: ask again
   // after the next poll() (a span may be known only some polls after the call's work has completed).
+  // Failed: no GPU span (a "gpu_timing" drop). NoKernel: the call ran no kernel; its host times stand.
   virtual Status query(std::uint32_t slot, std::int64_t& start_epoch_ns, std::int64_t& end_epoch_ns) = 0;
   // The slot's record is written; the timer may reuse it.
   virtual void release(std::uint32_t slot) = 0;
@@ -175,6 +176,13 @@ class GpuTimer {
     (void)out;
     (void) final;
   }
+  // Where the calls' GPU spans come from, for the run's summary (runs.config_json "agent.gpu_spans"):
+  // a short name, and why a better source is not in use (empty when it is the best there is).
+  struct SpanSource {
+    std::string source;
+    std::string note;
+  };
+  virtual SpanSource spanSource() const { return {}; }
 };
 // Installs the timer (before the first GPU record). The recorder does not own it.
 void setGpuTimer(GpuTimer* timer);

@@ -150,6 +150,10 @@ void TraceOutput::finish(const AgentStatistics& stats, std::int64_t end_epoch_ns
       {"buffer_bytes", stats.buffer_bytes},
       {"cpus", usableCpus()},
   };
+  if (!stats.gpu_spans.empty()) {
+    config["agent"]["gpu_spans"] = stats.gpu_spans;
+    if (!stats.gpu_spans_note.empty()) config["agent"]["gpu_spans_note"] = stats.gpu_spans_note;
+  }
   if (agent::config().mode != Mode::Observe) {
     const ShadowStats shadow = shadowStats();
     config["agent"]["shadow"] = {

@@ -35,6 +35,8 @@ struct AgentStatistics {
   double dropped_call_ns = 0;  // one call the rate limit turns away
   std::int64_t flusher_cpu_ns = 0;
   std::int64_t buffer_bytes = 0;
+  // Where the NCCL calls' GPU spans came from (GpuTimer::spanSource), empty when none was GPU-timed.
+  std::string gpu_spans, gpu_spans_note;
 };
 
 class TraceOutput {

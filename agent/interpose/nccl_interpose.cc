@@ -139,6 +139,11 @@ CudaEventTimer* gpuTimer() {
         log("no CUPTI kernel spans ({}); NCCL calls are timed with CUDA events and steps are not broken "
             "down on the GPU (GRADSCOPE_CUPTI=0 silences this)",
             cupti_why);
+      if (tracer == nullptr)
+        created->noteCuptiOff(
+            cupti_why.empty() ? "no libcupti.so.13 on the loader's path or in /usr/local/cuda" : cupti_why);
+    } else {
+      created->noteCuptiOff("GRADSCOPE_CUPTI=0");
     }
     g_timer.store(created, std::memory_order_release);
     return created;

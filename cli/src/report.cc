@@ -254,6 +254,8 @@ struct AgentStats {
   double explored = 0, skipped_budget = 0, skipped_other = 0;
   // Reductions passed to the library untouched, by reason name (gradscope/common/untouched.h).
   std::map<std::string, double> untouched;
+  // Where the NCCL calls' GPU spans came from ("cupti", "cupti+events", "events"), and why not better.
+  std::string gpu_spans, gpu_spans_note;
 };
 
 // Every rank's agent statistics in the runs' configurations: "agent_ranks" in a merged file, "agent"
@@ -275,6 +277,12 @@ std::vector<AgentStats> agentStats(const std::vector<storage::RunInfo>& runs,
     stats.hot_path_ns = number("hot_path_ns");
     stats.flusher_cpu_ns = number("flusher_cpu_ns");
     stats.buffer_bytes = number("buffer_bytes");
+    const auto text = [&entry](const char* key) {
+      const auto it = entry.find(key);
+      return it != entry.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    stats.gpu_spans = text("gpu_spans");
+    stats.gpu_spans_note = text("gpu_spans_note");
     const auto dropped_call = entry.find("dropped_call_ns");
     stats.dropped_call_ns = dropped_call != entry.end() && dropped_call->is_number()
                                 ? dropped_call->get<double>()
@@ -402,6 +410,30 @@ void writeGraphReplays(const std::vector<storage::TraceReader::ReplaySummary>& r
                        formatDuration(static_cast<double>(row.total_ns) / static_cast<double>(row.replays)));
 }
 
+// Where the NCCL calls' GPU spans came from, per source (the ranks named when they differ): what it costs
+// each call (docs/agent.md, "GPU timing"), and why a cheaper source was not used.
+void writeGpuSpanSources(const std::vector<AgentStats>& stats, std::ostream& out) {
+  std::map<std::pair<std::string, std::string>, std::vector<int>> sources;
+  for (const AgentStats& rank : stats)
+    if (!rank.gpu_spans.empty()) sources[{rank.gpu_spans, rank.gpu_spans_note}].push_back(rank.rank);
+  for (const auto& [source, ranks] : sources) {
+    const auto& [name, note] = source;
+    const char* what = name == "cupti" ? "CUPTI's kernel records (one CUDA event without timing per call)"
+                       : name == "cupti+events" ? "CUPTI's kernel records, two CUDA timing events per call "
+                                                  "as the fallback"
+                       : name == "events" ? "two CUDA timing events per call (~1.4 us of host time each)"
+                                          : name.c_str();
+    std::string who;
+    if (sources.size() > 1) {
+      std::vector<std::string> numbers;
+      for (const int rank : ranks) numbers.push_back(rank >= 0 ? std::to_string(rank) : "-");
+      who = fmt::format(" on rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(numbers, ", "));
+    }
+    out << fmt::format("  GPU spans of the NCCL calls{}: {}{}\n", who, what,
+                       note.empty() ? "" : " (" + note + ")");
+  }
+}
+
 // What the agent cost the job, by its own measurements: the time it added on the calling threads (the
 // calls it recorded at its measured cost of one record, the others at its measured cost of turning one
 // away) and the CPU time of its background thread.
@@ -431,6 +463,7 @@ void writeAgentOverhead(const std::vector<AgentStats>& stats, std::int64_t colle
       formatDuration(calls > 0 ? caller_ns / calls : 0), formatCount(static_cast<std::uint64_t>(calls)),
       formatDuration(caller_ns), percent(caller_ns, static_cast<double>(collective_ns)),
       formatDuration(background_ns), formatBytes(static_cast<std::uint64_t>(buffer_bytes)));
+  writeGpuSpanSources(stats, out);
 }
 
 // The families of calls (common/types.h familyOf): what moved data among a group, between two ranks, or

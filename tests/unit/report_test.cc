@@ -565,6 +565,54 @@ TEST(Report, ExploreModeSaysWhenTheBudgetLeftCallsUnexplored) {
   EXPECT_EQ(report(observed).find("explore budget"), std::string::npos);
 }
 
+// The agent overhead section says where the NCCL calls' GPU spans came from, with the ranks when they
+// differ and why a cheaper source was not used.
+TEST(Report, AgentOverheadSaysWhereTheGpuSpansCameFrom) {
+  TempDir dir;
+  const auto rank = [](int number, const char* spans, const char* note) {
+    nlohmann::json entry = {
+        {"rank", number}, {"calls_recorded", 4}, {"hot_path_ns", 40}, {"gpu_spans", spans}};
+    if (note != nullptr) entry["gpu_spans_note"] = note;
+    return entry;
+  };
+  const std::string same = dir.file("same.db");
+  writeModeTrace(same, "observe", 2, 3, 4096, [&](TraceWriter& writer, std::int64_t run_id) {
+    writer.setRunConfig(
+        run_id,
+        nlohmann::json{{"agent_ranks", {rank(0, "cupti", nullptr), rank(1, "cupti", nullptr)}}}.dump());
+  });
+  EXPECT_TRUE(
+      hasLine(report(same),
+              "  GPU spans of the NCCL calls: CUPTI's kernel records (one CUDA event without timing per "
+              "call)"))
+      << report(same);
+  const std::string mixed = dir.file("mixed.db");
+  writeModeTrace(mixed, "observe", 2, 3, 4096, [&](TraceWriter& writer, std::int64_t run_id) {
+    writer.setRunConfig(
+        run_id,
+        nlohmann::json{{"agent_ranks", {rank(0, "cupti", nullptr), rank(1, "events", "GRADSCOPE_CUPTI=0")}}}
+            .dump());
+  });
+  const std::string text = report(mixed);
+  EXPECT_TRUE(
+      hasLine(text,
+              "  GPU spans of the NCCL calls on rank 1: two CUDA timing events per call (~1.4 us of host "
+              "time each) (GRADSCOPE_CUPTI=0)"))
+      << text;
+  EXPECT_TRUE(
+      hasLine(text,
+              "  GPU spans of the NCCL calls on rank 0: CUPTI's kernel records (one CUDA event without "
+              "timing per call)"))
+      << text;
+  // An MPI job's agent times nothing on a GPU: no such line.
+  const std::string mpi = dir.file("mpi.db");
+  writeModeTrace(mpi, "observe", 1, 3, 4096, [](TraceWriter& writer, std::int64_t run_id) {
+    writer.setRunConfig(run_id,
+                        nlohmann::json{{"agent_ranks", {{{"rank", 0}, {"calls_recorded", 4}}}}}.dump());
+  });
+  EXPECT_EQ(report(mpi).find("GPU spans"), std::string::npos) << report(mpi);
+}
+
 // Explore mode names the sizes of the job's reductions that no exploration measured, the most time first,
 // so that a short run says what it did not learn.
 TEST(Report, ExploreModeListsTheSizesLeftUnexplored) {
