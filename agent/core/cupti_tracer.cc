@@ -98,17 +98,23 @@ void KernelSpans::forget(std::uint64_t id) {
 void KernelSpans::addGraphNode(std::uint64_t node, std::uint32_t capture) {
   if (node == 0 || capture == 0) return;
   graph_nodes_[node % kGraphNodes] = {node, capture};
+  ++graph_counts_.nodes;
 }
 
 void KernelSpans::cloneGraphNode(std::uint64_t original, std::uint64_t clone) {
   const GraphNode& known = graph_nodes_[original % kGraphNodes];
-  if (original != 0 && known.node == original) addGraphNode(clone, known.capture);
+  if (original == 0 || known.node != original) return;
+  addGraphNode(clone, known.capture);
+  --graph_counts_.nodes;
+  ++graph_counts_.clones;
 }
 
 bool KernelSpans::addGraphKernel(std::uint64_t node, std::uint32_t launch, std::uint64_t start,
                                  std::uint64_t end, std::uint64_t flush) {
   const GraphNode& known = graph_nodes_[node % kGraphNodes];
+  ++graph_counts_.kernels;
   if (node == 0 || known.node != node) return false;
+  ++graph_counts_.matched;
   // The kernels of one replay arrive together, so the newest replays are searched first.
   for (auto it = replays_.rbegin(); it != replays_.rend(); ++it)
     if (it->capture == known.capture && it->launch == launch) {
@@ -362,6 +368,11 @@ void CuptiTracer::endCapture(std::uint32_t capture, std::span<const CapturedCall
     return;
   }
   captures_[capture].assign(calls.begin(), calls.end());
+}
+
+KernelSpans::GraphCounts CuptiTracer::graphCounts() {
+  const std::lock_guard lock(mutex_);
+  return spans_.graphCounts();
 }
 
 void CuptiTracer::takeReplays(std::vector<ReplaySpan>& out, bool final) {

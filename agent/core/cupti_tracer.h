@@ -99,6 +99,12 @@ class KernelSpans {
   void takeReplays(std::uint64_t last_flush, std::vector<Replay>& out);
   // Replays lost because kReplays were in progress at once.
   std::uint64_t replayDrops() const { return replay_drops_; }
+  // What the graph tracing saw so far, for the run's summary: nodes of captured calls (created and
+  // cloned), and NCCL kernels launched by a graph, all of them and those of a known node.
+  struct GraphCounts {
+    std::uint64_t nodes = 0, clones = 0, kernels = 0, matched = 0;
+  };
+  GraphCounts graphCounts() const { return graph_counts_; }
 
  private:
   struct Correlation {
@@ -126,6 +132,7 @@ class KernelSpans {
   std::unique_ptr<GraphNode[]> graph_nodes_;
   std::vector<Replay> replays_;  // in progress, in arrival order (capacity kReplays, reserved once)
   std::uint64_t replay_drops_ = 0;
+  GraphCounts graph_counts_;
 };
 
 // The kernels of the sampled windows (the design above; pure: unit-tested without CUPTI). Times are CUPTI's.
@@ -229,6 +236,7 @@ class CuptiTracer {
   bool spansThroughout() const { return spans_on_; }
   // Whether graph-captured calls' replays are traced (the graph-node callbacks are on).
   bool tracesGraphs() const { return graphs_; }
+  KernelSpans::GraphCounts graphCounts();
   // Hot path, around the real NCCL call.
   void push(std::uint64_t id) const {
     library_.activityPushExternalCorrelationId(cupti::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);

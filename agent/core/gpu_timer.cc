@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/clock.h"
 
@@ -381,10 +384,22 @@ void CudaEventTimer::poll() {
 
 GpuTimer::SpanSource CudaEventTimer::spanSource() const {
   if (cupti_ == nullptr) return {"events", cupti_off_};
-  if (untimedNow()) return {"cupti", cupti_->tracesGraphs() ? "" : "CUDA graph replays are not traced"};
-  if (untimed_) return {"cupti+events", "CUPTI dropped kernel records; timing events since"};
-  return {"cupti+events",
-          "CUPTI's kernel records are on inside the GPU windows only (GRADSCOPE_CUPTI=windows)"};
+  std::vector<std::string> notes;
+  if (!untimedNow())
+    notes.emplace_back(
+        untimed_ ? "CUPTI dropped kernel records; timing events since"
+                 : "CUPTI's kernel records are on inside the GPU windows only (GRADSCOPE_CUPTI=windows)");
+  if (!cupti_->tracesGraphs()) {
+    notes.emplace_back("CUDA graph replays are not traced");
+  } else if (const KernelSpans::GraphCounts graphs = cupti_->graphCounts();
+             graphs.nodes + graphs.kernels > 0) {
+    // What graph tracing saw: a replay needs a captured call's node and NCCL kernels launched by it.
+    notes.push_back(
+        fmt::format("graph replays: {} nodes of captured calls, {} cloned; {} NCCL kernels of "
+                    "graphs, {} of those nodes",
+                    graphs.nodes, graphs.clones, graphs.kernels, graphs.matched));
+  }
+  return {untimedNow() ? "cupti" : "cupti+events", fmt::format("{}", fmt::join(notes, "; "))};
 }
 
 std::uint32_t CudaEventTimer::pairsInUse() const {

@@ -126,7 +126,7 @@ class CudaEventTimer final : public GpuTimer {
   // Where the calls' GPU spans come from now: "cupti" (kernel records; events without timing for completion),
   // "cupti+events" (CUPTI's, with timing events as the fallback: records inside windows only, or after CUPTI
   // dropped some), or "events" (no CUPTI).
-  SpanSource spanSource() const override;
+  SpanSource spanSource() const override;  // not a hot path: may take the tracer's lock
   // CUPTI's external id of a claimed pair: its generation (bumped at each claim) and index.
   std::uint64_t correlationOf(std::uint32_t slot) const {
     return (static_cast<std::uint64_t>(pair(slot).generation) << 32) | slot;
