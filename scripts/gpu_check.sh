@@ -12,7 +12,8 @@
 # NCCL plugins; agent_ddp/ (observe, one rank), agent_ddp2-explore/ and agent_ddp2/ (explore and apply, two
 # ranks) for PyTorch DDP where torch is installed,
 # agent_windows/ for the step model's GPU windows on it: their cost per step and the GPU-measured steps),
-# nccl_compare.txt (gradscope bench against an nccl-tests-style loop), gpu_timing_costs.txt and
+# nccl_compare.txt (gradscope bench against an nccl-tests-style loop), gpu_timing_costs.txt,
+# nccl_overhead.txt (what the agent adds to an NCCL call, bench/nccl_overhead.py) and
 # summary.txt.
 #
 # Environment:
@@ -32,6 +33,7 @@
 #   GRADSCOPE_BENCH_FILTER        --benchmark_filter for the benchmarks (default: all of them).
 #   GRADSCOPE_SKIP_BENCH=1        build and test only.
 #   GRADSCOPE_STRATEGIES_TIMEOUT  seconds each run of the NCCL strategy tests may take (default 900).
+#   GRADSCOPE_SKIP_STRATEGIES=1   do not run the NCCL strategy tests (a rerun whose change left comm/ alone).
 #   GRADSCOPE_WINDOWS_ROUNDS      interleaved rounds of the DDP GPU-windows figure (default 5).
 #   GRADSCOPE_ALLOW_SKIPPED=1     accept GPU tests that skipped for want of a usable GPU (normally an
 #                                 error here: on a GPU machine it means the library could not use it).
@@ -239,7 +241,9 @@ fi
 # tests/strategies on NCCL communicators; with one GPU the ranks share it as separate NCCL hosts
 # (strategies_test_nccl_main.cc). Logs in nccl_strategies-np2.log and -np3.log.
 say "NCCL strategies with 2 and 3 ranks (gradscope_strategy_tests_nccl)"
-if ! build_targets "$out_dir/strategies_build.log" gradscope_strategy_tests_nccl; then
+if [ "${GRADSCOPE_SKIP_STRATEGIES:-0}" = 1 ]; then
+  echo "strategies: skipped (GRADSCOPE_SKIP_STRATEGIES=1)" >>"$out_dir/summary.txt"
+elif ! build_targets "$out_dir/strategies_build.log" gradscope_strategy_tests_nccl; then
   tail -n 5 "$out_dir/strategies_build.log" >&2
   say "NCCL strategy tests FAILED to build; see $out_dir/strategies_build.log"
   echo "strategies: FAILED to build (strategies_build.log)" >>"$out_dir/summary.txt"
@@ -309,6 +313,11 @@ else
       --runs 5 -b 8 -e 256M -n 1000 -w 50 >"$out_dir/nccl_compare.txt" 2>&1 || status=1
     "$build_dir/bench/gradscope_gpu_timing_costs" >"$out_dir/gpu_timing_costs.txt" 2>&1 || status=1
     echo "bench:  $(tail -n 1 "$out_dir/nccl_compare.txt") (nccl_compare.txt); gpu_timing_costs.txt" >>"$out_dir/summary.txt"
+    # What the agent adds to an NCCL call: 8 B (launch-bound) and 64 MiB, bare, under the agent (CUPTI's
+    # spans) and with timing events (GRADSCOPE_CUPTI=0), interleaved rounds.
+    python3 bench/nccl_overhead.py "$build_dir" --rounds 5 --out "$out_dir/nccl_overhead" \
+      >"$out_dir/nccl_overhead.txt" 2>&1 || status=1
+    grep -E "^host time" "$out_dir/nccl_overhead.txt" | sed 's/^/bench:  /' >>"$out_dir/summary.txt" || true
   fi
 
   # PyTorch DDP, one rank, under the agent with the NVTX step marker; then `gradscope report` on the trace.
