@@ -220,10 +220,10 @@ void CudaEventTimer::free(std::uint32_t slot) {
   pair.state.store(kFree, std::memory_order_release);
 }
 
-std::uint32_t CudaEventTimer::start(int domain, cuda::CUstream stream, bool& captured) {
+std::uint32_t CudaEventTimer::start(int domain, cuda::CUstream stream, bool& captured, bool nccl_kernels) {
   if (capturing(driver_, stream, captured)) return 0;
   std::uint32_t slot = 0;
-  const bool untimed = untimedNow();
+  const bool untimed = nccl_kernels && untimedNow();
   Pair* pair = claim(domain, untimed, slot);
   if (pair == nullptr) return 0;
   if (!untimed && driver_.eventRecord(pair->start, stream) != cuda::CUDA_SUCCESS) {
@@ -240,11 +240,12 @@ void CudaEventTimer::stop(std::uint32_t gpu_slot, cuda::CUstream stream) {
     pair.failed = true;
 }
 
-void CudaEventTimer::startGroup(Group& group, const int* domains, const cuda::CUstream* streams, int n) {
+void CudaEventTimer::startGroup(Group& group, const int* domains, const cuda::CUstream* streams, int n,
+                                bool nccl_kernels) {
   group = Group{};
   for (int i = 0; i < n; ++i)
     if (domains[i] >= 0 && capturing(driver_, streams[i], group.captured)) return;
-  const bool untimed = untimedNow();  // the same for every pair of the group
+  const bool untimed = nccl_kernels && untimedNow();  // the same for every pair of the group
   for (int i = 0; i < n && group.count < kMaxGroupStreams; ++i) {
     if (domains[i] < 0) continue;
     std::uint32_t slot = 0;

@@ -98,8 +98,10 @@ class CudaEventTimer final : public GpuTimer {
 
   // Hot path. Claims a pair in `domain` and records its start event on `stream`. Returns the value for
   // CallEvent::gpu_slot, or 0 when the call is to be host-timed (`captured` is set when the stream was
-  // capturing a CUDA graph).
-  std::uint32_t start(int domain, cuda::CUstream stream, bool& captured);
+  // capturing a CUDA graph). `nccl_kernels`: NCCL runs the call as kernels of its own, which CUPTI's spans
+  // are made of; not so on a communicator of one rank (NCCL copies, or runs a kernel of another name), whose
+  // calls record the timing pair.
+  std::uint32_t start(int domain, cuda::CUstream stream, bool& captured, bool nccl_kernels = true);
   // Records the end event of a start() that returned `gpu_slot` != 0, on the same stream.
   void stop(std::uint32_t gpu_slot, cuda::CUstream stream);
   // Hot path, around the real NCCL call (or the group's real ncclGroupEnd, with the leader): the call's
@@ -151,7 +153,8 @@ class CudaEventTimer final : public GpuTimer {
     std::uint32_t ids[kMaxGroupStreams] = {};
     cuda::CUstream streams[kMaxGroupStreams] = {};
   };
-  void startGroup(Group& group, const int* domains, const cuda::CUstream* streams, int n);
+  void startGroup(Group& group, const int* domains, const cuda::CUstream* streams, int n,
+                  bool nccl_kernels = true);
   void stopGroup(Group& group, std::int32_t members);
 
   // GpuTimer (background thread).

@@ -17,6 +17,7 @@
 // identically on all their ranks (nccl_state.h): by the hash of the unique id, by the ordinal of the
 // ncclCommInitAll call, or by the parent, its creation ordinal and the colour for ncclCommSplit.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -198,7 +199,9 @@ ncclResult_t timed(CallEvent& event, CommSlot* slot, cudaStream_t stream, Call&&
   }
   bool captured = false;
   CudaEventTimer* const timer = domain >= 0 ? g_timer.load(std::memory_order_relaxed) : nullptr;
-  std::uint32_t gpu_slot = timer != nullptr ? timer->start(domain, stream, captured) : 0;
+  // A one-rank communicator's calls run no NCCL kernel for CUPTI to time (gpu_timer.h, start).
+  std::uint32_t gpu_slot =
+      timer != nullptr ? timer->start(domain, stream, captured, slot == nullptr || slot->size != 1) : 0;
   const bool correlated = timer != nullptr && timer->enterCall(gpu_slot);
   // Captured into a graph: the nodes NCCL creates meanwhile stand for the call at every replay.
   const std::uint32_t capture = captured ? timer->beginCapture() : 0;
@@ -760,7 +763,10 @@ GS_EXPORT ncclResult_t ncclGroupEnd() {
   const int n = t_group.distinctStreams(streams, domains);
   CudaEventTimer* const timer = g_timer.load(std::memory_order_acquire);
   CudaEventTimer::Group timing;
-  if (timer != nullptr) timer->startGroup(timing, domains, streams, n);
+  const bool nccl_kernels = std::none_of(
+      members.begin(), members.end(),
+      [](const GroupState::Member& member) { return member.slot != nullptr && member.slot->size == 1; });
+  if (timer != nullptr) timer->startGroup(timing, domains, streams, n, nccl_kernels);
   const std::uint64_t start = ticks();
   const bool correlated = timer != nullptr && timer->enterCall(timing.leader);
   const std::uint32_t capture = timing.captured ? timer->beginCapture() : 0;

@@ -68,14 +68,19 @@
                                               the job's known split (check_gpu_steps says what is checked)
   check_nccl.py TOOLS --workdir DIR real      the job on the real NCCL and a GPU (scripts/gpu_check.sh):
                                               the same calls, keys from NCCL's random unique ids, GPU
-                                              spans that start after their call, 3 graph replays of the
-                                              captured call (CUPTI); `gradscope report`
+                                              spans that start after their call (its communicators have
+                                              one rank: NCCL copies, so the captured calls have no replays
+                                              to trace; real-pair-graph has them); `gradscope report`
                                               on the trace when --gradscope is given
   check_nccl.py TOOLS --workdir DIR real-nvtx the same with the NVTX step marker
   check_nccl.py TOOLS --workdir DIR real-pair  nccl_pair.cc (--job): two ranks on one GPU, the real NCCL
                                               choosing: every call carries NCCL's algorithm, protocol
                                               and channels, the same on both ranks; with the tuner's
                                               CSV, the rule's choice; `gradscope run` merges both ranks
+  check_nccl.py TOOLS --workdir DIR real-pair-graph  nccl-pair --graph: each rank's 64 KiB all-reduce
+                                              captured into a CUDA graph and launched 3 times: the
+                                              captured call is host-timed, and each launch is a replay
+                                              of it with NCCL's kernels' span (CUPTI), on both ranks
   check_nccl.py TOOLS --workdir DIR real-pair-explore  the same with GRADSCOPE_TUNER_EXPLORE=1: each
                                               size walks through several algorithm/protocol pairs
   check_nccl.py TOOLS --workdir DIR real-pair-shadow  explore and apply modes through the real NCCL
@@ -521,10 +526,22 @@ def check_cupti(args, workdir):
     rows, drops, replays, counts = check_gpu(args, where, "cupti", env, exact=True)
     check(not drops.get("cupti_record") and not drops.get("graph_replay") and not drops.get("graph_capture"),
           f"cupti: drops {drops}")
-    # CUPTI times every call: no timing event is recorded on the job's streams, one without timing per
-    # call (or per stream of a group) says when its work is done.
-    check(counts.get("timing_records") == 0, f"cupti: timing events recorded on the job's streams: {counts}")
-    check(0 < counts.get("event_records", 0) <= len(rows) + 64, f"cupti: {counts} for {len(rows)} calls")
+    # CUPTI times the calls of communicators of several ranks: one event without timing per call (or per
+    # stream of a group) says when its work is done, no timing event. A one-rank communicator's calls record
+    # the timing pair (real NCCL runs them without kernels of its own; gpu_timer.h).
+    traces = [f for f in os.listdir(where) if f.startswith("trace-") and f.endswith(".db")]
+    sizes = {key: size for key, (_, size, _) in load_trace(os.path.join(where, traces[0]))[1].items()}
+    launches = {}  # (group or call index) -> (several ranks, distinct streams)
+    for index, (row, want) in enumerate(rows):
+        if want[8]:
+            continue  # graph-captured: host-timed, no event
+        several, streams = launches.get(want[7] if want[7] is not None else ("call", index), (True, set()))
+        launches[want[7] if want[7] is not None else ("call", index)] = (several and sizes[row[1]] > 1,
+                                                                         streams | {want[6]})
+    untimed = sum(len(streams) for several, streams in launches.values() if several)
+    timed = sum(2 * len(streams) for several, streams in launches.values() if not several)
+    check(untimed > 0 and (counts.get("untimed_records"), counts.get("timing_records")) == (untimed, timed),
+          f"cupti: {counts}: expected {untimed} events without timing and {timed} timing events")
     check(trace_config(where).get("agent", {}).get("gpu_spans") == "cupti",
           f"cupti: gpu_spans {trace_config(where).get('agent', {}).get('gpu_spans')}")
     kernels = read_kernel_log(log)
@@ -1289,18 +1306,10 @@ def check_real(args, workdir, nvtx=False):
             enqueue, start, end = row[9], row[10], row[11]
             check(end > start and start >= enqueue - 100_000,
                   f"{label}: call {index}: enqueue {enqueue} start {start} end {end}")
-        # With CUPTI (the toolkit's libcupti), each launch of the captured call's graph is a replay of it.
+        # The job's communicators have one rank each: NCCL captures a copy, not a kernel of its own, so the
+        # captured calls have no replays to trace (real-pair-graph checks replays on two ranks).
         replays = load_replays(trace)
-        for row, want in rows:
-            if not want[8]:
-                continue
-            mine = [r for r in replays
-                    if (r[0], r[1], numbered_apart(r[5])) == (row[1], row[2], numbered_apart(row[4]))]
-            check([r[2] for r in mine] == list(range(1, GRAPH_LAUNCHES + 1)),
-                  f"{label}: graph-captured call {row[0]}: replays {mine}, expected {GRAPH_LAUNCHES} "
-                  f"(libcupti found? drops {drops})")
-            check(all(r[4] > r[3] >= row[11] - 100_000 for r in mine), f"{label}: replay spans {mine}")
-            check(all(a[4] <= b[3] for a, b in zip(mine, mine[1:])), f"{label}: replays overlap: {mine}")
+        check(not replays, f"{label}: replays of one-rank communicators' captured calls: {replays}")
         if args.gradscope:
             report = run([args.gradscope, "report", trace], env, workdir)
             check(report.returncode == 0, f"{label}: gradscope report failed: {report.stderr[-400:]}")
@@ -1413,6 +1422,38 @@ def check_real_pair(args, workdir):
               f"real-pair: gradscope run's trace: {ranks} ranks, (calls, calls with NCCL's algorithm) {calls}")
         with open(os.path.join(workdir, "run-report.txt"), "w") as f:
             f.write(result.stdout + result.stderr)
+
+
+def check_real_pair_graph(args, workdir):
+    """real-pair-graph: nccl-pair --graph under the agent (CUPTI's spans): on each rank, the 64 KiB
+    all-reduce captured into a CUDA graph is host-timed, and each of the graph's 3 launches is a replay
+    of it, numbered in launch order, spanning NCCL's kernels, after the capture and one after the other."""
+    os.makedirs(workdir, exist_ok=True)
+    env = dict(base_environment(), LD_PRELOAD=preload(args.agent), GRADSCOPE_OUTPUT=os.path.join(workdir, "trace-%p.db"))
+    result = run([args.job, "--steps", "1", "--graph"], env, workdir, timeout=300)
+    check(result.returncode == 0, f"real-pair-graph: exit status {result.returncode}: {result.stderr[-800:]}")
+    for rank in (0, 1):
+        check(f"rank {rank}: graph: {GRAPH_LAUNCHES} launches, wrong 0" in result.stdout,
+              f"real-pair-graph: rank {rank}: {result.stdout[-600:]}")
+    files = sorted(f for f in os.listdir(workdir) if f.startswith("trace-") and f.endswith(".db"))
+    if not check(len(files) == 2, f"real-pair-graph: expected two rank traces, found {files}"):
+        return
+    for name in files:
+        trace = os.path.join(workdir, name)
+        db = sqlite3.connect(f"file:{trace}?mode=ro", uri=True)
+        rank = db.execute("SELECT rank FROM ranks").fetchone()[0]
+        agent = json.loads(db.execute("SELECT config_json FROM runs").fetchone()[0]).get("agent", {})
+        captured = db.execute("SELECT m.key, c.seq, c.start_ns, c.end_ns FROM calls c JOIN comms m ON m.id = c.comm_id "
+                              "LEFT JOIN gpu_calls g ON g.call_id = c.id WHERE c.api = ? AND c.bytes = ? "
+                              "AND g.replay IS NULL ORDER BY c.seq DESC LIMIT 1", (ALLREDUCE, 64 << 10)).fetchone()
+        db.close()
+        print(f"check_nccl: real-pair-graph: rank {rank}: GPU spans from {agent.get('gpu_spans')} "
+              f"({agent.get('gpu_spans_note', '')})")
+        mine = [r for r in load_replays(trace) if captured and (r[0], r[1]) == (captured[0], captured[1])]
+        where = f"real-pair-graph: rank {rank}: replays of the captured call {captured}"
+        check([r[2] for r in mine] == list(range(1, GRAPH_LAUNCHES + 1)), f"{where}: {mine}")
+        check(all(r[4] > r[3] >= captured[3] - 100_000 for r in mine), f"{where}: spans {mine}")
+        check(all(a[4] <= b[3] for a, b in zip(mine, mine[1:])), f"{where}: overlap: {mine}")
 
 
 def check_real_pair_explore(args, workdir):
@@ -1559,7 +1600,7 @@ def main():
                                          "profiler-agent",
                                          "profiler-unset", "tuner-profiler", "tuner-apply", "tuner-explore",
                                          "tuner-malformed", "shadow-explore", "shadow-apply", "real",
-                                         "real-nvtx", "real-pair", "real-pair-shadow",
+                                         "real-nvtx", "real-pair", "real-pair-graph", "real-pair-shadow",
                                          "real-pair-explore", "gpu-steps"])
     args = parser.parse_args()
     if sanitizer_runtime(os.path.abspath(args.agent)):
@@ -1580,7 +1621,8 @@ def main():
      "real": check_real,
      "real-nvtx": lambda a, w: check_real(a, w, nvtx=True),
      "real-pair": check_real_pair, "real-pair-explore": check_real_pair_explore,
-     "real-pair-shadow": check_real_pair_shadow, "gpu-steps": check_gpu_steps}[args.mode](args, args.workdir)
+     "real-pair-shadow": check_real_pair_shadow, "real-pair-graph": check_real_pair_graph,
+     "gpu-steps": check_gpu_steps}[args.mode](args, args.workdir)
     for failure in failures:
         print(f"check_nccl: FAIL: {failure}")
     if not failures:

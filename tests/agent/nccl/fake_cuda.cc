@@ -76,7 +76,8 @@ struct Stats {
   long events_live = 0;
   long events_live_max = 0;
   long event_records = 0;
-  long timing_records = 0;  // of timing events on the job's streams (each costs ~1.4 us on a real GPU)
+  long timing_records = 0;  // of timing events on the job's streams (each costs ~1.3 us on a real GPU)
+  long untimed_records = 0;  // of events without timing on the job's streams (~0.13 us)
   long job_stream_syncs = 0;
   long capture_records = 0;
   long streams_created = 0;
@@ -87,9 +88,9 @@ struct Stats {
     if (FILE* out = std::fopen(path, "w")) {
       std::fprintf(out,
                    "events_created %ld\nevents_live_max %ld\nevent_records %ld\ntiming_records %ld\n"
-                   "job_stream_syncs %ld\ncapture_records %ld\nstreams_created %ld\n",
-                   events_created, events_live_max, event_records, timing_records, job_stream_syncs,
-                   capture_records, streams_created);
+                   "untimed_records %ld\njob_stream_syncs %ld\ncapture_records %ld\nstreams_created %ld\n",
+                   events_created, events_live_max, event_records, timing_records, untimed_records,
+                   job_stream_syncs, capture_records, streams_created);
       std::fclose(out);
     }
   }
@@ -328,7 +329,7 @@ FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
   const std::lock_guard lock(g_mutex);
   StreamState& state = g_streams[stream];
   ++g_stats.event_records;
-  if (event->timing && !state.created) ++g_stats.timing_records;
+  if (!state.created) ++(event->timing ? g_stats.timing_records : g_stats.untimed_records);
   if (state.capturing) ++g_stats.capture_records;
   state.cursor_ns = std::max(nowNs(), state.cursor_ns);
   event->time_ns = state.cursor_ns;

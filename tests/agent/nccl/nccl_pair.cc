@@ -6,7 +6,7 @@
 // NCCL_HOSTID, so each rank gets its own (gradscope-pair-<rank>) and NCCL sees two nodes of one GPU
 // each, joined by its socket transport over the loopback interface (NCCL_SOCKET_IFNAME=lo unless set).
 //
-//   nccl-pair [--steps N] [--expect sync|stale<K>|dga<K>]
+//   nccl-pair [--steps N] [--expect sync|stale<K>|dga<K>] [--graph]
 //
 // The process started by the user only launches: it starts itself twice (GRADSCOPE_PAIR_RANK=0 and 1),
 // rank 0 makes the unique id and hands it to the launcher through a pipe, which gives it to rank 1.
@@ -18,6 +18,11 @@
 // --expect says what each call must return when the agent applies an async strategy to every call
 // (docs/async.md; a = (i + step) % 7): sync (the default) 3a[t]; stale<K> 3a[t-K] from step K on, dga<K>
 // 3a[t-K] + 2(r + 1)(a[t] - a[t-K]) from step K on; the first K steps their own sums. All exact in fp32.
+//
+// --graph: after the steps, each rank captures one 64 KiB all-reduce into a CUDA graph and launches the
+// graph kGraphLaunches times, checking every result (b = i % 5: the sum is 3b); it prints
+// "rank R: graph: N launches, wrong W". A one-rank communicator would capture a copy: two ranks capture
+// NCCL's own kernels, whose replays the agent traces (check_nccl.py real-pair-graph).
 //
 // Never linked with gradscope: the agent and the plugins observe it from outside
 // (tests/agent/nccl/check_nccl.py real-pair, scripts/gpu_check.sh).
@@ -42,6 +47,8 @@ namespace {
 
 constexpr std::size_t kSizes[] = {std::size_t{4} << 10, std::size_t{64} << 10, std::size_t{1} << 20,
                                   std::size_t{16} << 20};
+constexpr std::size_t kGraphBytes = std::size_t{64} << 10;
+constexpr int kGraphLaunches = 3;
 
 [[noreturn]] void fail(int rank, const char* what, const char* detail) {
   std::fprintf(stderr, "nccl-pair: rank %d: %s failed: %s\n", rank, what, detail);
@@ -102,7 +109,7 @@ bool parseExpect(const char* text, Expect& expect) {
 }
 
 // One rank: returns the process exit status.
-int runRank(int rank, int steps, const Expect& expect) {
+int runRank(int rank, int steps, const Expect& expect, bool graph) {
   const auto cuda = [rank](cudaError_t rc, const char* what) {
     if (rc != cudaSuccess) fail(rank, what, cudaGetErrorString(rc));
   };
@@ -155,6 +162,32 @@ int runRank(int rank, int steps, const Expect& expect) {
   }
   std::printf("rank %d: done, %d steps x %zu all-reduces, wrong %llu\n", rank, steps, std::size(kSizes),
               static_cast<unsigned long long>(wrong_total));
+  if (graph) {
+    const std::size_t count = kGraphBytes / sizeof(float);
+    for (std::size_t i = 0; i < count; ++i)
+      host[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 5));
+    cuda(cudaMemcpy(send, host.data(), kGraphBytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    cudaGraph_t captured = nullptr;
+    cudaGraphExec_t launchable = nullptr;
+    cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    nccl(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm, stream), "ncclAllReduce (captured)");
+    cuda(cudaStreamEndCapture(stream, &captured), "cudaStreamEndCapture");
+    cuda(cudaGraphInstantiate(&launchable, captured, 0), "cudaGraphInstantiate");
+    std::uint64_t wrong = 0;
+    for (int launch = 0; launch < kGraphLaunches; ++launch) {
+      cuda(cudaMemsetAsync(recv, 0xff, kGraphBytes, stream), "cudaMemsetAsync");
+      cuda(cudaGraphLaunch(launchable, stream), "cudaGraphLaunch");
+      cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      cuda(cudaMemcpy(result.data(), recv, kGraphBytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      for (std::size_t i = 0; i < count; ++i)
+        wrong += result[i] != static_cast<float>(3 * static_cast<int>(i % 5));
+    }
+    std::printf("rank %d: graph: %d launches, wrong %llu\n", rank, kGraphLaunches,
+                static_cast<unsigned long long>(wrong));
+    wrong_total += wrong;
+    cuda(cudaGraphExecDestroy(launchable), "cudaGraphExecDestroy");
+    cuda(cudaGraphDestroy(captured), "cudaGraphDestroy");
+  }
   std::fflush(stdout);
   cuda(cudaFree(send), "cudaFree");
   cuda(cudaFree(recv), "cudaFree");
@@ -220,10 +253,13 @@ int launch(char** argv) {
 
 int main(int argc, char** argv) {
   int steps = 5;
+  bool graph = false;
   Expect expect;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--graph") == 0) {
+      graph = true;
     } else if (std::strcmp(argv[i], "--expect") == 0 && i + 1 < argc) {
       if (!parseExpect(argv[++i], expect)) {
         std::fprintf(stderr, "nccl-pair: --expect takes sync, stale1..stale4 or dga1..dga4, not %s\n",
@@ -233,7 +269,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "nccl-pair: unknown argument %s (usage: nccl-pair [--steps N] [--expect sync|stale<K>|dga<K>])\n",
+          "nccl-pair: unknown argument %s (usage: nccl-pair [--steps N] [--expect sync|stale<K>|dga<K>] "
+          "[--graph])\n",
           argv[i]);
       return 2;
     }
@@ -244,5 +281,5 @@ int main(int argc, char** argv) {
   }
   const char* rank = std::getenv("GRADSCOPE_PAIR_RANK");
   if (rank == nullptr) return launch(argv);
-  return runRank(std::atoi(rank), steps, expect);
+  return runRank(std::atoi(rank), steps, expect, graph);
 }
