@@ -233,7 +233,10 @@ int parseActivityBuffer(const cupti::Library& library, std::uint8_t* buffer, std
       // NCCL's kernels are ncclDevKernel_* (ncclKernel_* before 2.19); other kernels never carry our ids.
       const bool nccl = kernel.name != nullptr && std::strncmp(kernel.name, "nccl", 4) == 0;
       if (windows != nullptr) windows->addKernel(kernel.start, kernel.end, nccl, kernel.correlationId);
-      if (!nccl) continue;
+      if (!nccl) {
+        if (kernel.graphNodeId != 0) spans.countOtherGraphKernel();
+        continue;
+      }
       if (kernel.graphNodeId != 0)
         spans.addGraphKernel(kernel.graphNodeId, kernel.correlationId, kernel.start, kernel.end, flush);
       else spans.addKernel(kernel.correlationId, kernel.start, kernel.end);

@@ -103,8 +103,10 @@ class KernelSpans {
   // cloned), and NCCL kernels launched by a graph, all of them and those of a known node.
   struct GraphCounts {
     std::uint64_t nodes = 0, clones = 0, kernels = 0, matched = 0;
+    std::uint64_t other_kernels = 0;  // launched by a graph, not NCCL's (names other than nccl*)
   };
   GraphCounts graphCounts() const { return graph_counts_; }
+  void countOtherGraphKernel() { ++graph_counts_.other_kernels; }
 
  private:
   struct Correlation {

@@ -393,12 +393,12 @@ GpuTimer::SpanSource CudaEventTimer::spanSource() const {
   if (!cupti_->tracesGraphs()) {
     notes.emplace_back("CUDA graph replays are not traced");
   } else if (const KernelSpans::GraphCounts graphs = cupti_->graphCounts();
-             graphs.nodes + graphs.kernels > 0) {
+             graphs.nodes + graphs.kernels + graphs.other_kernels > 0) {
     // What graph tracing saw: a replay needs a captured call's node and NCCL kernels launched by it.
     notes.push_back(
         fmt::format("graph replays: {} nodes of captured calls, {} cloned; {} NCCL kernels of "
-                    "graphs, {} of those nodes",
-                    graphs.nodes, graphs.clones, graphs.kernels, graphs.matched));
+                    "graphs, {} of those nodes; {} other kernels of graphs",
+                    graphs.nodes, graphs.clones, graphs.kernels, graphs.matched, graphs.other_kernels));
   }
   return {untimedNow() ? "cupti" : "cupti+events", fmt::format("{}", fmt::join(notes, "; "))};
 }

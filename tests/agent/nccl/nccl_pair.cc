@@ -148,8 +148,12 @@ int runRank(int rank, int steps, const Expect& expect, bool graph) {
       // Rank r's element i: (r + 1) * ((i + step) % 7); the sum over both ranks: 3 * ((i + step) % 7).
       for (std::size_t i = 0; i < count; ++i)
         host[i] = static_cast<float>((rank + 1) * static_cast<int>((i + static_cast<std::size_t>(step)) % 7));
-      cuda(cudaMemcpy(send, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-      cuda(cudaMemset(recv, 0xff, bytes), "cudaMemset");  // NaN: an unwritten element is wrong
+      // On the call's own stream: a non-blocking stream is not ordered after the legacy default stream's
+      // copy and memset, and a sum that arrives fast (the agent's async strategies return one already
+      // made) was seen overwritten by the memset.
+      cuda(cudaMemcpyAsync(send, host.data(), bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+      cuda(cudaMemsetAsync(recv, 0xff, bytes, stream),
+           "cudaMemsetAsync");  // NaN: an unwritten element is wrong
       nccl(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm, stream), "ncclAllReduce");
       cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       cuda(cudaMemcpy(result.data(), recv, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
@@ -166,7 +170,8 @@ int runRank(int rank, int steps, const Expect& expect, bool graph) {
     const std::size_t count = kGraphBytes / sizeof(float);
     for (std::size_t i = 0; i < count; ++i)
       host[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 5));
-    cuda(cudaMemcpy(send, host.data(), kGraphBytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda(cudaMemcpyAsync(send, host.data(), kGraphBytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     cudaGraph_t captured = nullptr;
     cudaGraphExec_t launchable = nullptr;
     cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
