@@ -47,7 +47,18 @@ const CallEvent* NcclCallsInFlight::match(const NcclProfileRecordV1& report) {
   return nullptr;
 }
 
+namespace {
+std::atomic<bool> g_nccl_interposed{false};
+}  // namespace
+
+void markNcclInterposed() {
+  if (!g_nccl_interposed.load(std::memory_order_relaxed))
+    g_nccl_interposed.store(true, std::memory_order_relaxed);
+}
+
 int ncclProfileReceived(const NcclProfileRecordV1* report) {
+  if (!g_nccl_interposed.load(std::memory_order_relaxed)) return kNcclProfileNotInterposed;
+  if (report == nullptr) return kNcclProfileNotRecording;  // the plugin's probe
   if (!recording()) return kNcclProfileNotRecording;
   // The extension's own collectives (explore, apply) are not the job's: nothing to attach them to.
   if (t_internal) return kNcclProfileNotRecording;

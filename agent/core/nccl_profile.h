@@ -53,8 +53,13 @@ extern constinit thread_local NcclCallsInFlight t_nccl_in_flight __attribute__((
 // calls for reports that come after them.
 extern std::atomic<bool> g_nccl_profile_active;
 
-// The body of gradscope_agent_nccl_profile_v1: kNcclProfileNotRecording, kNcclProfileMatched or
-// kNcclProfileUnmatched (counted as an "nccl_profile" drop).
+// The interposer saw an NCCL communicator or call of this process (any thread; idempotent).
+void markNcclInterposed();
+
+// The body of gradscope_agent_nccl_profile_v1: kNcclProfileNotInterposed (no NCCL call or communicator
+// of this process came through the interposer), kNcclProfileNotRecording (also the answer to the
+// plugin's probe, a null report), kNcclProfileMatched or kNcclProfileUnmatched (counted as an
+// "nccl_profile" drop).
 int ncclProfileReceived(const NcclProfileRecordV1* report);
 
 }  // namespace gradscope::agent

@@ -275,6 +275,7 @@ CommSlot* registerUnseenComm(ncclComm_t comm) {
 }
 
 CommSlot* commSlot(ncclComm_t comm) {
+  markNcclInterposed();
   if (CommSlot* slot = comms().find(comm)) return slot;
   if (comm == nullptr) return nullptr;
   return registerUnseenComm(comm);
@@ -670,6 +671,7 @@ using namespace gradscope::agent::nccl;
   GS_EXPORT ncclResult_t NAME PARAMS {                                          \
     GS_NCCL_REAL(NAME);                                                         \
     if (real_##NAME == nullptr) return GS_NCCL_MISSING(NAME);                   \
+    markNcclInterposed(); /* before NCCL initialises the profiler plugin */     \
     const ncclResult_t rc = real_##NAME ARGS;                                   \
     onCreated(rc, NEWCOMM, NRANKS, RANK, IDS, NIDS);                            \
     return rc;                                                                  \
@@ -698,6 +700,7 @@ using namespace gradscope::agent::nccl;
 GS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   GS_NCCL_REAL(ncclCommInitAll);
   if (real_ncclCommInitAll == nullptr) return GS_NCCL_MISSING(ncclCommInitAll);
+  markNcclInterposed();
   const ncclResult_t rc = real_ncclCommInitAll(comm, ndev, devlist);
   // One process holds every rank, so the ordinal of the call names the communicators.
   static std::atomic<std::int64_t> calls{0};
@@ -716,6 +719,7 @@ GS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
   GS_NCCL_REAL(ncclCommSplit);
   if (real_ncclCommSplit == nullptr) return GS_NCCL_MISSING(ncclCommSplit);
   if (shadowHooks() && t_internal) return real_ncclCommSplit(comm, color, key, newcomm, config);
+  markNcclInterposed();
   const ncclResult_t rc = real_ncclCommSplit(comm, color, key, newcomm, config);
   if (!recording() && !shadowHooks()) return rc;
   CommSlot* parent = commSlot(comm);

@@ -14,11 +14,13 @@
 #include <cstdint>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "gradscope/cli/report.h"
@@ -278,6 +280,70 @@ std::vector<TraceFile> scanTraceFiles(const std::string& directory) {
     files.push_back(std::move(file));
   }
   return files;
+}
+
+// Which path recorded each rank of an NCCL job (docs/user-guide.md, "TensorFlow and other statically linked
+// NCCL"): the agent, the agent with NCCL's choices from the profiler plugin, or the plugin alone (a trace
+// of its own: the agent never saw that rank's NCCL). Nothing for a job without NCCL ranks. A rank the plugin
+// alone recorded gets one more line: why the agent saw nothing there, and what is and is not recorded.
+void writeRecordingPaths(const std::vector<std::string>& inputs, std::ostream& log) {
+  std::map<std::string, std::vector<int>> by_path;  // "agent", "both", "plugin: <agent>"
+  for (const std::string& path : inputs) {
+    try {
+      const storage::TraceReader reader = storage::TraceReader::open(path);
+      const auto runs = reader.runs();
+      const auto ranks = reader.ranks();
+      if (runs.empty()) continue;
+      const int rank = ranks.empty() ? -1 : ranks.front().rank;
+      const auto config = nlohmann::json::parse(runs.front().config_json, nullptr, false);
+      const auto text = [&config](const char* key) {
+        return config.is_object() && config.contains(key) && config[key].is_string()
+                   ? config[key].get<std::string>()
+                   : std::string();
+      };
+      if (text("source") == "nccl-profiler") {
+        by_path["plugin: " + text("agent")].push_back(rank);
+      } else if (runs.front().backend == Backend::Nccl) {
+        bool facts = false;
+        reader.forEachCall([&facts](const storage::CallRecord& call) {
+          facts = call.nccl_algo >= 0;
+          return !facts;
+        });
+        by_path[facts ? "both" : "agent"].push_back(rank);
+      }
+    } catch (const Error&) {
+      // Read again, and said, by the merge and the report.
+    }
+  }
+  if (by_path.empty()) return;
+  const auto ranksText = [](std::vector<int> ranks) {
+    std::sort(ranks.begin(), ranks.end());
+    std::vector<std::string> shown;
+    for (const int rank : ranks) shown.push_back(rank >= 0 ? std::to_string(rank) : "?");
+    return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(shown, ", "));
+  };
+  std::vector<std::string> parts;
+  for (const auto& [how, ranks] : by_path)
+    parts.push_back(fmt::format("{} on {}",
+                                how == "agent"  ? "by the agent"
+                                : how == "both" ? "by the agent, with NCCL's choices from the profiler plugin"
+                                                : "by the NCCL profiler plugin alone",
+                                ranksText(ranks)));
+  log << fmt::format("gradscope: NCCL calls recorded {}\n", fmt::join(parts, "; "));
+  for (const auto& [how, ranks] : by_path) {
+    if (!how.starts_with("plugin: ")) continue;
+    const bool loaded = how == "plugin: not interposing";
+    log << fmt::format(
+        "gradscope: on {} the agent saw no NCCL call: {}. The plugin recorded every collective (all-reduce, "
+        "all-gather, reduce-scatter, reduce, broadcast) with NCCL's algorithm, protocol and channels and its "
+        "host times; not recorded there: point-to-point and all-to-all calls, GPU spans, explore and apply "
+        "(a plan's algorithm and protocol still apply through the tuner plugin). docs/user-guide.md, "
+        "\"TensorFlow and other statically linked NCCL\"\n",
+        ranksText(ranks),
+        loaded ? "the agent was loaded, but the job's NCCL is linked into it statically (as in TensorFlow's "
+                 "packages), which LD_PRELOAD cannot interpose"
+               : "the agent was not loaded there (LD_PRELOAD did not reach those processes)");
+  }
 }
 
 bool ofRun(const TraceFile& file, const std::string& run_id) {
@@ -637,6 +703,7 @@ std::string finishRun(const std::string& directory, const FinishOptions& options
     return {};
   }
   const std::string merged_shown = displayPath(merged);
+  writeRecordingPaths(inputs, log);
   if (options.validate_window > 0) {
     try {
       const auto validation =

@@ -127,8 +127,9 @@ class Sink {
  public:
   static constexpr std::size_t kQueueCapacity = 1 << 14;
 
-  // Opens the trace at the first context (standalone). Throws gradscope::Error.
-  Sink(int rank, int nranks) : queue_(kQueueCapacity) {
+  // Opens the trace at the first context (standalone). `agent_loaded`: the agent is in the process but
+  // does not interpose this NCCL (said in the run's config, "agent"). Throws gradscope::Error.
+  Sink(int rank, int nranks, bool agent_loaded) : queue_(kQueueCapacity) {
     const Environment env = processEnvironment();
     const char* output = env(env::kOutput);
     const std::string pattern = output != nullptr && *output != '\0' ? output : "gradscope-nccl-%h-%p.db";
@@ -153,7 +154,7 @@ class Sink {
     run_info.backend = Backend::Nccl;
     run_info.world_size = launch ? launch->world_size : nranks;
     run_info.host = host;
-    config_ = {{"source", "nccl-profiler"}};
+    config_ = {{"source", "nccl-profiler"}, {"agent", agent_loaded ? "not interposing" : "absent"}};
     run_info.config_json = config_.dump();
     run_info.tool_version = kVersion;
     run_info.epoch_ns = epoch_ns_;
@@ -492,9 +493,12 @@ ncclResult_t init(void** context, std::uint64_t comm_hash, int* activation_mask,
     *activation_mask = 0;
     return ncclInternalError;  // NCCL carries on without the plugin for this communicator
   }
-  if (g_mode == Mode::Standalone && g_sink.load(std::memory_order_relaxed) == nullptr) {
+  // The agent is loaded but has seen no NCCL call of this process: this NCCL is not the one it interposes
+  // (linked into the job statically), so the plugin records its communicators itself.
+  const bool interposed = g_mode == Mode::Agent && g_hook(nullptr) != kNcclProfileNotInterposed;
+  if (!interposed && g_sink.load(std::memory_order_relaxed) == nullptr) {
     try {
-      g_sink.store(new Sink(rank, nranks), std::memory_order_release);
+      g_sink.store(new Sink(rank, nranks, g_mode == Mode::Agent), std::memory_order_release);
     } catch (const std::exception& error) {
       logLine(fmt::format("{}; no trace is written (set GRADSCOPE_OUTPUT to a writable path)", error.what()));
       g_mode = Mode::Off;
@@ -510,7 +514,7 @@ ncclResult_t init(void** context, std::uint64_t comm_hash, int* activation_mask,
   created->comm_hash = comm_hash;
   created->rank = rank;
   created->nranks = nranks;
-  if (g_mode == Mode::Agent) {
+  if (interposed) {
     created->hook = g_hook;
     *activation_mask = static_cast<int>(ncclProfileColl);
   } else {

@@ -66,6 +66,10 @@
   check_nccl.py TOOLS --workdir DIR gpu-steps  gpu_steps_job.cc (--gpu-steps-job) under the fake CUPTI:
                                               the sampled windows' kernels, merged into GPU steps with
                                               the job's known split (check_gpu_steps says what is checked)
+  check_nccl.py TOOLS --workdir DIR static    the job with the fake NCCL linked in statically (--static-job),
+                                              as TensorFlow's: the agent cannot interpose it, the profiler
+                                              plugin records it; `gradscope run` says which path recorded
+                                              the rank and why
   check_nccl.py TOOLS --workdir DIR real      the job on the real NCCL and a GPU (scripts/gpu_check.sh):
                                               the same calls, keys from NCCL's random unique ids, GPU
                                               spans that start after their call (its communicators have
@@ -854,6 +858,44 @@ def check_profiler_alone(args, workdir, label, extra_env):
               f"{label}: gradscope report failed: {report.returncode} {report.stderr[-400:]}")
 
 
+def check_static(args, workdir):
+    """static: nccl_job with the fake NCCL linked into it statically (--static-job), as TensorFlow links its
+    own NCCL. Under the agent, which cannot interpose it, and the profiler plugin: the job runs as without
+    them, the agent writes nothing, and the plugin records every collective in a trace of its own (what
+    profiler checks of it alone), whose run says the agent was loaded but not interposing. Under
+    `gradscope run`: the merged trace holds them, and the run says the plugin alone recorded the rank, why,
+    and what that path does not record."""
+    if not check(args.static_job and args.profiler and args.gradscope,
+                 "static: --static-job, --profiler and --gradscope are required"):
+        return
+    preloaded = os.path.join(workdir, "preload")
+    check_profiler_alone(argparse.Namespace(**dict(vars(args), job=args.static_job)), preloaded, "static",
+                         {"LD_PRELOAD": preload(args.agent)})
+    files = [f for f in os.listdir(preloaded) if f.endswith(".db")]
+    if check(len(files) == 1, f"static: one trace expected (the plugin's), found {files}"):
+        db = sqlite3.connect(f"file:{os.path.join(preloaded, files[0])}?mode=ro", uri=True)
+        config = json.loads(db.execute("SELECT config_json FROM runs").fetchone()[0])
+        db.close()
+        check((config.get("source"), config.get("agent")) == ("nccl-profiler", "not interposing"),
+              f"static: the plugin's run config {config}")
+    out = os.path.join(workdir, "run")
+    env = dict(plugin_env(args), GRADSCOPE_AGENT_PATH=args.agent)
+    result = run([args.gradscope, "run", "-o", out, "--", args.static_job], env, workdir)
+    said = result.stdout + result.stderr
+    check(result.returncode == 0, f"static: gradscope run exited {result.returncode}: {said[-800:]}")
+    check("gradscope: NCCL calls recorded by the NCCL profiler plugin alone on rank 0\n" in said,
+          f"static: the run does not say which path recorded rank 0: {said[-1200:]}")
+    check("the agent was loaded, but the job's NCCL is linked into it statically" in said,
+          f"static: the run does not say why the agent saw nothing: {said[-1200:]}")
+    merged = os.path.join(out, "trace.db")
+    if check(os.path.exists(merged), f"static: no merged trace in {out}"):
+        db = sqlite3.connect(f"file:{merged}?mode=ro", uri=True)
+        collectives = db.execute("SELECT count(*) FROM calls").fetchone()[0]
+        db.close()
+        wanted = len([c for c in expected_calls(fake=True) if c[1] in TUNED])
+        check(collectives == wanted, f"static: {collectives} calls in the merged trace, {wanted} collectives made")
+
+
 def check_profiler(args, workdir):
     if not check(args.profiler is not None, "profiler: --profiler is required"):
         return
@@ -1598,12 +1640,13 @@ def main():
     parser.add_argument("--tuner", help="libnccl-tuner-gradscope.so")
     parser.add_argument("--nvtx", action="store_true", help="the job marks steps with NVTX")
     parser.add_argument("--gpu-steps-job", help="gpu_steps_job.cc's executable")
+    parser.add_argument("--static-job", help="nccl_job.cc linked with the fake NCCL statically (nccl-job-static)")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("mode", choices=["host", "gpu", "cupti", "nvtx", "disabled", "old-nccl", "profiler",
                                          "profiler-agent",
                                          "profiler-unset", "tuner-profiler", "tuner-apply", "tuner-explore",
                                          "tuner-malformed", "shadow-explore", "shadow-apply", "real",
-                                         "real-nvtx", "real-pair", "real-pair-graph", "real-pair-shadow",
+                                         "real-nvtx", "real-pair", "real-pair-graph", "real-pair-shadow", "static",
                                          "real-pair-explore", "gpu-steps"])
     args = parser.parse_args()
     if sanitizer_runtime(os.path.abspath(args.agent)):
@@ -1624,7 +1667,7 @@ def main():
      "real": check_real,
      "real-nvtx": lambda a, w: check_real(a, w, nvtx=True),
      "real-pair": check_real_pair, "real-pair-explore": check_real_pair_explore,
-     "real-pair-shadow": check_real_pair_shadow, "real-pair-graph": check_real_pair_graph,
+     "real-pair-shadow": check_real_pair_shadow, "real-pair-graph": check_real_pair_graph, "static": check_static,
      "gpu-steps": check_gpu_steps}[args.mode](args, args.workdir)
     for failure in failures:
         print(f"check_nccl: FAIL: {failure}")

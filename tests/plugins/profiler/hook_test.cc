@@ -1,7 +1,8 @@
 // The plugin in agent mode: this executable exports gradscope_agent_nccl_profile_v1 (nccl_profile_link.h),
 // as libgradscope-agent.so does, so the plugin asks NCCL for collectives only and hands each one to it on
 // the launching thread, keeping nothing and writing no file. The stand-in records what it was given and
-// answers "recording" or "not recording" as told.
+// answers "recording" or "not recording" as told; and, while told it interposes no NCCL (a job whose NCCL
+// is linked in statically), answers so, and the plugin records the communicator itself.
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 namespace {
 
 std::atomic<bool> g_recording{true};
+std::atomic<bool> g_interposed{true};
 std::atomic<int> g_calls{0};
 thread_local gradscope::NcclProfileRecordV1 t_last;
 
@@ -29,6 +31,8 @@ thread_local gradscope::NcclProfileRecordV1 t_last;
 
 extern "C" __attribute__((visibility("default"))) int gradscope_agent_nccl_profile_v1(
     const gradscope::NcclProfileRecordV1* record) {
+  if (!g_interposed.load()) return gradscope::kNcclProfileNotInterposed;
+  if (record == nullptr) return gradscope::kNcclProfileNotRecording;  // the plugin's probe
   if (!g_recording.load()) return gradscope::kNcclProfileNotRecording;
   g_calls.fetch_add(1);
   t_last = *record;
@@ -97,6 +101,42 @@ TEST(ProfilerAgentMode, HandsEveryCollectiveToTheAgentOnTheLaunchingThread) {
   EXPECT_EQ(g_calls.load(), 4001);
   ASSERT_EQ(table()->finalize(context), ncclSuccess);
   EXPECT_TRUE(std::filesystem::is_empty(folder));  // no file of its own
+  std::filesystem::remove_all(folder);
+}
+
+// The agent is loaded but has seen no NCCL call: the NCCL reporting is one it does not interpose (linked
+// into the job statically). The plugin records that communicator's collectives in a file of its own, with
+// the kernel channels' children, and hands the agent nothing.
+TEST(ProfilerAgentMode, ACommunicatorTheAgentDoesNotInterposeIsRecordedByThePlugin) {
+  ASSERT_NE(table(), nullptr);
+  g_interposed.store(false);
+  const std::string folder =
+      std::filesystem::temp_directory_path() / ("gradscope-hook-static-" + std::to_string(getpid()));
+  std::filesystem::create_directories(folder);
+  setenv("GRADSCOPE_OUTPUT", (folder + "/static-%p.db").c_str(), 1);
+  void* context = nullptr;
+  int mask = 0;
+  ASSERT_EQ(table()->init(&context, 0xbeef, &mask, "c", 1, 2, 1, nullptr), ncclSuccess);
+  EXPECT_EQ(mask, ncclProfileColl | ncclProfileProxyOp | ncclProfileKernelCh);
+  ncclProfilerEventDescr_v5_t d{};
+  d.type = ncclProfileColl;
+  d.coll.seqNumber = 0;
+  d.coll.func = "AllReduce";
+  d.coll.count = 64;
+  d.coll.datatype = "ncclFloat32";
+  d.coll.nChannels = 0;  // no kernel channels to wait for: complete at its stop
+  d.coll.algo = "RING";
+  d.coll.proto = "SIMPLE";
+  void* handle = nullptr;
+  ASSERT_EQ(table()->startEvent(context, &handle, &d), ncclSuccess);
+  EXPECT_NE(handle, nullptr);  // the plugin's own slot
+  ASSERT_EQ(table()->stopEvent(handle), ncclSuccess);
+  EXPECT_EQ(g_calls.load(), 0);
+  ASSERT_EQ(table()->finalize(context), ncclSuccess);
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) files.push_back(entry.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_GT(std::filesystem::file_size(files.front()), 0u);
   std::filesystem::remove_all(folder);
 }
 

@@ -17,6 +17,13 @@
 // - Returns kNcclProfileMatched when the agent found the call on this thread and queued the facts for
 //   its row, kNcclProfileUnmatched when no call of that shape is in flight on this thread (the agent
 //   counts it under drops "nccl_profile").
+// - Returns kNcclProfileNotInterposed, before anything else, while the agent has seen no NCCL call or
+//   communicator of this process (it marks one before calling NCCL to create it): the NCCL that reports is
+//   not one the agent interposes (linked into the job statically, as TensorFlow's packages do).
+// - Called with nullptr (the plugin's probe at a communicator's init): kNcclProfileNotInterposed as above,
+//   else kNcclProfileNotRecording; counts nothing. The plugin then records a communicator the agent does
+//   not see itself, as without the agent. An agent older than this answers the probe with
+//   kNcclProfileUnmatched (and counts it), so the plugin hands it every collective, as before.
 // - Never blocks, allocates or takes a lock; safe from any thread.
 
 #include <cstdint>
@@ -44,6 +51,7 @@ static_assert(sizeof(NcclProfileRecordV1) == 48);
 inline constexpr int kNcclProfileNotRecording = 0;
 inline constexpr int kNcclProfileMatched = 1;
 inline constexpr int kNcclProfileUnmatched = -1;
+inline constexpr int kNcclProfileNotInterposed = 2;
 
 using NcclProfileFunctionV1 = int (*)(const NcclProfileRecordV1* record);
 
