@@ -1084,6 +1084,9 @@ def check_tuner_apply(args, workdir):
     agent_lines = [line for line in result.stderr.splitlines() if line.startswith("gradscope: ")]
     with open(os.path.join(workdir, "gradscope-run.stderr"), "w") as f:
         f.write(result.stderr)
+    # The agent interposed the job's NCCL and the profiler plugin gave it NCCL's choices: the run says so.
+    check("gradscope: NCCL calls recorded by the agent, with NCCL's choices from the profiler plugin on rank 0"
+          in agent_lines, f"tuner-apply: the run does not say which path recorded rank 0: {agent_lines}")
     if not os.path.isdir(output):
         check(False, f"tuner-apply: no output directory {output}")
         return
