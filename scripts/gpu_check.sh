@@ -291,7 +291,7 @@ else
   pair_bin=$(find "$build_dir/tests" -name nccl-pair -type f | head -n 1)
   plugins=(--profiler "$build_dir/plugins/nccl-profiler/libnccl-profiler-gradscope.so"
     --tuner "$build_dir/plugins/nccl-tuner/libnccl-tuner-gradscope.so")
-  for mode in real-pair real-pair-graph real-pair-explore real-pair-shadow; do
+  for mode in real-pair real-pair-graph real-pair-p2p real-pair-explore real-pair-shadow; do
     python3 tests/agent/nccl/check_nccl.py --agent "$agent_so" --job "$pair_bin" --gradscope "$gradscope_bin" \
       "${plugins[@]}" --workdir "$out_dir/agent_nccl-${mode#real-}" "$mode" >>"$out_dir/agent_nccl.log" 2>&1 ||
       agent_status=1

@@ -85,6 +85,9 @@
                                               captured into a CUDA graph and launched 3 times: the
                                               captured call is host-timed, and each launch is a replay
                                               of it with NCCL's kernels' span (CUPTI), on both ranks
+  check_nccl.py TOOLS --workdir DIR real-pair-p2p  nccl-pair --p2p: the two ranks exchange 256 KiB each
+                                              way, alone and in a group: each rank's sends and receives
+                                              with their peer, bytes and GPU span, and the group launch
   check_nccl.py TOOLS --workdir DIR real-pair-explore  the same with GRADSCOPE_TUNER_EXPLORE=1: each
                                               size walks through several algorithm/protocol pairs
   check_nccl.py TOOLS --workdir DIR real-pair-shadow  explore and apply modes through the real NCCL
@@ -1503,6 +1506,38 @@ def check_real_pair_graph(args, workdir):
         check(all(a[4] <= b[3] for a, b in zip(mine, mine[1:])), f"{where}: overlap: {mine}")
 
 
+def check_real_pair_p2p(args, workdir):
+    """real-pair-p2p: nccl-pair --p2p under the agent: two ranks exchange 256 KiB each way, first as a send
+    and a receive on their own, then in one group; every element checked. Each rank's trace holds its two
+    sends and two receives, with the peer, the bytes and a GPU span, and the group's launch."""
+    os.makedirs(workdir, exist_ok=True)
+    env = dict(base_environment(), LD_PRELOAD=preload(args.agent), GRADSCOPE_OUTPUT=os.path.join(workdir, "trace-%p.db"))
+    result = run([args.job, "--steps", "1", "--p2p"], env, workdir, timeout=300)
+    check(result.returncode == 0, f"real-pair-p2p: exit status {result.returncode}: {result.stderr[-800:]}")
+    for rank in (0, 1):
+        check(f"rank {rank}: p2p: 2 exchanges, wrong 0" in result.stdout,
+              f"real-pair-p2p: rank {rank}: {result.stdout[-600:]}")
+    files = sorted(f for f in os.listdir(workdir) if f.startswith("trace-") and f.endswith(".db"))
+    if not check(len(files) == 2, f"real-pair-p2p: expected two rank traces, found {files}"):
+        return
+    for name in files:
+        db = sqlite3.connect(f"file:{os.path.join(workdir, name)}?mode=ro", uri=True)
+        rank = db.execute("SELECT rank FROM ranks").fetchone()[0]
+        rows = db.execute("SELECT c.api, c.bytes, p.dest, p.source, c.start_ns, c.end_ns FROM calls c "
+                          "LEFT JOIN peer_calls p ON p.call_id = c.id WHERE c.api IN (?, ?, ?) ORDER BY c.id",
+                          (SEND, RECV, GROUP)).fetchall()
+        db.close()
+        peer = 1 - rank
+        sends = [r for r in rows if r[0] == SEND]
+        receives = [r for r in rows if r[0] == RECV]
+        where = f"real-pair-p2p: rank {rank}"
+        check(len(sends) == 2 and all(r[1] == 256 << 10 and r[2] == peer for r in sends), f"{where}: sends {sends}")
+        check(len(receives) == 2 and all(r[1] == 256 << 10 and r[3] == peer for r in receives),
+              f"{where}: receives {receives}")
+        check(sum(1 for r in rows if r[0] == GROUP) == 1, f"{where}: group launches {rows}")
+        check(all(r[5] > r[4] for r in sends + receives), f"{where}: spans {sends + receives}")
+
+
 def check_real_pair_explore(args, workdir):
     """real-pair-explore: GRADSCOPE_TUNER_EXPLORE=1: each size's calls walk through NCCL's usable
     algorithm/protocol pairs, in the same order on both ranks."""
@@ -1649,7 +1684,8 @@ def main():
                                          "profiler-agent",
                                          "profiler-unset", "tuner-profiler", "tuner-apply", "tuner-explore",
                                          "tuner-malformed", "shadow-explore", "shadow-apply", "real",
-                                         "real-nvtx", "real-pair", "real-pair-graph", "real-pair-shadow", "static",
+                                         "real-nvtx", "real-pair", "real-pair-graph", "real-pair-p2p",
+                                         "real-pair-shadow", "static",
                                          "real-pair-explore", "gpu-steps"])
     args = parser.parse_args()
     if sanitizer_runtime(os.path.abspath(args.agent)):
@@ -1671,6 +1707,7 @@ def main():
      "real-nvtx": lambda a, w: check_real(a, w, nvtx=True),
      "real-pair": check_real_pair, "real-pair-explore": check_real_pair_explore,
      "real-pair-shadow": check_real_pair_shadow, "real-pair-graph": check_real_pair_graph, "static": check_static,
+     "real-pair-p2p": check_real_pair_p2p,
      "gpu-steps": check_gpu_steps}[args.mode](args, args.workdir)
     for failure in failures:
         print(f"check_nccl: FAIL: {failure}")

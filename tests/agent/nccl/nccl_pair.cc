@@ -6,7 +6,7 @@
 // NCCL_HOSTID, so each rank gets its own (gradscope-pair-<rank>) and NCCL sees two nodes of one GPU
 // each, joined by its socket transport over the loopback interface (NCCL_SOCKET_IFNAME=lo unless set).
 //
-//   nccl-pair [--steps N] [--expect sync|stale<K>|dga<K>] [--graph]
+//   nccl-pair [--steps N] [--expect sync|stale<K>|dga<K>] [--graph] [--p2p]
 //
 // The process started by the user only launches: it starts itself twice (GRADSCOPE_PAIR_RANK=0 and 1),
 // rank 0 makes the unique id and hands it to the launcher through a pipe, which gives it to rank 1.
@@ -23,6 +23,10 @@
 // graph kGraphLaunches times, checking every result (b = i % 5: the sum is 3b); it prints
 // "rank R: graph: N launches, wrong W". A one-rank communicator would capture a copy: two ranks capture
 // NCCL's own kernels, whose replays the agent traces (check_nccl.py real-pair-graph).
+//
+// --p2p: after the steps, the ranks exchange kP2pBytes each way twice: a send and a receive on their own
+// (rank 0 sends first, rank 1 receives first), then both in one group. Rank r sends (r + 1) * (i % 9);
+// it prints "rank R: p2p: 2 exchanges, wrong W" (check_nccl.py real-pair-p2p).
 //
 // Never linked with gradscope: the agent and the plugins observe it from outside
 // (tests/agent/nccl/check_nccl.py real-pair, scripts/gpu_check.sh).
@@ -49,6 +53,7 @@ constexpr std::size_t kSizes[] = {std::size_t{4} << 10, std::size_t{64} << 10, s
                                   std::size_t{16} << 20};
 constexpr std::size_t kGraphBytes = std::size_t{64} << 10;
 constexpr int kGraphLaunches = 3;
+constexpr std::size_t kP2pBytes = std::size_t{256} << 10;
 
 [[noreturn]] void fail(int rank, const char* what, const char* detail) {
   std::fprintf(stderr, "nccl-pair: rank %d: %s failed: %s\n", rank, what, detail);
@@ -109,7 +114,7 @@ bool parseExpect(const char* text, Expect& expect) {
 }
 
 // One rank: returns the process exit status.
-int runRank(int rank, int steps, const Expect& expect, bool graph) {
+int runRank(int rank, int steps, const Expect& expect, bool graph, bool p2p) {
   const auto cuda = [rank](cudaError_t rc, const char* what) {
     if (rc != cudaSuccess) fail(rank, what, cudaGetErrorString(rc));
   };
@@ -193,6 +198,37 @@ int runRank(int rank, int steps, const Expect& expect, bool graph) {
     cuda(cudaGraphExecDestroy(launchable), "cudaGraphExecDestroy");
     cuda(cudaGraphDestroy(captured), "cudaGraphDestroy");
   }
+  if (p2p) {
+    const std::size_t count = kP2pBytes / sizeof(float);
+    const int peer = 1 - rank;
+    for (std::size_t i = 0; i < count; ++i)
+      host[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 9));
+    cuda(cudaMemcpyAsync(send, host.data(), kP2pBytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    std::uint64_t wrong = 0;
+    const auto check = [&] {
+      cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      cuda(cudaMemcpy(result.data(), recv, kP2pBytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      for (std::size_t i = 0; i < count; ++i)
+        wrong += result[i] != static_cast<float>((peer + 1) * static_cast<int>(i % 9));
+    };
+    cuda(cudaMemsetAsync(recv, 0xff, kP2pBytes, stream), "cudaMemsetAsync");
+    if (rank == 0) {
+      nccl(ncclSend(send, count, ncclFloat, peer, comm, stream), "ncclSend");
+      nccl(ncclRecv(recv, count, ncclFloat, peer, comm, stream), "ncclRecv");
+    } else {
+      nccl(ncclRecv(recv, count, ncclFloat, peer, comm, stream), "ncclRecv");
+      nccl(ncclSend(send, count, ncclFloat, peer, comm, stream), "ncclSend");
+    }
+    check();
+    cuda(cudaMemsetAsync(recv, 0xff, kP2pBytes, stream), "cudaMemsetAsync");
+    nccl(ncclGroupStart(), "ncclGroupStart");
+    nccl(ncclSend(send, count, ncclFloat, peer, comm, stream), "ncclSend");
+    nccl(ncclRecv(recv, count, ncclFloat, peer, comm, stream), "ncclRecv");
+    nccl(ncclGroupEnd(), "ncclGroupEnd");
+    check();
+    std::printf("rank %d: p2p: 2 exchanges, wrong %llu\n", rank, static_cast<unsigned long long>(wrong));
+    wrong_total += wrong;
+  }
   std::fflush(stdout);
   cuda(cudaFree(send), "cudaFree");
   cuda(cudaFree(recv), "cudaFree");
@@ -259,12 +295,15 @@ int launch(char** argv) {
 int main(int argc, char** argv) {
   int steps = 5;
   bool graph = false;
+  bool p2p = false;
   Expect expect;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--graph") == 0) {
       graph = true;
+    } else if (std::strcmp(argv[i], "--p2p") == 0) {
+      p2p = true;
     } else if (std::strcmp(argv[i], "--expect") == 0 && i + 1 < argc) {
       if (!parseExpect(argv[++i], expect)) {
         std::fprintf(stderr, "nccl-pair: --expect takes sync, stale1..stale4 or dga1..dga4, not %s\n",
@@ -275,7 +314,7 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "nccl-pair: unknown argument %s (usage: nccl-pair [--steps N] [--expect sync|stale<K>|dga<K>] "
-          "[--graph])\n",
+          "[--graph] [--p2p])\n",
           argv[i]);
       return 2;
     }
@@ -286,5 +325,5 @@ int main(int argc, char** argv) {
   }
   const char* rank = std::getenv("GRADSCOPE_PAIR_RANK");
   if (rank == nullptr) return launch(argv);
-  return runRank(std::atoi(rank), steps, expect, graph);
+  return runRank(std::atoi(rank), steps, expect, graph, p2p);
 }
