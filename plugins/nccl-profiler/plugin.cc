@@ -1,5 +1,8 @@
-// libnccl-profiler-gradscope.so: the tables NCCL looks up (ncclProfiler_v5, then ncclProfiler_v4) and the
-// v4 adapters. Only these two symbols are exported (exports.map).
+// libnccl-profiler-gradscope.so: the tables NCCL looks up (ncclProfiler_v6 from NCCL 2.29, then
+// ncclProfiler_v5, then ncclProfiler_v4) and the v6 and v4 adapters. Only these three symbols are
+// exported (exports.map).
+
+#include <cstring>
 
 #include "profiler.h"
 
@@ -55,6 +58,16 @@ ncclResult_t startEventV4(void* context, void** handle, ncclProfilerEventDescr_v
   return startEvent(context, handle, &v5);
 }
 
+// v6's descriptor is v5's with copy-engine events added to its union: the plugin asks for none of them, so
+// a descriptor's first bytes (v5's size: the two are the same size) are v5's.
+ncclResult_t startEventV6(void* context, void** handle, ncclProfilerEventDescr_v6_t* descriptor) {
+  static_assert(sizeof(ncclProfilerEventDescr_v6_t) == sizeof(ncclProfilerEventDescr_v5_t));
+  if (descriptor == nullptr) return startEvent(context, handle, nullptr);
+  ncclProfilerEventDescr_v5_t v5;
+  std::memcpy(&v5, descriptor, sizeof v5);
+  return startEvent(context, handle, &v5);
+}
+
 ncclResult_t recordEventStateV4(void* handle, ncclProfilerEventState_v4_t state,
                                 ncclProfilerEventStateArgs_v4_t* /*args*/) {
   // The plugin reads no state arguments (profiler.cc), so none need converting.
@@ -67,6 +80,10 @@ ncclResult_t recordEventStateV4(void* handle, ncclProfilerEventState_v4_t state,
 using namespace gradscope::nccl_profiler;
 
 extern "C" {
+
+__attribute__((visibility("default"))) ncclProfiler_v6_t ncclProfiler_v6 = {
+    "gradscope", init, startEventV6, stopEvent, recordEventState, finalize,
+};
 
 __attribute__((visibility("default"))) ncclProfiler_v5_t ncclProfiler_v5 = {
     "gradscope", init, startEvent, stopEvent, recordEventState, finalize,

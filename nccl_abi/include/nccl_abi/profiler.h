@@ -1,15 +1,18 @@
 #pragma once
 
-// NCCL's profiler plugin interface, versions 5 and 4, declared by gradscope (no NCCL or CUDA header is
+// NCCL's profiler plugin interface, versions 6, 5 and 4, declared by gradscope (no NCCL or CUDA header is
 // needed to build the plugin; what it shares with nccl.h and the tuner is in nccl_abi/nccl.h). Checked
 // field by field against NVIDIA/nccl src/include/plugin/nccl_profiler.h,
-// src/include/plugin/profiler/profiler_v5.h and profiler_v4.h (NCCL 2.28) and the example plugin
-// (ext-profiler/example); tests/plugins/profiler/abi_layout_test.cc pins every offset derived here for
-// LP64 Linux.
+// src/include/plugin/profiler/profiler_v5.h and profiler_v4.h (NCCL 2.28), profiler_v6.h (NCCL 2.29, whose
+// loader tries v6, then v5, v4, ...; 2.28's starts at v5) and the example plugin (ext-profiler/example);
+// tests/plugins/profiler/abi_layout_test.cc pins every offset derived here for LP64 Linux. Versions 1-3
+// (NCCL 2.23-2.25) are not served: their init names no communicator, its size or this rank, which the
+// plugin's trace needs.
 //
 // How NCCL 2.28 drives a plugin (src/plugin/profiler.cc):
 // - Loading. With NCCL_PROFILER_PLUGIN=<name> NCCL dlopens <name>, then libnccl-profiler-<name>.so
-//   ("none" disables profiling), and takes the newest table it finds: ncclProfiler_v6, then v5, v4, ...
+//   ("none" disables profiling), and takes the newest table it finds: ncclProfiler_v5, then v4, ... (2.29
+//   and later: ncclProfiler_v6 first)
 //   The library is loaded at the first communicator's init and reference counted per communicator;
 //   NCCL dlcloses it at the last finalize, so nothing of the plugin may outlive that call (threads).
 // - init, once per communicator, on the thread creating it (inside ncclCommInitRank and friends), with
@@ -221,6 +224,73 @@ struct ncclProfiler_v5_t {
   ncclResult_t (*stopEvent)(void* eHandle);
   ncclResult_t (*recordEventState)(void* eHandle, ncclProfilerEventState_v5_t eState,
                                    ncclProfilerEventStateArgs_v5_t* eStateArgs);
+  ncclResult_t (*finalize)(void* context);
+};
+
+// ---- version 6 (NCCL 2.29 and later) ------------------------------------------------------------------
+// v5's descriptor with three copy-engine (CE) events added to its union (ncclProfileCeColl = 1 << 12,
+// CeSync = 1 << 13, CeBatch = 1 << 14, started only when the plugin asks for them; CE events record no
+// states); v5's members keep their layout and the descriptor its size (112 bytes), and init, the states and
+// their arguments are v5's.
+inline constexpr int ncclProfileCeColl = 1 << 12;
+inline constexpr int ncclProfileCeSync = 1 << 13;
+inline constexpr int ncclProfileCeBatch = 1 << 14;
+typedef ncclProfilerEventState_t ncclProfilerEventState_v6_t;
+typedef ncclProfilerEventStateArgs_v5_t ncclProfilerEventStateArgs_v6_t;
+
+struct ncclProfilerEventDescr_v6_t {
+  std::uint64_t type;
+  void* parentObj;
+  int rank;
+  struct CeColl {
+    std::uint64_t seqNumber;
+    const char* func;
+    const void* sendBuff;
+    void* recvBuff;
+    size_t count;
+    int root;
+    const char* datatype;
+    const char* syncStrategy;
+    bool intraBatchSync;
+    std::uint32_t batchSize;
+    std::uint32_t numBatches;
+    std::uint32_t ceSeqNum;
+    void* stream;
+  };
+  struct CeCollSync {
+    bool isComplete;
+    int nRanks;
+  };
+  struct CeCollBatch {
+    int numOps;
+    size_t totalBytes;
+    bool useIntraSync;
+  };
+  union {
+    ncclProfilerEventDescr_v5_t::GroupApi groupApi;
+    ncclProfilerEventDescr_v5_t::CollApi collApi;
+    ncclProfilerEventDescr_v5_t::P2pApi p2pApi;
+    ncclProfilerEventDescr_v5_t::KernelLaunch kernelLaunch;
+    ncclProfilerEventDescr_v5_t::Coll coll;
+    ncclProfilerEventDescr_v5_t::P2p p2p;
+    ncclProfilerEventDescr_v5_t::ProxyOp proxyOp;
+    ncclProfilerEventDescr_v5_t::ProxyStep proxyStep;
+    ncclProfilerEventDescr_v5_t::KernelCh kernelCh;
+    ncclProfilerEventDescr_v5_t::NetPlugin netPlugin;
+    CeColl ceColl;
+    CeCollSync ceCollSync;
+    CeCollBatch ceCollBatch;
+  };
+};
+
+struct ncclProfiler_v6_t {
+  const char* name;
+  ncclResult_t (*init)(void** context, std::uint64_t commId, int* eActivationMask, const char* commName,
+                       int nNodes, int nranks, int rank, ncclDebugLogger_t logfn);
+  ncclResult_t (*startEvent)(void* context, void** eHandle, ncclProfilerEventDescr_v6_t* eDescr);
+  ncclResult_t (*stopEvent)(void* eHandle);
+  ncclResult_t (*recordEventState)(void* eHandle, ncclProfilerEventState_v6_t eState,
+                                   ncclProfilerEventStateArgs_v6_t* eStateArgs);
   ncclResult_t (*finalize)(void* context);
 };
 

@@ -1,6 +1,7 @@
 // The layouts nccl_abi/profiler.h declares, pinned to the offsets of NVIDIA/nccl's headers (NCCL 2.28,
-// src/include/plugin/profiler/profiler_v5.h and profiler_v4.h) on LP64 Linux, derived by hand from the
-// field order and C's alignment rules. A change to a declaration that moves any field fails the build.
+// src/include/plugin/profiler/profiler_v5.h and profiler_v4.h; 2.29's profiler_v6.h) on LP64 Linux, derived
+// by hand from the field order and C's alignment rules. A change to a declaration that moves any field fails
+// the build.
 
 #include <cstddef>
 
@@ -57,6 +58,22 @@ static_assert(sizeof(ncclProfiler_v5_t) == 48 && offsetof(ncclProfiler_v5_t, ini
               offsetof(ncclProfiler_v5_t, recordEventState) == 32 &&
               offsetof(ncclProfiler_v5_t, finalize) == 40);
 static_assert(sizeof(ncclProfiler_v4_t) == 48 && offsetof(ncclProfiler_v4_t, finalize) == 40);
+
+// v6 (NCCL 2.29, profiler_v6.h): v5's members at v5's offsets, the CE members beside them, the same size.
+// These offsets were read off NCCL's own v2.29.2 header, compiled as C (offsetof) on this machine.
+using D6 = ncclProfilerEventDescr_v6_t;
+static_assert(sizeof(D6) == 112 && sizeof(D6) == sizeof(D5) && offsetof(D6, groupApi) == 24);
+static_assert(offsetof(D6, coll.proto) == 96 && offsetof(D6, coll.proto) == offsetof(D5, coll.proto) &&
+              offsetof(D6, kernelCh.pTimer) == 32 &&
+              offsetof(D6, p2p.parentGroup) == offsetof(D5, p2p.parentGroup));
+static_assert(offsetof(D6, ceColl.syncStrategy) == 80 && offsetof(D6, ceColl.intraBatchSync) == 88 &&
+              offsetof(D6, ceColl.batchSize) == 92 && offsetof(D6, ceColl.ceSeqNum) == 100 &&
+              offsetof(D6, ceColl.stream) == 104);
+static_assert(offsetof(D6, ceCollSync.nRanks) == 28 && offsetof(D6, ceCollBatch.totalBytes) == 32 &&
+              offsetof(D6, ceCollBatch.useIntraSync) == 40);
+static_assert(sizeof(ncclProfiler_v6_t) == 48 && offsetof(ncclProfiler_v6_t, recordEventState) == 32 &&
+              offsetof(ncclProfiler_v6_t, finalize) == 40);
+static_assert(ncclProfileCeColl == 4096 && ncclProfileCeSync == 8192 && ncclProfileCeBatch == 16384);
 
 // Values fixed by NCCL.
 static_assert(ncclProfileColl == 2 && ncclProfileProxyOp == 8 && ncclProfileKernelCh == 64 &&

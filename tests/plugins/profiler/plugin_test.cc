@@ -24,6 +24,7 @@ using namespace gradscope::nccl_abi;
 
 struct Plugin {
   void* library = nullptr;
+  ncclProfiler_v6_t* v6 = nullptr;
   ncclProfiler_v5_t* v5 = nullptr;
   ncclProfiler_v4_t* v4 = nullptr;
 };
@@ -33,6 +34,7 @@ const Plugin& plugin() {
     Plugin p;
     p.library = dlopen(GRADSCOPE_NCCL_PROFILER_PATH, RTLD_NOW | RTLD_LOCAL);
     if (p.library != nullptr) {
+      p.v6 = static_cast<ncclProfiler_v6_t*>(dlsym(p.library, "ncclProfiler_v6"));
       p.v5 = static_cast<ncclProfiler_v5_t*>(dlsym(p.library, "ncclProfiler_v5"));
       p.v4 = static_cast<ncclProfiler_v4_t*>(dlsym(p.library, "ncclProfiler_v4"));
     }
@@ -118,6 +120,8 @@ void collective(void* context, std::uint64_t seq, std::size_t count, std::uint8_
 }
 
 TEST_F(ProfilerTest, ExportsOnlyTheTables) {
+  ASSERT_NE(plugin().v6, nullptr);
+  EXPECT_EQ(std::string(plugin().v6->name), "gradscope");
   EXPECT_EQ(std::string(plugin().v5->name), "gradscope");
   EXPECT_EQ(std::string(plugin().v4->name), "gradscope");
   EXPECT_EQ(
@@ -320,6 +324,41 @@ TEST_F(ProfilerTest, VersionFourTable) {
           "SELECT count(*) FROM calls c JOIN gpu_calls g ON g.call_id = c.id WHERE c.api = 17 AND "
           "c.dtype = 9 AND c.count = 16 AND c.bytes = 64 AND g.algo = 0 AND g.proto = 2 AND g.channels = 1"),
       1);
+  EXPECT_EQ(query("SELECT json_extract(config_json, '$.profiler.collectives_completed') FROM runs"), 1);
+}
+
+// NCCL 2.29 and later take the v6 table: v5's events in v6's descriptor, completed by their kernel channel.
+TEST_F(ProfilerTest, VersionSixTable) {
+  const auto& p = *plugin().v6;
+  void* context = nullptr;
+  int mask = 0;
+  ASSERT_EQ(p.init(&context, 0x66, &mask, "v6", 1, 2, 0, nullptr), ncclSuccess);
+  EXPECT_EQ(mask, ncclProfileColl | ncclProfileProxyOp | ncclProfileKernelCh);  // no copy-engine events
+  ncclProfilerEventDescr_v6_t coll{};
+  coll.type = ncclProfileColl;
+  coll.coll.seqNumber = 3;
+  coll.coll.func = "AllReduce";
+  coll.coll.count = 1024;
+  coll.coll.datatype = "ncclFloat32";
+  coll.coll.nChannels = 1;
+  coll.coll.algo = "RING";
+  coll.coll.proto = "LL128";
+  void* handle = nullptr;
+  ASSERT_EQ(p.startEvent(context, &handle, &coll), ncclSuccess);
+  ASSERT_NE(handle, nullptr);
+  EXPECT_EQ(p.stopEvent(handle), ncclSuccess);
+  ncclProfilerEventDescr_v6_t kernel{};
+  kernel.type = ncclProfileKernelCh;
+  kernel.parentObj = handle;
+  void* channel = nullptr;
+  ASSERT_EQ(p.startEvent(context, &channel, &kernel), ncclSuccess);
+  ncclProfilerEventStateArgs_v6_t args{};
+  EXPECT_EQ(p.recordEventState(channel, ncclProfilerKernelChStop, &args), ncclSuccess);
+  EXPECT_EQ(p.stopEvent(channel), ncclSuccess);
+  ASSERT_EQ(p.finalize(context), ncclSuccess);
+  EXPECT_EQ(query("SELECT count(*) FROM calls c JOIN gpu_calls g ON g.call_id = c.id WHERE c.api = 16 AND "
+                  "c.count = 1024 AND c.bytes = 4096 AND g.algo = 1 AND g.proto = 1 AND g.channels = 1"),
+            1);
   EXPECT_EQ(query("SELECT json_extract(config_json, '$.profiler.collectives_completed') FROM runs"), 1);
 }
 
