@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "core/clock.h"
+#include "gradscope/common/job_environment.h"
 
 namespace gradscope::agent {
 namespace {
@@ -387,9 +388,10 @@ GpuTimer::SpanSource CudaEventTimer::spanSource() const {
   if (cupti_ == nullptr) return {"events", cupti_off_};
   std::vector<std::string> notes;
   if (!untimedNow())
-    notes.emplace_back(
-        untimed_ ? "CUPTI dropped kernel records; timing events since"
-                 : "CUPTI's kernel records are on inside the GPU windows only (GRADSCOPE_CUPTI=windows)");
+    notes.push_back(
+        untimed_ ? std::string("CUPTI dropped kernel records; timing events since")
+                 : fmt::format("CUPTI's kernel records are on inside the GPU windows only ({}=windows)",
+                               env::kCupti));
   if (!cupti_->tracesGraphs()) {
     notes.emplace_back("CUDA graph replays are not traced");
   } else if (const KernelSpans::GraphCounts graphs = cupti_->graphCounts();

@@ -144,7 +144,7 @@ CudaEventTimer* gpuTimer() {
         created->noteCuptiOff(
             cupti_why.empty() ? "no libcupti.so.13 on the loader's path or in /usr/local/cuda" : cupti_why);
     } else {
-      created->noteCuptiOff("GRADSCOPE_CUPTI=0");
+      created->noteCuptiOff(fmt::format("{}=0", env::kCupti));
     }
     g_timer.store(created, std::memory_order_release);
     return created;
