@@ -883,6 +883,9 @@ def check_static(args, workdir):
               f"static: the plugin's run config {config}")
     out = os.path.join(workdir, "run")
     env = dict(plugin_env(args), GRADSCOPE_AGENT_PATH=args.agent)
+    runtime = sanitizer_runtime(args.agent)
+    if runtime:  # a sanitizer build's agent: its runtime first, which gradscope run keeps ahead of the agent
+        env["LD_PRELOAD"] = runtime
     result = run([args.gradscope, "run", "-o", out, "--", args.static_job], env, workdir)
     said = result.stdout + result.stderr
     check(result.returncode == 0, f"static: gradscope run exited {result.returncode}: {said[-800:]}")
