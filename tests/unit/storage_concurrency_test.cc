@@ -71,7 +71,7 @@ TEST(StorageConcurrency, ReadersFollowAGrowingTraceWithoutErrors) {
     done.store(true);
   });
 
-  std::vector<int> iterations(kReaders, 0);
+  std::vector<int> iterations(kReaders, 0);  // passes begun while the writer was still writing
   std::vector<std::thread> readers;
   for (int r = 0; r < kReaders; ++r) {
     readers.emplace_back([&, r] {
@@ -109,7 +109,7 @@ TEST(StorageConcurrency, ReadersFollowAGrowingTraceWithoutErrors) {
         } catch (const std::exception& error) {
           report(fmt::format("reader {}: {}", r, error.what()));
         }
-        ++iterations[static_cast<std::size_t>(r)];
+        if (!final_pass) ++iterations[static_cast<std::size_t>(r)];
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
     });
@@ -118,7 +118,9 @@ TEST(StorageConcurrency, ReadersFollowAGrowingTraceWithoutErrors) {
   for (std::thread& reader : readers) reader.join();
 
   EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
-  for (int r = 0; r < kReaders; ++r) EXPECT_GT(iterations[static_cast<std::size_t>(r)], 10) << "reader " << r;
+  // Each reader read the trace while it was being written, several times: a pass takes ~0.5 s of a ~5 s write
+  // under TSan on a loaded 2-core machine (10 passes in all were seen there), so 3 leaves room for load.
+  for (int r = 0; r < kReaders; ++r) EXPECT_GE(iterations[static_cast<std::size_t>(r)], 3) << "reader " << r;
 
   const TraceReader reader = TraceReader::open(path);
   EXPECT_EQ(reader.callCount(), total);
