@@ -1477,22 +1477,26 @@ def check_real_pair(args, workdir):
             f.write(result.stdout + result.stderr)
 
 
+def run_pair_extra(args, workdir, flag, label, done):
+    """nccl-pair --steps 1 FLAG under the agent: each rank must print "rank R: DONE, wrong 0". Returns the
+    two rank traces' paths ([] when there are not two)."""
+    os.makedirs(workdir, exist_ok=True)
+    env = dict(base_environment(), LD_PRELOAD=preload(args.agent), GRADSCOPE_OUTPUT=os.path.join(workdir, "trace-%p.db"))
+    result = run([args.job, "--steps", "1", flag], env, workdir, timeout=300)
+    check(result.returncode == 0, f"{label}: exit status {result.returncode}: {result.stderr[-800:]}")
+    for rank in (0, 1):
+        check(f"rank {rank}: {done}, wrong 0" in result.stdout, f"{label}: rank {rank}: {result.stdout[-600:]}")
+    files = sorted(f for f in os.listdir(workdir) if f.startswith("trace-") and f.endswith(".db"))
+    if not check(len(files) == 2, f"{label}: expected two rank traces, found {files}"):
+        return []
+    return [os.path.join(workdir, name) for name in files]
+
+
 def check_real_pair_graph(args, workdir):
     """real-pair-graph: nccl-pair --graph under the agent (CUPTI's spans): on each rank, the 64 KiB
     all-reduce captured into a CUDA graph is host-timed, and each of the graph's 3 launches is a replay
     of it, numbered in launch order, spanning NCCL's kernels, after the capture and one after the other."""
-    os.makedirs(workdir, exist_ok=True)
-    env = dict(base_environment(), LD_PRELOAD=preload(args.agent), GRADSCOPE_OUTPUT=os.path.join(workdir, "trace-%p.db"))
-    result = run([args.job, "--steps", "1", "--graph"], env, workdir, timeout=300)
-    check(result.returncode == 0, f"real-pair-graph: exit status {result.returncode}: {result.stderr[-800:]}")
-    for rank in (0, 1):
-        check(f"rank {rank}: graph: {GRAPH_LAUNCHES} launches, wrong 0" in result.stdout,
-              f"real-pair-graph: rank {rank}: {result.stdout[-600:]}")
-    files = sorted(f for f in os.listdir(workdir) if f.startswith("trace-") and f.endswith(".db"))
-    if not check(len(files) == 2, f"real-pair-graph: expected two rank traces, found {files}"):
-        return
-    for name in files:
-        trace = os.path.join(workdir, name)
+    for trace in run_pair_extra(args, workdir, "--graph", "real-pair-graph", f"graph: {GRAPH_LAUNCHES} launches"):
         db = sqlite3.connect(f"file:{trace}?mode=ro", uri=True)
         rank = db.execute("SELECT rank FROM ranks").fetchone()[0]
         agent = json.loads(db.execute("SELECT config_json FROM runs").fetchone()[0]).get("agent", {})
@@ -1513,18 +1517,8 @@ def check_real_pair_p2p(args, workdir):
     """real-pair-p2p: nccl-pair --p2p under the agent: two ranks exchange 256 KiB each way, first as a send
     and a receive on their own, then in one group; every element checked. Each rank's trace holds its two
     sends and two receives, with the peer, the bytes and a GPU span, and the group's launch."""
-    os.makedirs(workdir, exist_ok=True)
-    env = dict(base_environment(), LD_PRELOAD=preload(args.agent), GRADSCOPE_OUTPUT=os.path.join(workdir, "trace-%p.db"))
-    result = run([args.job, "--steps", "1", "--p2p"], env, workdir, timeout=300)
-    check(result.returncode == 0, f"real-pair-p2p: exit status {result.returncode}: {result.stderr[-800:]}")
-    for rank in (0, 1):
-        check(f"rank {rank}: p2p: 2 exchanges, wrong 0" in result.stdout,
-              f"real-pair-p2p: rank {rank}: {result.stdout[-600:]}")
-    files = sorted(f for f in os.listdir(workdir) if f.startswith("trace-") and f.endswith(".db"))
-    if not check(len(files) == 2, f"real-pair-p2p: expected two rank traces, found {files}"):
-        return
-    for name in files:
-        db = sqlite3.connect(f"file:{os.path.join(workdir, name)}?mode=ro", uri=True)
+    for trace in run_pair_extra(args, workdir, "--p2p", "real-pair-p2p", "p2p: 2 exchanges"):
+        db = sqlite3.connect(f"file:{trace}?mode=ro", uri=True)
         rank = db.execute("SELECT rank FROM ranks").fetchone()[0]
         rows = db.execute("SELECT c.api, c.bytes, p.dest, p.source, c.start_ns, c.end_ns FROM calls c "
                           "LEFT JOIN peer_calls p ON p.call_id = c.id WHERE c.api IN (?, ?, ?) ORDER BY c.id",
