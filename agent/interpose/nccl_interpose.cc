@@ -257,6 +257,7 @@ std::pair<int, int> sizeAndRank(ncclComm_t comm) {
 // A communicator the agent did not see being created (by a function it does not wrap, such as
 // ncclCommShrink): named by its size and how many such communicators of that size came before.
 CommSlot* registerUnseenComm(ncclComm_t comm) {
+  markNcclInterposed();  // a communicator whose creation the wrappers did not see (those mark their own)
   static std::mutex mutex;
   static std::vector<std::pair<int, int>> seen;  // (size, communicators of that size so far)
   const auto [size, rank] = sizeAndRank(comm);
@@ -275,7 +276,6 @@ CommSlot* registerUnseenComm(ncclComm_t comm) {
 }
 
 CommSlot* commSlot(ncclComm_t comm) {
-  markNcclInterposed();
   if (CommSlot* slot = comms().find(comm)) return slot;
   if (comm == nullptr) return nullptr;
   return registerUnseenComm(comm);
