@@ -76,7 +76,7 @@ struct Stats {
   long events_live = 0;
   long events_live_max = 0;
   long event_records = 0;
-  long timing_records = 0;  // of timing events on the job's streams (each costs ~1.3 us on a real GPU)
+  long timing_records = 0;   // of timing events on the job's streams (each costs ~1.3 us on a real GPU)
   long untimed_records = 0;  // of events without timing on the job's streams (~0.13 us)
   long job_stream_syncs = 0;
   long capture_records = 0;
