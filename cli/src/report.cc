@@ -423,12 +423,8 @@ void writeGpuSpanSources(const std::vector<AgentStats>& stats, std::ostream& out
                                                   "as the fallback"
                        : name == "events" ? "two CUDA timing events per call (~1.4 us of host time each)"
                                           : name.c_str();
-    std::string who;
-    if (sources.size() > 1) {
-      std::vector<std::string> numbers;
-      for (const int rank : ranks) numbers.push_back(rank >= 0 ? std::to_string(rank) : "-");
-      who = fmt::format(" on rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(numbers, ", "));
-    }
+    const std::string who =
+        sources.size() > 1 ? fmt::format(" on rank{} {}", ranks.size() == 1 ? "" : "s", rankList(ranks)) : "";
     out << fmt::format("  GPU spans of the NCCL calls{}: {}{}\n", who, what,
                        note.empty() ? "" : " (" + note + ")");
   }
@@ -644,20 +640,6 @@ void writeAllToAll(const std::vector<storage::AllToAllBalance>& rows, std::ostre
   if (worst->worst_imbalance > 1.0)
     out << fmt::format("  most uneven: rank {} {}, one peer got {:.2f}x an even share\n", worst->rank,
                        name(worst->api), worst->worst_imbalance);
-}
-
-// "0-3, 8, 10-11": ascending rank numbers, runs of consecutive ones as ranges.
-std::string rankList(std::vector<int> ranks) {
-  std::sort(ranks.begin(), ranks.end());
-  std::string text;
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    text += fmt::format("{}{}", text.empty() ? "" : ", ",
-                        j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]));
-    i = j + 1;
-  }
-  return text;
 }
 
 // The ranks grouped by the host they ran on, when they ran on several: each host's ranks, calls, time in
@@ -1326,6 +1308,19 @@ void writeReport(const storage::TraceReader& reader, std::ostream& out, const Re
   }
 
   writeAgentOverhead(agentStats(runs, ranks), total_ns, out);
+}
+
+std::string rankList(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string text;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    text += fmt::format("{}{}", text.empty() ? "" : ", ",
+                        j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]));
+    i = j + 1;
+  }
+  return text;
 }
 
 }  // namespace gradscope::cli

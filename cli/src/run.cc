@@ -316,11 +316,8 @@ void writeRecordingPaths(const std::vector<std::string>& inputs, std::ostream& l
     }
   }
   if (by_path.empty()) return;
-  const auto ranksText = [](std::vector<int> ranks) {
-    std::sort(ranks.begin(), ranks.end());
-    std::vector<std::string> shown;
-    for (const int rank : ranks) shown.push_back(rank >= 0 ? std::to_string(rank) : "?");
-    return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(shown, ", "));
+  const auto ranksText = [](const std::vector<int>& ranks) {
+    return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", rankList(ranks));
   };
   std::vector<std::string> parts;
   for (const auto& [how, ranks] : by_path)

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "gradscope/storage/reader.h"
 
@@ -28,5 +29,8 @@ struct ReportOptions {
 // per rank and in total (docs/agent.md). Deterministic for a given file (golden-tested: a data-parallel
 // job in report_synthetic.txt, a pipeline in report_pipeline.txt).
 void writeReport(const storage::TraceReader& reader, std::ostream& out, const ReportOptions& options = {});
+
+// "0-3, 8, 10-11": ascending rank numbers, runs of consecutive ones as ranges.
+std::string rankList(std::vector<int> ranks);
 
 }  // namespace gradscope::cli
